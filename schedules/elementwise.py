@@ -1,0 +1,160 @@
+"""ElementwiseSchedule: elementwise / broadcast groups, split over AI cores and UB tiles.
+
+The fused PrimFunc's producer blocks are inlined into the one output block, its loops are fused
+into one flat loop and split into ``[cores, tiles_per_core, tile_len]``; the core loop carries the
+annotation ``ascend.block_idx`` (on the NPU it is GetBlockIdx(); compiled for llvm it is a serial
+loop, so the same tiling gives the reference result on the CPU).
+
+Example
+-------
+>>> from tvm_ascend.schedules import ElementwiseSchedule     # doctest: +SKIP
+>>> scheduled, tiling = ElementwiseSchedule.schedule(prim_func, get_soc("Ascend910B1"))
+>>> tiling.cores, tiling.tile_len                            # doctest: +SKIP
+(48, 2048)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+
+from tvm_ascend.decision import Decision
+from tvm_ascend.errors import TilingError
+
+from .tile_values import AccessKind, buffer_size, classify_load, make_analyzer, plan_tile_values
+from .tir_walk import expr_dtype, first_block_realize, param_buffers
+from .tiling import Tiling
+
+CORE_LOOP_ANNOTATION = "ascend.block_idx"
+UB_RESERVED_BYTES = 8192 + 256   # API scratch + CV-fusion reserve (ascendc.md section 6.1)
+RESIDENT_GATHER_MAX_BYTES = 16384  # broadcast sources up to this size stay in the UB per core
+BLOCK_BYTES = 32                 # DataCopy granularity
+REPEAT_BYTES = 256               # one vector repeat
+
+
+@dataclass(frozen=True)
+class ElementwiseKnobs:
+    """Tunable choices of the template (the cost model searches these)."""
+
+    cores: int | None = None      # None: as many as keep every core busy
+    tile_len: int | None = None   # None: the largest tile that fits the UB
+    double_buffer: bool = True
+
+
+def _dtype_bytes(dtype) -> int:
+    return tvm.runtime.DataType(str(dtype)).bits // 8
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+class ElementwiseSchedule:
+    """Template for groups of elementwise, broadcast and scalar operations."""
+
+    name = "elementwise"
+
+    @staticmethod
+    def applies(func: tirx.PrimFunc) -> Decision:
+        """Whether every block is spatial and the function has exactly one output."""
+        sch = tvm.s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        for block_rv in blocks:
+            block = sch.get(block_rv)
+            if any(int(iv.iter_type) != 0 for iv in block.iter_vars):
+                return Decision.no(f"block {block.name_hint} reduces; not an elementwise group")
+        n_out = len(param_buffers(func)[1])
+        if n_out != 1:
+            return Decision.no(f"{n_out} outputs; the elementwise template prints one")
+        return Decision.yes("all blocks spatial, one output")
+
+    @staticmethod
+    def schedule(func: tirx.PrimFunc, soc, knobs: ElementwiseKnobs = ElementwiseKnobs()):
+        """(scheduled PrimFunc, Tiling) for ``func`` on ``soc``."""
+        decision = ElementwiseSchedule.applies(func)
+        if not decision:
+            raise TilingError(f"elementwise template does not apply: {decision.reason}")
+        sch = tvm.s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        for block_rv in blocks[:-1]:
+            sch.compute_inline(block_rv)
+        out_block = blocks[-1]
+        loops = sch.get_loops(out_block)
+        flat_loop = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        tiling = _plan(sch, out_block, flat_loop, func, soc, knobs)
+        core, tile, _ = sch.split(flat_loop, [tiling.cores, tiling.tiles_per_core,
+                                              tiling.tile_len])
+        sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
+        return sch.mod["main"], tiling
+
+
+def _plan(sch, out_block, flat_loop, func, soc, knobs) -> Tiling:
+    loop = sch.get(flat_loop)
+    total = int(loop.extent)
+    flat = tirx.Var("flat", "int64")
+    realize = first_block_realize(loop)
+    bindings = {iv.var: value for iv, value in zip(realize.block.iter_vars, realize.iter_values)}
+    bindings[loop.loop_var] = flat
+    analyzer = make_analyzer(flat, total, bindings)
+    store = realize.block.body
+    plan = plan_tile_values(store.value, lambda ld: classify_load(ld, analyzer, flat, total))
+    out_bytes = _dtype_bytes(store.buffer.dtype)
+    streamed, resident_bytes, gm_read = {}, 0, 0
+    for access in plan.accesses.values():
+        size_bytes = buffer_size(access.buffer) * _dtype_bytes(access.buffer.dtype)
+        if access.kind is AccessKind.FULL:
+            streamed[access.buffer.name] = _dtype_bytes(access.buffer.dtype)
+        elif access.kind is AccessKind.GATHER and size_bytes <= RESIDENT_GATHER_MAX_BYTES:
+            resident_bytes += _round_up(size_bytes, BLOCK_BYTES)
+    slot_bytes = max([out_bytes] + [_dtype_bytes(expr_dtype(n)) for n in plan.order]
+                     + [_dtype_bytes(a.buffer.dtype) for a in plan.accesses.values()])
+    gathered = [a for a in plan.accesses.values() if a.kind is AccessKind.GATHER]
+    gather_streamed = {a.buffer.name: _dtype_bytes(a.buffer.dtype) for a in gathered}
+    buffer_num = 2 if knobs.double_buffer else 1
+    per_elem = (buffer_num * (sum(streamed.values()) + sum(gather_streamed.values()) + out_bytes)
+                + plan.n_slots * slot_bytes)
+    budget = soc.ub_bytes - UB_RESERVED_BYTES - resident_bytes
+    min_bytes = min([out_bytes] + list(streamed.values()) + list(gather_streamed.values())
+                    + [slot_bytes])
+    align = BLOCK_BYTES // min_bytes
+    max_tile = (budget // per_elem) // align * align
+    if max_tile < align:
+        raise TilingError(f"elementwise kernel needs {per_elem} UB bytes per element and "
+                          f"{resident_bytes} resident bytes; no tile fits {soc.name}'s "
+                          f"{soc.ub_bytes} B UB")
+    repeat = REPEAT_BYTES // min_bytes
+    if max_tile >= repeat:
+        max_tile = max_tile // repeat * repeat
+    if knobs.tile_len:
+        if knobs.tile_len % align or knobs.tile_len > max_tile:
+            raise TilingError(f"tile_len={knobs.tile_len} must be a multiple of {align} and at "
+                              f"most {max_tile} on {soc.name}")
+        max_tile = knobs.tile_len
+    cores = knobs.cores or soc.vector_blocks
+    cores = max(1, min(cores, soc.vector_blocks, _ceil_div(total, align)))
+    per_core = _round_up(_ceil_div(total, cores), align)
+    tile_len = min(max_tile, per_core)
+    tiles_per_core = _ceil_div(per_core, tile_len)
+    block_len = tiles_per_core * tile_len
+    cores = _ceil_div(total, block_len)
+    for access in plan.accesses.values():
+        elem = _dtype_bytes(access.buffer.dtype)
+        if access.kind is AccessKind.FULL:
+            gm_read += total * elem
+        elif access.kind is AccessKind.SCALAR:
+            gm_read += cores * elem
+        elif buffer_size(access.buffer) * elem <= RESIDENT_GATHER_MAX_BYTES:
+            gm_read += cores * buffer_size(access.buffer) * elem
+        else:
+            gm_read += total * elem
+    ub_bytes = (buffer_num * (sum(_round_up(tile_len * b, BLOCK_BYTES)
+                              for b in list(streamed.values()) + list(gather_streamed.values())
+                              + [out_bytes]))
+                + plan.n_slots * _round_up(tile_len * slot_bytes, BLOCK_BYTES) + resident_bytes)
+    return Tiling("elementwise", total, cores, block_len, tile_len, tiles_per_core, buffer_num,
+                  plan.n_slots, ub_bytes, soc.ub_bytes, gm_read, total * out_bytes)

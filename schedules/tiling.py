@@ -1,0 +1,40 @@
+"""Tiling plans: frozen data that the printer obeys and the cost model reads."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How one elementwise kernel is split over AI cores and UB tiles.
+
+    ``block_len`` elements per core (the last core gets the rest), ``tile_len`` elements per UB
+    tile, ``buffer_num`` 2 for double buffering; ``ub_bytes`` is what InitBuffer will reserve.
+    """
+
+    template: str
+    total: int
+    cores: int
+    block_len: int
+    tile_len: int
+    tiles_per_core: int
+    buffer_num: int
+    temp_buffers: int
+    ub_bytes: int
+    ub_capacity: int
+    gm_read_bytes: int
+    gm_write_bytes: int
+
+    def __post_init__(self):
+        assert self.cores >= 1 and self.tile_len >= 1, self
+        assert self.block_len == self.tiles_per_core * self.tile_len, self
+        assert (self.cores - 1) * self.block_len < self.total <= self.cores * self.block_len, self
+        assert self.ub_bytes <= self.ub_capacity, self
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> "Tiling":
+        return Tiling(**json.loads(text))

@@ -1,0 +1,44 @@
+"""tvm-ascend: automatic operator fusion for Huawei Ascend NPUs on Apache TVM.
+
+Example
+-------
+>>> import tvm_ascend
+>>> lib = tvm_ascend.build("model.onnx", target="ascend")      # doctest: +SKIP
+>>> outs = lib.run({"x": x})                                    # doctest: +SKIP
+>>> lib.export_library("model.so")                              # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import logging
+
+from . import relay
+from .config import CompileConfig
+from .errors import (AscendError, CodegenError, DeviceRuleError, FusionConfigError,
+                     ModelLoadError, TargetError, TilingError, ToolchainError, UnsupportedOpError)
+from .pipeline import build
+from .runtime import AscendModule, load
+from .target import register_targets
+
+__version__ = "0.1.0"
+
+logging.getLogger("tvm_ascend").addHandler(logging.NullHandler())
+register_targets()
+
+
+def partition_for_ascend(mod, config: CompileConfig | None = None):
+    """Partition a Relax module for Ascend, in the style of TVM's other BYOC backends.
+
+    Returns the module with NPU groups as ``Codegen="ascend"`` functions and the decisions.
+    """
+    from .frontend import load_model
+    from .partition.grouping import partition
+    from .pipeline import prepare
+
+    config = (config or CompileConfig()).with_env()
+    imported = prepare(load_model(mod, config.input_shape))
+    return partition(imported, config.soc, fuse=config.fusion_enabled)
+
+
+__all__ = ["build", "load", "relay", "CompileConfig", "AscendModule", "partition_for_ascend",
+           "AscendError", "CodegenError", "DeviceRuleError", "FusionConfigError",
+           "ModelLoadError", "TargetError", "TilingError", "ToolchainError", "UnsupportedOpError"]

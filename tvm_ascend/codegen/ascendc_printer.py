@@ -1,0 +1,96 @@
+"""The AscendC printer: scheduled groups in, one C++ translation unit (kernels + launchers) out.
+
+Each kernel is printed by the printer of its template's class from the scheduled TIR; the unit
+adds the fixed scaffolding once. ``kernel_source`` gives a kernel as a standalone file, as a user
+would hand it to CANN's toolchain.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..errors import CodegenError
+from .code_buffer import CodeBuffer
+from .elementwise_kernel import ElementwiseKernelPrinter
+from .launcher import emit_launcher
+from .templates import COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE
+
+KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter}
+METADATA_DELIMITER = "ascendmeta"
+
+
+@dataclass(frozen=True)
+class ScheduledKernel:
+    """What codegen receives for one group: decided upstream, printed here."""
+
+    symbol: str
+    prim_func: object
+    tiling: object
+    group: dict
+
+
+def _provenance(buf: CodeBuffer, kernel: ScheduledKernel) -> None:
+    group = kernel.group
+    buf.line(f"// tvm-ascend kernel {kernel.symbol}")
+    buf.line(f"// group {group.get('name')} (rule {group.get('rule')}): {group.get('reason')}")
+    ops = ", ".join(f"{op['var']}={op['op'].replace('relax.', '')}" for op in group.get("ops", []))
+    buf.line(f"// ops: {ops}")
+    t = kernel.tiling
+    buf.line(f"// tiling ({t.template}): {t.cores} cores x {t.tiles_per_core} tiles x "
+             f"{t.tile_len} elements, buffer_num {t.buffer_num}, {t.temp_buffers} temp tiles, "
+             f"UB {t.ub_bytes}/{t.ub_capacity} B")
+
+
+def _printer(kernel: ScheduledKernel):
+    try:
+        cls = KERNEL_PRINTERS[kernel.tiling.template]
+    except KeyError as err:
+        raise CodegenError(f"{kernel.symbol}: no printer for template "
+                           f"{kernel.tiling.template!r}") from err
+    return cls(kernel.symbol, kernel.prim_func, kernel.tiling)
+
+
+def _prelude(soc) -> str:
+    helpers = COPY_HELPERS_PAD if soc.has_data_copy_pad else COPY_HELPERS_NOPAD
+    return KERNEL_PRELUDE + "\n" + helpers
+
+
+def kernel_source(kernel: ScheduledKernel, soc) -> str:
+    """A standalone AscendC source file for one kernel."""
+    buf = CodeBuffer()
+    _provenance(buf, kernel)
+    buf.lines(_prelude(soc))
+    _printer(kernel).print(buf)
+    return buf.text()
+
+
+def translation_unit(kernels: list[ScheduledKernel], soc, metadata: dict) -> tuple[str, dict]:
+    """(C++ source of all kernels + host launchers, {symbol: standalone kernel source})."""
+    sources = {k.symbol: kernel_source(k, soc) for k in kernels}
+    buf = CodeBuffer()
+    buf.line(f"// tvm-ascend: {len(kernels)} AscendC kernel(s) for {soc.name}, CPU-emulated build")
+    buf.lines(_prelude(soc))
+    buf.lines(HOST_RUNTIME)
+    for kernel in kernels:
+        printer = _printer(kernel)
+        buf.line()
+        _provenance(buf, kernel)
+        printer.print(buf)
+        emit_launcher(buf, kernel.symbol, printer.kernel_params(), printer.tiling_values(),
+                      kernel.tiling.cores)
+    meta = json.dumps({**metadata, "kernel_sources": sources}, sort_keys=True)
+    if f"){METADATA_DELIMITER}\"" in meta:
+        raise CodegenError("metadata contains the raw-string delimiter")
+    buf.line()
+    buf.line(f'static const char kAscendMetadata[] = R"{METADATA_DELIMITER}({meta}){METADATA_DELIMITER}";')
+    buf.line("static tvm::ffi::String AscendMetadata() { return tvm::ffi::String(kAscendMetadata); }")
+    buf.line("TVM_FFI_DLL_EXPORT_TYPED_FUNC(ascend_metadata_json, AscendMetadata);")
+    return buf.text(), sources
+
+
+def metadata_from_source(code: str) -> dict:
+    """The metadata embedded by ``translation_unit`` (kernel sources, report), read back."""
+    start_token = f'R"{METADATA_DELIMITER}('
+    start = code.index(start_token) + len(start_token)
+    end = code.index(f"){METADATA_DELIMITER}\"", start)
+    return json.loads(code[start:end])

@@ -1,0 +1,38 @@
+"""C++ spellings of TIR dtypes and literals, as AscendC kernels write them."""
+from __future__ import annotations
+
+import math
+
+from ..errors import CodegenError
+
+CPP_TYPES = {"float32": "float", "float16": "half", "int32": "int32_t", "int64": "int64_t",
+             "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "bfloat16": "bfloat16_t"}
+
+
+def cpp_type(dtype: str) -> str:
+    try:
+        return CPP_TYPES[str(dtype)]
+    except KeyError as err:
+        raise CodegenError(f"dtype {dtype} has no AscendC type in this printer") from err
+
+
+def dtype_bytes(dtype: str) -> int:
+    import tvm
+
+    return tvm.runtime.DataType(str(dtype)).bits // 8
+
+
+def float_literal(value: float, dtype: str) -> str:
+    """A literal of ``dtype``; half literals are written as casts from float."""
+    if math.isinf(value):
+        text = "(-INFINITY)" if value < 0 else "INFINITY"
+    elif math.isnan(value):
+        text = "NAN"
+    else:
+        text = repr(float(value))
+        if "e" not in text and "." not in text:
+            text += ".0"
+        text += "f"
+    if str(dtype) == "float16":
+        return f"static_cast<half>({text})"
+    return text

@@ -1,0 +1,336 @@
+"""Prints an elementwise kernel from its scheduled TIR: CopyIn / Compute / CopyOut over TQue.
+
+The loop nest ``[core (ascend.block_idx), tile, element]`` and the block's expression come from
+the scheduled PrimFunc; sizes come from the Tiling; the UB slots of intermediate values come from
+the same ``plan_tile_values`` the template sized the UB with.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import tirx
+
+from ..errors import CodegenError
+from ..schedules.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
+                                     make_analyzer, plan_tile_values)
+from ..schedules.tir_walk import BufferLoad, Call, expr_dtype, first_block_realize, param_buffers
+from .code_buffer import CodeBuffer
+from .cpp_types import cpp_type, dtype_bytes
+from .scalar_printer import ScalarPrinter
+from .vector_emitters import BINARY_CALL_EMITTERS, BINARY_EMITTERS, CALL_EMITTERS, Operand
+
+RESIDENT_GATHER_MAX_BYTES = 16384  # keep equal to schedules.elementwise
+
+
+@dataclass
+class InputSpec:
+    """One kernel input and how it reaches the UB."""
+
+    name: str        # C++ identifier stem
+    buffer: object   # TIR buffer
+    kind: AccessKind
+    offset: object   # flat offset expression (in ``flat``)
+    resident: bool = False
+
+    @property
+    def ctype(self) -> str:
+        return cpp_type(str(self.buffer.dtype))
+
+    @property
+    def size(self) -> int:
+        return buffer_size(self.buffer)
+
+
+def _ident(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+class ElementwiseKernelPrinter:
+    """Prints one elementwise kernel (class + extern "C" entry) into a CodeBuffer."""
+
+    def __init__(self, symbol: str, func, tiling):
+        self.symbol = symbol
+        self.func = func
+        self.tiling = tiling
+        self._analyse()
+
+    # ---- analysis of the scheduled TIR -------------------------------------------------------
+    def _analyse(self) -> None:
+        core_loop = self._core_loop(self.func.body)
+        realize = first_block_realize(core_loop)
+        store = realize.block.body
+        self.flat = tirx.Var("f", "int64")
+        inputs, outputs = param_buffers(self.func)
+        self.params = list(self.func.params)
+        self.out_buffer = outputs[0]
+        bindings = {iv.var: value for iv, value in zip(realize.block.iter_vars,
+                                                        realize.iter_values)}
+        loops = self._loop_vars(core_loop)
+        total = self.tiling.total
+        bindings.update({loops[0]: tirx.IntImm("int64", 0), loops[1]: tirx.IntImm("int64", 0),
+                         loops[2]: self.flat})
+        analyzer = make_analyzer(self.flat, total, bindings)
+        self.plan = plan_tile_values(store.value,
+                                     lambda ld: classify_load(ld, analyzer, self.flat, total))
+        if self.plan.n_slots != self.tiling.temp_buffers:
+            raise CodegenError(f"{self.symbol}: {self.plan.n_slots} UB slots needed but the "
+                               f"tiling planned {self.tiling.temp_buffers}")
+        self.inputs: dict[str, InputSpec] = {}
+        for index, (key, access) in enumerate(self.plan.accesses.items()):
+            name = f"in{index}_{_ident(access.buffer.name)}"[:40]
+            size_bytes = buffer_size(access.buffer) * dtype_bytes(str(access.buffer.dtype))
+            resident = (access.kind is AccessKind.GATHER
+                        and size_bytes <= RESIDENT_GATHER_MAX_BYTES)
+            self.inputs[key] = InputSpec(name, access.buffer, access.kind, access.offset, resident)
+        self.out_dtype = str(self.out_buffer.dtype)
+        self.slot_bytes = max([dtype_bytes(self.out_dtype)]
+                              + [dtype_bytes(expr_dtype(n)) for n in self.plan.order]
+                              + [dtype_bytes(str(i.buffer.dtype)) for i in self.inputs.values()])
+        self.scalars = ScalarPrinter({k: f"{s.name}Val" for k, s in self.inputs.items()
+                                      if s.kind is AccessKind.SCALAR}, expr_key)
+
+    @staticmethod
+    def _core_loop(stmt):
+        while not (isinstance(stmt, tirx.For) and "ascend.block_idx" in stmt.annotations):
+            stmt = getattr(stmt, "body", None) or getattr(stmt, "block", None)
+            if stmt is None:
+                raise CodegenError("scheduled function has no ascend.block_idx loop; it was not "
+                                   "tiled by a tvm-ascend template")
+        return stmt
+
+    @staticmethod
+    def _loop_vars(core_loop) -> list:
+        loops, stmt = [], core_loop
+        while isinstance(stmt, tirx.For):
+            loops.append(stmt.loop_var)
+            stmt = stmt.body
+        if len(loops) != 3:
+            raise CodegenError(f"expected loops [core, tile, element], found {len(loops)}")
+        return loops
+
+    # ---- printing ---------------------------------------------------------------------------
+    def print(self, buf: CodeBuffer) -> None:
+        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
+            self.emit_tiling_struct(buf)
+            self.emit_class(buf)
+        self.emit_entry(buf)
+
+    def emit_tiling_struct(self, buf):
+        with buf.indent("struct TilingData {", "};"):
+            buf.line("uint64_t totalLength;   // elements of the output")
+            buf.line("uint64_t blockLength;   // elements per core (the last core takes the rest)")
+            buf.line("uint32_t tileLength;    // elements per UB tile")
+        buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
+        buf.line(f"constexpr uint32_t SLOT_BYTES = {self.slot_bytes};  // per element, temps")
+        buf.line()
+
+    def emit_class(self, buf):
+        with buf.indent("class Kernel {", "};"):
+            buf.label("public:")
+            buf.line("__aicore__ inline Kernel() {}")
+            self.emit_init(buf)
+            self.emit_process(buf)
+            buf.line()
+            buf.label("private:")
+            self.emit_copy_in(buf)
+            self.emit_compute(buf)
+            self.emit_copy_out(buf)
+            self.emit_members(buf)
+
+    def _gm_args(self) -> str:
+        return ", ".join(f"GM_ADDR {_ident(p.name)}" for p in self.params)
+
+    def emit_init(self, buf):
+        with buf.indent(f"__aicore__ inline void Init({self._gm_args()}, "
+                        "const TilingData& tiling) {"):
+            buf.line("tileLength = tiling.tileLength;")
+            buf.line("blockStart = tiling.blockLength * AscendC::GetBlockIdx();")
+            buf.line("uint64_t blockEnd = blockStart + tiling.blockLength;")
+            buf.line("if (blockEnd > tiling.totalLength) blockEnd = tiling.totalLength;")
+            buf.line("blockLen = blockEnd > blockStart ? blockEnd - blockStart : 0;")
+            for spec in self.inputs.values():
+                self.emit_input_init(buf, spec)
+            out_type = cpp_type(self.out_dtype)
+            buf.line(f"outGm.SetGlobalBuffer((__gm__ {out_type}*){_ident(self.out_buffer.name)}"
+                     " + blockStart, blockLen);")
+            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileLength * sizeof({out_type}));")
+            if self.tiling.temp_buffers:
+                buf.line(f"pipe.InitBuffer(tmpBuf, {self.tiling.temp_buffers} * tileLength * "
+                         "SLOT_BYTES);")
+
+    def emit_input_init(self, buf, spec: InputSpec):
+        gm = f"(__gm__ {spec.ctype}*){_ident(spec.buffer.name)}"
+        if spec.kind is AccessKind.FULL:
+            buf.line(f"{spec.name}Gm.SetGlobalBuffer({gm} + blockStart, blockLen);")
+            buf.line(f"pipe.InitBuffer({spec.name}Que, BUFFER_NUM, tileLength * "
+                     f"sizeof({spec.ctype}));")
+        elif spec.kind is AccessKind.SCALAR:
+            buf.line(f"{spec.name}Gm.SetGlobalBuffer({gm}, {spec.size});")
+            offset = ScalarPrinter({}).print(spec.offset)
+            buf.line(f"{spec.name}Val = {spec.name}Gm.GetValue({offset});")
+        else:
+            buf.line(f"{spec.name}Gm.SetGlobalBuffer({gm}, {spec.size});")
+            buf.line(f"pipe.InitBuffer({spec.name}Que, BUFFER_NUM, tileLength * "
+                     f"sizeof({spec.ctype}));")
+            if spec.resident:
+                buf.line(f"pipe.InitBuffer({spec.name}Res, {spec.size} * sizeof({spec.ctype}));")
+                buf.line(f"{spec.name}Local = {spec.name}Res.Get<{spec.ctype}>();")
+                buf.line(f"CopyGmToUb({spec.name}Local, {spec.name}Gm, {spec.size});")
+                # The gather loop reads it on the scalar pipe: wait for MTE2 to land it.
+                buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(0);")
+                buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(0);")
+
+    def emit_process(self, buf):
+        with buf.indent("__aicore__ inline void Process() {"):
+            buf.line("uint32_t tiles = (blockLen + tileLength - 1) / tileLength;")
+            with buf.indent("for (uint32_t i = 0; i < tiles; ++i) {"):
+                buf.line("uint64_t rest = blockLen - static_cast<uint64_t>(i) * tileLength;")
+                buf.line("uint32_t len = rest < tileLength ? static_cast<uint32_t>(rest) : "
+                         "tileLength;")
+                buf.line("CopyIn(i, len);")
+                buf.line("Compute(len);")
+                buf.line("CopyOut(i, len);")
+
+    def emit_copy_in(self, buf):
+        with buf.indent("__aicore__ inline void CopyIn(uint32_t i, uint32_t len) {"):
+            for spec in self.inputs.values():
+                if spec.kind is AccessKind.SCALAR:
+                    continue
+                local = f"{spec.name}Tile"
+                buf.line(f"AscendC::LocalTensor<{spec.ctype}> {local} = "
+                         f"{spec.name}Que.AllocTensor<{spec.ctype}>();")
+                if spec.kind is AccessKind.FULL:
+                    buf.line(f"CopyGmToUb({local}, {spec.name}Gm[static_cast<uint64_t>(i) * "
+                             "tileLength], len);")
+                else:
+                    self.emit_gather(buf, spec, local)
+                buf.line(f"{spec.name}Que.EnQue({local});")
+
+    def emit_gather(self, buf, spec: InputSpec, local: str):
+        """Broadcast of a general kind: element k of the tile reads source[offset(f)]."""
+        index = ScalarPrinter({"f": "f"}).print(spec.offset)
+        source = f"{spec.name}Local" if spec.resident else f"{spec.name}Gm"
+        with buf.indent("for (uint32_t k = 0; k < len; ++k) {"):
+            buf.line("int64_t f = static_cast<int64_t>(blockStart + "
+                     "static_cast<uint64_t>(i) * tileLength + k);")
+            buf.line(f"{local}.SetValue(k, {source}.GetValue({index}));")
+
+    def emit_compute(self, buf):
+        with buf.indent("__aicore__ inline void Compute(uint32_t len) {"):
+            operands = {}
+            for key, spec in self.inputs.items():
+                if spec.kind is AccessKind.SCALAR:
+                    operands[key] = Operand(f"{spec.name}Val", False, str(spec.buffer.dtype))
+                else:
+                    buf.line(f"AscendC::LocalTensor<{spec.ctype}> {spec.name}Tile = "
+                             f"{spec.name}Que.DeQue<{spec.ctype}>();")
+                    operands[key] = Operand(f"{spec.name}Tile", True, str(spec.buffer.dtype))
+            out_type = cpp_type(self.out_dtype)
+            buf.line(f"AscendC::LocalTensor<{out_type}> outTile = "
+                     f"outQue.AllocTensor<{out_type}>();")
+            self._declared_slots = set()
+            root_key = expr_key(self.plan.root)
+            if not self.plan.order:
+                self.emit_copy_root(buf, operands[root_key])
+            for node in self.plan.order:
+                key = expr_key(node)
+                dst = "outTile" if key == root_key else self.emit_slot(buf, key, node)
+                self.emit_node(buf, node, dst, operands)
+                operands[key] = Operand(dst, True, expr_dtype(node))
+            buf.line("outQue.EnQue(outTile);")
+            for spec in self.inputs.values():
+                if spec.kind is not AccessKind.SCALAR:
+                    buf.line(f"{spec.name}Que.FreeTensor({spec.name}Tile);")
+
+    def emit_copy_root(self, buf, operand: Operand):
+        if not operand.is_tile:
+            buf.line(f"AscendC::Duplicate(outTile, {operand.text}, len);")
+        else:
+            buf.line(f"AscendC::Adds(outTile, {operand.text}, "
+                     f"static_cast<{cpp_type(operand.dtype)}>(0), len);")
+
+    def emit_slot(self, buf, key, node) -> str:
+        """The temp tile of ``node``: slot ``k`` of tmpBuf, viewed as the node's dtype."""
+        slot = self.plan.slot[key]
+        ctype = cpp_type(expr_dtype(node))
+        name = f"t{slot}" if ctype == cpp_type(self.out_dtype) else f"t{slot}_{ctype}"
+        if name not in self._declared_slots:
+            self._declared_slots.add(name)
+            buf.line(f"AscendC::LocalTensor<{ctype}> {name} = tmpBuf.GetWithOffset<{ctype}>("
+                     f"tileLength, {slot} * tileLength * SLOT_BYTES);")
+        return name
+
+    def _operand(self, expr, operands) -> Operand:
+        key = expr_key(expr)
+        if key in operands:
+            return operands[key]
+        if self.plan.is_tile(expr):
+            raise CodegenError(f"{self.symbol}: tile value {expr} used before it was computed")
+        return Operand(self.scalars.print(expr), False, expr_dtype(expr))
+
+    def emit_node(self, buf, node, dst, operands):
+        kind = type(node).__name__
+        if kind in BINARY_EMITTERS:
+            a, b = self._operand(node.a, operands), self._operand(node.b, operands)
+            BINARY_EMITTERS[kind](buf, dst, a, b, "len")
+        elif isinstance(node, Call) and node.op.name in CALL_EMITTERS:
+            CALL_EMITTERS[node.op.name](buf, dst, self._operand(node.args[0], operands), "len")
+        elif isinstance(node, Call) and node.op.name in BINARY_CALL_EMITTERS:
+            a, b = (self._operand(arg, operands) for arg in node.args)
+            BINARY_CALL_EMITTERS[node.op.name](buf, dst, a, b, "len")
+        elif kind == "Cast":
+            from .vector_emitters import emit_cast
+            emit_cast(buf, dst, self._operand(node.value, operands), "len", expr_dtype(node))
+        else:
+            what = node.op.name if isinstance(node, Call) else kind
+            raise CodegenError(f"{self.symbol}: no AscendC vector instruction for {what} "
+                               f"({node}); this group should have stayed on the host")
+
+    def emit_copy_out(self, buf):
+        out_type = cpp_type(self.out_dtype)
+        with buf.indent("__aicore__ inline void CopyOut(uint32_t i, uint32_t len) {"):
+            buf.line(f"AscendC::LocalTensor<{out_type}> outTile = outQue.DeQue<{out_type}>();")
+            buf.line("CopyUbToGm(outGm[static_cast<uint64_t>(i) * tileLength], outTile, len);")
+            buf.line("outQue.FreeTensor(outTile);")
+
+    def emit_members(self, buf):
+        buf.line("AscendC::TPipe pipe;")
+        for spec in self.inputs.values():
+            buf.line(f"AscendC::GlobalTensor<{spec.ctype}> {spec.name}Gm;")
+            if spec.kind is AccessKind.SCALAR:
+                buf.line(f"{spec.ctype} {spec.name}Val;")
+            else:
+                buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {spec.name}Que;")
+            if spec.resident:
+                buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {spec.name}Res;")
+                buf.line(f"AscendC::LocalTensor<{spec.ctype}> {spec.name}Local;")
+        buf.line(f"AscendC::GlobalTensor<{cpp_type(self.out_dtype)}> outGm;")
+        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
+        if self.tiling.temp_buffers:
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> tmpBuf;")
+        buf.line("uint64_t blockStart = 0;")
+        buf.line("uint64_t blockLen = 0;")
+        buf.line("uint32_t tileLength = 0;")
+
+    def emit_entry(self, buf):
+        args = ", ".join(f"GM_ADDR {_ident(p.name)}" for p in self.params)
+        names = ", ".join(_ident(p.name) for p in self.params)
+        with buf.indent(f'extern "C" __global__ __aicore__ void {self.symbol}({args}, '
+                        "GM_ADDR workspace, GM_ADDR tiling) {"):
+            buf.line(f"{self.symbol}_impl::TilingData tilingData = "
+                     f"*reinterpret_cast<__gm__ {self.symbol}_impl::TilingData*>(tiling);")
+            buf.line(f"{self.symbol}_impl::Kernel op;")
+            buf.line(f"op.Init({names}, tilingData);")
+            buf.line("op.Process();")
+
+    def tiling_values(self) -> dict:
+        """Values the host launcher writes into TilingData."""
+        return {"totalLength": self.tiling.total, "blockLength": self.tiling.block_len,
+                "tileLength": self.tiling.tile_len}
+
+    def kernel_params(self) -> list:
+        """(name, dtype, element count) of each GM parameter, in entry order."""
+        return [(_ident(p.name), str(p.dtype), buffer_size(p)) for p in self.params]
+
+
+__all__ = ["ElementwiseKernelPrinter", "BufferLoad"]

@@ -1,0 +1,51 @@
+"""``relax.ext.ascend``: the BYOC codegen that RunCodegen calls with the partitioned groups.
+
+It reads the decisions carried on each function (scheduled PrimFunc, Tiling, group provenance),
+prints one C++ unit and returns it as a C source module; ``export_library`` compiles it with g++
+against the AscendC emulator and links it into the deployable ``.so``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+import tvm
+
+from ..schedules.tiling import Tiling
+from ..soc import get_soc
+from .ascendc_printer import ScheduledKernel, translation_unit
+
+logger = logging.getLogger("tvm_ascend.codegen")
+
+ATTR_PRIM_FUNC = "ascend.prim_func"
+ATTR_TILING = "ascend.tiling"
+ATTR_GROUP = "ascend.group"
+FIXED_EXPORTS = ["ascend_profile_json", "ascend_profile_reset", "ascend_metadata_json"]
+
+
+def scheduled_kernels(funcs) -> list[ScheduledKernel]:
+    kernels = []
+    for func in funcs:
+        attrs = func.attrs
+        kernels.append(ScheduledKernel(str(attrs["global_symbol"]), attrs[ATTR_PRIM_FUNC],
+                                       Tiling.from_json(str(attrs[ATTR_TILING])),
+                                       json.loads(str(attrs[ATTR_GROUP]))))
+    return kernels
+
+
+def ascend_codegen(funcs, options, constant_names):
+    """RunCodegen entry: partitioned functions in, one CSourceModule out."""
+    options = dict(options or {})
+    soc = get_soc(str(options.get("soc_version", "Ascend910B1")))
+    metadata = json.loads(str(options.get("metadata", "{}")))
+    kernels = scheduled_kernels(funcs)
+    code, _ = translation_unit(kernels, soc, metadata)
+    logger.info("printed %d AscendC kernel(s) for %s", len(kernels), soc.name)
+    create = tvm.get_global_func("runtime.CSourceModuleCreate")
+    symbols = [k.symbol for k in kernels] + FIXED_EXPORTS
+    return [create(code, "cc", symbols, [])]
+
+
+def register_codegen() -> None:
+    """Register ``relax.ext.ascend`` (idempotent)."""
+    tvm.register_global_func("relax.ext.ascend", ascend_codegen, override=True)

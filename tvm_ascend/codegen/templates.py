@@ -1,0 +1,113 @@
+"""Fixed scaffolding printed once per translation unit (not per op): copy helpers, host runtime."""
+
+KERNEL_PRELUDE = """\
+#include "kernel_operator.h"
+"""
+
+# GM <-> UB copies of any element count: DataCopy needs whole 32-byte blocks, DataCopyPad
+# (910B/A3, 310B, 950) moves the unaligned rest exactly, so no block writes past its range.
+COPY_HELPERS_PAD = """\
+template <typename T>
+__aicore__ inline void CopyGmToUb(const AscendC::LocalTensor<T>& dst,
+                                  const AscendC::GlobalTensor<T>& src, uint32_t count) {
+  if ((count * sizeof(T)) % 32 == 0) {
+    AscendC::DataCopy(dst, src, count);
+    return;
+  }
+  AscendC::DataCopyExtParams params{1, static_cast<uint32_t>(count * sizeof(T)), 0, 0, 0};
+  AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, static_cast<T>(0)};
+  AscendC::DataCopyPad(dst, src, params, pad);
+}
+
+template <typename T>
+__aicore__ inline void CopyUbToGm(const AscendC::GlobalTensor<T>& dst,
+                                  const AscendC::LocalTensor<T>& src, uint32_t count) {
+  if ((count * sizeof(T)) % 32 == 0) {
+    AscendC::DataCopy(dst, src, count);
+    return;
+  }
+  AscendC::DataCopyExtParams params{1, static_cast<uint32_t>(count * sizeof(T)), 0, 0, 0};
+  AscendC::DataCopyPad(dst, src, params);
+}
+"""
+
+# SoCs without DataCopyPad (910A, 310P): whole blocks by DataCopy, the tail element by element.
+COPY_HELPERS_NOPAD = """\
+template <typename T>
+__aicore__ inline void CopyGmToUb(const AscendC::LocalTensor<T>& dst,
+                                  const AscendC::GlobalTensor<T>& src, uint32_t count) {
+  uint32_t aligned = count / (32 / sizeof(T)) * (32 / sizeof(T));
+  if (aligned > 0) AscendC::DataCopy(dst, src, aligned);
+  for (uint32_t k = aligned; k < count; ++k) dst.SetValue(k, src.GetValue(k));
+}
+
+template <typename T>
+__aicore__ inline void CopyUbToGm(const AscendC::GlobalTensor<T>& dst,
+                                  const AscendC::LocalTensor<T>& src, uint32_t count) {
+  uint32_t aligned = count / (32 / sizeof(T)) * (32 / sizeof(T));
+  if (aligned > 0) AscendC::DataCopy(dst, src, aligned);
+  for (uint32_t k = aligned; k < count; ++k) dst.SetValue(k, src.GetValue(k));
+}
+"""
+
+# Host side of the CPU-emulated build: CANN's CPU twin-debug entry points (GmAlloc, ICPU_RUN_KF)
+# behind tvm-ffi exported functions, plus the profile and the embedded metadata.
+HOST_RUNTIME = """\
+#include "tikicpulib.h"
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/container/tensor.h>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tvm_ascend_rt {
+static std::mutex g_profile_mutex;
+static std::vector<std::string> g_profile;
+
+inline void CheckArg(const tvm::ffi::TensorView& t, const char* kernel, const char* name,
+                     int64_t numel, int bits) {
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim(); ++i) n *= t.shape()[i];
+  if (n != numel || t.dtype().bits != bits) {
+    TVM_FFI_THROW(ValueError) << kernel << ": argument " << name << " has " << n
+                              << " elements of " << t.dtype().bits << " bits, expected " << numel
+                              << " of " << bits;
+  }
+}
+
+inline uint8_t* ToGm(const tvm::ffi::TensorView& t, size_t bytes, bool copy) {
+  uint8_t* gm = static_cast<uint8_t*>(AscendC::GmAlloc(bytes == 0 ? 32 : bytes));
+  if (copy && bytes) std::memcpy(gm, static_cast<const uint8_t*>(t.data_ptr()), bytes);
+  return gm;
+}
+
+template <typename F>
+inline void Run(const char* kernel, F&& launch) {
+  try {
+    launch();
+  } catch (const AscendC::emu::DeviceRuleError& err) {
+    TVM_FFI_THROW(RuntimeError) << "DeviceRuleError in " << kernel << ": " << err.what();
+  }
+  std::lock_guard<std::mutex> lock(g_profile_mutex);
+  g_profile.push_back(AscendC::emu::ToJson(AscendC::emu::LastLaunch()));
+}
+
+static tvm::ffi::String ProfileJson() {
+  std::lock_guard<std::mutex> lock(g_profile_mutex);
+  std::string out = "[";
+  for (size_t i = 0; i < g_profile.size(); ++i) out += (i ? "," : "") + g_profile[i];
+  return tvm::ffi::String(out + "]");
+}
+
+static int64_t ProfileReset() {
+  std::lock_guard<std::mutex> lock(g_profile_mutex);
+  int64_t n = static_cast<int64_t>(g_profile.size());
+  g_profile.clear();
+  return n;
+}
+}  // namespace tvm_ascend_rt
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(ascend_profile_json, tvm_ascend_rt::ProfileJson);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(ascend_profile_reset, tvm_ascend_rt::ProfileReset);
+"""

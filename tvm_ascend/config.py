@@ -1,0 +1,127 @@
+"""CompileConfig: the one configuration object, passed down the flow.
+
+Environment variables only override it; they are declared here, once, with type, default and help.
+
+Example
+-------
+>>> from tvm_ascend import CompileConfig
+>>> cfg = CompileConfig(fusion_level="aggressive", soc_version="Ascend310P3")
+>>> cfg.with_env({"AUTOFUSION_ENABLE": "0"}).autofusion
+False
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .errors import FusionConfigError
+from .soc import get_soc
+
+FUSION_LEVELS = ("off", "conservative", "aggressive")
+PRECISION_MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision",
+                   "must_keep_origin_dtype", "force_fp32")
+
+
+def _parse_bool(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "on", "yes"):
+        return True
+    if lowered in ("0", "false", "off", "no", ""):
+        return False
+    raise FusionConfigError(f"environment variable {name}={text!r} is not a boolean (use 1 or 0)")
+
+
+@dataclass(frozen=True)
+class EnvOverride:
+    """An environment variable that overrides one CompileConfig field."""
+
+    variable: str
+    field: str
+    kind: type
+    help: str
+
+
+ENV_OVERRIDES = (
+    EnvOverride("AUTOFUSION_ENABLE", "autofusion", bool,
+                "1/0: turn automatic fusion on or off (as CANN's Graph-Autofusion switch)"),
+    EnvOverride("DUMP_GRAPH", "dump_graph", bool, "1: write numbered graph dumps"),
+    EnvOverride("DUMP_GRAPH_PATH", "dump_path", str, "folder for graph dumps and kernel sources"),
+    EnvOverride("TVM_ASCEND_SOC_VERSION", "soc_version", str, "SoC to compile for, e.g. Ascend910B1"),
+    EnvOverride("TVM_ASCEND_CACHE_DIR", "cache_dir", str, "folder of the compiled-kernel cache"),
+)
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    """Everything that steers one compilation.
+
+    Parameters
+    ----------
+    autofusion : bool
+        Fuse neighbouring operators into one kernel. ``False`` gives one kernel per operator.
+    fusion_level : str
+        ``"off"``, ``"conservative"`` (only rules whose gain is certain) or ``"aggressive"``.
+    dump_graph : bool
+        Write graph dumps and kernel sources into ``dump_path``.
+    dump_path : str
+        Folder for dumps (default ``./tvm_ascend_dump``).
+    fusion_switch_file : str or None
+        ATC-style fusion switch file (JSON) turning rules on or off.
+    soc_version : str
+        Target SoC in ATC spelling (``Ascend910B1``, ``Ascend310P3``, ...).
+    precision_mode : str
+        ATC precision mode; ``must_keep_origin_dtype`` keeps every dtype as in the model.
+    cache_dir : str or None
+        Folder of the compile cache (default ``~/.cache/tvm_ascend``).
+    input_shape : dict
+        Static shapes for model inputs, ``{"x": (1, 3, 224, 224)}``.
+    kernel_threads : bool
+        Run the emulated blocks of a kernel on threads instead of one after another.
+    """
+
+    autofusion: bool = True
+    fusion_level: str = "conservative"
+    dump_graph: bool = False
+    dump_path: str = "tvm_ascend_dump"
+    fusion_switch_file: str | None = None
+    soc_version: str = "Ascend910B1"
+    precision_mode: str = "must_keep_origin_dtype"
+    cache_dir: str | None = None
+    input_shape: Mapping[str, tuple] = field(default_factory=dict)
+    kernel_threads: bool = False
+
+    def __post_init__(self):
+        if self.fusion_level not in FUSION_LEVELS:
+            raise FusionConfigError(
+                f"fusion_level={self.fusion_level!r} is not one of {', '.join(FUSION_LEVELS)}")
+        if self.precision_mode not in PRECISION_MODES:
+            raise FusionConfigError(
+                f"precision_mode={self.precision_mode!r} is not one of {', '.join(PRECISION_MODES)}")
+        get_soc(self.soc_version)  # raises TargetError naming the known SoCs
+
+    @property
+    def fusion_enabled(self) -> bool:
+        """Whether any operator may be grouped with another."""
+        return self.autofusion and self.fusion_level != "off"
+
+    @property
+    def soc(self):
+        """The SocProfile of ``soc_version``."""
+        return get_soc(self.soc_version)
+
+    def replace(self, **changes) -> "CompileConfig":
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def with_env(self, environ: Mapping[str, str] | None = None) -> "CompileConfig":
+        """A copy with the declared environment variables applied on top."""
+        environ = os.environ if environ is None else environ
+        changes = {}
+        for override in ENV_OVERRIDES:
+            if override.variable in environ:
+                text = environ[override.variable]
+                changes[override.field] = (_parse_bool(override.variable, text)
+                                           if override.kind is bool else text)
+        return self.replace(**changes) if changes else self

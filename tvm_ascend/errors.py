@@ -1,0 +1,52 @@
+"""One exception hierarchy for everything a user of tvm-ascend can hit.
+
+Every message names the thing at fault (node, flag, file, kernel) and what to do about it.
+"""
+from __future__ import annotations
+
+
+class AscendError(Exception):
+    """Base class of all tvm-ascend errors."""
+
+
+class ModelLoadError(AscendError):
+    """The model file or object could not be read or imported (names the file)."""
+
+
+class TargetError(AscendError):
+    """An unknown target name or SoC version."""
+
+
+class UnsupportedOpError(AscendError):
+    """An operator cannot run on the NPU and no host fallback applies."""
+
+
+class FusionConfigError(AscendError):
+    """A bad fusion switch file, fusion level or configuration value."""
+
+
+class TilingError(AscendError):
+    """No tiling of a kernel fits the SoC (UB capacity, alignment, cores)."""
+
+
+class CodegenError(AscendError):
+    """The AscendC printer met a TIR construct it cannot print (names the kernel)."""
+
+
+class ToolchainError(AscendError):
+    """A compiler or toolchain command failed; carries the command and the tail of its output."""
+
+    def __init__(self, message: str, command: list[str] | None = None, output: str = ""):
+        self.command = list(command or [])
+        self.output = output
+        tail = "\n".join(output.strip().splitlines()[-30:])
+        text = message
+        if self.command:
+            text += "\n  command: " + " ".join(self.command)
+        if tail:
+            text += "\n  output (tail):\n" + tail
+        super().__init__(text)
+
+
+class DeviceRuleError(AscendError):
+    """The AscendC emulator caught a kernel breaking a device rule (UB overflow, queue misuse...)."""

@@ -1,0 +1,243 @@
+"""Grouping: TVM's own FuseOps proposes groups; wholly supported groups go to the ``ascend`` codegen.
+
+Flow inside this stage (one direction):
+  support marking  every binding of ``main`` is checked against the ``ascend.*`` table
+  legalize         LegalizeOps + AnnotateTIROpPattern; host-only ops become opaque so FuseOps
+                   never joins them with NPU ops
+  FuseOps/FuseTIR  TVM's lattice (elemwise < broadcast < injective < reduce < opaque) groups
+  offload          each group whose ops all passed becomes a Relax function with
+                   ``Codegen="ascend"``, carrying its fused PrimFunc and provenance as attributes
+The result is data (``PartitionResult``) that the schedule stage reads; nothing here emits code.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from ..schedules import select_template
+from .decision import Decision
+from .patterns import check_call, register_ascend_patterns
+
+logger = logging.getLogger("tvm_ascend.partition")
+
+OPAQUE = 8  # tvm::relax::OpPatternKind::kOpaque
+ATTR_PRIM_FUNC = "ascend.prim_func"
+ATTR_GROUP = "ascend.group"
+ATTR_TEMPLATE = "ascend.template"
+
+
+@dataclass
+class OpInfo:
+    """One Relax binding of the imported model."""
+
+    var: str
+    op: str
+    dtype: str
+    shape: tuple
+    decision: Decision
+
+
+@dataclass
+class KernelGroup:
+    """A group of operators that runs as one kernel (on the NPU) or stays on the host."""
+
+    name: str
+    symbol: str | None
+    members: list[OpInfo]
+    on_npu: bool
+    rule: str
+    reason: str
+    call_sites: int = 1
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "kernel": self.symbol, "on_npu": self.on_npu, "rule": self.rule,
+            "reason": self.reason, "call_sites": self.call_sites,
+            "ops": [{"var": m.var, "op": m.op, "dtype": m.dtype, "shape": list(m.shape),
+                     "supported": m.decision.ok, "why": m.decision.reason} for m in self.members],
+        }
+
+
+@dataclass
+class PartitionResult:
+    """The partitioned module and every grouping decision, for the stages below and the report."""
+
+    mod: tvm.IRModule
+    groups: list[KernelGroup] = field(default_factory=list)
+    ops: dict[str, OpInfo] = field(default_factory=dict)
+
+    @property
+    def npu_groups(self) -> list[KernelGroup]:
+        return [g for g in self.groups if g.on_npu]
+
+
+def _op_name(value) -> str:
+    op = getattr(value, "op", None)
+    return getattr(op, "name", None) or getattr(op, "name_hint", None) or type(value).__name__
+
+
+def _shape_of(ty) -> tuple:
+    shape = getattr(ty, "shape", None)
+    try:
+        return tuple(int(d) for d in shape.values)
+    except (TypeError, AttributeError):
+        return ()
+
+
+def _bindings(func):
+    for block in func.body.blocks:
+        yield from block.bindings
+
+
+def mark_support(mod: tvm.IRModule) -> dict[str, OpInfo]:
+    """Check every binding of ``main`` against the ascend pattern table."""
+    register_ascend_patterns()
+    ops = {}
+    for binding in _bindings(mod["main"]):
+        value = binding.value
+        ty = getattr(binding.var, "ty", None)
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+            decision = check_call(value)
+        else:
+            decision = Decision.no(f"{type(value).__name__} binding is not an operator call")
+        ops[binding.var.name] = OpInfo(binding.var.name, _op_name(value),
+                                       str(getattr(ty, "dtype", "")), _shape_of(ty), decision)
+    return ops
+
+
+def _call_tir_sites(func):
+    """(var name, callee GlobalVar, call) for each call_tir binding of a function."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    for binding in _bindings(func):
+        value = binding.value
+        if isinstance(value, relax.Call) and value.op.same_as(call_tir):
+            yield binding.var.name, value.args[0], value
+
+
+def _make_host_ops_opaque(mod: tvm.IRModule, ops: dict[str, OpInfo]) -> tvm.IRModule:
+    """Host-only ops get the opaque pattern, so FuseOps never groups them with NPU ops."""
+    host = set()
+    for var, callee, _ in _call_tir_sites(mod["main"]):
+        info = ops.get(var)
+        if info is None or not info.decision.ok:
+            host.add(callee.name_hint)
+    for gv, func in list(mod.functions.items()):
+        if gv.name_hint in host and isinstance(func, tvm.tirx.PrimFunc):
+            mod.update_func(gv, func.with_attr("op_pattern", OPAQUE))
+    return mod
+
+
+def _kernel_symbol(name: str, index: int) -> str:
+    short = re.sub(r"[^0-9a-zA-Z_]", "_", name)[:48]
+    return f"ascend_k{index}_{short}"
+
+
+@mutator
+class _OffloadRewriter(PyExprMutator):
+    """Replaces ``call_tir(fused, args)`` of NPU groups by a call to their codegen function."""
+
+    def __init__(self, mod, targets):
+        super().__init__(mod)
+        self.targets = targets  # callee name -> GlobalVar of the codegen function
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if call.op.same_as(tvm.ir.Op.get("relax.call_tir")) and \
+                call.args[0].name_hint in self.targets:
+            return relax.Call(self.targets[call.args[0].name_hint], list(call.args[1].fields))
+        return call
+
+
+def _codegen_function(prim_gv, prim_func, call, symbol, group_json, template):
+    params = [relax.Var(f"p{i}", arg.ty) for i, arg in enumerate(call.args[1].fields)]
+    body = relax.Call(call.op, [prim_gv, relax.Tuple(params)], call.attrs, call.ty_args)
+    func = relax.Function(params, body, call.ty_args[0] if call.ty_args else None)
+    return func.with_attrs({"Codegen": "ascend", "global_symbol": symbol,
+                            ATTR_PRIM_FUNC: prim_func, ATTR_GROUP: json.dumps(group_json),
+                            ATTR_TEMPLATE: template.name})
+
+
+def partition(mod: tvm.IRModule, soc, fuse: bool = True) -> PartitionResult:
+    """Group ``mod``'s operators and mark the NPU groups for the ``ascend`` codegen.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        Relax module with a ``main`` of high-level operators (as the ONNX importer gives).
+    soc : SocProfile
+        The target SoC: a group is offloaded only if a schedule template tiles it there.
+    fuse : bool
+        ``False`` keeps one kernel per operator (fusion off).
+
+    Example
+    -------
+    >>> result = partition(mod, get_soc("Ascend910B1"))                   # doctest: +SKIP
+    >>> [g.name for g in result.npu_groups]          # doctest: +SKIP
+    ['fused_add_relu_multiply']
+    """
+    ops = mark_support(mod)
+    lowered = relax.transform.LegalizeOps()(mod)
+    lowered = relax.transform.AnnotateTIROpPattern()(lowered)
+    lowered = _make_host_ops_opaque(lowered, ops)
+    fused = relax.transform.FuseOps(fuse_opt_level=2 if fuse else 0)(lowered)
+    members = {}
+    for gv, func in fused.functions.items():
+        if isinstance(func, relax.Function) and func.attrs and "Primitive" in func.attrs:
+            members[gv.name_hint] = [var for var, _, _ in _call_tir_sites(func)]
+    fused = relax.transform.FuseTIR()(fused)
+    return _offload(fused, ops, members, soc)
+
+
+def _group_for(callee: str, var: str, ops, members) -> tuple[list[OpInfo], str]:
+    names = members.get(callee, [var])
+    rule = "tvm.FuseOps" if callee in members else "single-op"
+    infos = [ops.get(n) or OpInfo(n, "legalized helper", "", (), Decision.no(
+        "extra TIR call made by LegalizeOps; it runs on the host")) for n in names]
+    return infos, rule
+
+
+def _npu_decision(infos: list[OpInfo], call) -> Decision:
+    refused = [m for m in infos if not m.decision.ok]
+    if refused:
+        first = refused[0]
+        return Decision.no(f"{first.op} ({first.var}): {first.decision.reason}")
+    if not isinstance(call.ty_args[0] if call.ty_args else None, relax.TensorType):
+        return Decision.no("the group has several outputs; multi-output elementwise kernels "
+                           "are not printed yet, so it runs on the host")
+    return Decision.yes(f"all {len(infos)} op(s) supported on the vector unit")
+
+
+def _offload(fused: tvm.IRModule, ops, members, soc) -> PartitionResult:
+    groups: dict[str, KernelGroup] = {}
+    rewriter = _OffloadRewriter(fused, {})
+    builder = rewriter.builder_
+    for var, callee, call in _call_tir_sites(fused["main"]):
+        name = callee.name_hint
+        if name in groups:
+            groups[name].call_sites += 1
+            continue
+        infos, rule = _group_for(name, var, ops, members)
+        decision, template = _npu_decision(infos, call), None
+        if decision.ok:
+            template, decision = select_template(fused[callee], soc)
+        symbol = _kernel_symbol(name, len(rewriter.targets)) if decision.ok else None
+        group = KernelGroup(name, symbol, infos, decision.ok, rule, decision.reason)
+        groups[name] = group
+        if decision.ok:
+            func = _codegen_function(callee, fused[callee], call, symbol, group.to_json(),
+                                     template)
+            rewriter.targets[name] = builder.add_func(func, symbol)
+    main_gv = fused.get_global_var("main")
+    builder.update_func(main_gv, rewriter.visit_expr(fused["main"]))
+    # The fused PrimFuncs now live inside the codegen functions' attributes; drop the copies.
+    out = relax.transform.DeadCodeElimination(["main"])(builder.get())
+    result = PartitionResult(out, list(groups.values()), ops)
+    logger.info("partition: %d NPU kernel(s), %d host group(s)", len(result.npu_groups),
+                len(result.groups) - len(result.npu_groups))
+    return result

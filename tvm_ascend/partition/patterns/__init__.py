@@ -1,0 +1,40 @@
+"""The ``ascend.*`` pattern table: what the NPU supports, registered with TVM's pattern registry.
+
+List order is priority order for FuseOpsByPattern (later entries win); each family lives in
+its own file and contributes ``(name, pattern, annotations, check)`` entries.
+"""
+from __future__ import annotations
+
+from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
+
+from ..decision import Decision
+from .elementwise import elementwise_patterns, check_elementwise_call
+
+_REGISTERED = False
+
+
+def pattern_table() -> list:
+    """All ``ascend.*`` entries in priority order (lowest first)."""
+    return list(elementwise_patterns())
+
+
+def register_ascend_patterns() -> None:
+    """Register the table once per process."""
+    global _REGISTERED  # noqa: PLW0603 - registration is process-wide in TVM itself
+    if not _REGISTERED:
+        register_patterns(pattern_table())
+        _REGISTERED = True
+
+
+def ascend_patterns():
+    """The registered patterns, as TVM's registry returns them."""
+    register_ascend_patterns()
+    return get_patterns_with_prefix("ascend")
+
+
+def check_call(call) -> Decision:
+    """Whether one Relax call can run on the NPU, with the reason (first family that knows it)."""
+    return check_elementwise_call(call)
+
+
+__all__ = ["pattern_table", "register_ascend_patterns", "ascend_patterns", "check_call"]

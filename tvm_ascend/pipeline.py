@@ -1,0 +1,105 @@
+"""The flow, chained once: frontend -> prepare -> partition -> schedule -> codegen -> runtime.
+
+Example
+-------
+>>> import tvm_ascend
+>>> lib = tvm_ascend.build("model.onnx", target="ascend/910b1")    # doctest: +SKIP
+>>> lib.fusion_report()["npu_kernels"]                              # doctest: +SKIP
+3
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+
+import tvm
+from tvm import relax
+
+from .codegen import metadata_from_source, register_codegen
+from .config import CompileConfig
+from .frontend import load_model
+from .partition.grouping import partition
+from .partition.report import fusion_report, write_json_atomic
+from .runtime import AscendModule
+from .scheduling import schedule_groups
+from .target import resolve_target
+
+logger = logging.getLogger("tvm_ascend")
+
+
+def prepare(mod: tvm.IRModule, params=None) -> tvm.IRModule:
+    """Bind weights and fold constants before grouping."""
+    if params:
+        mod = relax.transform.BindParams("main", params)(mod)
+    return relax.transform.FoldConstant()(mod)
+
+
+def _dump(config: CompileConfig, name: str, payload) -> None:
+    if config.dump_graph:
+        write_json_atomic(os.path.join(config.dump_path, name), payload)
+
+
+def _external_source(mod: tvm.IRModule) -> str:
+    externals = mod.attrs["external_mods"] if mod.attrs and "external_mods" in mod.attrs else []
+    for ext in externals:
+        return ext.inspect_source()
+    return ""
+
+
+def build(mod, target="ascend", params=None, config: CompileConfig | None = None
+          ) -> AscendModule:
+    """Compile a model for an Ascend NPU.
+
+    Parameters
+    ----------
+    mod : str, os.PathLike, onnx.ModelProto or tvm.IRModule
+        The model: an ONNX file, a loaded ONNX model, or a Relax IRModule.
+    target : str or tvm.target.Target
+        ``"ascend"`` (SoC from ``config.soc_version``) or a SoC tag such as ``"ascend/310p3"``.
+    params : dict, optional
+        Weights to bind into ``main`` (name -> array), as Relay-era ``build`` took them.
+    config : CompileConfig, optional
+        Fusion level, dumps, SoC, ...; environment variables override it.
+
+    Returns
+    -------
+    AscendModule
+        ``run``, ``export_library``, ``kernel_sources``, ``fusion_report``, ``profile``.
+
+    Example
+    -------
+    >>> lib = build("model.onnx", config=CompileConfig(fusion_level="aggressive"))  # doctest: +SKIP
+    """
+    config = (config or CompileConfig()).with_env()
+    _, target_soc = resolve_target(target)
+    if str(target).strip().lower() != "ascend" and target_soc != config.soc_version:
+        config = config.replace(soc_version=target_soc)
+    soc = config.soc
+    register_codegen()
+    imported = load_model(mod, config.input_shape)
+    prepared = prepare(imported, params)
+    result = partition(prepared, soc, fuse=config.fusion_enabled)
+    scheduled, tilings = schedule_groups(result.mod, soc)
+    report = fusion_report(result, tilings, config)
+    _dump(config, "fusion_report.json", report)
+    inputs = [p.name for p in scheduled["main"].params]
+    metadata = {"soc_version": soc.name, "inputs": inputs, "report": report}
+    codegen = relax.transform.RunCodegen(
+        {"ascend": {"soc_version": soc.name, "metadata": json.dumps(metadata)}})
+    lowered = codegen(scheduled)
+    source = _external_source(lowered)
+    if source:
+        metadata = metadata_from_source(source)
+    executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
+    key = hashlib.sha256((source + lowered["main"].script()).encode()).hexdigest()[:32]
+    if config.dump_graph:
+        for symbol, text in metadata.get("kernel_sources", {}).items():
+            path = os.path.join(config.dump_path, "kernels", f"{symbol}.cpp")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as handle:
+                handle.write(text)
+    logger.info("built: %d NPU kernel(s), %d host group(s)", report["npu_kernels"],
+                report["host_groups"])
+    return AscendModule(executable, metadata, cache_key=key, cache_dir=config.cache_dir)

@@ -1,0 +1,197 @@
+"""AscendModule: the built model. Runs, profiles, exports to one ``.so``, loads back anywhere.
+
+Example
+-------
+>>> lib = tvm_ascend.build("model.onnx", target="ascend")     # doctest: +SKIP
+>>> outs = lib.run({"x": x})                                  # doctest: +SKIP
+>>> lib.export_library("model.so")                            # doctest: +SKIP
+>>> again = tvm_ascend.load("model.so")                       # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..errors import DeviceRuleError, ModelLoadError, ToolchainError
+from .toolchain import emulator_compile_options
+
+logger = logging.getLogger("tvm_ascend.runtime")
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tvm_ascend"
+
+
+def _atomic_export(executable, path: Path, options: list[str]) -> None:
+    """Write the library next to ``path`` and rename it in, so no half-written file remains."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        try:
+            executable.export_library(tmp, options=options)
+        except Exception as err:  # noqa: BLE001 - TVM wraps compiler failures in RuntimeError
+            raise ToolchainError(f"compiling the kernels for {path.name} failed",
+                                 ["g++"] + options, str(err)) from err
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+class AscendModule:
+    """A compiled model: host code (TVM VM) plus AscendC kernels (CPU-emulated here)."""
+
+    def __init__(self, executable=None, metadata: dict | None = None, library_path=None,
+                 cache_key: str | None = None, cache_dir=None):
+        self._executable = executable
+        self.metadata = dict(metadata or {})
+        self._library_path = Path(library_path) if library_path else None
+        self._cache_key = cache_key
+        self._cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self._lib = None
+        self._vm = None
+
+    # ---- information --------------------------------------------------------------------------
+    @property
+    def soc_version(self) -> str:
+        return self.metadata.get("soc_version", "")
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.metadata.get("inputs", []))
+
+    def kernel_sources(self) -> dict[str, str]:
+        """{kernel name: standalone AscendC source} of every NPU kernel."""
+        return dict(self.metadata.get("kernel_sources", {}))
+
+    def fusion_report(self) -> dict:
+        """Every group, the rule that formed it, and every op kept on the host with the reason."""
+        return dict(self.metadata.get("report", {}))
+
+    # ---- building and loading -------------------------------------------------------------------
+    def _compile_options(self) -> list[str]:
+        return emulator_compile_options(self.soc_version or "Ascend910B1")
+
+    def export_library(self, path) -> str:
+        """Write one shared library holding host code and kernels; returns its path."""
+        path = Path(path)
+        if self._executable is None:
+            if self._library_path is None:
+                raise ModelLoadError("this module holds neither an executable nor a library")
+            shutil.copyfile(self._library_path, path)
+            return str(path)
+        cached = self._cached_library()
+        if cached is not None:
+            tmp = path.with_name(f".{path.name}.tmp")
+            shutil.copyfile(cached, tmp)
+            os.replace(tmp, path)
+        else:
+            _atomic_export(self._executable, path, self._compile_options())
+            self._store_in_cache(path)
+        return str(path)
+
+    def _cache_path(self) -> Path | None:
+        if not self._cache_key:
+            return None
+        flags = hashlib.sha256(" ".join(self._compile_options()).encode()).hexdigest()[:16]
+        return self._cache_dir / f"{self._cache_key}-{flags}.so"
+
+    def _cached_library(self) -> Path | None:
+        path = self._cache_path()
+        return path if path is not None and path.exists() else None
+
+    def _store_in_cache(self, built: Path) -> None:
+        path = self._cache_path()
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            shutil.copyfile(built, tmp)
+            os.replace(tmp, path)
+        except OSError as err:  # a read-only cache must not break a build
+            logger.warning("compile cache %s not written: %s", path, err)
+
+    def _ensure_loaded(self):
+        if self._vm is not None:
+            return
+        if self._library_path is None:
+            cached = self._cached_library()
+            if cached is None:
+                workdir = Path(tempfile.mkdtemp(prefix="tvm_ascend_"))
+                cached = Path(self.export_library(workdir / "model.so"))
+            self._library_path = cached
+        self._lib = tvm.runtime.load_module(str(self._library_path))
+        self._vm = relax.VirtualMachine(self._lib, tvm.cpu())
+
+    @classmethod
+    def load(cls, path) -> "AscendModule":
+        """Load a library written by ``export_library`` (in this or any other process)."""
+        path = Path(path)
+        if not path.exists():
+            raise ModelLoadError(f"library {str(path)!r} does not exist")
+        try:
+            lib = tvm.runtime.load_module(str(path))
+            meta_fn = lib.get_function("ascend_metadata_json", query_imports=True)
+        except Exception as err:  # noqa: BLE001
+            raise ModelLoadError(f"{str(path)!r} is not a tvm-ascend library: {err}") from err
+        if meta_fn is None:
+            raise ModelLoadError(f"{str(path)!r} is not a tvm-ascend library (no metadata)")
+        module = cls(metadata=json.loads(str(meta_fn())), library_path=path)
+        module._lib = lib
+        module._vm = relax.VirtualMachine(lib, tvm.cpu())
+        return module
+
+    # ---- running ------------------------------------------------------------------------------
+    def _ordered_inputs(self, inputs) -> list:
+        names = self.input_names
+        if isinstance(inputs, dict):
+            missing = [n for n in names if n not in inputs]
+            unknown = [n for n in inputs if n not in names]
+            if missing or unknown:
+                raise ValueError(f"inputs must be exactly {names}; missing {missing}, "
+                                 f"unknown {unknown}")
+            values = [inputs[n] for n in names]
+        else:
+            values = list(inputs)
+            if len(values) != len(names):
+                raise ValueError(f"expected {len(names)} inputs {names}, got {len(values)}")
+        return [tvm.runtime.tensor(np.ascontiguousarray(v)) for v in values]
+
+    def run(self, inputs) -> list[np.ndarray]:
+        """Run the model; ``inputs`` is {name: array} or a list in input order."""
+        self._ensure_loaded()
+        args = self._ordered_inputs(inputs)
+        try:
+            result = self._vm["main"](*args)
+        except Exception as err:  # noqa: BLE001 - kernel errors arrive as RuntimeError
+            if "DeviceRuleError" in str(err):
+                raise DeviceRuleError(str(err)) from err
+            raise
+        if isinstance(result, tvm.runtime.Tensor):
+            return [result.numpy()]
+        return [r.numpy() for r in result]
+
+    def profile(self, reset: bool = True) -> list[dict]:
+        """Emulator counters of each kernel launch since the last reset (GM bytes, vector ops)."""
+        self._ensure_loaded()
+        records = json.loads(str(self._lib.get_function("ascend_profile_json",
+                                                        query_imports=True)()))
+        if reset:
+            self._lib.get_function("ascend_profile_reset", query_imports=True)()
+        return records
+
+
+def load(path) -> AscendModule:
+    """Load a model exported with ``AscendModule.export_library``."""
+    return AscendModule.load(path)

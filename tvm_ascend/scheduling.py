@@ -1,0 +1,28 @@
+"""Schedule stage: tile each NPU group's PrimFunc with the template the partitioner chose."""
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm import relax
+
+from .codegen import ATTR_PRIM_FUNC, ATTR_TILING
+from .partition.grouping import ATTR_TEMPLATE
+from .schedules import template_by_name
+
+logger = logging.getLogger("tvm_ascend.schedule")
+
+
+def schedule_groups(mod: tvm.IRModule, soc) -> tuple[tvm.IRModule, dict]:
+    """(module with scheduled PrimFuncs and Tilings on its codegen functions, {symbol: Tiling})."""
+    tilings = {}
+    for gv, func in list(mod.functions.items()):
+        if not isinstance(func, relax.Function) or not func.attrs or \
+                func.attrs.get("Codegen") != "ascend":
+            continue
+        template = template_by_name(str(func.attrs[ATTR_TEMPLATE]))
+        scheduled, tiling = template.schedule(func.attrs[ATTR_PRIM_FUNC], soc)
+        tilings[gv.name_hint] = tiling
+        mod[gv] = func.with_attrs({ATTR_PRIM_FUNC: scheduled, ATTR_TILING: tiling.to_json()})
+        logger.debug("%s: %s", gv.name_hint, tiling)
+    return mod, tilings
