@@ -10,7 +10,8 @@ from .tile_values import AccessKind, classify_load, plan_tile_values
 TEMPLATES = (ElementwiseSchedule,)
 
 __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "Tiling", "AccessKind", "classify_load",
-           "plan_tile_values", "TEMPLATES", "select_template", "template_by_name"]
+           "plan_tile_values", "TEMPLATES", "select_template", "template_by_name",
+           "supports"]
 
 
 def select_template(func, soc):
@@ -38,3 +39,16 @@ def template_by_name(name: str):
         if template.name == name:
             return template
     raise KeyError(name)
+
+
+def supports(func):
+    """Decision: does any template take ``func`` (legality only, no tiling)?"""
+    from tvm_ascend.decision import Decision
+
+    reasons = []
+    for template in TEMPLATES:
+        decision = template.applies(func)
+        if decision:
+            return decision
+        reasons.append(decision.reason)
+    return Decision.no("; ".join(reasons))

@@ -22,8 +22,9 @@ from tvm import tirx
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .tile_values import AccessKind, buffer_size, classify_load, make_analyzer, plan_tile_values
-from .tir_walk import expr_dtype, first_block_realize, param_buffers
+from .tile_values import (AccessKind, buffer_size, classify_load, make_analyzer, plan_tile_values,
+                          unsupported_construct)
+from .tir_walk import expr_dtype, first_block_realize, param_buffers, walk
 from .tiling import Tiling
 
 CORE_LOOP_ANNOTATION = "ascend.block_idx"
@@ -31,6 +32,7 @@ UB_RESERVED_BYTES = 8192 + 256   # API scratch + CV-fusion reserve (ascendc.md s
 RESIDENT_GATHER_MAX_BYTES = 16384  # broadcast sources up to this size stay in the UB per core
 BLOCK_BYTES = 32                 # DataCopy granularity
 REPEAT_BYTES = 256               # one vector repeat
+SUPPORTED_DTYPES = ("float32", "float16")
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,17 @@ class ElementwiseSchedule:
         n_out = len(param_buffers(func)[1])
         if n_out != 1:
             return Decision.no(f"{n_out} outputs; the elementwise template prints one")
-        return Decision.yes("all blocks spatial, one output")
+        stores = []
+        walk(func.body, lambda s: stores.append(s) if type(s).__name__ == "BufferStore" else None)
+        for store in stores:
+            dtype = str(store.buffer.dtype)
+            if dtype not in SUPPORTED_DTYPES:
+                return Decision.no(f"computes in {dtype}; vector kernels take "
+                                   f"{' or '.join(SUPPORTED_DTYPES)}")
+            construct = unsupported_construct(store.value)
+            if construct:
+                return Decision.no(f"TIR construct {construct} has no vector instruction")
+        return Decision.yes("all blocks spatial, one output, every construct vectorisable")
 
     @staticmethod
     def schedule(func: tirx.PrimFunc, soc, knobs: ElementwiseKnobs = ElementwiseKnobs()):

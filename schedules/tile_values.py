@@ -86,6 +86,32 @@ def _children(expr) -> list:
     return []
 
 
+# TIR constructs that the vector unit computes (the printer has one emitter for each; a test
+# checks the two stay equal). Leaves (loads, constants, variables) are always fine.
+VECTOR_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
+VECTOR_CALLS = frozenset({"tirx.exp", "tirx.log", "tirx.sqrt", "tirx.rsqrt", "tirx.fabs",
+                          "tirx.sigmoid", "tirx.tanh", "tirx.erf", "tirx.floor", "tirx.ceil",
+                          "tirx.sin", "tirx.cos", "tirx.pow"})
+_LEAVES = frozenset({"TensorLoad", "FloatImm", "IntImm", "Var"})
+
+
+def unsupported_construct(expr) -> str | None:
+    """The first construct in ``expr`` with no vector instruction, or None."""
+    kind = type(expr).__name__
+    if kind in _LEAVES:
+        return None
+    if isinstance(expr, Call):
+        if expr.op.name not in VECTOR_CALLS:
+            return expr.op.name
+    elif kind not in VECTOR_BINARY and kind != "Cast":
+        return kind
+    for child in _children(expr):
+        found = unsupported_construct(child)
+        if found:
+            return found
+    return None
+
+
 def expr_key(expr) -> str:
     """Structural identity used for common-subexpression elimination."""
     return str(expr)

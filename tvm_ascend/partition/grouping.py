@@ -11,6 +11,7 @@ The result is data (``PartitionResult``) that the schedule stage reads; nothing 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -20,7 +21,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..schedules import select_template
+from ..schedules import select_template, supports
 from .decision import Decision
 from .patterns import check_call, register_ascend_patterns
 
@@ -102,13 +103,28 @@ def mark_support(mod: tvm.IRModule) -> dict[str, OpInfo]:
     for binding in _bindings(mod["main"]):
         value = binding.value
         ty = getattr(binding.var, "ty", None)
-        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+        if _is_call_tir(value):
+            decision = _check_tir_call(mod, value)
+        elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
             decision = check_call(value)
         else:
             decision = Decision.no(f"{type(value).__name__} binding is not an operator call")
         ops[binding.var.name] = OpInfo(binding.var.name, _op_name(value),
                                        str(getattr(ty, "dtype", "")), _shape_of(ty), decision)
     return ops
+
+
+def _is_call_tir(value) -> bool:
+    return isinstance(value, relax.Call) and value.op.same_as(tvm.ir.Op.get("relax.call_tir"))
+
+
+def _check_tir_call(mod, call) -> Decision:
+    """The importer emits some ops (Clip, ...) as call_tir already: judge their TIR."""
+    callee = call.args[0].name_hint
+    decision = supports(mod[call.args[0]])
+    if decision:
+        return Decision.yes(f"TIR function {callee}: {decision.reason}")
+    return Decision.no(f"TIR function {callee}: {decision.reason}; it runs on the host")
 
 
 def _call_tir_sites(func):
@@ -120,13 +136,23 @@ def _call_tir_sites(func):
             yield binding.var.name, value.args[0], value
 
 
-def _make_host_ops_opaque(mod: tvm.IRModule, ops: dict[str, OpInfo]) -> tvm.IRModule:
-    """Host-only ops get the opaque pattern, so FuseOps never groups them with NPU ops."""
-    host = set()
+def _ops_by_callee(mod: tvm.IRModule, ops: dict[str, OpInfo]) -> dict[str, list[OpInfo]]:
+    """Legalized PrimFunc name -> the model ops that call it (LegalizeOps shares equal ones).
+
+    LegalizeOps keeps the binding variables of ``main``; an extra call it makes has no entry in
+    ``ops`` and is recorded as a host-only helper.
+    """
+    by_callee: dict[str, list[OpInfo]] = {}
     for var, callee, _ in _call_tir_sites(mod["main"]):
-        info = ops.get(var)
-        if info is None or not info.decision.ok:
-            host.add(callee.name_hint)
+        info = ops.get(var) or OpInfo(var, "legalized helper", "", (), Decision.no(
+            "extra TIR call made by LegalizeOps; it runs on the host"))
+        by_callee.setdefault(callee.name_hint, []).append(info)
+    return by_callee
+
+
+def _make_host_ops_opaque(mod: tvm.IRModule, by_callee: dict) -> tvm.IRModule:
+    """Host-only ops get the opaque pattern, so FuseOps never groups them with NPU ops."""
+    host = {name for name, infos in by_callee.items() if not all(i.decision.ok for i in infos)}
     for gv, func in list(mod.functions.items()):
         if gv.name_hint in host and isinstance(func, tvm.tirx.PrimFunc):
             mod.update_func(gv, func.with_attr("op_pattern", OPAQUE))
@@ -184,21 +210,27 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True) -> PartitionResult:
     ops = mark_support(mod)
     lowered = relax.transform.LegalizeOps()(mod)
     lowered = relax.transform.AnnotateTIROpPattern()(lowered)
-    lowered = _make_host_ops_opaque(lowered, ops)
+    by_callee = _ops_by_callee(lowered, ops)
+    lowered = _make_host_ops_opaque(lowered, by_callee)
     fused = relax.transform.FuseOps(fuse_opt_level=2 if fuse else 0)(lowered)
     members = {}
     for gv, func in fused.functions.items():
         if isinstance(func, relax.Function) and func.attrs and "Primitive" in func.attrs:
-            members[gv.name_hint] = [var for var, _, _ in _call_tir_sites(func)]
+            members[gv.name_hint] = [c.name_hint for _, c, _ in _call_tir_sites(func)]
     fused = relax.transform.FuseTIR()(fused)
-    return _offload(fused, ops, members, soc)
+    return _offload(fused, ops, by_callee, members, soc)
 
 
-def _group_for(callee: str, var: str, ops, members) -> tuple[list[OpInfo], str]:
-    names = members.get(callee, [var])
+def _group_for(callee: str, by_callee, members) -> tuple[list[OpInfo], str]:
+    """The model ops of a group; a PrimFunc shared by several ops stands for all of them."""
+    parts = members.get(callee, [callee])
     rule = "tvm.FuseOps" if callee in members else "single-op"
-    infos = [ops.get(n) or OpInfo(n, "legalized helper", "", (), Decision.no(
-        "extra TIR call made by LegalizeOps; it runs on the host")) for n in names]
+    infos = []
+    for part in parts:
+        shared = by_callee.get(part) or [OpInfo(part, part, "", (), Decision.no(
+            f"TIR function {part} has no model op"))]
+        infos.append(shared[0] if len(shared) == 1 else dataclasses.replace(
+            shared[0], var="|".join(i.var for i in shared)))
     return infos, rule
 
 
@@ -213,7 +245,7 @@ def _npu_decision(infos: list[OpInfo], call) -> Decision:
     return Decision.yes(f"all {len(infos)} op(s) supported on the vector unit")
 
 
-def _offload(fused: tvm.IRModule, ops, members, soc) -> PartitionResult:
+def _offload(fused: tvm.IRModule, ops, by_callee, members, soc) -> PartitionResult:
     groups: dict[str, KernelGroup] = {}
     rewriter = _OffloadRewriter(fused, {})
     builder = rewriter.builder_
@@ -222,7 +254,7 @@ def _offload(fused: tvm.IRModule, ops, members, soc) -> PartitionResult:
         if name in groups:
             groups[name].call_sites += 1
             continue
-        infos, rule = _group_for(name, var, ops, members)
+        infos, rule = _group_for(name, by_callee, members)
         decision, template = _npu_decision(infos, call), None
         if decision.ok:
             template, decision = select_template(fused[callee], soc)

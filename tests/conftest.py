@@ -1,0 +1,36 @@
+"""Shared fixtures: a private compile cache, tolerances, reference runners."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+# One tolerance table for every numerical test (per dtype), as the house style asks.
+# float16: each op rounds to fp16 (ulp 2**-10 relative), and chains of up to 8 ops with
+# cancellation (x**2 + negative bias) lose a few ulps of their largest intermediate (|v| <= 4,
+# ulp ~ 4e-3), hence the absolute term; onnxruntime itself computes some fp16 ops in fp32.
+TOLERANCES = {
+    "float32": {"rtol": 1e-5, "atol": 1e-6},
+    "float16": {"rtol": 1e-2, "atol": 1e-2},
+}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """Builds in tests use a cache of their own, never the user's ~/.cache."""
+    os.environ["TVM_ASCEND_CACHE_DIR"] = str(tmp_path_factory.mktemp("compile_cache"))
+    yield
+
+
+def assert_close(actual, expected, dtype):
+    tol = TOLERANCES[str(dtype)]
+    np.testing.assert_allclose(np.asarray(actual, dtype=np.float64),
+                               np.asarray(expected, dtype=np.float64), **tol)
+
+
+def run_onnxruntime(model, feeds):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
