@@ -31,10 +31,11 @@ __aicore__ inline void CopyUbToGm(const AscendC::GlobalTensor<T>& dst,
 }
 """
 
-# SoCs without DataCopyPad (910A, 310P): whole blocks by DataCopy, the tail element by element.
+# SoCs without DataCopyPad (910A, 310P): whole blocks by DataCopy, the tail element by element
+# (destinations by value: SetValue is not const).
 COPY_HELPERS_NOPAD = """\
 template <typename T>
-__aicore__ inline void CopyGmToUb(const AscendC::LocalTensor<T>& dst,
+__aicore__ inline void CopyGmToUb(AscendC::LocalTensor<T> dst,
                                   const AscendC::GlobalTensor<T>& src, uint32_t count) {
   uint32_t aligned = count / (32 / sizeof(T)) * (32 / sizeof(T));
   if (aligned > 0) AscendC::DataCopy(dst, src, aligned);
@@ -42,7 +43,7 @@ __aicore__ inline void CopyGmToUb(const AscendC::LocalTensor<T>& dst,
 }
 
 template <typename T>
-__aicore__ inline void CopyUbToGm(const AscendC::GlobalTensor<T>& dst,
+__aicore__ inline void CopyUbToGm(AscendC::GlobalTensor<T> dst,
                                   const AscendC::LocalTensor<T>& src, uint32_t count) {
   uint32_t aligned = count / (32 / sizeof(T)) * (32 / sizeof(T));
   if (aligned > 0) AscendC::DataCopy(dst, src, aligned);

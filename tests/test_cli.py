@@ -1,0 +1,50 @@
+"""The tvm-ascend command with ATC-style flags."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+
+from onnx_models import ModelBuilder, add_chain
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "tvm_ascend.cli", *args], capture_output=True,
+                          text=True, timeout=600, cwd=cwd)
+
+
+def test_compile_demo_model(tmp_path):
+    out = tmp_path / "demo"
+    done = _cli("compile", "--model", str(REPO / "examples" / "demo.onnx"), "--output", str(out),
+                "--soc_version", "Ascend910B1", "--framework", "5", "--dump_graph",
+                "--dump_path", str(tmp_path / "dump"), "--report", str(tmp_path / "r.json"))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "demo.so").exists()
+    assert "2 NPU kernel(s)" in done.stdout and "relax.matmul" in done.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["npu_kernels"] == 2
+    assert (tmp_path / "dump" / "fusion_report.json").exists()
+    assert len(list((tmp_path / "dump" / "kernels").glob("*.cpp"))) == 2
+
+
+def test_input_shape_flag_and_errors(tmp_path):
+    builder = ModelBuilder()
+    add_chain(builder, 0, (4, 4), ["relu"])
+    model = builder.model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    path = tmp_path / "dyn.onnx"
+    onnx.save(model, path)
+    done = _cli("compile", "--model", str(path), "--output", str(tmp_path / "a.so"))
+    assert done.returncode == 2 and "dynamic dimension" in done.stderr
+    done = _cli("compile", "--model", str(path), "--output", str(tmp_path / "a.so"),
+                "--input_shape", "x0:2,4")
+    assert done.returncode == 0, done.stderr
+    done = _cli("compile", "--model", str(path), "--output", str(tmp_path / "b.so"),
+                "--soc_version", "Ascend123")
+    assert done.returncode == 2 and "unknown --soc_version" in done.stderr
+    assert not (tmp_path / "b.so").exists()

@@ -1,0 +1,64 @@
+"""Bad input gets a clear error naming what is at fault."""
+from __future__ import annotations
+
+import pytest
+
+import tvm_ascend
+from onnx_models import ModelBuilder, add_chain
+
+
+def test_missing_file():
+    with pytest.raises(tvm_ascend.ModelLoadError, match="does not exist"):
+        tvm_ascend.build("/no/such/model.onnx")
+
+
+def test_corrupt_file(tmp_path):
+    path = tmp_path / "corrupt.onnx"
+    path.write_bytes(b"\x08\x07this is not a protobuf\xff\xfe")
+    with pytest.raises(tvm_ascend.ModelLoadError, match="corrupt.onnx"):
+        tvm_ascend.build(str(path))
+
+
+def test_unknown_target():
+    builder = ModelBuilder()
+    add_chain(builder, 0, (4,), ["relu"])
+    with pytest.raises(tvm_ascend.TargetError, match="unknown target 'cuda'"):
+        tvm_ascend.build(builder.model(), target="cuda")
+    with pytest.raises(tvm_ascend.TargetError, match="ascend/910b1"):
+        tvm_ascend.build(builder.model(), target="ascend/999x")
+
+
+def test_bad_config_values():
+    with pytest.raises(tvm_ascend.FusionConfigError, match="fusion_level"):
+        tvm_ascend.CompileConfig(fusion_level="max")
+    with pytest.raises(tvm_ascend.TargetError, match="Ascend910B1"):
+        tvm_ascend.CompileConfig(soc_version="Ascend999")
+    with pytest.raises(tvm_ascend.FusionConfigError, match="AUTOFUSION_ENABLE"):
+        tvm_ascend.CompileConfig().with_env({"AUTOFUSION_ENABLE": "maybe"})
+
+
+def test_dynamic_input_needs_input_shape():
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(tvm_ascend.ModelLoadError, match=r"'x' has dynamic dimension.*--input_shape"):
+        tvm_ascend.build(model)
+    cfg = tvm_ascend.CompileConfig(input_shape={"x": (3, 4)})
+    lib = tvm_ascend.build(model, config=cfg)
+    assert lib.fusion_report()["npu_kernels"] == 1
+
+
+def test_input_shape_parsing():
+    from tvm_ascend.frontend import parse_input_shape
+
+    assert parse_input_shape("x:1,3,224,224;y:8") == {"x": (1, 3, 224, 224), "y": (8,)}
+    with pytest.raises(tvm_ascend.ModelLoadError, match="'x:a,b'"):
+        parse_input_shape("x:a,b")
+
+
+def test_env_overrides_config():
+    cfg = tvm_ascend.CompileConfig().with_env({"AUTOFUSION_ENABLE": "0", "DUMP_GRAPH": "1"})
+    assert cfg.autofusion is False and cfg.dump_graph is True and not cfg.fusion_enabled

@@ -1,0 +1,84 @@
+"""Mixed models (host + NPU), export to one .so, loading in a fresh process, the Relay spelling."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tvm
+
+import tvm_ascend
+from conftest import assert_close, run_onnxruntime
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "examples"))
+from make_demo import make_demo_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def demo():
+    model = make_demo_model()
+    x = np.random.default_rng(0).standard_normal((2, 64, 100)).astype(np.float32)
+    return model, {"x": x}, tvm_ascend.build(model, target="ascend")
+
+
+def test_unsupported_ops_run_on_the_host(demo):
+    model, feeds, lib = demo
+    assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
+    report = lib.fusion_report()
+    assert report["npu_kernels"] == 2
+    assert report["host_groups"] == 1
+    (host,) = report["host_ops"]
+    assert host["op"] == "relax.matmul" and "host" in host["why"]
+
+
+def test_export_and_load_in_a_fresh_process(demo, tmp_path):
+    model, feeds, lib = demo
+    path = tmp_path / "demo.so"
+    lib.export_library(path)
+    np.save(tmp_path / "x.npy", feeds["x"])
+    script = textwrap.dedent(f"""
+        import json, numpy as np, tvm_ascend
+        lib = tvm_ascend.load({str(path)!r})
+        out = lib.run({{"x": np.load({str(tmp_path / 'x.npy')!r})}})[0]
+        np.save({str(tmp_path / 'out.npy')!r}, out)
+        print(json.dumps({{"kernels": sorted(lib.kernel_sources()),
+                          "launches": len(lib.profile())}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    assert info["kernels"] == sorted(lib.kernel_sources())
+    assert info["launches"] == 2
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), lib.run(feeds)[0])
+
+
+def test_export_leaves_no_partial_file_on_failure(demo, tmp_path, monkeypatch):
+    _, _, lib = demo
+    fresh = tvm_ascend.build(make_demo_model(seed=7), target="ascend")
+    monkeypatch.setattr("tvm_ascend.runtime.module.emulator_compile_options",
+                        lambda soc: ["-DTHIS_FLAG_BREAKS=(", "-std=c++17", "--no-such-flag"])
+    with pytest.raises(tvm_ascend.ToolchainError, match="compiling the kernels"):
+        fresh.export_library(tmp_path / "broken.so")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_relay_spelling_and_target_tags(demo):
+    model, feeds, lib = demo
+    assert str(tvm.target.Target("ascend").attrs["model"]) == "Ascend910B1"
+    assert str(tvm.target.Target("ascend/310p3").attrs["model"]) == "Ascend310P3"
+    mod = tvm_ascend.frontend.load_model(model)
+    again = tvm_ascend.relay.build(mod, target="ascend", params=None)
+    np.testing.assert_array_equal(again.run(feeds)[0], lib.run(feeds)[0])
+    assert again.kernel_sources() == lib.kernel_sources()
+
+
+def test_other_soc_without_datacopypad(demo):
+    model, feeds, _ = demo
+    lib = tvm_ascend.build(model, target="ascend/310p3")
+    assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
+    assert all("DataCopyPad" not in s for s in lib.kernel_sources().values())
+    assert max(p["block_dim"] for p in lib.profile()) <= 8

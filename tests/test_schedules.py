@@ -1,0 +1,84 @@
+"""The elementwise template: scheduled TIR is itself correct (llvm) and its tiling is valid."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from hypothesis import given, settings, strategies as st
+
+import tvm_ascend
+from tvm_ascend.schedules import ElementwiseKnobs, ElementwiseSchedule, select_template
+from tvm_ascend.soc import get_soc, soc_profiles
+from onnx_models import ModelBuilder, add_chain, chain_steps
+
+
+def _fused_prim_func(shape, steps, dtype="float32"):
+    builder = ModelBuilder(dtype, seed=11)
+    add_chain(builder, 0, shape, steps)
+    result = tvm_ascend.partition_for_ascend(builder.model())
+    (func,) = [f for _, f in result.mod.functions.items()
+               if f.attrs and f.attrs.get("Codegen") == "ascend"]
+    return builder, func.attrs["ascend.prim_func"]
+
+
+def _run_llvm(prim_func, args):
+    lib = tvm.compile(prim_func.with_attr("global_symbol", "main"), target="llvm")
+    tensors = [tvm.runtime.tensor(a) for a in args]
+    lib["main"](*tensors)
+    return tensors[-1].numpy()
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 7, 11), (4, 300, 129)])
+def test_scheduled_tir_on_llvm_equals_unscheduled(shape):
+    builder, func = _fused_prim_func(shape, ["add_bias", "relu", "mul_scalar", "sub_input",
+                                             "tanh", "add_rowcol"])
+    scheduled, tiling = ElementwiseSchedule.schedule(func, get_soc("Ascend910B1"))
+    args = []
+    for param in func.params:
+        args.append(np.random.default_rng(0).uniform(-1, 1, [int(d) for d in param.shape])
+                    .astype(str(param.dtype)))
+    args[-1] = np.zeros_like(args[-1])
+    np.testing.assert_allclose(_run_llvm(scheduled, list(args)), _run_llvm(func, list(args)),
+                               rtol=1e-6)
+    assert tiling.cores * tiling.block_len >= tiling.total
+
+
+@settings(max_examples=40, deadline=None)
+@given(total=st.integers(1, 3_000_000), soc_name=st.sampled_from(sorted(soc_profiles())),
+       double_buffer=st.booleans())
+def test_tiling_invariants(total, soc_name, double_buffer):
+    from tvm import te
+
+    soc = get_soc(soc_name)
+    x = te.placeholder((total,), "float16", "x")
+    y = te.compute((total,), lambda i: te.exp(x[i]) * x[i] + x[i], name="y")
+    func = te.create_prim_func([x, y])
+    _, tiling = ElementwiseSchedule.schedule(func, soc, ElementwiseKnobs(
+        double_buffer=double_buffer))
+    assert tiling.cores <= soc.vector_blocks
+    assert tiling.tile_len * 2 % 32 == 0, "tiles are whole 32-byte blocks"
+    assert tiling.ub_bytes <= soc.ub_bytes - 8192 - 256
+    assert (tiling.cores - 1) * tiling.block_len < total <= tiling.cores * tiling.block_len
+    assert tiling.gm_read_bytes == 2 * total and tiling.gm_write_bytes == 2 * total
+
+
+def test_knobs_are_validated():
+    from tvm import te
+
+    x = te.placeholder((1000,), "float32", "x")
+    func = te.create_prim_func([x, te.compute((1000,), lambda i: x[i] + 1, name="y")])
+    with pytest.raises(tvm_ascend.TilingError, match="multiple of 8"):
+        ElementwiseSchedule.schedule(func, get_soc("Ascend910B1"), ElementwiseKnobs(tile_len=12))
+    _, tiling = ElementwiseSchedule.schedule(func, get_soc("Ascend910B1"),
+                                             ElementwiseKnobs(cores=2, tile_len=64))
+    assert (tiling.cores, tiling.tile_len, tiling.tiles_per_core) == (2, 64, 8)
+
+
+def test_reductions_are_refused_with_a_reason():
+    from tvm import te
+
+    x = te.placeholder((8, 16), "float32", "x")
+    k = te.reduce_axis((0, 16), "k")
+    func = te.create_prim_func([x, te.compute((8,), lambda i: te.sum(x[i, k], axis=k))])
+    template, decision = select_template(func, get_soc("Ascend910B1"))
+    assert template is None and "reduces" in decision.reason
