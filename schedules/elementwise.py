@@ -105,6 +105,83 @@ class ElementwiseSchedule:
         return sch.mod["main"], tiling
 
 
+@dataclass(frozen=True)
+class _Footprint:
+    """Per-element and fixed UB needs of one elementwise expression."""
+
+    streamed: tuple      # element bytes of each input tile that goes through a VECIN queue
+    out_bytes: int
+    slots: int
+    slot_bytes: int
+    resident_bytes: int  # broadcast sources kept whole in the UB
+
+    def per_element(self, buffer_num: int) -> int:
+        return buffer_num * (sum(self.streamed) + self.out_bytes) + self.slots * self.slot_bytes
+
+    def ub_bytes(self, tile_len: int, buffer_num: int) -> int:
+        tiles = [*self.streamed, self.out_bytes]
+        return (buffer_num * sum(_round_up(tile_len * b, BLOCK_BYTES) for b in tiles)
+                + self.slots * _round_up(tile_len * self.slot_bytes, BLOCK_BYTES)
+                + self.resident_bytes)
+
+
+def is_resident(access) -> bool:
+    """A gathered broadcast source small enough to stay whole in each core's UB."""
+    size = buffer_size(access.buffer) * _dtype_bytes(access.buffer.dtype)
+    return access.kind is AccessKind.GATHER and size <= RESIDENT_GATHER_MAX_BYTES
+
+
+def _footprint(plan, out_dtype) -> _Footprint:
+    streamed, resident = [], 0
+    for access in plan.accesses.values():  # one entry per distinct load, as the printer does
+        elem = _dtype_bytes(access.buffer.dtype)
+        if access.kind is not AccessKind.SCALAR:
+            streamed.append(elem)
+        if is_resident(access):
+            resident += _round_up(buffer_size(access.buffer) * elem, BLOCK_BYTES)
+    out_bytes = _dtype_bytes(out_dtype)
+    slot_bytes = max([out_bytes] + [_dtype_bytes(expr_dtype(n)) for n in plan.order]
+                     + [_dtype_bytes(a.buffer.dtype) for a in plan.accesses.values()])
+    return _Footprint(tuple(streamed), out_bytes, plan.n_slots, slot_bytes, resident)
+
+
+def _gm_read_bytes(plan, total: int, cores: int) -> int:
+    """GM bytes the kernel reads: streamed inputs once, scalars and resident sources per core."""
+    read = 0
+    for access in plan.accesses.values():
+        elem = _dtype_bytes(access.buffer.dtype)
+        if access.kind is AccessKind.FULL:
+            read += total * elem
+        elif access.kind is AccessKind.SCALAR:
+            read += cores * elem
+        elif is_resident(access):
+            read += cores * buffer_size(access.buffer) * elem
+        else:
+            read += total * elem
+    return read
+
+
+def _max_tile(fp: _Footprint, soc, buffer_num: int, knobs) -> tuple[int, int]:
+    """(largest tile that fits the UB, element alignment of a tile)."""
+    min_bytes = min([*fp.streamed, fp.out_bytes, fp.slot_bytes])
+    align = BLOCK_BYTES // min_bytes
+    budget = soc.ub_bytes - UB_RESERVED_BYTES - fp.resident_bytes
+    max_tile = (budget // fp.per_element(buffer_num)) // align * align
+    if max_tile < align:
+        raise TilingError(f"elementwise kernel needs {fp.per_element(buffer_num)} UB bytes per "
+                          f"element and {fp.resident_bytes} resident bytes; no tile fits "
+                          f"{soc.name}'s {soc.ub_bytes} B UB")
+    repeat = REPEAT_BYTES // min_bytes
+    if max_tile >= repeat:
+        max_tile = max_tile // repeat * repeat
+    if knobs.tile_len:
+        if knobs.tile_len % align or knobs.tile_len > max_tile:
+            raise TilingError(f"tile_len={knobs.tile_len} must be a multiple of {align} and at "
+                              f"most {max_tile} on {soc.name}")
+        max_tile = knobs.tile_len
+    return max_tile, align
+
+
 def _plan(sch, out_block, flat_loop, func, soc, knobs) -> Tiling:
     loop = sch.get(flat_loop)
     total = int(loop.extent)
@@ -115,38 +192,12 @@ def _plan(sch, out_block, flat_loop, func, soc, knobs) -> Tiling:
     analyzer = make_analyzer(flat, total, bindings)
     store = realize.block.body
     plan = plan_tile_values(store.value, lambda ld: classify_load(ld, analyzer, flat, total))
-    out_bytes = _dtype_bytes(store.buffer.dtype)
-    streamed, resident_bytes, gm_read = {}, 0, 0
-    for access in plan.accesses.values():
-        size_bytes = buffer_size(access.buffer) * _dtype_bytes(access.buffer.dtype)
-        if access.kind is AccessKind.FULL:
-            streamed[access.buffer.name] = _dtype_bytes(access.buffer.dtype)
-        elif access.kind is AccessKind.GATHER and size_bytes <= RESIDENT_GATHER_MAX_BYTES:
-            resident_bytes += _round_up(size_bytes, BLOCK_BYTES)
-    slot_bytes = max([out_bytes] + [_dtype_bytes(expr_dtype(n)) for n in plan.order]
-                     + [_dtype_bytes(a.buffer.dtype) for a in plan.accesses.values()])
-    gathered = [a for a in plan.accesses.values() if a.kind is AccessKind.GATHER]
-    gather_streamed = {a.buffer.name: _dtype_bytes(a.buffer.dtype) for a in gathered}
+    fp = _footprint(plan, store.buffer.dtype)
+    if len(fp.streamed) > soc.max_live_buffers_per_position:
+        raise TilingError(f"{len(fp.streamed)} input tiles would be live at once in VECIN; "
+                          f"{soc.name} allows {soc.max_live_buffers_per_position} per position")
     buffer_num = 2 if knobs.double_buffer else 1
-    per_elem = (buffer_num * (sum(streamed.values()) + sum(gather_streamed.values()) + out_bytes)
-                + plan.n_slots * slot_bytes)
-    budget = soc.ub_bytes - UB_RESERVED_BYTES - resident_bytes
-    min_bytes = min([out_bytes] + list(streamed.values()) + list(gather_streamed.values())
-                    + [slot_bytes])
-    align = BLOCK_BYTES // min_bytes
-    max_tile = (budget // per_elem) // align * align
-    if max_tile < align:
-        raise TilingError(f"elementwise kernel needs {per_elem} UB bytes per element and "
-                          f"{resident_bytes} resident bytes; no tile fits {soc.name}'s "
-                          f"{soc.ub_bytes} B UB")
-    repeat = REPEAT_BYTES // min_bytes
-    if max_tile >= repeat:
-        max_tile = max_tile // repeat * repeat
-    if knobs.tile_len:
-        if knobs.tile_len % align or knobs.tile_len > max_tile:
-            raise TilingError(f"tile_len={knobs.tile_len} must be a multiple of {align} and at "
-                              f"most {max_tile} on {soc.name}")
-        max_tile = knobs.tile_len
+    max_tile, align = _max_tile(fp, soc, buffer_num, knobs)
     cores = knobs.cores or soc.vector_blocks
     cores = max(1, min(cores, soc.vector_blocks, _ceil_div(total, align)))
     per_core = _round_up(_ceil_div(total, cores), align)
@@ -154,19 +205,6 @@ def _plan(sch, out_block, flat_loop, func, soc, knobs) -> Tiling:
     tiles_per_core = _ceil_div(per_core, tile_len)
     block_len = tiles_per_core * tile_len
     cores = _ceil_div(total, block_len)
-    for access in plan.accesses.values():
-        elem = _dtype_bytes(access.buffer.dtype)
-        if access.kind is AccessKind.FULL:
-            gm_read += total * elem
-        elif access.kind is AccessKind.SCALAR:
-            gm_read += cores * elem
-        elif buffer_size(access.buffer) * elem <= RESIDENT_GATHER_MAX_BYTES:
-            gm_read += cores * buffer_size(access.buffer) * elem
-        else:
-            gm_read += total * elem
-    ub_bytes = (buffer_num * (sum(_round_up(tile_len * b, BLOCK_BYTES)
-                              for b in list(streamed.values()) + list(gather_streamed.values())
-                              + [out_bytes]))
-                + plan.n_slots * _round_up(tile_len * slot_bytes, BLOCK_BYTES) + resident_bytes)
     return Tiling("elementwise", total, cores, block_len, tile_len, tiles_per_core, buffer_num,
-                  plan.n_slots, ub_bytes, soc.ub_bytes, gm_read, total * out_bytes)
+                  plan.n_slots, fp.ub_bytes(tile_len, buffer_num), soc.ub_bytes,
+                  _gm_read_bytes(plan, total, cores), total * fp.out_bytes)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from tvm import tirx
 
 from ..errors import CodegenError
+from ..schedules.elementwise import is_resident
 from ..schedules.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
                                      make_analyzer, plan_tile_values)
 from ..schedules.tir_walk import BufferLoad, Call, expr_dtype, first_block_realize, param_buffers
@@ -19,7 +20,6 @@ from .cpp_types import cpp_type, dtype_bytes
 from .scalar_printer import ScalarPrinter
 from .vector_emitters import BINARY_CALL_EMITTERS, BINARY_EMITTERS, CALL_EMITTERS, Operand
 
-RESIDENT_GATHER_MAX_BYTES = 16384  # keep equal to schedules.elementwise
 
 
 @dataclass
@@ -78,10 +78,8 @@ class ElementwiseKernelPrinter:
         self.inputs: dict[str, InputSpec] = {}
         for index, (key, access) in enumerate(self.plan.accesses.items()):
             name = f"in{index}_{_ident(access.buffer.name)}"[:40]
-            size_bytes = buffer_size(access.buffer) * dtype_bytes(str(access.buffer.dtype))
-            resident = (access.kind is AccessKind.GATHER
-                        and size_bytes <= RESIDENT_GATHER_MAX_BYTES)
-            self.inputs[key] = InputSpec(name, access.buffer, access.kind, access.offset, resident)
+            self.inputs[key] = InputSpec(name, access.buffer, access.kind, access.offset,
+                                         is_resident(access))
         self.out_dtype = str(self.out_buffer.dtype)
         self.slot_bytes = max([dtype_bytes(self.out_dtype)]
                               + [dtype_bytes(expr_dtype(n)) for n in self.plan.order]
