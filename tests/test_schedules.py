@@ -7,6 +7,7 @@ import tvm
 from hypothesis import given, settings, strategies as st
 
 import tvm_ascend
+from tvm_ascend import ir_attrs
 from tvm_ascend.schedules import ElementwiseKnobs, ElementwiseSchedule, select_template
 from tvm_ascend.soc import get_soc, soc_profiles
 from onnx_models import ModelBuilder, add_chain, chain_steps
@@ -18,7 +19,7 @@ def _fused_prim_func(shape, steps, dtype="float32"):
     result = tvm_ascend.partition_for_ascend(builder.model())
     (func,) = [f for _, f in result.mod.functions.items()
                if f.attrs and f.attrs.get("Codegen") == "ascend"]
-    return builder, func.attrs["ascend.prim_func"]
+    return builder, func.attrs[ir_attrs.PRIM_FUNC]
 
 
 def _run_llvm(prim_func, args):

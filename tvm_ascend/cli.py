@@ -55,7 +55,7 @@ def _run_compile(args) -> int:
           f"{report['npu_kernels']} NPU kernel(s) for {report['ops']} op(s), "
           f"{report['host_groups']} group(s) on the host")
     for op in report["host_ops"]:
-        print(f"  host: {op['var']} {op['op']}: {op['why']}")
+        print(f"  host: {op['node'] or op['var']} ({op['op']}): {op['why']}")
     return 0
 
 

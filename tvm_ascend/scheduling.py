@@ -6,8 +6,7 @@ import logging
 import tvm
 from tvm import relax
 
-from .codegen import ATTR_PRIM_FUNC, ATTR_TILING
-from .partition.grouping import ATTR_TEMPLATE
+from . import ir_attrs
 from .schedules import template_by_name
 
 logger = logging.getLogger("tvm_ascend.schedule")
@@ -20,9 +19,10 @@ def schedule_groups(mod: tvm.IRModule, soc) -> tuple[tvm.IRModule, dict]:
         if not isinstance(func, relax.Function) or not func.attrs or \
                 func.attrs.get("Codegen") != "ascend":
             continue
-        template = template_by_name(str(func.attrs[ATTR_TEMPLATE]))
-        scheduled, tiling = template.schedule(func.attrs[ATTR_PRIM_FUNC], soc)
+        template = template_by_name(str(func.attrs[ir_attrs.TEMPLATE]))
+        scheduled, tiling = template.schedule(func.attrs[ir_attrs.PRIM_FUNC], soc)
         tilings[gv.name_hint] = tiling
-        mod[gv] = func.with_attrs({ATTR_PRIM_FUNC: scheduled, ATTR_TILING: tiling.to_json()})
+        mod[gv] = func.with_attrs({ir_attrs.PRIM_FUNC: scheduled,
+                                   ir_attrs.TILING: tiling.to_json()})
         logger.debug("%s: %s", gv.name_hint, tiling)
     return mod, tilings

@@ -35,6 +35,8 @@ def _provenance(buf: CodeBuffer, kernel: ScheduledKernel) -> None:
     buf.line(f"// group {group.get('name')} (rule {group.get('rule')}): {group.get('reason')}")
     ops = ", ".join(f"{op['var']}={op['op'].replace('relax.', '')}" for op in group.get("ops", []))
     buf.line(f"// ops: {ops}")
+    if group.get("onnx_nodes"):
+        buf.line(f"// ONNX nodes: {', '.join(group['onnx_nodes'])}")
     t = kernel.tiling
     buf.line(f"// tiling ({t.template}): {t.cores} cores x {t.tiles_per_core} tiles x "
              f"{t.tile_len} elements, buffer_num {t.buffer_num}, {t.temp_buffers} temp tiles, "

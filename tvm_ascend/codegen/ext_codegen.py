@@ -11,15 +11,13 @@ import logging
 
 import tvm
 
+from .. import ir_attrs
 from ..schedules.tiling import Tiling
 from ..soc import get_soc
 from .ascendc_printer import ScheduledKernel, translation_unit
 
 logger = logging.getLogger("tvm_ascend.codegen")
 
-ATTR_PRIM_FUNC = "ascend.prim_func"
-ATTR_TILING = "ascend.tiling"
-ATTR_GROUP = "ascend.group"
 FIXED_EXPORTS = ["ascend_profile_json", "ascend_profile_reset", "ascend_metadata_json"]
 
 
@@ -27,9 +25,9 @@ def scheduled_kernels(funcs) -> list[ScheduledKernel]:
     kernels = []
     for func in funcs:
         attrs = func.attrs
-        kernels.append(ScheduledKernel(str(attrs["global_symbol"]), attrs[ATTR_PRIM_FUNC],
-                                       Tiling.from_json(str(attrs[ATTR_TILING])),
-                                       json.loads(str(attrs[ATTR_GROUP]))))
+        kernels.append(ScheduledKernel(str(attrs["global_symbol"]), attrs[ir_attrs.PRIM_FUNC],
+                                       Tiling.from_json(str(attrs[ir_attrs.TILING])),
+                                       json.loads(str(attrs[ir_attrs.GROUP]))))
     return kernels
 
 

@@ -15,6 +15,7 @@ from typing import Mapping
 
 import tvm
 
+from .. import ir_attrs
 from ..errors import ModelLoadError
 
 logger = logging.getLogger("tvm_ascend.frontend")
@@ -106,11 +107,42 @@ def load_model(model, input_shape=None) -> tvm.IRModule:
         raise ModelLoadError(f"cannot compile a {type(model).__name__}: pass an ONNX file path, "
                              "an onnx.ModelProto or a Relax IRModule")
     shapes = _check_static(model, parse_input_shape(input_shape))
-    from tvm.relax.frontend.onnx import from_onnx
-
     try:
-        mod = from_onnx(model, shape_dict=shapes, keep_params_in_input=False)
+        mod, node_names = _import_with_node_names(model, shapes)
     except Exception as err:  # noqa: BLE001 - the importer raises many kinds
         raise ModelLoadError(f"ONNX import failed: {err}") from err
+    main = mod["main"].with_attr(ir_attrs.ONNX_NODES, node_names)
+    mod.update_func(mod.get_global_var("main"), main)
     logger.info("imported ONNX model: %d nodes, inputs %s", len(model.graph.node), shapes)
     return mod
+
+
+def _import_with_node_names(model, shapes) -> tuple[tvm.IRModule, dict]:
+    """``from_onnx``, keeping which ONNX node produced each binding of ``main``.
+
+    The importer's tensor table maps every ONNX output to the Relax expression made for it;
+    helper bindings emitted while converting a node come just before its output binding, so
+    they are credited to the next node output in binding order.
+    """
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    importer = onnx_frontend.ONNXGraphImporter(shapes, "float32", keep_params_in_input=False)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    mod = importer.from_onnx(model.graph, opset)
+    producers = []
+    for index, node in enumerate(model.graph.node):
+        name = node.name or f"{node.op_type}_{index}"
+        for output in node.output:
+            expr = importer._nodes.get(output)  # noqa: SLF001 - the importer keeps no public map
+            if expr is not None:
+                producers.append((expr, name))
+    names, pending = {}, []
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            pending.append(binding.var.name)
+            node = next((n for e, n in producers
+                         if e.same_as(binding.var) or e.same_as(binding.value)), None)
+            if node is not None:
+                names.update({var: node for var in pending})
+                pending = []
+    return mod, names

@@ -21,6 +21,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .. import ir_attrs
 from ..schedules import select_template, supports
 from .decision import Decision
 from .patterns import check_call, register_ascend_patterns
@@ -28,9 +29,6 @@ from .patterns import check_call, register_ascend_patterns
 logger = logging.getLogger("tvm_ascend.partition")
 
 OPAQUE = 8  # tvm::relax::OpPatternKind::kOpaque
-ATTR_PRIM_FUNC = "ascend.prim_func"
-ATTR_GROUP = "ascend.group"
-ATTR_TEMPLATE = "ascend.template"
 
 
 @dataclass
@@ -42,6 +40,7 @@ class OpInfo:
     dtype: str
     shape: tuple
     decision: Decision
+    node: str = ""  # the ONNX node that produced it ("" for modules not imported from ONNX)
 
 
 @dataclass
@@ -60,8 +59,10 @@ class KernelGroup:
         return {
             "name": self.name, "kernel": self.symbol, "on_npu": self.on_npu, "rule": self.rule,
             "reason": self.reason, "call_sites": self.call_sites,
-            "ops": [{"var": m.var, "op": m.op, "dtype": m.dtype, "shape": list(m.shape),
-                     "supported": m.decision.ok, "why": m.decision.reason} for m in self.members],
+            "onnx_nodes": list(dict.fromkeys(m.node for m in self.members if m.node)),
+            "ops": [{"var": m.var, "op": m.op, "node": m.node, "dtype": m.dtype,
+                     "shape": list(m.shape), "supported": m.decision.ok,
+                     "why": m.decision.reason} for m in self.members],
         }
 
 
@@ -100,6 +101,9 @@ def mark_support(mod: tvm.IRModule) -> dict[str, OpInfo]:
     """Check every binding of ``main`` against the ascend pattern table."""
     register_ascend_patterns()
     ops = {}
+    attrs = mod["main"].attrs
+    key = ir_attrs.ONNX_NODES
+    node_names = dict(attrs[key]) if attrs and key in attrs else {}
     for binding in _bindings(mod["main"]):
         value = binding.value
         ty = getattr(binding.var, "ty", None)
@@ -110,7 +114,8 @@ def mark_support(mod: tvm.IRModule) -> dict[str, OpInfo]:
         else:
             decision = Decision.no(f"{type(value).__name__} binding is not an operator call")
         ops[binding.var.name] = OpInfo(binding.var.name, _op_name(value),
-                                       str(getattr(ty, "dtype", "")), _shape_of(ty), decision)
+                                       str(getattr(ty, "dtype", "")), _shape_of(ty), decision,
+                                       str(node_names.get(binding.var.name, "")))
     return ops
 
 
@@ -185,8 +190,9 @@ def _codegen_function(prim_gv, prim_func, call, symbol, group_json, template):
     body = relax.Call(call.op, [prim_gv, relax.Tuple(params)], call.attrs, call.ty_args)
     func = relax.Function(params, body, call.ty_args[0] if call.ty_args else None)
     return func.with_attrs({"Codegen": "ascend", "global_symbol": symbol,
-                            ATTR_PRIM_FUNC: prim_func, ATTR_GROUP: json.dumps(group_json),
-                            ATTR_TEMPLATE: template.name})
+                            ir_attrs.PRIM_FUNC: prim_func,
+                            ir_attrs.GROUP: json.dumps(group_json),
+                            ir_attrs.TEMPLATE: template.name})
 
 
 def partition(mod: tvm.IRModule, soc, fuse: bool = True) -> PartitionResult:

@@ -16,7 +16,7 @@ def fusion_report(result, tilings: dict, config) -> dict:
             entry["tiling"] = json.loads(tiling.to_json())
             entry["gm_bytes"] = tiling.gm_read_bytes + tiling.gm_write_bytes
         groups.append(entry)
-    host_ops = [{"var": op.var, "op": op.op, "why": op.decision.reason}
+    host_ops = [{"var": op.var, "op": op.op, "node": op.node, "why": op.decision.reason}
                 for op in result.ops.values() if not op.decision.ok]
     npu = [g for g in groups if g["on_npu"]]
     return {
