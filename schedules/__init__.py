@@ -4,12 +4,13 @@ A template recognises a fused PrimFunc of its class, plans a ``Tiling`` for a So
 with TVM's TIR schedule primitives. Templates know TIR and the SoC profile, never ONNX.
 """
 from .elementwise import ElementwiseKnobs, ElementwiseSchedule
+from .row_reduce import RowReduceSchedule
 from .tiling import Tiling
 from .tile_values import AccessKind, classify_load, plan_tile_values
 
-TEMPLATES = (ElementwiseSchedule,)
+TEMPLATES = (ElementwiseSchedule, RowReduceSchedule)
 
-__all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "Tiling", "AccessKind", "classify_load",
+__all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "Tiling", "AccessKind", "classify_load",
            "plan_tile_values", "TEMPLATES", "select_template", "template_by_name",
            "supports"]
 

@@ -7,10 +7,11 @@ from dataclasses import asdict, dataclass
 
 @dataclass(frozen=True)
 class Tiling:
-    """How one elementwise kernel is split over AI cores and UB tiles.
+    """How one kernel is split over AI cores and UB tiles.
 
-    ``block_len`` elements per core (the last core gets the rest), ``tile_len`` elements per UB
-    tile, ``buffer_num`` 2 for double buffering; ``ub_bytes`` is what InitBuffer will reserve.
+    ``block_len`` units per core (the last core gets the rest), ``tile_len`` units per UB tile,
+    where a unit is an element (elementwise) or a row of ``cols`` elements (row templates);
+    ``buffer_num`` 2 for double buffering; ``ub_bytes`` is exactly what InitBuffer reserves.
     """
 
     template: str
@@ -25,6 +26,7 @@ class Tiling:
     ub_capacity: int
     gm_read_bytes: int
     gm_write_bytes: int
+    cols: int = 1  # elements per row for row templates (``total`` then counts rows)
 
     def __post_init__(self):
         assert self.cores >= 1 and self.tile_len >= 1, self

@@ -38,6 +38,11 @@ class ModelBuilder:
         self.inits.append(numpy_helper.from_array(np.asarray(value, self.np_dtype), name))
         return name
 
+    def int_const(self, values, stem: str = "axes") -> str:
+        name = self.name(stem)
+        self.inits.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
+        return name
+
     def node(self, op: str, inputs: list[str], **attrs) -> str:
         out = self.name(op.lower())
         self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))

@@ -75,11 +75,30 @@ def test_knobs_are_validated():
     assert (tiling.cores, tiling.tile_len, tiling.tiles_per_core) == (2, 64, 8)
 
 
-def test_reductions_are_refused_with_a_reason():
+def test_unsupported_reductions_are_refused_with_a_reason():
     from tvm import te
 
     x = te.placeholder((8, 16), "float32", "x")
-    k = te.reduce_axis((0, 16), "k")
-    func = te.create_prim_func([x, te.compute((8,), lambda i: te.sum(x[i, k], axis=k))])
+    k = te.reduce_axis((0, 8), "k")
+    func = te.create_prim_func([x, te.compute((16,), lambda j: te.sum(x[k, j], axis=k))])
     template, decision = select_template(func, get_soc("Ascend910B1"))
-    assert template is None and "reduces" in decision.reason
+    assert template is None and "not along the rows' last axis" in decision.reason
+
+
+def test_row_reduce_schedule_on_llvm_equals_unscheduled():
+    from tvm import te
+    from tvm_ascend.schedules import RowReduceSchedule
+
+    x = te.placeholder((37, 70), "float32", "x")
+    k = te.reduce_axis((0, 70), "k")
+    m = te.compute((37,), lambda i: te.max(x[i, k], axis=k), name="m")
+    e = te.compute((37, 70), lambda i, j: te.exp(x[i, j] - m[i]), name="e")
+    k2 = te.reduce_axis((0, 70), "k2")
+    s = te.compute((37,), lambda i: te.sum(e[i, k2], axis=k2), name="s")
+    y = te.compute((37, 70), lambda i, j: e[i, j] / s[i], name="y")
+    func = te.create_prim_func([x, y])
+    scheduled, tiling = RowReduceSchedule.schedule(func, get_soc("Ascend310P3"))
+    assert (tiling.total, tiling.cols, tiling.cores) == (37, 70, 8)
+    arg = np.random.default_rng(1).standard_normal((37, 70)).astype("float32")
+    np.testing.assert_allclose(_run_llvm(scheduled, [arg, np.zeros_like(arg)]),
+                               _run_llvm(func, [arg, np.zeros_like(arg)]), rtol=1e-6)

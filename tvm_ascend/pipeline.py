@@ -17,8 +17,9 @@ import os
 import tvm
 from tvm import relax
 
-from .codegen import metadata_from_source, register_codegen
+from .codegen import metadata_from_source, register_codegen, unit_module
 from .config import CompileConfig
+from .errors import CodegenError
 from .frontend import load_model
 from .partition.grouping import partition
 from .partition.report import fusion_report, write_json_atomic
@@ -88,10 +89,14 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     metadata = {"soc_version": soc.name, "inputs": inputs, "report": report}
     codegen = relax.transform.RunCodegen(
         {"ascend": {"soc_version": soc.name, "metadata": json.dumps(metadata)}})
-    lowered = codegen(scheduled)
+    try:
+        lowered = codegen(scheduled)
+    except Exception as err:  # noqa: BLE001 - errors in relax.ext.ascend cross the FFI
+        raise CodegenError(f"printing the AscendC kernels failed: {err}") from err
+    if not _external_source(lowered):  # nothing offloaded: the unit still carries the metadata
+        lowered = lowered.with_attr("external_mods", [unit_module([], soc, metadata)])
     source = _external_source(lowered)
-    if source:
-        metadata = metadata_from_source(source)
+    metadata = metadata_from_source(source)
     executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
     key = hashlib.sha256((source + lowered["main"].script()).encode()).hexdigest()[:32]
     if config.dump_graph:

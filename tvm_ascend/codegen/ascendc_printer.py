@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from ..errors import CodegenError
 from .code_buffer import CodeBuffer
 from .elementwise_kernel import ElementwiseKernelPrinter
+from .row_reduce_kernel import RowReduceKernelPrinter
 from .launcher import emit_launcher
-from .templates import COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE
+from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE,
+                        ROW_COPY_HELPERS_LOOP, ROW_COPY_HELPERS_PAD)
 
-KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter}
+KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter, "row_reduce": RowReduceKernelPrinter}
 METADATA_DELIMITER = "ascendmeta"
 
 
@@ -38,8 +40,9 @@ def _provenance(buf: CodeBuffer, kernel: ScheduledKernel) -> None:
     if group.get("onnx_nodes"):
         buf.line(f"// ONNX nodes: {', '.join(group['onnx_nodes'])}")
     t = kernel.tiling
+    unit = "elements" if t.cols == 1 else f"rows of {t.cols}"
     buf.line(f"// tiling ({t.template}): {t.cores} cores x {t.tiles_per_core} tiles x "
-             f"{t.tile_len} elements, buffer_num {t.buffer_num}, {t.temp_buffers} temp tiles, "
+             f"{t.tile_len} {unit}, buffer_num {t.buffer_num}, {t.temp_buffers} temp tiles, "
              f"UB {t.ub_bytes}/{t.ub_capacity} B")
 
 
@@ -53,8 +56,9 @@ def _printer(kernel: ScheduledKernel):
 
 
 def _prelude(soc) -> str:
-    helpers = COPY_HELPERS_PAD if soc.has_data_copy_pad else COPY_HELPERS_NOPAD
-    return KERNEL_PRELUDE + "\n" + helpers
+    if soc.has_data_copy_pad:
+        return KERNEL_PRELUDE + "\n" + COPY_HELPERS_PAD + "\n" + ROW_COPY_HELPERS_PAD
+    return KERNEL_PRELUDE + "\n" + COPY_HELPERS_NOPAD + "\n" + ROW_COPY_HELPERS_LOOP
 
 
 def kernel_source(kernel: ScheduledKernel, soc) -> str:

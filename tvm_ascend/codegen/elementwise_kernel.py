@@ -14,11 +14,12 @@ from ..errors import CodegenError
 from ..schedules.elementwise import is_resident
 from ..schedules.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
                                      make_analyzer, plan_tile_values)
-from ..schedules.tir_walk import BufferLoad, Call, expr_dtype, first_block_realize, param_buffers
+from ..schedules.tir_walk import expr_dtype, first_block_realize, param_buffers
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type, dtype_bytes
 from .scalar_printer import ScalarPrinter
-from .vector_emitters import BINARY_CALL_EMITTERS, BINARY_EMITTERS, CALL_EMITTERS, Operand
+from .tile_program import TileProgramPrinter
+from .vector_emitters import Operand
 
 
 
@@ -227,29 +228,18 @@ class ElementwiseKernelPrinter:
             buf.line(f"AscendC::LocalTensor<{out_type}> outTile = "
                      f"outQue.AllocTensor<{out_type}>();")
             self._declared_slots = set()
-            root_key = expr_key(self.plan.root)
-            if not self.plan.order:
-                self.emit_copy_root(buf, operands[root_key])
-            for node in self.plan.order:
-                key = expr_key(node)
-                dst = "outTile" if key == root_key else self.emit_slot(buf, key, node)
-                self.emit_node(buf, node, dst, operands)
-                operands[key] = Operand(dst, True, expr_dtype(node))
+            program = TileProgramPrinter(self.symbol, self.scalars)
+            root = program.emit(buf, self.plan, operands, "outTile",
+                                lambda slot, node: self.emit_slot(buf, slot, node), "len")
+            if root.text != "outTile":
+                program.emit_copy(buf, "outTile", root, "len")
             buf.line("outQue.EnQue(outTile);")
             for spec in self.inputs.values():
                 if spec.kind is not AccessKind.SCALAR:
                     buf.line(f"{spec.name}Que.FreeTensor({spec.name}Tile);")
 
-    def emit_copy_root(self, buf, operand: Operand):
-        if not operand.is_tile:
-            buf.line(f"AscendC::Duplicate(outTile, {operand.text}, len);")
-        else:
-            buf.line(f"AscendC::Adds(outTile, {operand.text}, "
-                     f"static_cast<{cpp_type(operand.dtype)}>(0), len);")
-
-    def emit_slot(self, buf, key, node) -> str:
+    def emit_slot(self, buf, slot, node) -> str:
         """The temp tile of ``node``: slot ``k`` of tmpBuf, viewed as the node's dtype."""
-        slot = self.plan.slot[key]
         ctype = cpp_type(expr_dtype(node))
         name = f"t{slot}" if ctype == cpp_type(self.out_dtype) else f"t{slot}_{ctype}"
         if name not in self._declared_slots:
@@ -257,32 +247,6 @@ class ElementwiseKernelPrinter:
             buf.line(f"AscendC::LocalTensor<{ctype}> {name} = tmpBuf.GetWithOffset<{ctype}>("
                      f"tileLength, {slot} * tileLength * SLOT_BYTES);")
         return name
-
-    def _operand(self, expr, operands) -> Operand:
-        key = expr_key(expr)
-        if key in operands:
-            return operands[key]
-        if self.plan.is_tile(expr):
-            raise CodegenError(f"{self.symbol}: tile value {expr} used before it was computed")
-        return Operand(self.scalars.print(expr), False, expr_dtype(expr))
-
-    def emit_node(self, buf, node, dst, operands):
-        kind = type(node).__name__
-        if kind in BINARY_EMITTERS:
-            a, b = self._operand(node.a, operands), self._operand(node.b, operands)
-            BINARY_EMITTERS[kind](buf, dst, a, b, "len")
-        elif isinstance(node, Call) and node.op.name in CALL_EMITTERS:
-            CALL_EMITTERS[node.op.name](buf, dst, self._operand(node.args[0], operands), "len")
-        elif isinstance(node, Call) and node.op.name in BINARY_CALL_EMITTERS:
-            a, b = (self._operand(arg, operands) for arg in node.args)
-            BINARY_CALL_EMITTERS[node.op.name](buf, dst, a, b, "len")
-        elif kind == "Cast":
-            from .vector_emitters import emit_cast
-            emit_cast(buf, dst, self._operand(node.value, operands), "len", expr_dtype(node))
-        else:
-            what = node.op.name if isinstance(node, Call) else kind
-            raise CodegenError(f"{self.symbol}: no AscendC vector instruction for {what} "
-                               f"({node}); this group should have stayed on the host")
 
     def emit_copy_out(self, buf):
         out_type = cpp_type(self.out_dtype)
@@ -331,4 +295,4 @@ class ElementwiseKernelPrinter:
         return [(_ident(p.name), str(p.dtype), buffer_size(p)) for p in self.params]
 
 
-__all__ = ["ElementwiseKernelPrinter", "BufferLoad"]
+__all__ = ["ElementwiseKernelPrinter"]

@@ -31,17 +31,21 @@ def scheduled_kernels(funcs) -> list[ScheduledKernel]:
     return kernels
 
 
+def unit_module(kernels, soc, metadata: dict):
+    """The C source module of ``kernels`` (possibly none: the unit still carries the metadata
+    and the profile functions, so every built model exports and loads the same way)."""
+    code, _ = translation_unit(kernels, soc, metadata)
+    logger.info("printed %d AscendC kernel(s) for %s", len(kernels), soc.name)
+    create = tvm.get_global_func("runtime.CSourceModuleCreate")
+    return create(code, "cc", [k.symbol for k in kernels] + FIXED_EXPORTS, [])
+
+
 def ascend_codegen(funcs, options, constant_names):
     """RunCodegen entry: partitioned functions in, one CSourceModule out."""
     options = dict(options or {})
     soc = get_soc(str(options.get("soc_version", "Ascend910B1")))
     metadata = json.loads(str(options.get("metadata", "{}")))
-    kernels = scheduled_kernels(funcs)
-    code, _ = translation_unit(kernels, soc, metadata)
-    logger.info("printed %d AscendC kernel(s) for %s", len(kernels), soc.name)
-    create = tvm.get_global_func("runtime.CSourceModuleCreate")
-    symbols = [k.symbol for k in kernels] + FIXED_EXPORTS
-    return [create(code, "cc", symbols, [])]
+    return [unit_module(scheduled_kernels(funcs), soc, metadata)]
 
 
 def register_codegen() -> None:

@@ -8,9 +8,14 @@ from ..errors import CodegenError
 from .cpp_types import cpp_type, float_literal
 
 _BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "FloorDiv": "/", "FloorMod": "%"}
-_CALLS = {"tirx.exp": "expf", "tirx.log": "logf", "tirx.sqrt": "sqrtf", "tirx.fabs": "fabsf",
-          "tirx.floor": "floorf", "tirx.ceil": "ceilf", "tirx.tanh": "tanhf", "tirx.erf": "erff",
-          "tirx.pow": "powf"}
+# Row values (a mean, 1/sqrt(var + eps)) are computed on the scalar unit; every construct the
+# vector unit takes must also print here (a test checks VECTOR_CALLS against this table).
+_CALLS = {"tirx.exp": "expf({})", "tirx.log": "logf({})", "tirx.sqrt": "sqrtf({})",
+          "tirx.rsqrt": "(1.0f / sqrtf({}))", "tirx.fabs": "fabsf({})",
+          "tirx.floor": "floorf({})", "tirx.ceil": "ceilf({})", "tirx.tanh": "tanhf({})",
+          "tirx.erf": "erff({})", "tirx.sigmoid": "(1.0f / (1.0f + expf(-({}))))",
+          "tirx.sin": "sinf({})", "tirx.cos": "cosf({})", "tirx.pow": "powf({}, {})"}
+SCALAR_CALLS = frozenset(_CALLS)
 
 
 class ScalarPrinter:
@@ -57,8 +62,8 @@ class ScalarPrinter:
         name = expr.op.name
         if name not in _CALLS:
             raise CodegenError(f"cannot print scalar call {name}")
-        args = ", ".join(f"static_cast<float>({self.print(a)})" for a in expr.args)
-        return f"static_cast<{cpp_type(str(expr.ty.dtype))}>({_CALLS[name]}({args}))"
+        args = [f"static_cast<float>({self.print(a)})" for a in expr.args]
+        return f"static_cast<{cpp_type(str(expr.ty.dtype))}>({_CALLS[name].format(*args)})"
 
     def _binary(self, expr) -> str:
         return f"({self.print(expr.a)} {_BINARY[type(expr).__name__]} {self.print(expr.b)})"
@@ -66,4 +71,4 @@ class ScalarPrinter:
     print_Add = print_Sub = print_Mul = print_Div = print_FloorDiv = print_FloorMod = _binary
 
 
-__all__ = ["ScalarPrinter", "tirx"]
+__all__ = ["ScalarPrinter", "SCALAR_CALLS", "tirx"]

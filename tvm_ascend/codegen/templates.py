@@ -51,6 +51,46 @@ __aicore__ inline void CopyUbToGm(AscendC::GlobalTensor<T> dst,
 }
 """
 
+# Rows of ``cols`` elements between GM (contiguous) and UB (each row 32-byte aligned, ``stride``
+# elements apart): one multi-burst DataCopyPad; UB bursts land on 32-byte boundaries by design.
+ROW_COPY_HELPERS_PAD = """\
+template <typename T>
+__aicore__ inline void CopyRowsIn(const AscendC::LocalTensor<T>& dst,
+                                  const AscendC::GlobalTensor<T>& src, uint32_t rows,
+                                  uint32_t cols, uint32_t stride) {
+  AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows),
+                                    static_cast<uint32_t>(cols * sizeof(T)), 0, 0, 0};
+  AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, static_cast<T>(0)};
+  AscendC::DataCopyPad(dst, src, params, pad);
+}
+
+template <typename T>
+__aicore__ inline void CopyRowsOut(const AscendC::GlobalTensor<T>& dst,
+                                   const AscendC::LocalTensor<T>& src, uint32_t rows,
+                                   uint32_t cols, uint32_t stride) {
+  AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows),
+                                    static_cast<uint32_t>(cols * sizeof(T)), 0, 0, 0};
+  AscendC::DataCopyPad(dst, src, params);
+}
+"""
+
+# Without DataCopyPad: one row at a time through the element-count helpers above.
+ROW_COPY_HELPERS_LOOP = """\
+template <typename T>
+__aicore__ inline void CopyRowsIn(const AscendC::LocalTensor<T>& dst,
+                                  const AscendC::GlobalTensor<T>& src, uint32_t rows,
+                                  uint32_t cols, uint32_t stride) {
+  for (uint32_t r = 0; r < rows; ++r) CopyGmToUb(dst[r * stride], src[r * cols], cols);
+}
+
+template <typename T>
+__aicore__ inline void CopyRowsOut(const AscendC::GlobalTensor<T>& dst,
+                                   const AscendC::LocalTensor<T>& src, uint32_t rows,
+                                   uint32_t cols, uint32_t stride) {
+  for (uint32_t r = 0; r < rows; ++r) CopyUbToGm(dst[r * cols], src[r * stride], cols);
+}
+"""
+
 # Host side of the CPU-emulated build: CANN's CPU twin-debug entry points (GmAlloc, ICPU_RUN_KF)
 # behind tvm-ffi exported functions, plus the profile and the embedded metadata.
 HOST_RUNTIME = """\

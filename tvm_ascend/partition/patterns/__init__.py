@@ -8,14 +8,15 @@ from __future__ import annotations
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
 
 from ..decision import Decision
-from .elementwise import elementwise_patterns, check_elementwise_call
+from .elementwise import check_elementwise_call, elementwise_patterns
+from .reduction import check_reduction_call, reduction_patterns
 
 _REGISTERED = False
 
 
 def pattern_table() -> list:
     """All ``ascend.*`` entries in priority order (lowest first)."""
-    return list(elementwise_patterns())
+    return list(elementwise_patterns()) + list(reduction_patterns())
 
 
 def register_ascend_patterns() -> None:
@@ -34,7 +35,8 @@ def ascend_patterns():
 
 def check_call(call) -> Decision:
     """Whether one Relax call can run on the NPU, with the reason (first family that knows it)."""
-    return check_elementwise_call(call)
+    decision = check_reduction_call(call)
+    return decision if decision is not None else check_elementwise_call(call)
 
 
 __all__ = ["pattern_table", "register_ascend_patterns", "ascend_patterns", "check_call"]

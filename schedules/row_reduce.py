@@ -1,0 +1,362 @@
+"""RowReduceSchedule: reductions over the last axis with their prologue and epilogue.
+
+Softmax, LayerNorm/RMSNorm written as op chains, ReduceSum/Mean/Max/Min over the last axis: every
+block works on rows of ``C`` elements. Row-valued blocks (a mean, ``sqrt(var + eps)``) and full
+blocks with one consumer are inlined; each row is one unit of work: rows are split over the AI
+cores, ``rows_per_tile`` rows share one UB tile (each row padded to 32 bytes), and the remaining
+blocks are computed at the row loop, in order. The row program (``row_program``) is shared with
+the printer so UB sizing and the printed kernel agree.
+
+Rows longer than the UB (a multi-pass / online kernel) are refused with a reason for now.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import tirx
+
+from tvm_ascend.decision import Decision
+from tvm_ascend.errors import TilingError
+
+from .tile_values import (Access, AccessKind, buffer_size, expr_key, flat_offset, make_analyzer,
+                          plan_tile_values, unsupported_construct)
+from .tiling import Tiling
+from .tir_walk import BufferLoad, load_buffer, param_buffers
+
+CORE_LOOP_ANNOTATION = "ascend.block_idx"
+UB_RESERVED_BYTES = 8192 + 256
+BLOCK_BYTES = 32
+MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
+SUPPORTED_DTYPES = ("float32", "float16")
+
+
+class RowAccessKind(enum.Enum):
+    ROWS = "rows"            # [rows, C] input: streamed row tiles
+    COLUMN = "column"        # [C] input broadcast over rows (gamma, beta): resident in the UB
+    ROW_SCALAR = "row"       # [rows] input broadcast over columns: one scalar per row
+    SCALAR = "scalar"        # one value for the kernel
+    INTERMEDIATE = "inter"   # a full row computed by an earlier step
+    REDUCED = "reduced"      # a row value computed by an earlier reduction
+
+
+@dataclass
+class RowStep:
+    """One block of the row program: a reduction, a full row, or one value per row."""
+
+    kind: str            # "reduce", "full" or "row"
+    buffer: object       # the buffer it writes
+    expr: object         # value of a full row, or the operand of the reduction
+    reducer: str = ""    # "sum", "max" or "min"
+    plan: object = None  # TileValuePlan of ``expr``
+    is_output: bool = False
+
+
+@dataclass
+class RowProgram:
+    """Everything the template sizes and the printer prints, derived from the scheduled TIR."""
+
+    rows: int
+    cols: int
+    steps: list = field(default_factory=list)
+    inputs: dict = field(default_factory=dict)    # input buffer name -> RowAccessKind
+    loads: dict = field(default_factory=dict)     # load key -> (RowAccessKind, buffer)
+    out_buffer: object = None
+    out_full: bool = True
+
+    @property
+    def intermediates(self) -> list:
+        return [s for s in self.steps if s.kind == "full" and not s.is_output]
+
+    @property
+    def temp_slots(self) -> int:
+        """Row buffers for temporaries: a reduction's composite operand needs one more."""
+        return max([0] + [s.plan.n_slots + (1 if s.kind == "reduce" and s.plan.order else 0)
+                          for s in self.steps])
+
+    def kind_of(self, buffer_name: str):
+        return self.inputs.get(buffer_name)
+
+
+def _dtype_bytes(dtype) -> int:
+    return tvm.runtime.DataType(str(dtype)).bits // 8
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _blocks(sch):
+    return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+
+
+def _reduce_vars(block) -> list:
+    return [iv for iv in block.iter_vars if int(iv.iter_type) == 2]
+
+
+def _reducer(store) -> tuple[str, object] | None:
+    """(kind, operand) of ``acc = acc + e`` / ``max(acc, e)`` / ``min(acc, e)``."""
+    value, target = store.value, load_buffer
+    kinds = {"Add": "sum", "Max": "max", "Min": "min"}
+    kind = kinds.get(type(value).__name__)
+    if kind is None:
+        return None
+    for mine, other in ((value.a, value.b), (value.b, value.a)):
+        if isinstance(mine, BufferLoad) and target(mine).name == store.buffer.name:
+            return kind, other
+    return None
+
+
+def _row_shape(func) -> tuple[int, int] | None:
+    """(rows, C) from the first reduction block: every reduction runs over the last axis."""
+    sch = tvm.s_tir.Schedule(func)
+    reductions = [b for b in _blocks(sch) if _reduce_vars(b)]
+    if not reductions:
+        return None
+    first = reductions[0]
+    spatial = [int(iv.dom.extent) for iv in first.iter_vars if int(iv.iter_type) == 0]
+    return _prod(spatial), int(_reduce_vars(first)[0].dom.extent)
+
+
+def _is_full(extents, rows: int, cols: int) -> bool:
+    """A block over every element of the rows (as opposed to one value per row)."""
+    return bool(extents) and extents[-1] == cols and _prod(extents[:-1]) == rows and cols > 1
+
+
+class RowReduceSchedule:
+    """Template for last-axis reductions with elementwise prologues and epilogues."""
+
+    name = "row_reduce"
+
+    @staticmethod
+    def applies(func) -> Decision:
+        shape = _row_shape(func)
+        if shape is None:
+            return Decision.no("no reduction block")
+        rows, cols = shape
+        sch = tvm.s_tir.Schedule(func)
+        for block in _blocks(sch):
+            store = block.body
+            if type(store).__name__ != "BufferStore":
+                return Decision.no(f"block {block.name_hint} is not a single store")
+            if str(store.buffer.dtype) not in SUPPORTED_DTYPES:
+                return Decision.no(f"block {block.name_hint} computes in {store.buffer.dtype}")
+            reduce_vars = _reduce_vars(block)
+            if reduce_vars:
+                found = _reducer(store)
+                if len(reduce_vars) != 1 or found is None:
+                    return Decision.no(f"block {block.name_hint} is not a sum/max/min over one "
+                                       "axis")
+                if int(reduce_vars[0].dom.extent) != cols:
+                    return Decision.no(f"block {block.name_hint} reduces over another length")
+                expr = found[1]
+            else:
+                expr = store.value
+            construct = unsupported_construct(expr)
+            if construct:
+                return Decision.no(f"TIR construct {construct} has no vector instruction")
+            extents = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0]
+            if _prod(extents) != rows and not _is_full(extents, rows, cols):
+                return Decision.no(f"block {block.name_hint} iterates {extents}, not "
+                                   f"{rows} rows of {cols}")
+        if len(param_buffers(func)[1]) != 1:
+            return Decision.no("the row-reduce template prints one output")
+        return Decision.yes(f"last-axis reduction over rows of {cols}")
+
+    @staticmethod
+    def schedule(func, soc, knobs=None):
+        """(scheduled PrimFunc, Tiling); ``knobs`` is reserved for the cost model's search."""
+        decision = RowReduceSchedule.applies(func)
+        if not decision:
+            raise TilingError(f"row-reduce template does not apply: {decision.reason}")
+        rows, cols = _row_shape(func)
+        sch = tvm.s_tir.Schedule(func)
+        _inline(sch, rows, cols)
+        block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
+        out_block = sch.get(block_rvs[-1])
+        extents = [int(iv.dom.extent) for iv in out_block.iter_vars if int(iv.iter_type) == 0]
+        loops = sch.get_loops(block_rvs[-1])
+        if _reduce_vars(out_block):
+            loops = loops[:-1]  # the reduction loop stays inside the row
+        row_loops = loops[:-1] if _is_full(extents, rows, cols) else loops
+        row_loop = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
+        program = row_program(_blocks(sch), func, rows, cols)
+        tiling = _plan(program, soc, rows, cols)
+        core, _, row = sch.split(row_loop, [tiling.cores, tiling.tiles_per_core,
+                                            tiling.tile_len])
+        for block_rv in reversed(block_rvs[:-1]):
+            sch.compute_at(block_rv, row)
+        sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
+        return sch.mod["main"], tiling
+
+
+def _inline(sch, rows: int, cols: int) -> None:
+    """Inline row-valued elementwise blocks and full blocks read by one consumer."""
+    changed = True
+    while changed:
+        changed = False
+        block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
+        for block_rv in block_rvs[:-1]:
+            block = sch.get(block_rv)
+            if _reduce_vars(block):
+                continue
+            consumers = sch.get_consumers(block_rv)
+            extents = [int(iv.dom.extent) for iv in block.iter_vars]
+            if not _is_full(extents, rows, cols) or len(consumers) == 1:
+                try:
+                    sch.compute_inline(block_rv)
+                    changed = True
+                    break
+                except Exception:  # noqa: BLE001 - TVM refuses some inlines; keep the block
+                    continue
+
+
+def row_program(blocks, func, rows: int, cols: int) -> RowProgram:
+    """The row program of ``blocks`` (in execution order), from their iteration variables and
+    bodies only, so the inlined schedule and the final scheduled TIR give the same program."""
+    row, col = tirx.Var("row", "int64"), tirx.Var("col", "int64")
+    inputs, outputs = param_buffers(func)
+    input_names = {b.name for b in inputs}
+    program = RowProgram(rows, cols, out_buffer=outputs[0])
+    produced_full, produced_reduced = set(), set()
+    for index, block in enumerate(blocks):
+        bindings = _row_col_bindings(block, rows, cols, row, col)
+        analyzer = make_analyzer(row, rows, bindings)
+        analyzer.bind(col, tvm.ir.Range(0, cols))
+        store = block.body
+        if _reduce_vars(block):
+            reducer, expr = _reducer(store)
+            kind = "reduce"
+        else:
+            extents = [int(iv.dom.extent) for iv in block.iter_vars]
+            kind = "full" if _is_full(extents, rows, cols) else "row"
+            reducer, expr = "", store.value
+
+        def classify(load, analyzer=analyzer):
+            access = _classify_row_load(load, analyzer, row, col, rows, cols, input_names,
+                                        produced_full, produced_reduced)
+            program.loads[expr_key(load)] = (access, load_buffer(load))
+            if access in (RowAccessKind.ROWS, RowAccessKind.COLUMN, RowAccessKind.ROW_SCALAR,
+                          RowAccessKind.SCALAR):
+                program.inputs[load_buffer(load).name] = access
+            tile = access in (RowAccessKind.ROWS, RowAccessKind.COLUMN,
+                              RowAccessKind.INTERMEDIATE)
+            return Access(AccessKind.FULL if tile else AccessKind.SCALAR, load_buffer(load), 0)
+
+        plan = plan_tile_values(expr, classify)
+        is_output = index == len(blocks) - 1
+        program.steps.append(RowStep(kind, store.buffer, expr, reducer, plan, is_output))
+        (produced_full if kind == "full" else produced_reduced).add(store.buffer.name)
+        if is_output:
+            program.out_full = kind == "full"
+    return program
+
+
+def _row_col_bindings(block, rows, cols, row, col) -> dict:
+    """Block iteration variables as functions of (row, col)."""
+    spatial = [iv for iv in block.iter_vars if int(iv.iter_type) == 0]
+    reduce_vars = _reduce_vars(block)
+    extents = [int(iv.dom.extent) for iv in spatial]
+    full = not reduce_vars and _is_full(extents, rows, cols)
+    row_vars = spatial[:-1] if full else spatial
+    bindings = {}
+    stride = 1
+    for iv in reversed(row_vars):
+        extent = int(iv.dom.extent)
+        bindings[iv.var] = tirx.FloorMod(tirx.FloorDiv(row, tirx.IntImm("int64", stride)),
+                                         tirx.IntImm("int64", extent)) if extent > 1 \
+            else tirx.IntImm("int64", 0)
+        stride *= extent
+    if full:
+        bindings[spatial[-1].var] = col
+    if reduce_vars:
+        bindings[reduce_vars[0].var] = col
+    return bindings
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def _classify_row_load(load, analyzer, row, col, rows, cols, input_names, produced_full,
+                       produced_reduced) -> RowAccessKind:
+    buffer = load_buffer(load)
+    if buffer.name in produced_full:
+        return RowAccessKind.INTERMEDIATE
+    if buffer.name in produced_reduced:
+        return RowAccessKind.REDUCED
+    offset = analyzer.simplify(flat_offset(buffer, load.indices))
+    size = buffer_size(buffer)
+    if size == rows * cols and analyzer.can_prove_equal(offset, row * cols + col):
+        return RowAccessKind.ROWS
+    if size == cols and analyzer.can_prove_equal(offset, col):
+        return RowAccessKind.COLUMN
+    if size == rows and analyzer.can_prove_equal(offset, row):
+        return RowAccessKind.ROW_SCALAR
+    if size == 1:
+        return RowAccessKind.SCALAR
+    raise TilingError(f"{buffer.name} is read as {load}, not along the rows' last axis (as a "
+                      "row, a column, one value per row or a scalar)")
+
+
+def _footprint(program: RowProgram, rows_per_tile: int) -> int:
+    """UB bytes the printed kernel reserves with InitBuffer (checked against the emulator)."""
+    elem = _dtype_bytes(program.out_buffer.dtype)
+    row_bytes = _round_up(program.cols * elem, BLOCK_BYTES)
+    streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS)
+    columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN)
+    out_tile = rows_per_tile * row_bytes if program.out_full \
+        else _round_up(rows_per_tile * elem, BLOCK_BYTES)
+    per_row_buffers = len(program.intermediates) + program.temp_slots + columns + 1  # + work
+    return (2 * (streamed * rows_per_tile * row_bytes + out_tile)
+            + per_row_buffers * row_bytes + BLOCK_BYTES)  # + the reduced value
+
+
+def _round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+def _plan(program: RowProgram, soc, rows: int, cols: int) -> Tiling:
+    dtypes = {str(b.dtype) for _, b in program.loads.values()} | {str(program.out_buffer.dtype)}
+    if len(dtypes) != 1:
+        raise TilingError(f"row kernels compute in one dtype; this group mixes {sorted(dtypes)}")
+    streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS)
+    if streamed > soc.max_live_buffers_per_position:
+        raise TilingError(f"{streamed} row inputs exceed {soc.max_live_buffers_per_position} "
+                          "live VECIN buffers")
+    budget = soc.ub_bytes - UB_RESERVED_BYTES
+    if _footprint(program, 1) > budget:
+        raise TilingError(f"one row of {cols} elements needs {_footprint(program, 1)} UB bytes; "
+                          f"rows longer than {soc.name}'s UB need a multi-pass kernel (not yet)")
+    per_row = _footprint(program, 2) - _footprint(program, 1)
+    max_rows = min(MAX_BURSTS, 1 + (budget - _footprint(program, 1)) // max(per_row, 1))
+    cores = max(1, min(soc.vector_blocks, rows))
+    per_core = _ceil_div(rows, cores)
+    rows_per_tile = min(max_rows, per_core)
+    tiles_per_core = _ceil_div(per_core, rows_per_tile)
+    block_rows = tiles_per_core * rows_per_tile
+    cores = _ceil_div(rows, block_rows)
+    write = (rows * cols if program.out_full else rows) * _dtype_bytes(program.out_buffer.dtype)
+    return Tiling("row_reduce", rows, cores, block_rows, rows_per_tile, tiles_per_core, 2,
+                  program.temp_slots, _footprint(program, rows_per_tile), soc.ub_bytes,
+                  _row_reads(program, rows, cols, cores), write, cols)
+
+
+def _row_reads(program: RowProgram, rows, cols, cores) -> int:
+    read, seen = 0, set()
+    for kind, buffer in program.loads.values():
+        if buffer.name in seen or buffer.name not in program.inputs:
+            continue
+        seen.add(buffer.name)
+        elem = _dtype_bytes(buffer.dtype)
+        read += {RowAccessKind.ROWS: rows * cols * elem, RowAccessKind.COLUMN: cores * cols * elem,
+                 RowAccessKind.ROW_SCALAR: rows * elem,
+                 RowAccessKind.SCALAR: cores * elem}[kind]
+    return read
+
+
+__all__ = ["RowReduceSchedule", "RowProgram", "RowStep", "RowAccessKind", "row_program"]

@@ -1,0 +1,110 @@
+"""Row reductions (softmax, normalisations, last-axis reduces): kernels vs onnxruntime and llvm."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tvm_ascend
+from conftest import assert_close, run_onnxruntime
+from onnx_models import ModelBuilder
+
+# rows x cols: odd widths (tails not 32-byte multiples), one row, many rows over 48 cores,
+# rows wide enough that only a few fit one UB tile
+SHAPES = [(4, 6, 10), (1, 37), (300, 65), (3, 1000), (2, 7, 4096)]
+
+
+def _layernorm_chain(b: ModelBuilder, x: str, cols: int, rms: bool = False) -> str:
+    """LayerNorm / RMSNorm as PyTorch's TorchScript exporter writes them (op chains)."""
+    if rms:
+        centred = x
+    else:
+        centred = b.node("Sub", [x, b.node("ReduceMean", [x], axes=[-1])])
+    var = b.node("ReduceMean", [b.node("Pow", [centred, b.const(np.array(2.0), "two")])],
+                 axes=[-1])
+    std = b.node("Sqrt", [b.node("Add", [var, b.const(np.array(1e-5), "eps")])])
+    normed = b.node("Div", [centred, std])
+    gamma = b.const(b.rng.uniform(0.5, 1.5, cols), "gamma")
+    beta = b.const(b.rng.standard_normal(cols), "beta")
+    return b.node("Add", [b.node("Mul", [normed, gamma]), beta])
+
+
+def _compare(builder, expect_npu_only=True):
+    model = builder.model()
+    lib = tvm_ascend.build(model)
+    outs = lib.run(builder.feeds)
+    for out, ref in zip(outs, run_onnxruntime(model, builder.feeds)):
+        assert_close(out, ref, builder.dtype)
+    report = lib.fusion_report()
+    if expect_npu_only:
+        assert report["host_groups"] == 0, [g["reason"] for g in report["groups"]]
+    by_kernel = {p["kernel"]: p for p in lib.profile()}
+    for group in report["groups"]:
+        if group["on_npu"]:
+            launch = by_kernel[group["kernel"]]
+            assert launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]
+            assert launch["gm_write_bytes"] == group["tiling"]["gm_write_bytes"]
+            assert launch["peak_ub_bytes"] == group["tiling"]["ub_bytes"]
+            assert launch["warnings"] == []
+    return lib, report
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_softmax_and_layernorm_chain(shape):
+    b = ModelBuilder("float32", seed=20)
+    x = b.input("x", shape)
+    b.feeds["x"] = b.rng.standard_normal(shape).astype(np.float32) * 3
+    scaled = b.node("Mul", [x, b.const(np.array(0.125), "scale")])
+    b.output(b.node("Softmax", [scaled], axis=-1), shape)
+    y = b.input("y", shape)
+    b.output(_layernorm_chain(b, y, shape[-1]), shape)
+    _, report = _compare(b)
+    kinds = {g["tiling"]["template"] for g in report["groups"]}
+    assert kinds == {"elementwise", "row_reduce"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_reduce_ops_keepdims_and_not(dtype):
+    b = ModelBuilder(dtype, seed=21)
+    shape = (5, 9, 33)
+    for op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean"):
+        for keep in (0, 1):
+            x = b.input(f"x_{op}_{keep}", shape)
+            out_shape = shape[:-1] + ((1,) if keep else ())
+            if op == "ReduceSum":  # opset 13+: axes is an input
+                node = b.node(op, [x, b.int_const([-1])], keepdims=keep)
+            else:
+                node = b.node(op, [x], axes=[-1], keepdims=keep)
+            b.output(node, out_shape)
+    _compare(b)
+
+
+def test_fp16_softmax_and_rmsnorm():
+    b = ModelBuilder("float16", seed=22)
+    x = b.input("x", (16, 200))
+    b.output(b.node("Softmax", [x], axis=-1), (16, 200))
+    y = b.input("y", (16, 200))
+    b.output(_layernorm_chain(b, y, 200, rms=True), (16, 200))
+    _compare(b)
+
+
+def test_layer_normalization_op_and_log_softmax():
+    b = ModelBuilder("float32", seed=23)
+    x = b.input("x", (6, 130))
+    gamma = b.const(b.rng.uniform(0.5, 1.5, 130), "gamma")
+    beta = b.const(b.rng.standard_normal(130), "beta")
+    b.output(b.node("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5), (6, 130))
+    y = b.input("y", (6, 130))
+    b.output(b.node("LogSoftmax", [y], axis=-1), (6, 130))
+    _compare(b)
+
+
+def test_rows_longer_than_the_ub_and_other_axes_stay_on_the_host():
+    b = ModelBuilder("float32", seed=24)
+    x = b.input("x", (2, 70000))
+    b.output(b.node("Softmax", [x], axis=-1), (2, 70000))
+    y = b.input("y", (8, 6))
+    b.output(b.node("ReduceSum", [y, b.int_const([0])], keepdims=0), (6,))
+    _, report = _compare(b, expect_npu_only=False)
+    reasons = " ".join(g["reason"] for g in report["groups"] if not g["on_npu"])
+    reasons += " ".join(op["why"] for op in report["host_ops"])
+    assert "multi-pass" in reasons and "last axis only" in reasons

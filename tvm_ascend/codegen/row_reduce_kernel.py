@@ -1,0 +1,292 @@
+"""Prints a row-reduction kernel (softmax, normalisations, last-axis reduces) from its scheduled TIR.
+
+Rows are split over the cores; ``tileRows`` rows are copied in at once (each row lands 32-byte
+aligned, ``ROW_STRIDE`` elements apart); then each row runs the row program: reductions into one
+value (ReduceSum/ReduceMax/ReduceMin, read back on the scalar unit), full-row steps as vector
+instructions with the row values as scalar operands, and the row's output.
+"""
+from __future__ import annotations
+
+from tvm import tirx
+
+from ..errors import CodegenError
+from ..schedules.row_reduce import RowAccessKind, row_program
+from ..schedules.tile_values import buffer_size, expr_key
+from ..schedules.tir_walk import SBlock, expr_dtype, param_buffers, walk
+from .code_buffer import CodeBuffer
+from .cpp_types import cpp_type, dtype_bytes
+from .scalar_printer import ScalarPrinter
+from .tile_program import TileProgramPrinter
+from .vector_emitters import Operand
+
+REDUCE_API = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
+
+
+def _ident(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+class RowReduceKernelPrinter:
+    """Prints one row-reduction kernel (class + extern "C" entry)."""
+
+    def __init__(self, symbol: str, func, tiling):
+        self.symbol, self.func, self.tiling = symbol, func, tiling
+        blocks = []
+        walk(func.body, lambda s: blocks.append(s) if isinstance(s, SBlock)
+             and s.name_hint != "root" else None)
+        self.program = row_program(blocks, func, tiling.total, tiling.cols)
+        if self.program.temp_slots != tiling.temp_buffers:
+            raise CodegenError(f"{symbol}: {self.program.temp_slots} row temps needed, tiling "
+                               f"planned {tiling.temp_buffers}")
+        self.params = list(func.params)
+        self.dtype = str(self.program.out_buffer.dtype)
+        self.ctype = cpp_type(self.dtype)
+        self.names = {p.name: _ident(p.name) for p in self.params}
+        self.slot_base = len(self.program.intermediates)
+
+    # ---- printing ---------------------------------------------------------------------------
+    def print(self, buf: CodeBuffer) -> None:
+        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
+            self.emit_tiling_struct(buf)
+            self.emit_class(buf)
+        self.emit_entry(buf)
+
+    def emit_tiling_struct(self, buf):
+        with buf.indent("struct TilingData {", "};"):
+            buf.line("uint64_t rows;       // rows of the output")
+            buf.line("uint64_t blockRows;  // rows per core (the last core takes the rest)")
+            buf.line("uint32_t tileRows;   // rows per UB tile")
+            buf.line("uint32_t cols;       // elements per row")
+        row_elems = -(-self.tiling.cols * dtype_bytes(self.dtype) // 32) * 32 \
+            // dtype_bytes(self.dtype)
+        buf.line(f"constexpr uint32_t ROW_STRIDE = {row_elems};  // a row padded to 32 bytes")
+        buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
+        buf.line()
+
+    def emit_class(self, buf):
+        with buf.indent("class Kernel {", "};"):
+            buf.label("public:")
+            buf.line("__aicore__ inline Kernel() {}")
+            self.emit_init(buf)
+            self.emit_process(buf)
+            buf.line()
+            buf.label("private:")
+            self.emit_copy_in(buf)
+            self.emit_compute(buf)
+            self.emit_copy_out(buf)
+            self.emit_members(buf)
+
+    def _inputs(self, kind):
+        return [name for name, k in self.program.inputs.items() if k is kind]
+
+    def emit_init(self, buf):
+        t = self.ctype
+        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
+        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& tiling) {{"):
+            buf.line("cols = tiling.cols;")
+            buf.line("tileRows = tiling.tileRows;")
+            buf.line("rowStart = tiling.blockRows * AscendC::GetBlockIdx();")
+            buf.line("uint64_t rowEnd = rowStart + tiling.blockRows;")
+            buf.line("if (rowEnd > tiling.rows) rowEnd = tiling.rows;")
+            buf.line("blockRows = rowEnd > rowStart ? rowEnd - rowStart : 0;")
+            for name in self._inputs(RowAccessKind.ROWS):
+                n = self.names[name]
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n} + rowStart * cols, "
+                         "blockRows * cols);")
+                buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, tileRows * ROW_STRIDE * "
+                         f"sizeof({t}));")
+            for name in self._inputs(RowAccessKind.COLUMN):
+                n = self.names[name]
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, cols);")
+                buf.line(f"pipe.InitBuffer({n}Res, ROW_STRIDE * sizeof({t}));")
+                buf.line(f"{n}Col = {n}Res.Get<{t}>();")
+                buf.line(f"CopyGmToUb({n}Col, {n}Gm, cols);")
+            if self._inputs(RowAccessKind.COLUMN):
+                # Vector instructions read the resident columns: wait for MTE2 to land them.
+                buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
+                buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
+            for name in self._inputs(RowAccessKind.ROW_SCALAR):
+                n = self.names[name]
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n} + rowStart, blockRows);")
+            for name in self._inputs(RowAccessKind.SCALAR):
+                n = self.names[name]
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
+                buf.line(f"{n}Val = {n}Gm.GetValue(0);")
+            out = self.names[self.program.out_buffer.name]
+            if self.program.out_full:
+                buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart * cols, "
+                         "blockRows * cols);")
+                buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileRows * ROW_STRIDE * "
+                         f"sizeof({t}));")
+            else:
+                buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart, blockRows);")
+                buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileRows * sizeof({t}));")
+            rows = self.slot_base + self.program.temp_slots
+            if rows:
+                buf.line(f"pipe.InitBuffer(rowBuf, {rows} * ROW_STRIDE * sizeof({t}));")
+            buf.line(f"pipe.InitBuffer(workBuf, ROW_STRIDE * sizeof({t}));")
+            buf.line(f"pipe.InitBuffer(reducedBuf, 32);")
+
+    def emit_process(self, buf):
+        with buf.indent("__aicore__ inline void Process() {"):
+            buf.line("uint32_t tiles = (blockRows + tileRows - 1) / tileRows;")
+            with buf.indent("for (uint32_t i = 0; i < tiles; ++i) {"):
+                buf.line("uint64_t rest = blockRows - static_cast<uint64_t>(i) * tileRows;")
+                buf.line("uint32_t n = rest < tileRows ? static_cast<uint32_t>(rest) : tileRows;")
+                buf.line("CopyIn(i, n);")
+                buf.line("Compute(i, n);")
+                buf.line("CopyOut(i, n);")
+
+    def emit_copy_in(self, buf):
+        t = self.ctype
+        with buf.indent("__aicore__ inline void CopyIn(uint32_t i, uint32_t n) {"):
+            for name in self._inputs(RowAccessKind.ROWS):
+                n_ = self.names[name]
+                buf.line(f"AscendC::LocalTensor<{t}> {n_}Tile = {n_}Que.AllocTensor<{t}>();")
+                buf.line(f"CopyRowsIn({n_}Tile, {n_}Gm[static_cast<uint64_t>(i) * tileRows * "
+                         "cols], n, cols, ROW_STRIDE);")
+                buf.line(f"{n_}Que.EnQue({n_}Tile);")
+
+    def emit_compute(self, buf):
+        t = self.ctype
+        with buf.indent("__aicore__ inline void Compute(uint32_t i, uint32_t n) {"):
+            for name in self._inputs(RowAccessKind.ROWS):
+                n_ = self.names[name]
+                buf.line(f"AscendC::LocalTensor<{t}> {n_}Tile = {n_}Que.DeQue<{t}>();")
+            buf.line(f"AscendC::LocalTensor<{t}> outTile = outQue.AllocTensor<{t}>();")
+            buf.line(f"AscendC::LocalTensor<{t}> work = workBuf.Get<{t}>();")
+            buf.line(f"AscendC::LocalTensor<{t}> reduced = reducedBuf.Get<{t}>();")
+            with buf.indent("for (uint32_t r = 0; r < n; ++r) {"):
+                buf.line("uint64_t row = static_cast<uint64_t>(i) * tileRows + r;")
+                self.emit_row(buf)
+            buf.line("outQue.EnQue(outTile);")
+            for name in self._inputs(RowAccessKind.ROWS):
+                n_ = self.names[name]
+                buf.line(f"{n_}Que.FreeTensor({n_}Tile);")
+
+    def _leaves(self, step_index: int) -> tuple[dict, dict]:
+        """(tile operands by load key, scalar names by load key) visible to one step."""
+        t = self.ctype
+        tiles, scalars = {}, {}
+        inter_slot = {s.buffer.name: k for k, s in enumerate(self.program.intermediates)}
+        for key, (kind, buffer) in self.program.loads.items():
+            n_ = self.names.get(buffer.name, _ident(buffer.name))
+            if kind is RowAccessKind.ROWS:
+                tiles[key] = Operand(f"{n_}Tile[r * ROW_STRIDE]", True, self.dtype)
+            elif kind is RowAccessKind.COLUMN:
+                tiles[key] = Operand(f"{n_}Col", True, self.dtype)
+            elif kind is RowAccessKind.INTERMEDIATE:
+                tiles[key] = Operand(f"rowBuf.GetWithOffset<{t}>(ROW_STRIDE, "
+                                     f"{inter_slot[buffer.name]} * ROW_STRIDE * sizeof({t}))",
+                                     True, self.dtype)
+            elif kind is RowAccessKind.ROW_SCALAR:
+                scalars[key] = f"{n_}Gm.GetValue(row)"
+            elif kind is RowAccessKind.SCALAR:
+                scalars[key] = f"{n_}Val"
+            else:  # a value reduced by an earlier step of this row
+                scalars[key] = f"red_{_ident(buffer.name)}"
+        del step_index
+        return tiles, scalars
+
+    def emit_row(self, buf):
+        t = self.ctype
+        for index, step in enumerate(self.program.steps):
+            tiles, scalar_names = self._leaves(index)
+            scalars = ScalarPrinter(scalar_names, expr_key)
+            printer = TileProgramPrinter(self.symbol, scalars)
+
+            def slot(k, node, printer=printer):
+                return (f"rowBuf.GetWithOffset<{cpp_type(expr_dtype(node))}>(ROW_STRIDE, "
+                        f"{self.slot_base + k} * ROW_STRIDE * sizeof({t}))")
+
+            if step.kind == "reduce":
+                temp = slot(step.plan.n_slots, step.expr) if step.plan.order else None
+                operand = printer.emit(buf, step.plan, tiles, temp or "", slot, "cols")
+                if not operand.is_tile:
+                    raise CodegenError(f"{self.symbol}: reduction of a row scalar")
+                api = REDUCE_API[step.reducer]
+                buf.line(f"AscendC::{api}(reduced, {operand.text}, work, cols);")
+                buf.line("AscendC::SetFlag<AscendC::HardEvent::V_S>(0);")
+                buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
+                name = f"red_{_ident(step.buffer.name)}"
+                if step.is_output:
+                    buf.line(f"outTile.SetValue(r, reduced.GetValue(0));")
+                else:
+                    buf.line(f"{t} {name} = reduced.GetValue(0);")
+            elif step.kind == "row":
+                value = scalars.print(step.expr)
+                if step.is_output:
+                    buf.line(f"outTile.SetValue(r, static_cast<{t}>({value}));")
+                else:
+                    buf.line(f"{t} red_{_ident(step.buffer.name)} = {value};")
+            else:
+                if step.is_output:
+                    dst = "outTile[r * ROW_STRIDE]"
+                else:
+                    k = [s.buffer.name for s in self.program.intermediates].index(
+                        step.buffer.name)
+                    dst = (f"rowBuf.GetWithOffset<{t}>(ROW_STRIDE, {k} * ROW_STRIDE * "
+                           f"sizeof({t}))")
+                root = printer.emit(buf, step.plan, tiles, dst, slot, "cols")
+                if root.text != dst:
+                    printer.emit_copy(buf, dst, root, "cols")
+
+    def emit_copy_out(self, buf):
+        t = self.ctype
+        with buf.indent("__aicore__ inline void CopyOut(uint32_t i, uint32_t n) {"):
+            buf.line(f"AscendC::LocalTensor<{t}> outTile = outQue.DeQue<{t}>();")
+            if self.program.out_full:
+                buf.line("CopyRowsOut(outGm[static_cast<uint64_t>(i) * tileRows * cols], "
+                         "outTile, n, cols, ROW_STRIDE);")
+            else:
+                # The row values were written on the scalar unit: S before MTE3.
+                buf.line("AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(0);")
+                buf.line("AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(0);")
+                buf.line("CopyUbToGm(outGm[static_cast<uint64_t>(i) * tileRows], outTile, n);")
+            buf.line("outQue.FreeTensor(outTile);")
+
+    def emit_members(self, buf):
+        t = self.ctype
+        buf.line("AscendC::TPipe pipe;")
+        for name, kind in self.program.inputs.items():
+            n_ = self.names[name]
+            buf.line(f"AscendC::GlobalTensor<{t}> {n_}Gm;")
+            if kind is RowAccessKind.ROWS:
+                buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {n_}Que;")
+            elif kind is RowAccessKind.COLUMN:
+                buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {n_}Res;")
+                buf.line(f"AscendC::LocalTensor<{t}> {n_}Col;")
+            elif kind is RowAccessKind.SCALAR:
+                buf.line(f"{t} {n_}Val;")
+        buf.line(f"AscendC::GlobalTensor<{t}> outGm;")
+        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
+        if self.slot_base + self.program.temp_slots:
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
+        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> workBuf;")
+        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> reducedBuf;")
+        buf.line("uint64_t rowStart = 0;")
+        buf.line("uint64_t blockRows = 0;")
+        buf.line("uint32_t tileRows = 0;")
+        buf.line("uint32_t cols = 0;")
+
+    def emit_entry(self, buf):
+        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
+        names = ", ".join(self.names[p.name] for p in self.params)
+        impl = f"{self.symbol}_impl"
+        with buf.indent(f'extern "C" __global__ __aicore__ void {self.symbol}({args}, '
+                        "GM_ADDR workspace, GM_ADDR tiling) {"):
+            buf.line(f"{impl}::TilingData tilingData = "
+                     f"*reinterpret_cast<__gm__ {impl}::TilingData*>(tiling);")
+            buf.line(f"{impl}::Kernel op;")
+            buf.line(f"op.Init({names}, tilingData);")
+            buf.line("op.Process();")
+
+    def tiling_values(self) -> dict:
+        return {"rows": self.tiling.total, "blockRows": self.tiling.block_len,
+                "tileRows": self.tiling.tile_len, "cols": self.tiling.cols}
+
+    def kernel_params(self) -> list:
+        return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
+
+
+__all__ = ["RowReduceKernelPrinter", "param_buffers", "tirx"]

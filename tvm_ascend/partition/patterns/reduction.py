@@ -1,0 +1,65 @@
+"""Reductions over the last axis and the normalisations built on them (row-reduce template)."""
+from __future__ import annotations
+
+from tvm import relax
+from tvm.relax.dpl.pattern import is_op, wildcard
+
+from ..decision import Decision
+from .elementwise import SUPPORTED_DTYPES, _short, _static_shape, _tensor_type
+
+# relax op -> (operands, name of the axis attribute)
+REDUCTION_OPS = {
+    "relax.sum": (1, "axis"), "relax.mean": (1, "axis"), "relax.max": (1, "axis"),
+    "relax.min": (1, "axis"), "relax.nn.softmax": (1, "axis"),
+    "relax.nn.log_softmax": (1, "axis"), "relax.nn.layer_norm": (3, "axes"),
+    "relax.nn.rms_norm": (2, "axes"),
+}
+
+
+def make_reduction_pattern(op_name: str, arity: int):
+    """(pattern, annotations) for one last-axis reduction."""
+    root = is_op(op_name)(*[wildcard() for _ in range(arity)])
+    return root, {"root": root}
+
+
+def _axes(call, attr: str) -> list[int] | None:
+    value = getattr(call.attrs, attr, None)
+    if value is None:
+        return None
+    if isinstance(value, int) or hasattr(value, "value"):
+        return [int(value)]
+    return [int(v) for v in value]
+
+
+def check_reduction_call(call) -> Decision | None:
+    """Decision for a reduction op, or None when ``call`` is not one (another family decides)."""
+    name = getattr(getattr(call, "op", None), "name", None)
+    if name not in REDUCTION_OPS:
+        return None
+    data = _tensor_type(call.args[0])
+    if data is None or data.dtype not in SUPPORTED_DTYPES or not _static_shape(data):
+        return Decision.no(f"{_short(name)} needs a static {' or '.join(SUPPORTED_DTYPES)} "
+                           "input; it runs on the host")
+    rank = len(data.shape.values)
+    axes = _axes(call, REDUCTION_OPS[name][1])
+    if axes is None or sorted(a % rank for a in axes) != [rank - 1]:
+        return Decision.no(f"{_short(name)} over axes {axes}: the row-reduce kernel reduces the "
+                           "last axis only; it runs on the host")
+    return Decision.yes(f"{_short(name)} over the last axis: row-reduce kernel")
+
+
+def _registry_check(context) -> bool:
+    decision = check_reduction_call(context.annotated_expr["root"])
+    return bool(decision)
+
+
+def reduction_patterns() -> list:
+    """Entries ``("ascend.<op>", pattern, annotations, check)`` for every reduction op."""
+    entries = []
+    for op_name, (arity, _) in REDUCTION_OPS.items():
+        pattern, annotations = make_reduction_pattern(op_name, arity)
+        entries.append((f"ascend.{_short(op_name)}", pattern, annotations, _registry_check))
+    return entries
+
+
+__all__ = ["reduction_patterns", "check_reduction_call", "relax"]
