@@ -16,5 +16,8 @@
 #include "ascendc_emu/vector_reduce.h"
 #include "ascendc_emu/adv.h"
 #include "ascendc_emu/launch.h"
+#if ASCENDC_EMU_DEFINE_RUNTIME
+#include "ascendc_emu/runtime.h"
+#endif
 
 #endif  // ASCENDC_EMU_KERNEL_OPERATOR_H

@@ -1,0 +1,224 @@
+/* ascendc_emu/runtime_launch.h: out-of-line part of launch.h: GM allocation, running the blocks
+ * of a launch, the end-of-launch checks and the statistics (with their JSON form). Included by
+ * runtime.h only.
+ */
+#ifndef ASCENDC_EMU_RUNTIME_LAUNCH_H
+#define ASCENDC_EMU_RUNTIME_LAUNCH_H
+
+#include <algorithm>
+#include <thread>
+
+#include "launch.h"
+
+namespace AscendC {
+
+ASCENDC_EMU_RT void* GmAlloc(size_t size) {
+    size_t body = (size + 31) / 32 * 32;
+    size_t guard = std::max<size_t>(body, 4096);
+    size_t total = (body + guard + 4095) / 4096 * 4096;
+    void* p = std::aligned_alloc(4096, total);
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, body);
+    emu::GmRegistry& g = emu::Gm();
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.allocs[reinterpret_cast<uintptr_t>(p)] = emu::GmAllocation{size, body + guard};
+    return p;
+}
+ASCENDC_EMU_RT void GmFree(void* ptr) {
+    if (ptr == nullptr) return;
+    emu::GmRegistry& g = emu::Gm();
+    {
+        std::lock_guard<std::mutex> lock(g.mu);
+        auto it = g.allocs.find(reinterpret_cast<uintptr_t>(ptr));
+        if (it == g.allocs.end()) {
+            throw std::invalid_argument("ascendc_emu: GmFree: pointer was not returned by GmAlloc");
+        }
+        g.allocs.erase(it);
+    }
+    std::free(ptr);
+}
+
+namespace emu {
+
+ASCENDC_EMU_RT std::mutex& StatsMutex() {
+    static std::mutex m;
+    return m;
+}
+ASCENDC_EMU_RT LaunchStats& LastLaunchSlot() {
+    static LaunchStats s;
+    return s;
+}
+/* Statistics of the most recent ICPU_RUN_KF (also filled when it threw). */
+ASCENDC_EMU_RT const LaunchStats& LastLaunch() { return LastLaunchSlot(); }
+
+ASCENDC_EMU_RT std::string JsonStr(const std::string& s) {
+    std::string o = "\"";
+    for (unsigned char ch : s) {
+        switch (ch) {
+            case '"': o += "\\\""; break;
+            case '\\': o += "\\\\"; break;
+            case '\n': o += "\\n"; break;
+            case '\t': o += "\\t"; break;
+            default:
+                if (ch < 0x20) {
+                    char b[8];
+                    std::snprintf(b, sizeof b, "\\u%04x", ch);
+                    o += b;
+                } else {
+                    o += static_cast<char>(ch);
+                }
+        }
+    }
+    return o + "\"";
+}
+ASCENDC_EMU_RT std::string CountersJson(const Counters& c) {
+    std::string o = Cat("\"gm_read_bytes\":", c.gm_read_bytes, ",\"gm_write_bytes\":", c.gm_write_bytes,
+                        ",\"datacopy_calls\":", c.datacopy_calls, ",\"vector_instrs\":", c.vector_instrs,
+                        ",\"vector_elems\":", c.vector_elems, ",\"vector_by_op\":{");
+    bool first = true;
+    for (const auto& kv : c.vector_by_op) {
+        o += Cat(first ? "" : ",", JsonStr(kv.first), ":{\"instrs\":", kv.second.instrs,
+                 ",\"elems\":", kv.second.elems, "}");
+        first = false;
+    }
+    o += Cat("},\"cube_macs\":", c.cube_macs, ",\"peak_ub_bytes\":", c.peak_ub_bytes, ",\"warnings\":[");
+    for (size_t i = 0; i < c.warnings.size(); ++i) o += (i ? "," : "") + JsonStr(c.warnings[i]);
+    return o + "]";
+}
+/* Compact JSON: kernel, soc, block_dim, the total counters, warnings, and blocks[] (same keys). */
+ASCENDC_EMU_RT std::string ToJson(const LaunchStats& s) {
+    std::string o = Cat("{\"kernel\":", JsonStr(s.kernel), ",\"soc\":", JsonStr(s.soc),
+                        ",\"block_dim\":", s.block_dim, ",");
+    Counters total = s.total;
+    total.warnings = s.warnings;
+    o += CountersJson(total) + ",\"blocks\":[";
+    for (size_t b = 0; b < s.blocks.size(); ++b) {
+        o += Cat(b ? "," : "", "{\"block\":", b, ",", CountersJson(s.blocks[b]), "}");
+    }
+    return o + "]}";
+}
+
+/* End-of-block checks that only warn: leaked buffers, flags set and never waited. */
+ASCENDC_EMU_RT void FinishBlock(BlockCtx& c) {
+    for (const auto& leak : c.leaks) Warn("kernel end", leak);
+    for (int k = 0; k < 256; ++k) {
+        for (int id = 0; id < QUE_MAX_EVENT; ++id) {
+            if (c.flags[k][id]) {
+                Warn("kernel end", Cat("SetFlag(", PipeName(pipe_t(k / 16)), " -> ", PipeName(pipe_t(k % 16)),
+                                       ", event ID ", id, ") was never waited for"));
+            }
+        }
+    }
+    if (c.atomic_add) Warn("kernel end", "SetAtomicAdd still active (call SetAtomicNone)");
+    for (size_t i = 0; i < c.c.warnings.size(); ++i) {
+        if (c.warn_repeats[i] > 1) c.c.warnings[i] += Cat(" (x", c.warn_repeats[i], ")");
+    }
+}
+
+ASCENDC_EMU_RT void Merge(Counters& t, const Counters& b) {
+    t.gm_read_bytes += b.gm_read_bytes;
+    t.gm_write_bytes += b.gm_write_bytes;
+    t.datacopy_calls += b.datacopy_calls;
+    t.vector_instrs += b.vector_instrs;
+    t.vector_elems += b.vector_elems;
+    for (const auto& kv : b.vector_by_op) {
+        t.vector_by_op[kv.first].instrs += kv.second.instrs;
+        t.vector_by_op[kv.first].elems += kv.second.elems;
+    }
+    t.cube_macs += b.cube_macs;
+    t.peak_ub_bytes = std::max(t.peak_ub_bytes, b.peak_ub_bytes);
+}
+
+/* Overlapping GM writes from different blocks of one launch (atomic-add writes excluded). */
+ASCENDC_EMU_RT std::string FindWriteOverlap(BlockCtx* blocks, int64_t n) {
+    std::vector<GmWrite> all;
+    for (int64_t i = 0; i < n; ++i) all.insert(all.end(), blocks[i].gm_writes.begin(), blocks[i].gm_writes.end());
+    std::sort(all.begin(), all.end(), [](const GmWrite& x, const GmWrite& y) { return x.b < y.b; });
+    size_t far = 0;  // index of the interval reaching furthest so far
+    for (size_t i = 1; i < all.size(); ++i) {
+        if (all[i].b < all[far].e && all[i].blk != all[far].blk) {
+            uintptr_t lo = all[i].b, hi = std::min(all[i].e, all[far].e);
+            uintptr_t base = 0;
+            size_t size = 0;
+            std::string where;
+            if (FindGmAllocation(reinterpret_cast<void*>(lo), &base, &size)) {
+                where = Cat("bytes [", lo - base, ", ", hi - base, ") of a ", size, " B GmAlloc buffer");
+            } else {
+                where = Cat("bytes [", Hex{lo}, ", ", Hex{hi}, ")");
+            }
+            int64_t a = std::min(all[i].blk, all[far].blk), b = std::max(all[i].blk, all[far].blk);
+            return Cat("blocks ", a, "/", n, " and ", b, "/", n, " both write ", where,
+                       " (overlapping GM writes from different blocks; use SetAtomicAdd if intended)");
+        }
+        if (all[i].e > all[far].e) far = i;
+    }
+    return "";
+}
+
+ASCENDC_EMU_RT void RunOneBlock(BlockCtx* ctx, BlockBody body, void* arg) {
+    CurrentSlot() = ctx;
+    try {
+        body(arg);
+        FinishBlock(*ctx);
+    } catch (...) {
+        ctx->error = std::current_exception();
+    }
+    CurrentSlot() = nullptr;
+}
+
+ASCENDC_EMU_RT void RunKernelImpl(const char* name, int64_t blockDim, BlockBody body, void* arg) {
+    const SocProfile& soc = ActiveSoc();
+    if (blockDim < 1 || blockDim > 65535) {
+        throw DeviceRuleError(Cat("ascendc_emu: kernel ", name, ": ICPU_RUN_KF: blockDim ", blockDim,
+                                  " is outside [1, 65535]"));
+    }
+    std::unique_ptr<BlockCtx[]> ctxs(new BlockCtx[static_cast<size_t>(blockDim)]);
+    for (int64_t b = 0; b < blockDim; ++b) {
+        ctxs[b].kernel = name;
+        ctxs[b].idx = b;
+        ctxs[b].num = blockDim;
+    }
+    if (RunOnThreads()) {
+        std::unique_ptr<std::thread[]> threads(new std::thread[static_cast<size_t>(blockDim)]);
+        for (int64_t b = 0; b < blockDim; ++b) threads[b] = std::thread(RunOneBlock, &ctxs[b], body, arg);
+        for (int64_t b = 0; b < blockDim; ++b) threads[b].join();
+    } else {
+        for (int64_t b = 0; b < blockDim; ++b) {
+            RunOneBlock(&ctxs[b], body, arg);
+            if (ctxs[b].error) break;
+        }
+    }
+    std::exception_ptr first;
+    for (int64_t b = 0; b < blockDim && !first; ++b) first = ctxs[b].error;
+    std::string overlap = first ? std::string() : FindWriteOverlap(ctxs.get(), blockDim);
+    {
+        std::lock_guard<std::mutex> lock(StatsMutex());
+        LaunchStats& st = LastLaunchSlot();
+        st = LaunchStats();
+        st.kernel = name;
+        st.block_dim = blockDim;
+        st.soc = soc.name;
+        for (int64_t b = 0; b < blockDim; ++b) {
+            Merge(st.total, ctxs[b].c);
+            st.warnings.insert(st.warnings.end(), ctxs[b].c.warnings.begin(), ctxs[b].c.warnings.end());
+            st.blocks.push_back(std::move(ctxs[b].c));
+        }
+        const char* path = std::getenv("ASCENDC_EMU_STATS_FILE");
+        if (path != nullptr && path[0] != '\0') {
+            if (FILE* f = std::fopen(path, "a")) {
+                std::string line = ToJson(st) + "\n";
+                std::fwrite(line.data(), 1, line.size(), f);
+                std::fclose(f);
+            }
+        }
+    }
+    if (first) std::rethrow_exception(first);
+    if (!overlap.empty()) {
+        throw DeviceRuleError(Cat("ascendc_emu: kernel ", name, ", launch end: ", overlap));
+    }
+}
+
+}  // namespace emu
+}  // namespace AscendC
+
+#endif  // ASCENDC_EMU_RUNTIME_LAUNCH_H
