@@ -168,8 +168,7 @@ class RowReduceKernelPrinter:
         """(tile operands by load key, scalar names by load key) visible to one step."""
         t = self.ctype
         tiles, scalars = {}, {}
-        inter_slot = {s.buffer.name: k for k, s in enumerate(self.program.intermediates)}
-        for key, (kind, buffer) in self.program.loads.items():
+        for key, (kind, buffer, step) in self.program.loads.items():
             n_ = self.names.get(buffer.name, _ident(buffer.name))
             if kind is RowAccessKind.ROWS:
                 tiles[key] = Operand(f"{n_}Tile[r * ROW_STRIDE]", True, self.dtype)
@@ -177,14 +176,15 @@ class RowReduceKernelPrinter:
                 tiles[key] = Operand(f"{n_}Col", True, self.dtype)
             elif kind is RowAccessKind.INTERMEDIATE:
                 tiles[key] = Operand(f"rowBuf.GetWithOffset<{t}>(ROW_STRIDE, "
-                                     f"{inter_slot[buffer.name]} * ROW_STRIDE * sizeof({t}))",
+                                     f"{self.program.intermediate_slot(step)} * ROW_STRIDE * "
+                                     f"sizeof({t}))",
                                      True, self.dtype)
             elif kind is RowAccessKind.ROW_SCALAR:
                 scalars[key] = f"{n_}Gm.GetValue(row)"
             elif kind is RowAccessKind.SCALAR:
                 scalars[key] = f"{n_}Val"
-            else:  # a value reduced by an earlier step of this row
-                scalars[key] = f"red_{_ident(buffer.name)}"
+            else:  # a value computed by an earlier step of this row
+                scalars[key] = f"rowValue{step}"
         del step_index
         return tiles, scalars
 
@@ -208,7 +208,7 @@ class RowReduceKernelPrinter:
                 buf.line(f"AscendC::{api}(reduced, {operand.text}, work, cols);")
                 buf.line("AscendC::SetFlag<AscendC::HardEvent::V_S>(0);")
                 buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
-                name = f"red_{_ident(step.buffer.name)}"
+                name = f"rowValue{step.index}"
                 if step.is_output:
                     buf.line(f"outTile.SetValue(r, reduced.GetValue(0));")
                 else:
@@ -218,13 +218,12 @@ class RowReduceKernelPrinter:
                 if step.is_output:
                     buf.line(f"outTile.SetValue(r, static_cast<{t}>({value}));")
                 else:
-                    buf.line(f"{t} red_{_ident(step.buffer.name)} = {value};")
+                    buf.line(f"{t} rowValue{step.index} = {value};")
             else:
                 if step.is_output:
                     dst = "outTile[r * ROW_STRIDE]"
                 else:
-                    k = [s.buffer.name for s in self.program.intermediates].index(
-                        step.buffer.name)
+                    k = self.program.intermediate_slot(step.index)
                     dst = (f"rowBuf.GetWithOffset<{t}>(ROW_STRIDE, {k} * ROW_STRIDE * "
                            f"sizeof({t}))")
                 root = printer.emit(buf, step.plan, tiles, dst, slot, "cols")

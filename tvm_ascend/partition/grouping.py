@@ -18,12 +18,14 @@ import re
 from dataclasses import dataclass, field
 
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .. import ir_attrs
 from ..schedules import select_template, supports
 from .decision import Decision
+from .merge import Site, merge_sites
 from .patterns import check_call, register_ascend_patterns
 
 logger = logging.getLogger("tvm_ascend.partition")
@@ -54,11 +56,13 @@ class KernelGroup:
     rule: str
     reason: str
     call_sites: int = 1
+    gm_bytes_saved: int = 0
 
     def to_json(self) -> dict:
         return {
             "name": self.name, "kernel": self.symbol, "on_npu": self.on_npu, "rule": self.rule,
             "reason": self.reason, "call_sites": self.call_sites,
+            "gm_bytes_saved": self.gm_bytes_saved,
             "onnx_nodes": list(dict.fromkeys(m.node for m in self.members if m.node)),
             "ops": [{"var": m.var, "op": m.op, "node": m.node, "dtype": m.dtype,
                      "shape": list(m.shape), "supported": m.decision.ok,
@@ -171,24 +175,23 @@ def _kernel_symbol(name: str, index: int) -> str:
 
 @mutator
 class _OffloadRewriter(PyExprMutator):
-    """Replaces ``call_tir(fused, args)`` of NPU groups by a call to their codegen function."""
+    """Replaces the call_tir of each NPU site by a call to its codegen function."""
 
     def __init__(self, mod, targets):
         super().__init__(mod)
-        self.targets = targets  # callee name -> GlobalVar of the codegen function
+        self.targets = targets  # list of (original call_tir, codegen GlobalVar, args)
 
     def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if call.op.same_as(tvm.ir.Op.get("relax.call_tir")) and \
-                call.args[0].name_hint in self.targets:
-            return relax.Call(self.targets[call.args[0].name_hint], list(call.args[1].fields))
-        return call
+        for original, gvar, args in self.targets:
+            if original.same_as(call):
+                return relax.Call(gvar, [self.visit_expr(a) for a in args])
+        return super().visit_call_(call)
 
 
-def _codegen_function(prim_gv, prim_func, call, symbol, group_json, template):
-    params = [relax.Var(f"p{i}", arg.ty) for i, arg in enumerate(call.args[1].fields)]
-    body = relax.Call(call.op, [prim_gv, relax.Tuple(params)], call.attrs, call.ty_args)
-    func = relax.Function(params, body, call.ty_args[0] if call.ty_args else None)
+def _codegen_function(prim_gv, prim_func, args, out_ty, symbol, group_json, template):
+    params = [relax.Var(f"p{i}", arg.ty) for i, arg in enumerate(args)]
+    body = relax.op.call_tir(prim_gv, relax.Tuple(params), out_ty)
+    func = relax.Function(params, body, out_ty)
     return func.with_attrs({"Codegen": "ascend", "global_symbol": symbol,
                             ir_attrs.PRIM_FUNC: prim_func,
                             ir_attrs.GROUP: json.dumps(group_json),
@@ -224,7 +227,7 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True) -> PartitionResult:
         if isinstance(func, relax.Function) and func.attrs and "Primitive" in func.attrs:
             members[gv.name_hint] = [c.name_hint for _, c, _ in _call_tir_sites(func)]
     fused = relax.transform.FuseTIR()(fused)
-    return _offload(fused, ops, by_callee, members, soc)
+    return _offload(fused, ops, by_callee, members, soc, merge=fuse)
 
 
 def _group_for(callee: str, by_callee, members) -> tuple[list[OpInfo], str]:
@@ -251,26 +254,52 @@ def _npu_decision(infos: list[OpInfo], call) -> Decision:
     return Decision.yes(f"all {len(infos)} op(s) supported on the vector unit")
 
 
-def _offload(fused: tvm.IRModule, ops, by_callee, members, soc) -> PartitionResult:
-    groups: dict[str, KernelGroup] = {}
-    rewriter = _OffloadRewriter(fused, {})
-    builder = rewriter.builder_
-    for var, callee, call in _call_tir_sites(fused["main"]):
-        name = callee.name_hint
-        if name in groups:
-            groups[name].call_sites += 1
+def _sites(fused, by_callee, members) -> list[Site]:
+    sites = []
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    for binding in _bindings(fused["main"]):
+        call = binding.value
+        if not (isinstance(call, relax.Call) and call.op.same_as(call_tir)):
             continue
-        infos, rule = _group_for(name, by_callee, members)
-        decision, template = _npu_decision(infos, call), None
+        var, callee = binding.var, call.args[0]
+        infos, rule = _group_for(callee.name_hint, by_callee, members)
+        sites.append(Site(var, call, callee.name_hint, fused[callee], list(call.args[1].fields),
+                          infos, rule, _npu_decision(infos, call)))
+    return sites
+
+
+def _offload(fused: tvm.IRModule, ops, by_callee, members, soc, merge: bool) -> PartitionResult:
+    sites = _sites(fused, by_callee, members)
+    if merge:
+        sites = merge_sites(sites, fused["main"], soc)
+    groups: dict[str, KernelGroup] = {}
+    kernels: dict[str, tuple] = {}  # site name -> (GlobalVar, PrimFunc) of its kernel
+    rewriter = _OffloadRewriter(fused, [])
+    builder = rewriter.builder_
+    for site in sites:
+        if site.absorbed_into is not None:
+            continue
+        shared = kernels.get(site.name)
+        if shared is not None and tvm_ffi.structural_equal(shared[1], site.prim):
+            groups[site.name].call_sites += 1
+            rewriter.targets.append((site.call, shared[0], site.args))
+            continue
+        if shared is not None:  # same name, different computation: keep them apart
+            site.name = f"{site.name}_{len(kernels)}"
+        decision, template = site.eligible, None
         if decision.ok:
-            template, decision = select_template(fused[callee], soc)
-        symbol = _kernel_symbol(name, len(rewriter.targets)) if decision.ok else None
-        group = KernelGroup(name, symbol, infos, decision.ok, rule, decision.reason)
-        groups[name] = group
+            template, decision = select_template(site.prim, soc)
+        symbol = _kernel_symbol(site.name, len(kernels)) if decision.ok else None
+        reason = "; ".join([decision.reason] + site.merges)
+        group = KernelGroup(site.name, symbol, site.members, decision.ok, site.rule, reason,
+                            gm_bytes_saved=site.gm_bytes_saved)
+        groups[site.name] = group
         if decision.ok:
-            func = _codegen_function(callee, fused[callee], call, symbol, group.to_json(),
-                                     template)
-            rewriter.targets[name] = builder.add_func(func, symbol)
+            prim_gv = builder.add_func(site.prim, site.name)
+            func = _codegen_function(prim_gv, site.prim, site.args, site.call.ty_args[0],
+                                     symbol, group.to_json(), template)
+            kernels[site.name] = (builder.add_func(func, symbol), site.prim)
+            rewriter.targets.append((site.call, kernels[site.name][0], site.args))
     main_gv = fused.get_global_var("main")
     builder.update_func(main_gv, rewriter.visit_expr(fused["main"]))
     # The fused PrimFuncs now live inside the codegen functions' attributes; drop the copies.
