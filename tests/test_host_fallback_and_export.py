@@ -65,7 +65,7 @@ def test_export_leaves_no_partial_file_on_failure(demo, tmp_path, monkeypatch):
     _, _, lib = demo
     fresh = tvm_ascend.build(make_demo_model(seed=7), target="ascend")
     monkeypatch.setattr("tvm_ascend.runtime.module.emulator_compile_options",
-                        lambda soc: ["-DTHIS_FLAG_BREAKS=(", "-std=c++17", "--no-such-flag"])
+                        lambda soc, cache: ["-DTHIS_FLAG_BREAKS=(", "--no-such-flag"])
     with pytest.raises(tvm_ascend.ToolchainError, match="compiling the kernels"):
         fresh.export_library(tmp_path / "broken.so")
     assert list(tmp_path.iterdir()) == []

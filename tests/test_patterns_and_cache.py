@@ -58,3 +58,17 @@ def test_second_build_uses_the_compile_cache(tmp_path, monkeypatch):
     assert cached[0].stat().st_mtime_ns == stamp, "warm build must not recompile"
     assert (tmp_path / "b.so").read_bytes() == (tmp_path / "a.so").read_bytes()
     np.testing.assert_array_equal(second.run(builder.feeds)[0], first.run(builder.feeds)[0])
+
+
+def test_models_differing_only_in_weights_do_not_share_a_cached_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("TVM_ASCEND_CACHE_DIR", str(tmp_path / "cache"))
+    outs = []
+    for seed in (1, 2):
+        builder = ModelBuilder("float32", seed=seed)
+        x = builder.input("x", (40,))
+        builder.output(builder.node("Add", [x, builder.const(builder.rng.standard_normal(40))]),
+                       (40,))
+        builder.feeds["x"] = np.zeros(40, np.float32)
+        outs.append(tvm_ascend.build(builder.model()).run(builder.feeds)[0])
+    assert not np.array_equal(outs[0], outs[1])
+    assert len(list((tmp_path / "cache").glob("*.so"))) == 2

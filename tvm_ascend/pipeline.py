@@ -15,6 +15,7 @@ import logging
 import os
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from .codegen import metadata_from_source, register_codegen, unit_module
@@ -98,7 +99,11 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     source = _external_source(lowered)
     metadata = metadata_from_source(source)
     executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
-    key = hashlib.sha256((source + lowered["main"].script()).encode()).hexdigest()[:32]
+    # The key covers the kernels' source and the whole host module, weights included (the
+    # script printer leaves constants out, the structural hash does not).
+    host_hash = sorted(f"{gv.name_hint}:{tvm_ffi.structural_hash(func, map_free_vars=True)}"
+                       for gv, func in lowered.functions.items())
+    key = hashlib.sha256(f"{source}|{host_hash}".encode()).hexdigest()[:32]
     if config.dump_graph:
         for symbol, text in metadata.get("kernel_sources", {}).items():
             path = os.path.join(config.dump_path, "kernels", f"{symbol}.cpp")

@@ -22,13 +22,9 @@ import tvm
 from tvm import relax
 
 from ..errors import DeviceRuleError, ModelLoadError, ToolchainError
-from .toolchain import emulator_compile_options
+from .toolchain import default_cache_dir, emulator_compile_options
 
 logger = logging.getLogger("tvm_ascend.runtime")
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tvm_ascend"
 
 
 def _atomic_export(executable, path: Path, options: list[str]) -> None:
@@ -80,7 +76,7 @@ class AscendModule:
 
     # ---- building and loading -------------------------------------------------------------------
     def _compile_options(self) -> list[str]:
-        return emulator_compile_options(self.soc_version or "Ascend910B1")
+        return emulator_compile_options(self.soc_version or "Ascend910B1", self._cache_dir)
 
     def export_library(self, path) -> str:
         """Write one shared library holding host code and kernels; returns its path."""
@@ -104,6 +100,7 @@ class AscendModule:
         if not self._cache_key:
             return None
         flags = hashlib.sha256(" ".join(self._compile_options()).encode()).hexdigest()[:16]
+        # the options name the runtime object, whose file name carries the headers' digest
         return self._cache_dir / f"{self._cache_key}-{flags}.so"
 
     def _cached_library(self) -> Path | None:
