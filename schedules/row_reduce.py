@@ -15,13 +15,14 @@ import enum
 from dataclasses import dataclass, field
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
 from .tile_values import (Access, AccessKind, buffer_size, expr_key, flat_offset, make_analyzer,
-                          plan_tile_values, unsupported_construct)
+                          plan_tile_values, unsupported_construct, uses_var)
 from .tiling import Tiling
 from .tir_walk import BufferLoad, load_buffer, param_buffers
 
@@ -35,7 +36,8 @@ SUPPORTED_DTYPES = ("float32", "float16")
 class RowAccessKind(enum.Enum):
     ROWS = "rows"            # [rows, C] input: streamed row tiles
     COLUMN = "column"        # [C] input broadcast over rows (gamma, beta): resident in the UB
-    ROW_SCALAR = "row"       # [rows] input broadcast over columns: one scalar per row
+    ROW_SCALAR = "row"       # one value per row (any broadcast that does not vary along C)
+    ROW_SLICE = "slice"      # C contiguous elements per row at base(row) (masks [b,1,1,s])
     SCALAR = "scalar"        # one value for the kernel
     INTERMEDIATE = "inter"   # a full row computed by an earlier step
     REDUCED = "reduced"      # a row value computed by an earlier reduction
@@ -46,11 +48,12 @@ class RowStep:
     """One block of the row program: a reduction, a full row, or one value per row."""
 
     kind: str            # "reduce", "full" or "row"
-    buffer: object       # the buffer it writes
+    buffer: object       # the buffer it writes (names may repeat: use ``index``)
     expr: object         # value of a full row, or the operand of the reduction
     reducer: str = ""    # "sum", "max" or "min"
     plan: object = None  # TileValuePlan of ``expr``
     is_output: bool = False
+    index: int = 0       # position in the program; names its row value / row buffer
 
 
 @dataclass
@@ -61,7 +64,9 @@ class RowProgram:
     cols: int
     steps: list = field(default_factory=list)
     inputs: dict = field(default_factory=dict)    # input buffer name -> RowAccessKind
-    loads: dict = field(default_factory=dict)     # load key -> (RowAccessKind, buffer)
+    bases: dict = field(default_factory=dict)     # input name -> element offset of row ``row``
+    row_var: object = None                        # the variable ``row`` in ``bases``
+    loads: dict = field(default_factory=dict)     # load key -> (kind, buffer, producing step)
     out_buffer: object = None
     out_full: bool = True
 
@@ -75,8 +80,9 @@ class RowProgram:
         return max([0] + [s.plan.n_slots + (1 if s.kind == "reduce" and s.plan.order else 0)
                           for s in self.steps])
 
-    def kind_of(self, buffer_name: str):
-        return self.inputs.get(buffer_name)
+    def intermediate_slot(self, step_index: int) -> int:
+        """Row buffer of the full intermediate made by step ``step_index``."""
+        return [s.index for s in self.intermediates].index(step_index)
 
 
 def _dtype_bytes(dtype) -> int:
@@ -103,7 +109,7 @@ def _reducer(store) -> tuple[str, object] | None:
     if kind is None:
         return None
     for mine, other in ((value.a, value.b), (value.b, value.a)):
-        if isinstance(mine, BufferLoad) and target(mine).name == store.buffer.name:
+        if isinstance(mine, BufferLoad) and target(mine).same_as(store.buffer):
             return kind, other
     return None
 
@@ -216,10 +222,9 @@ def row_program(blocks, func, rows: int, cols: int) -> RowProgram:
     """The row program of ``blocks`` (in execution order), from their iteration variables and
     bodies only, so the inlined schedule and the final scheduled TIR give the same program."""
     row, col = tirx.Var("row", "int64"), tirx.Var("col", "int64")
-    inputs, outputs = param_buffers(func)
-    input_names = {b.name for b in inputs}
-    program = RowProgram(rows, cols, out_buffer=outputs[0])
-    produced_full, produced_reduced = set(), set()
+    _, outputs = param_buffers(func)
+    program = RowProgram(rows, cols, out_buffer=outputs[0], row_var=row)
+    produced = {}  # buffer (by identity) -> (kind of step, step index)
     for index, block in enumerate(blocks):
         bindings = _row_col_bindings(block, rows, cols, row, col)
         analyzer = make_analyzer(row, rows, bindings)
@@ -234,20 +239,19 @@ def row_program(blocks, func, rows: int, cols: int) -> RowProgram:
             reducer, expr = "", store.value
 
         def classify(load, analyzer=analyzer):
-            access = _classify_row_load(load, analyzer, row, col, rows, cols, input_names,
-                                        produced_full, produced_reduced)
-            program.loads[expr_key(load)] = (access, load_buffer(load))
-            if access in (RowAccessKind.ROWS, RowAccessKind.COLUMN, RowAccessKind.ROW_SCALAR,
-                          RowAccessKind.SCALAR):
-                program.inputs[load_buffer(load).name] = access
-            tile = access in (RowAccessKind.ROWS, RowAccessKind.COLUMN,
+            access, base = _classify_row_load(load, analyzer, row, col, rows, cols, produced)
+            step = produced.get(load_buffer(load), (None, None))[1]
+            program.loads[expr_key(load)] = (access, load_buffer(load), step)
+            if access not in (RowAccessKind.INTERMEDIATE, RowAccessKind.REDUCED):
+                _record_input(program, load_buffer(load).name, access, base)
+            tile = access in (RowAccessKind.ROWS, RowAccessKind.COLUMN, RowAccessKind.ROW_SLICE,
                               RowAccessKind.INTERMEDIATE)
             return Access(AccessKind.FULL if tile else AccessKind.SCALAR, load_buffer(load), 0)
 
         plan = plan_tile_values(expr, classify)
         is_output = index == len(blocks) - 1
-        program.steps.append(RowStep(kind, store.buffer, expr, reducer, plan, is_output))
-        (produced_full if kind == "full" else produced_reduced).add(store.buffer.name)
+        program.steps.append(RowStep(kind, store.buffer, expr, reducer, plan, is_output, index))
+        produced[store.buffer] = (kind, index)
         if is_output:
             program.out_full = kind == "full"
     return program
@@ -282,23 +286,36 @@ def _prod(values) -> int:
     return out
 
 
-def _classify_row_load(load, analyzer, row, col, rows, cols, input_names, produced_full,
-                       produced_reduced) -> RowAccessKind:
+def _record_input(program: RowProgram, name: str, access, base) -> None:
+    known = program.inputs.get(name)
+    if known is not None and (known is not access or (
+            base is not None and not tvm_ffi.structural_equal(program.bases[name], base))):
+        raise TilingError(f"{name} is read in two ways ({known.value}, {access.value}) in one "
+                          "row kernel")
+    program.inputs[name] = access
+    if base is not None:
+        program.bases[name] = base
+
+
+def _classify_row_load(load, analyzer, row, col, rows, cols, produced):
+    """(kind, base offset of the row or None) of one load, relative to (row, col)."""
     buffer = load_buffer(load)
-    if buffer.name in produced_full:
-        return RowAccessKind.INTERMEDIATE
-    if buffer.name in produced_reduced:
-        return RowAccessKind.REDUCED
+    if buffer in produced:
+        full = produced[buffer][0] == "full"
+        return (RowAccessKind.INTERMEDIATE if full else RowAccessKind.REDUCED), None
     offset = analyzer.simplify(flat_offset(buffer, load.indices))
     size = buffer_size(buffer)
     if size == rows * cols and analyzer.can_prove_equal(offset, row * cols + col):
-        return RowAccessKind.ROWS
+        return RowAccessKind.ROWS, None
     if size == cols and analyzer.can_prove_equal(offset, col):
-        return RowAccessKind.COLUMN
-    if size == rows and analyzer.can_prove_equal(offset, row):
-        return RowAccessKind.ROW_SCALAR
+        return RowAccessKind.COLUMN, None
     if size == 1:
-        return RowAccessKind.SCALAR
+        return RowAccessKind.SCALAR, None
+    if not uses_var(offset, col):
+        return RowAccessKind.ROW_SCALAR, offset
+    base = analyzer.simplify(offset - col)
+    if not uses_var(base, col):
+        return RowAccessKind.ROW_SLICE, base
     raise TilingError(f"{buffer.name} is read as {load}, not along the rows' last axis (as a "
                       "row, a column, one value per row or a scalar)")
 
@@ -307,7 +324,8 @@ def _footprint(program: RowProgram, rows_per_tile: int) -> int:
     """UB bytes the printed kernel reserves with InitBuffer (checked against the emulator)."""
     elem = _dtype_bytes(program.out_buffer.dtype)
     row_bytes = _round_up(program.cols * elem, BLOCK_BYTES)
-    streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS)
+    streamed = sum(1 for k in program.inputs.values()
+                   if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
     columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN)
     out_tile = rows_per_tile * row_bytes if program.out_full \
         else _round_up(rows_per_tile * elem, BLOCK_BYTES)
@@ -321,10 +339,12 @@ def _round_up(a: int, b: int) -> int:
 
 
 def _plan(program: RowProgram, soc, rows: int, cols: int) -> Tiling:
-    dtypes = {str(b.dtype) for _, b in program.loads.values()} | {str(program.out_buffer.dtype)}
+    dtypes = {str(b.dtype) for _, b, _ in program.loads.values()}
+    dtypes.add(str(program.out_buffer.dtype))
     if len(dtypes) != 1:
         raise TilingError(f"row kernels compute in one dtype; this group mixes {sorted(dtypes)}")
-    streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS)
+    streamed = sum(1 for k in program.inputs.values()
+                   if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
     if streamed > soc.max_live_buffers_per_position:
         raise TilingError(f"{streamed} row inputs exceed {soc.max_live_buffers_per_position} "
                           "live VECIN buffers")
@@ -348,12 +368,13 @@ def _plan(program: RowProgram, soc, rows: int, cols: int) -> Tiling:
 
 def _row_reads(program: RowProgram, rows, cols, cores) -> int:
     read, seen = 0, set()
-    for kind, buffer in program.loads.values():
+    for kind, buffer, _ in program.loads.values():
         if buffer.name in seen or buffer.name not in program.inputs:
             continue
         seen.add(buffer.name)
         elem = _dtype_bytes(buffer.dtype)
-        read += {RowAccessKind.ROWS: rows * cols * elem, RowAccessKind.COLUMN: cores * cols * elem,
+        read += {RowAccessKind.ROWS: rows * cols * elem, RowAccessKind.ROW_SLICE: rows * cols * elem,
+                 RowAccessKind.COLUMN: cores * cols * elem,
                  RowAccessKind.ROW_SCALAR: rows * elem,
                  RowAccessKind.SCALAR: cores * elem}[kind]
     return read

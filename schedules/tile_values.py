@@ -9,6 +9,7 @@ import enum
 from dataclasses import dataclass, field
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.sym.analyzer import Analyzer
 
@@ -61,15 +62,16 @@ def classify_load(load: BufferLoad, analyzer: Analyzer, flat: tirx.Var,
     offset = analyzer.simplify(flat_offset(buffer, load.indices))
     if buffer_size(buffer) == total and analyzer.can_prove_equal(offset, flat):
         return Access(AccessKind.FULL, buffer, offset)
-    if not _uses_var(offset, flat):
+    if not uses_var(offset, flat):
         return Access(AccessKind.SCALAR, buffer, offset)
     return Access(AccessKind.GATHER, buffer, offset)
 
 
-def _uses_var(expr, var) -> bool:
+def uses_var(expr, var) -> bool:
+    """Whether ``var`` occurs in ``expr``."""
     if isinstance(expr, tirx.Var):
         return expr.same_as(var)
-    return any(_uses_var(child, var) for child in _children(expr))
+    return any(uses_var(child, var) for child in _children(expr))
 
 
 def _children(expr) -> list:
@@ -113,8 +115,9 @@ def unsupported_construct(expr) -> str | None:
 
 
 def expr_key(expr) -> str:
-    """Structural identity used for common-subexpression elimination."""
-    return str(expr)
+    """Structural identity used for common-subexpression elimination. Buffers are compared by
+    identity, not name: a merged group may hold two buffers called ``x_red``."""
+    return f"{tvm_ffi.structural_hash(expr)}|{expr}"
 
 
 @dataclass

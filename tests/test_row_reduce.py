@@ -112,3 +112,23 @@ def test_rows_longer_than_the_ub_and_other_axes_stay_on_the_host():
     reasons = " ".join(g["reason"] for g in report["groups"] if not g["on_npu"])
     reasons += " ".join(op["why"] for op in report["host_ops"])
     assert "multi-pass" in reasons and "last axis only" in reasons
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_attention_scores_scale_mask_softmax_is_one_kernel(dtype):
+    """scores [b, h, s, s] * scale + mask [b, 1, 1, s] -> Softmax: one row kernel, the mask read
+    as one slice per row, a per-(b, h, row) bias read as one value per row."""
+    b = ModelBuilder(dtype, seed=25)
+    shape = (2, 3, 17, 17)
+    scores = b.input("scores", shape)
+    b.feeds["scores"] = b.rng.standard_normal(shape).astype(dtype)
+    mask = b.input("mask", (2, 1, 1, 17))
+    b.feeds["mask"] = np.where(b.rng.random((2, 1, 1, 17)) < 0.2, -1e4, 0).astype(dtype)
+    bias = b.input("bias", (2, 3, 17, 1))
+    scaled = b.node("Mul", [scores, b.const(np.array(0.25), "scale")])
+    masked = b.node("Add", [b.node("Add", [scaled, mask]), bias])
+    b.output(b.node("Softmax", [masked], axis=-1), shape)
+    lib, report = _compare(b)
+    assert report["npu_kernels"] == 1
+    (source,) = lib.kernel_sources().values()
+    assert "CopyGmToUb(" in source and "Gm.GetValue(" in source

@@ -76,8 +76,16 @@ class RowReduceKernelPrinter:
             self.emit_copy_out(buf)
             self.emit_members(buf)
 
-    def _inputs(self, kind):
-        return [name for name, k in self.program.inputs.items() if k is kind]
+    def _inputs(self, *kinds):
+        return [name for name, k in self.program.inputs.items() if k in kinds]
+
+    def _streamed(self):
+        """Inputs copied in tile by tile through a VECIN queue."""
+        return self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)
+
+    def _base(self, name: str) -> str:
+        """C++ element offset of the current row's data in input ``name``."""
+        return ScalarPrinter({self.program.row_var.name: "row"}).print(self.program.bases[name])
 
     def emit_init(self, buf):
         t = self.ctype
@@ -105,9 +113,16 @@ class RowReduceKernelPrinter:
                 # Vector instructions read the resident columns: wait for MTE2 to land them.
                 buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
                 buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
+            for name in self._inputs(RowAccessKind.ROW_SLICE):
+                n = self.names[name]
+                size = buffer_size(next(p for p in self.params if p.name == name))
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {size});")
+                buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, tileRows * ROW_STRIDE * "
+                         f"sizeof({t}));")
             for name in self._inputs(RowAccessKind.ROW_SCALAR):
                 n = self.names[name]
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n} + rowStart, blockRows);")
+                size = buffer_size(next(p for p in self.params if p.name == name))
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {size});")
             for name in self._inputs(RowAccessKind.SCALAR):
                 n = self.names[name]
                 buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
@@ -140,27 +155,34 @@ class RowReduceKernelPrinter:
     def emit_copy_in(self, buf):
         t = self.ctype
         with buf.indent("__aicore__ inline void CopyIn(uint32_t i, uint32_t n) {"):
-            for name in self._inputs(RowAccessKind.ROWS):
+            for name in self._streamed():
                 n_ = self.names[name]
                 buf.line(f"AscendC::LocalTensor<{t}> {n_}Tile = {n_}Que.AllocTensor<{t}>();")
-                buf.line(f"CopyRowsIn({n_}Tile, {n_}Gm[static_cast<uint64_t>(i) * tileRows * "
-                         "cols], n, cols, ROW_STRIDE);")
+                if self.program.inputs[name] is RowAccessKind.ROWS:
+                    buf.line(f"CopyRowsIn({n_}Tile, {n_}Gm[static_cast<uint64_t>(i) * "
+                             "tileRows * cols], n, cols, ROW_STRIDE);")
+                else:  # each row reads its own slice (a broadcast mask, ...)
+                    with buf.indent("for (uint32_t r = 0; r < n; ++r) {"):
+                        buf.line("uint64_t row = rowStart + static_cast<uint64_t>(i) * "
+                                 "tileRows + r;")
+                        buf.line(f"CopyGmToUb({n_}Tile[r * ROW_STRIDE], "
+                                 f"{n_}Gm[{self._base(name)}], cols);")
                 buf.line(f"{n_}Que.EnQue({n_}Tile);")
 
     def emit_compute(self, buf):
         t = self.ctype
         with buf.indent("__aicore__ inline void Compute(uint32_t i, uint32_t n) {"):
-            for name in self._inputs(RowAccessKind.ROWS):
+            for name in self._streamed():
                 n_ = self.names[name]
                 buf.line(f"AscendC::LocalTensor<{t}> {n_}Tile = {n_}Que.DeQue<{t}>();")
             buf.line(f"AscendC::LocalTensor<{t}> outTile = outQue.AllocTensor<{t}>();")
             buf.line(f"AscendC::LocalTensor<{t}> work = workBuf.Get<{t}>();")
             buf.line(f"AscendC::LocalTensor<{t}> reduced = reducedBuf.Get<{t}>();")
             with buf.indent("for (uint32_t r = 0; r < n; ++r) {"):
-                buf.line("uint64_t row = static_cast<uint64_t>(i) * tileRows + r;")
+                buf.line("uint64_t row = rowStart + static_cast<uint64_t>(i) * tileRows + r;")
                 self.emit_row(buf)
             buf.line("outQue.EnQue(outTile);")
-            for name in self._inputs(RowAccessKind.ROWS):
+            for name in self._streamed():
                 n_ = self.names[name]
                 buf.line(f"{n_}Que.FreeTensor({n_}Tile);")
 
@@ -170,7 +192,7 @@ class RowReduceKernelPrinter:
         tiles, scalars = {}, {}
         for key, (kind, buffer, step) in self.program.loads.items():
             n_ = self.names.get(buffer.name, _ident(buffer.name))
-            if kind is RowAccessKind.ROWS:
+            if kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
                 tiles[key] = Operand(f"{n_}Tile[r * ROW_STRIDE]", True, self.dtype)
             elif kind is RowAccessKind.COLUMN:
                 tiles[key] = Operand(f"{n_}Col", True, self.dtype)
@@ -180,7 +202,7 @@ class RowReduceKernelPrinter:
                                      f"sizeof({t}))",
                                      True, self.dtype)
             elif kind is RowAccessKind.ROW_SCALAR:
-                scalars[key] = f"{n_}Gm.GetValue(row)"
+                scalars[key] = f"{n_}Gm.GetValue({self._base(buffer.name)})"
             elif kind is RowAccessKind.SCALAR:
                 scalars[key] = f"{n_}Val"
             else:  # a value computed by an earlier step of this row
@@ -250,7 +272,7 @@ class RowReduceKernelPrinter:
         for name, kind in self.program.inputs.items():
             n_ = self.names[name]
             buf.line(f"AscendC::GlobalTensor<{t}> {n_}Gm;")
-            if kind is RowAccessKind.ROWS:
+            if kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
                 buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {n_}Que;")
             elif kind is RowAccessKind.COLUMN:
                 buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {n_}Res;")
