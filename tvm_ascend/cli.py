@@ -56,6 +56,8 @@ def _run_compile(args) -> int:
           f"{report['host_groups']} group(s) on the host")
     for op in report["host_ops"]:
         print(f"  host: {op['node'] or op['var']} ({op['op']}): {op['why']}")
+    print()
+    print(lib.report)
     return 0
 
 

@@ -1,6 +1,7 @@
 """Attribute keys by which one stage hands its decisions to the next (data passed down)."""
 
 ONNX_NODES = "ascend.onnx_nodes"   # on main: binding var -> ONNX node name (frontend)
+ONNX_NODE_COUNT = "ascend.onnx_node_count"  # on main: nodes of the ONNX graph (frontend)
 GROUP = "ascend.group"             # on a Codegen function: provenance JSON (partition)
 TEMPLATE = "ascend.template"       # schedule template chosen for the group (partition)
 PRIM_FUNC = "ascend.prim_func"     # the group's PrimFunc, then its scheduled form (schedule)

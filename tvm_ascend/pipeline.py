@@ -18,6 +18,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from . import ir_attrs
 from .codegen import metadata_from_source, register_codegen, unit_module
 from .config import CompileConfig
 from .errors import CodegenError
@@ -36,6 +37,14 @@ def prepare(mod: tvm.IRModule, params=None) -> tvm.IRModule:
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
     return relax.transform.FoldConstant()(mod)
+
+
+def _nodes_before(mod: tvm.IRModule) -> int:
+    """ONNX nodes of the model (bindings of ``main`` for a module not imported from ONNX)."""
+    attrs = mod["main"].attrs
+    if attrs and ir_attrs.ONNX_NODE_COUNT in attrs:
+        return int(attrs[ir_attrs.ONNX_NODE_COUNT])
+    return sum(len(block.bindings) for block in mod["main"].body.blocks)
 
 
 def _dump(config: CompileConfig, name: str, payload) -> None:
@@ -84,7 +93,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     prepared = prepare(imported, params)
     result = partition(prepared, soc, fuse=config.fusion_enabled)
     scheduled, tilings = schedule_groups(result.mod, soc)
-    report = fusion_report(result, tilings, config)
+    report = fusion_report(result, tilings, config, _nodes_before(imported))
     _dump(config, "fusion_report.json", report)
     inputs = [p.name for p in scheduled["main"].params]
     metadata = {"soc_version": soc.name, "inputs": inputs, "report": report}

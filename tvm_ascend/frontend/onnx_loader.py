@@ -111,7 +111,8 @@ def load_model(model, input_shape=None) -> tvm.IRModule:
         mod, node_names = _import_with_node_names(model, shapes)
     except Exception as err:  # noqa: BLE001 - the importer raises many kinds
         raise ModelLoadError(f"ONNX import failed: {err}") from err
-    main = mod["main"].with_attr(ir_attrs.ONNX_NODES, node_names)
+    main = mod["main"].with_attrs({ir_attrs.ONNX_NODES: node_names,
+                                   ir_attrs.ONNX_NODE_COUNT: len(model.graph.node)})
     mod.update_func(mod.get_global_var("main"), main)
     logger.info("imported ONNX model: %d nodes, inputs %s", len(model.graph.node), shapes)
     return mod

@@ -25,7 +25,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from .. import ir_attrs
 from ..schedules import select_template, supports
 from .decision import Decision
-from .merge import Site, merge_sites
+from .merge import Site, merge_sites, unfused_edges
 from .patterns import check_call, register_ascend_patterns
 
 logger = logging.getLogger("tvm_ascend.partition")
@@ -77,6 +77,8 @@ class PartitionResult:
     mod: tvm.IRModule
     groups: list[KernelGroup] = field(default_factory=list)
     ops: dict[str, OpInfo] = field(default_factory=dict)
+    edges: list = field(default_factory=list)  # (producer name, consumer name, reason, hint)
+    host_launches: int = 0
 
     @property
     def npu_groups(self) -> list[KernelGroup]:
@@ -254,6 +256,18 @@ def _npu_decision(infos: list[OpInfo], call) -> Decision:
     return Decision.yes(f"all {len(infos)} op(s) supported on the vector unit")
 
 
+def _kept_on_chip(members: list[OpInfo]) -> int:
+    """GM bytes a kernel saves: every op result but the last stays on chip, which saves its
+    write and one read (members are in program order; the group has one output)."""
+    total = 0
+    for info in members[:-1]:
+        size = tvm.runtime.DataType(info.dtype).bits // 8 if info.dtype else 0
+        for dim in info.shape:
+            size *= dim
+        total += 2 * size
+    return total
+
+
 def _sites(fused, by_callee, members) -> list[Site]:
     sites = []
     call_tir = tvm.ir.Op.get("relax.call_tir")
@@ -286,13 +300,16 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, soc, merge: bool) -> 
             continue
         if shared is not None:  # same name, different computation: keep them apart
             site.name = f"{site.name}_{len(kernels)}"
+        elif site.name in groups:  # a host function called again
+            groups[site.name].call_sites += 1
+            continue
         decision, template = site.eligible, None
         if decision.ok:
             template, decision = select_template(site.prim, soc)
         symbol = _kernel_symbol(site.name, len(kernels)) if decision.ok else None
         reason = "; ".join([decision.reason] + site.merges)
         group = KernelGroup(site.name, symbol, site.members, decision.ok, site.rule, reason,
-                            gm_bytes_saved=site.gm_bytes_saved)
+                            gm_bytes_saved=_kept_on_chip(site.members) if decision.ok else 0)
         groups[site.name] = group
         if decision.ok:
             prim_gv = builder.add_func(site.prim, site.name)
@@ -300,11 +317,14 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, soc, merge: bool) -> 
                                      symbol, group.to_json(), template)
             kernels[site.name] = (builder.add_func(func, symbol), site.prim)
             rewriter.targets.append((site.call, kernels[site.name][0], site.args))
+    edges = [(p.name, c.name, reason, hint)
+             for p, c, reason, hint in unfused_edges(sites, fused["main"], merge)]
+    host_launches = sum(1 for s in sites if s.absorbed_into is None and not groups[s.name].on_npu)
     main_gv = fused.get_global_var("main")
     builder.update_func(main_gv, rewriter.visit_expr(fused["main"]))
     # The fused PrimFuncs now live inside the codegen functions' attributes; drop the copies.
     out = relax.transform.DeadCodeElimination(["main"])(builder.get())
-    result = PartitionResult(out, list(groups.values()), ops)
+    result = PartitionResult(out, list(groups.values()), ops, edges, host_launches)
     logger.info("partition: %d NPU kernel(s), %d host group(s)", len(result.npu_groups),
                 len(result.groups) - len(result.npu_groups))
     return result

@@ -37,7 +37,7 @@ class Site:
     eligible: Decision       # all ops NPU-supported and one output
     absorbed_into: object = None  # the consumer Site that took this one in
     merges: list = field(default_factory=list)  # notes of merges, for the report
-    gm_bytes_saved: int = 0
+    refused: dict = field(default_factory=dict)  # producer var -> why a merge was refused
 
 
 def _bytes_of(ty) -> int:
@@ -135,15 +135,15 @@ def _try_merge(producer: Site, consumer: Site, soc) -> bool:
         prim, external = _fuse(producer, consumer, name)
     except Exception as err:  # noqa: BLE001 - FuseTIR may refuse some combinations
         logger.debug("merge %s -> %s refused by FuseTIR: %s", producer.name, consumer.name, err)
+        consumer.refused[producer.var] = f"TVM's FuseTIR cannot fuse the two functions ({err})"
         return False
     template, decision = select_template(prim, soc)
     if template is None:
-        consumer.merges.append(f"not merged with {producer.name}: {decision.reason}")
+        consumer.refused[producer.var] = f"the merged group would not tile: {decision.reason}"
         return False
     saved = 2 * _bytes_of(producer.call.ty_args[0])  # written once, read once
     consumer.merges.append(f"merged {producer.name} ({template.name} template tiles both; "
                            f"{saved} GM bytes saved)")
-    consumer.gm_bytes_saved += producer.gm_bytes_saved + saved
     consumer.members = producer.members + consumer.members
     consumer.prim, consumer.args, consumer.name = prim, external, name
     consumer.rule = consumer.rule + "+ascend.merge" if "ascend.merge" not in consumer.rule \
@@ -152,4 +152,39 @@ def _try_merge(producer: Site, consumer: Site, soc) -> bool:
     return True
 
 
-__all__ = ["Site", "merge_sites", "dataclasses"]
+def unfused_edges(sites: list[Site], main, merge_enabled: bool) -> list[tuple]:
+    """(producer site, consumer site, reason, hint) for every edge that crosses global memory."""
+    by_var = {s.var: s for s in sites}
+    outside = _outside_readers(main, sites)
+    edges = []
+    for consumer in sites:
+        if consumer.absorbed_into is not None:
+            continue
+        for arg in consumer.args:
+            producer = by_var.get(arg) if isinstance(arg, relax.Var) else None
+            if producer is None or producer.absorbed_into is not None:
+                continue
+            edges.append((producer, consumer) + _edge_reason(producer, consumer, sites, outside,
+                                                             merge_enabled))
+    return edges
+
+
+def _edge_reason(producer, consumer, sites, outside, merge_enabled) -> tuple[str, str]:
+    if not merge_enabled:
+        return ("fusion is off (fusion_level='off' or AUTOFUSION_ENABLE=0)",
+                "turn fusion on to let FuseOps and the merge rule join them")
+    for side, site in (("producer", producer), ("consumer", consumer)):
+        if not site.eligible:
+            return (f"the {side} runs on the host: {site.eligible.reason}",
+                    "an Ascend kernel for that op would let the edge fuse")
+    readers = _readers(producer.var, sites, outside)
+    if readers > 1:
+        return (f"the producer's result is read by {readers} consumers, so it is written to "
+                "global memory once for all of them",
+                "recomputing it inside each consumer is a cost-model decision (not made yet)")
+    if producer.var in consumer.refused:
+        return consumer.refused[producer.var], "a template for the merged class would fuse it"
+    return "not tried", ""
+
+
+__all__ = ["Site", "merge_sites", "unfused_edges", "dataclasses"]

@@ -6,11 +6,17 @@ import os
 import tempfile
 
 
-def fusion_report(result, tilings: dict, config) -> dict:
-    """A JSON-ready report of one partition (``fusion_report.json`` in dumps)."""
-    groups = []
-    for group in result.groups:
-        entry = group.to_json()
+def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
+    """A JSON-ready report of one partition (``fusion_report.json`` in dumps).
+
+    Keys scripts depend on: ``nodes_before``, ``kernels`` ({"ascend", "host"}: launches per
+    inference), ``groups`` (each with ``id``, ``rule``, ``nodes``, ``kernel``,
+    ``gm_bytes_saved``) and ``unfused_edges`` (``producer``, ``consumer``, ``reason``, ``hint``).
+    """
+    groups, ids = [], {}
+    for index, group in enumerate(result.groups):
+        entry = {"id": f"G{index}", "nodes": group.to_json()["onnx_nodes"], **group.to_json()}
+        ids[group.name] = entry["id"]
         tiling = tilings.get(group.symbol)
         if tiling is not None:
             entry["tiling"] = json.loads(tiling.to_json())
@@ -19,16 +25,40 @@ def fusion_report(result, tilings: dict, config) -> dict:
     host_ops = [{"var": op.var, "op": op.op, "node": op.node, "why": op.decision.reason}
                 for op in result.ops.values() if not op.decision.ok]
     npu = [g for g in groups if g["on_npu"]]
+    edges = [{"producer": ids[p], "consumer": ids[c], "reason": reason, "hint": hint}
+             for p, c, reason, hint in result.edges]
     return {
         "soc_version": config.soc_version,
         "fusion_level": config.fusion_level if config.autofusion else "off",
+        "nodes_before": nodes_before,
         "ops": len(result.ops),
+        "kernels": {"ascend": sum(g["call_sites"] for g in npu), "host": result.host_launches},
         "npu_kernels": len(npu),
-        "npu_launches": sum(g["call_sites"] for g in npu),
         "host_groups": len(groups) - len(npu),
         "groups": groups,
+        "unfused_edges": edges,
         "host_ops": host_ops,
     }
+
+
+def report_table(report: dict) -> str:
+    """The report as a plain-text table, one line per group and per unfused edge."""
+    lines = [f"{report['nodes_before']} ONNX nodes -> {report['kernels']['ascend']} Ascend "
+             f"launches + {report['kernels']['host']} host launches ({report['soc_version']}, "
+             f"fusion {report['fusion_level']})", ""]
+    lines.append(f"{'id':<5}{'where':<7}{'rule':<26}{'GM saved':>10}  nodes")
+    for group in report["groups"]:
+        where = "npu" if group["on_npu"] else "host"
+        nodes = ", ".join(group["nodes"]) or ", ".join(op["op"] for op in group["ops"])
+        lines.append(f"{group['id']:<5}{where:<7}{group['rule']:<26}"
+                     f"{group['gm_bytes_saved']:>10}  {nodes}")
+    if report["unfused_edges"]:
+        lines += ["", "unfused edges:"]
+        for edge in report["unfused_edges"]:
+            lines.append(f"  {edge['producer']} -> {edge['consumer']}: {edge['reason']}")
+            if edge["hint"]:
+                lines.append(f"      hint: {edge['hint']}")
+    return "\n".join(lines)
 
 
 def write_json_atomic(path: str, payload) -> None:

@@ -44,6 +44,21 @@ def _atomic_export(executable, path: Path, options: list[str]) -> None:
             os.unlink(tmp)
 
 
+class FusionReport:
+    """The fusion report a built library carries (JSON keys documented in partition/report)."""
+
+    def __init__(self, data: dict):
+        self._data = data
+
+    def to_json(self) -> dict:
+        return dict(self._data)
+
+    def __str__(self) -> str:
+        from ..partition.report import report_table
+
+        return report_table(self._data)
+
+
 class AscendModule:
     """A compiled model: host code (TVM VM) plus AscendC kernels (CPU-emulated here)."""
 
@@ -73,6 +88,11 @@ class AscendModule:
     def fusion_report(self) -> dict:
         """Every group, the rule that formed it, and every op kept on the host with the reason."""
         return dict(self.metadata.get("report", {}))
+
+    @property
+    def report(self) -> "FusionReport":
+        """The fusion report: ``lib.report.to_json()``, ``print(lib.report)``."""
+        return FusionReport(self.fusion_report())
 
     # ---- building and loading -------------------------------------------------------------------
     def _compile_options(self) -> list[str]:

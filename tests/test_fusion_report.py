@@ -1,0 +1,56 @@
+"""The fusion report a library carries: the documented keys, group ids, unfused edges and why."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import tvm_ascend
+from onnx_models import ModelBuilder
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from make_demo import make_demo_model  # noqa: E402
+
+
+def test_report_keys_scripts_depend_on():
+    report = tvm_ascend.build(make_demo_model()).report.to_json()
+    assert report["nodes_before"] == 7
+    assert report["kernels"] == {"ascend": 2, "host": 1}
+    for group in report["groups"]:
+        assert {"id", "rule", "nodes", "kernel", "gm_bytes_saved"} <= set(group)
+    g0 = report["groups"][0]
+    assert g0["nodes"] == ["add_bias", "relu", "scale"]
+    # two intermediates of 2*64*100 floats stay on chip: each saves a write and a read
+    assert g0["gm_bytes_saved"] == 2 * 2 * (2 * 64 * 100 * 4)
+    edges = {(e["producer"], e["consumer"]): e for e in report["unfused_edges"]}
+    assert set(edges) == {("G0", "G1"), ("G1", "G2")}
+    assert "host" in edges[("G0", "G1")]["reason"] and edges[("G0", "G1")]["hint"]
+
+
+def test_multi_consumer_edge_is_explained():
+    b = ModelBuilder("float32", seed=30)
+    x = b.input("x", (8, 40))
+    e = b.node("Exp", [x])
+    b.output(b.node("Softmax", [e], axis=-1), (8, 40))
+    b.output(b.node("ReduceMax", [e], axes=[-1], keepdims=1), (8, 1))
+    lib = tvm_ascend.build(b.model())
+    report = lib.report.to_json()
+    reasons = [edge["reason"] for edge in report["unfused_edges"]]
+    assert any("read by 2 consumers" in r for r in reasons), reasons
+    text = str(lib.report)
+    assert "unfused edges:" in text and "read by 2 consumers" in text
+    out = lib.run(b.feeds)
+    ex = np.exp(b.feeds["x"])
+    np.testing.assert_allclose(out[1], ex.max(axis=-1, keepdims=True), rtol=1e-5)
+
+
+def test_fusion_off_edges_say_so():
+    b = ModelBuilder("float32", seed=31)
+    x = b.input("x", (64,))
+    b.output(b.node("Relu", [b.node("Exp", [x])]), (64,))
+    cfg = tvm_ascend.CompileConfig(fusion_level="off")
+    report = tvm_ascend.build(b.model(), config=cfg).report.to_json()
+    assert report["kernels"]["ascend"] == 2
+    (edge,) = report["unfused_edges"]
+    assert "fusion is off" in edge["reason"]
