@@ -104,3 +104,17 @@ def test_group_with_more_inputs_than_vecin_buffers_stays_on_the_host():
     assert report["npu_kernels"] == 0
     assert "VECIN" in report["groups"][0]["reason"]
     assert_close(lib.run(builder.feeds)[0], run_onnxruntime(model, builder.feeds)[0], "float32")
+
+
+def test_reshape_joins_the_group_and_alone_stays_a_free_view():
+    builder = ModelBuilder("float32", seed=7)
+    x = builder.input("x", (6, 35))
+    relu = builder.node("Relu", [x])
+    shaped = builder.node("Reshape", [relu, builder.int_const([3, 2, 35], "shape")])
+    builder.output(builder.node("Sigmoid", [shaped]), (3, 2, 35))
+    y = builder.input("y", (4, 5))
+    builder.output(builder.node("Reshape", [y, builder.int_const([20], "shape")]), (20,))
+    lib, report = _build_and_compare(builder, expected_kernels=1)
+    (npu,) = [g for g in report["groups"] if g["on_npu"]]
+    assert [op["op"] for op in npu["ops"]] == ["relax.nn.relu", "relax.reshape", "relax.sigmoid"]
+    assert any("free" in g["reason"] for g in report["groups"] if not g["on_npu"])

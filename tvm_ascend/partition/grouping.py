@@ -26,7 +26,7 @@ from .. import ir_attrs
 from ..schedules import select_template, supports
 from .decision import Decision
 from .merge import Site, merge_sites, unfused_edges
-from .patterns import check_call, register_ascend_patterns
+from .patterns import check_call, is_view_only, register_ascend_patterns
 
 logger = logging.getLogger("tvm_ascend.partition")
 
@@ -250,6 +250,9 @@ def _npu_decision(infos: list[OpInfo], call) -> Decision:
     if refused:
         first = refused[0]
         return Decision.no(f"{first.op} ({first.var}): {first.decision.reason}")
+    if is_view_only(m.op for m in infos):
+        return Decision.no("only layout views: on the host they are free (no copy), so no "
+                           "kernel is launched for them")
     if not isinstance(call.ty_args[0] if call.ty_args else None, relax.TensorType):
         return Decision.no("the group has several outputs; multi-output elementwise kernels "
                            "are not printed yet, so it runs on the host")

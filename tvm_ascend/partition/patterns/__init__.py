@@ -9,6 +9,7 @@ from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, registe
 
 from ..decision import Decision
 from .elementwise import check_elementwise_call, elementwise_patterns
+from .layout import check_view_call, is_view_only, view_patterns
 from .reduction import check_reduction_call, reduction_patterns
 
 _REGISTERED = False
@@ -16,7 +17,7 @@ _REGISTERED = False
 
 def pattern_table() -> list:
     """All ``ascend.*`` entries in priority order (lowest first)."""
-    return list(elementwise_patterns()) + list(reduction_patterns())
+    return list(elementwise_patterns()) + list(reduction_patterns()) + list(view_patterns())
 
 
 def register_ascend_patterns() -> None:
@@ -35,8 +36,12 @@ def ascend_patterns():
 
 def check_call(call) -> Decision:
     """Whether one Relax call can run on the NPU, with the reason (first family that knows it)."""
-    decision = check_reduction_call(call)
-    return decision if decision is not None else check_elementwise_call(call)
+    for family in (check_reduction_call, check_view_call):
+        decision = family(call)
+        if decision is not None:
+            return decision
+    return check_elementwise_call(call)
 
 
-__all__ = ["pattern_table", "register_ascend_patterns", "ascend_patterns", "check_call"]
+__all__ = ["pattern_table", "register_ascend_patterns", "ascend_patterns", "check_call",
+           "is_view_only"]

@@ -1,0 +1,45 @@
+"""Layout views (Reshape, Squeeze, Unsqueeze, Flatten): free inside a group, where the element
+order does not change, so they join elementwise and row kernels instead of splitting them."""
+from __future__ import annotations
+
+from tvm.relax.dpl.pattern import is_op, wildcard
+
+from ..decision import Decision
+from .elementwise import SUPPORTED_DTYPES, _short, _static_shape, _tensor_type
+
+VIEW_OPS = {"relax.reshape": 2, "relax.squeeze": 1, "relax.expand_dims": 1,
+            "relax.flatten": 1}
+
+
+def make_view_pattern(op_name: str, arity: int):
+    """(pattern, annotations) for one layout view."""
+    root = is_op(op_name)(*[wildcard() for _ in range(arity)])
+    return root, {"root": root}
+
+
+def check_view_call(call) -> Decision | None:
+    """Decision for a view op, or None when ``call`` is not one."""
+    name = getattr(getattr(call, "op", None), "name", None)
+    if name not in VIEW_OPS:
+        return None
+    data, out = _tensor_type(call.args[0]), _tensor_type(call)
+    if data is None or out is None or data.dtype not in SUPPORTED_DTYPES:
+        return Decision.no(f"{_short(name)} of a non-float tensor runs on the host")
+    if not (_static_shape(data) and _static_shape(out)):
+        return Decision.no(f"{_short(name)} with a dynamic shape runs on the host")
+    return Decision.yes(f"{_short(name)}: a view, free inside a kernel")
+
+
+def is_view_only(op_names) -> bool:
+    """Whether a group holds nothing but views (on the host these cost no copy at all)."""
+    return all(name in VIEW_OPS for name in op_names)
+
+
+def _registry_check(context) -> bool:
+    return bool(check_view_call(context.annotated_expr["root"]))
+
+
+def view_patterns() -> list:
+    """Entries ``("ascend.<op>", pattern, annotations, check)`` for every view op."""
+    return [(f"ascend.{_short(op)}", *make_view_pattern(op, arity), _registry_check)
+            for op, arity in VIEW_OPS.items()]
