@@ -10,7 +10,8 @@ from .tile_values import AccessKind, classify_load, plan_tile_values
 
 TEMPLATES = (ElementwiseSchedule, RowReduceSchedule)
 
-__all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "Tiling", "AccessKind", "classify_load",
+__all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "Tiling", "AccessKind",
+           "classify_load",
            "plan_tile_values", "TEMPLATES", "select_template", "template_by_name",
            "supports"]
 

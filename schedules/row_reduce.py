@@ -373,7 +373,8 @@ def _row_reads(program: RowProgram, rows, cols, cores) -> int:
             continue
         seen.add(buffer.name)
         elem = _dtype_bytes(buffer.dtype)
-        read += {RowAccessKind.ROWS: rows * cols * elem, RowAccessKind.ROW_SLICE: rows * cols * elem,
+        read += {RowAccessKind.ROWS: rows * cols * elem,
+                 RowAccessKind.ROW_SLICE: rows * cols * elem,
                  RowAccessKind.COLUMN: cores * cols * elem,
                  RowAccessKind.ROW_SCALAR: rows * elem,
                  RowAccessKind.SCALAR: cores * elem}[kind]

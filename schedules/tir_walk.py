@@ -67,5 +67,5 @@ def first_block_realize(stmt) -> SBlockRealize:
     return found[0]
 
 
-__all__ = ["expr_dtype", "BufferLoad", "Call", "load_buffer", "walk", "written_buffers", "param_buffers", "first_block_realize", "SBlock",
-           "SBlockRealize"]
+__all__ = ["expr_dtype", "BufferLoad", "Call", "load_buffer", "walk", "written_buffers",
+           "param_buffers", "first_block_realize", "SBlock", "SBlockRealize"]

@@ -44,7 +44,8 @@ def test_dynamic_input_needs_input_shape():
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(tvm_ascend.ModelLoadError, match=r"'x' has dynamic dimension.*--input_shape"):
+    match = r"'x' has dynamic dimension.*--input_shape"
+    with pytest.raises(tvm_ascend.ModelLoadError, match=match):
         tvm_ascend.build(model)
     cfg = tvm_ascend.CompileConfig(input_shape={"x": (3, 4)})
     lib = tvm_ascend.build(model, config=cfg)

@@ -1,8 +1,6 @@
 """The ascend pattern table, GELU as exporters write it, and the compile cache."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -10,7 +10,7 @@ import tvm_ascend
 from tvm_ascend import ir_attrs
 from tvm_ascend.schedules import ElementwiseKnobs, ElementwiseSchedule, select_template
 from tvm_ascend.soc import get_soc, soc_profiles
-from onnx_models import ModelBuilder, add_chain, chain_steps
+from onnx_models import ModelBuilder, add_chain
 
 
 def _fused_prim_func(shape, steps, dtype="float32"):

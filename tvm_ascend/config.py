@@ -48,7 +48,8 @@ ENV_OVERRIDES = (
                 "1/0: turn automatic fusion on or off (as CANN's Graph-Autofusion switch)"),
     EnvOverride("DUMP_GRAPH", "dump_graph", bool, "1: write numbered graph dumps"),
     EnvOverride("DUMP_GRAPH_PATH", "dump_path", str, "folder for graph dumps and kernel sources"),
-    EnvOverride("TVM_ASCEND_SOC_VERSION", "soc_version", str, "SoC to compile for, e.g. Ascend910B1"),
+    EnvOverride("TVM_ASCEND_SOC_VERSION", "soc_version", str,
+                "SoC to compile for, e.g. Ascend910B1"),
     EnvOverride("TVM_ASCEND_CACHE_DIR", "cache_dir", str, "folder of the compiled-kernel cache"),
 )
 
@@ -98,7 +99,8 @@ class CompileConfig:
                 f"fusion_level={self.fusion_level!r} is not one of {', '.join(FUSION_LEVELS)}")
         if self.precision_mode not in PRECISION_MODES:
             raise FusionConfigError(
-                f"precision_mode={self.precision_mode!r} is not one of {', '.join(PRECISION_MODES)}")
+                f"precision_mode={self.precision_mode!r} is not one of "
+                f"{', '.join(PRECISION_MODES)}")
         get_soc(self.soc_version)  # raises TargetError naming the known SoCs
 
     @property

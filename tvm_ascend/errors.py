@@ -49,4 +49,4 @@ class ToolchainError(AscendError):
 
 
 class DeviceRuleError(AscendError):
-    """The AscendC emulator caught a kernel breaking a device rule (UB overflow, queue misuse...)."""
+    """The AscendC emulator caught a kernel breaking a device rule (UB overflow, queue misuse)."""

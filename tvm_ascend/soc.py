@@ -42,7 +42,7 @@ class SocProfile:
 
     @property
     def vector_blocks(self) -> int:
-        """Blocks an AIV-only (vector) kernel may launch: AIVs on split 2201 chips, else AI cores."""
+        """Blocks an AIV-only (vector) kernel may launch: AIVs on split 2201 chips, else cores."""
         return self.vector_cores if self.npu_arch == 2201 else self.ai_cores
 
     @property

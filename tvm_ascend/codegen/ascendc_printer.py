@@ -88,8 +88,10 @@ def translation_unit(kernels: list[ScheduledKernel], soc, metadata: dict) -> tup
     if f"){METADATA_DELIMITER}\"" in meta:
         raise CodegenError("metadata contains the raw-string delimiter")
     buf.line()
-    buf.line(f'static const char kAscendMetadata[] = R"{METADATA_DELIMITER}({meta}){METADATA_DELIMITER}";')
-    buf.line("static tvm::ffi::String AscendMetadata() { return tvm::ffi::String(kAscendMetadata); }")
+    delimiter = METADATA_DELIMITER
+    buf.line(f'static const char kAscendMetadata[] = R"{delimiter}({meta}){delimiter}";')
+    buf.line("static tvm::ffi::String AscendMetadata() { "
+             "return tvm::ffi::String(kAscendMetadata); }")
     buf.line("TVM_FFI_DLL_EXPORT_TYPED_FUNC(ascend_metadata_json, AscendMetadata);")
     return buf.text(), sources
 

@@ -1,4 +1,4 @@
-"""Prints a row-reduction kernel (softmax, normalisations, last-axis reduces) from its scheduled TIR.
+"""Prints a row-reduction kernel (softmax, normalisations, last-axis reduces) from scheduled TIR.
 
 Rows are split over the cores; ``tileRows`` rows are copied in at once (each row lands 32-byte
 aligned, ``ROW_STRIDE`` elements apart); then each row runs the row program: reductions into one
@@ -7,12 +7,11 @@ instructions with the row values as scalar operands, and the row's output.
 """
 from __future__ import annotations
 
-from tvm import tirx
 
 from ..errors import CodegenError
 from ..schedules.row_reduce import RowAccessKind, row_program
 from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import SBlock, expr_dtype, param_buffers, walk
+from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type, dtype_bytes
 from .scalar_printer import ScalarPrinter
@@ -140,7 +139,7 @@ class RowReduceKernelPrinter:
             if rows:
                 buf.line(f"pipe.InitBuffer(rowBuf, {rows} * ROW_STRIDE * sizeof({t}));")
             buf.line(f"pipe.InitBuffer(workBuf, ROW_STRIDE * sizeof({t}));")
-            buf.line(f"pipe.InitBuffer(reducedBuf, 32);")
+            buf.line("pipe.InitBuffer(reducedBuf, 32);")
 
     def emit_process(self, buf):
         with buf.indent("__aicore__ inline void Process() {"):
@@ -232,7 +231,7 @@ class RowReduceKernelPrinter:
                 buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
                 name = f"rowValue{step.index}"
                 if step.is_output:
-                    buf.line(f"outTile.SetValue(r, reduced.GetValue(0));")
+                    buf.line("outTile.SetValue(r, reduced.GetValue(0));")
                 else:
                     buf.line(f"{t} {name} = reduced.GetValue(0);")
             elif step.kind == "row":
@@ -310,4 +309,4 @@ class RowReduceKernelPrinter:
         return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
 
 
-__all__ = ["RowReduceKernelPrinter", "param_buffers", "tirx"]
+__all__ = ["RowReduceKernelPrinter"]

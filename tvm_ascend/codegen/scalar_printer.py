@@ -1,7 +1,6 @@
 """C++ text of scalar TIR expressions: kernel-wide scalars and gather index arithmetic."""
 from __future__ import annotations
 
-from tvm import tirx
 from tvm.ir.expr import Call
 
 from ..errors import CodegenError
@@ -71,4 +70,4 @@ class ScalarPrinter:
     print_Add = print_Sub = print_Mul = print_Div = print_FloorDiv = print_FloorMod = _binary
 
 
-__all__ = ["ScalarPrinter", "SCALAR_CALLS", "tirx"]
+__all__ = ["ScalarPrinter", "SCALAR_CALLS"]

@@ -1,4 +1,4 @@
-"""Grouping: TVM's own FuseOps proposes groups; wholly supported groups go to the ``ascend`` codegen.
+"""Grouping: TVM's FuseOps proposes groups; wholly supported groups go to the ``ascend`` codegen.
 
 Flow inside this stage (one direction):
   support marking  every binding of ``main`` is checked against the ``ascend.*`` table

@@ -10,7 +10,6 @@ will later rank alternatives.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -187,4 +186,4 @@ def _edge_reason(producer, consumer, sites, outside, merge_enabled) -> tuple[str
     return "not tried", ""
 
 
-__all__ = ["Site", "merge_sites", "unfused_edges", "dataclasses"]
+__all__ = ["Site", "merge_sites", "unfused_edges"]

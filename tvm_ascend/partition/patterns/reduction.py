@@ -1,7 +1,6 @@
 """Reductions over the last axis and the normalisations built on them (row-reduce template)."""
 from __future__ import annotations
 
-from tvm import relax
 from tvm.relax.dpl.pattern import is_op, wildcard
 
 from ..decision import Decision
@@ -62,4 +61,4 @@ def reduction_patterns() -> list:
     return entries
 
 
-__all__ = ["reduction_patterns", "check_reduction_call", "relax"]
+__all__ = ["reduction_patterns", "check_reduction_call"]
