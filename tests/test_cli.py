@@ -28,8 +28,13 @@ def test_compile_demo_model(tmp_path):
     assert "2 NPU kernel(s)" in done.stdout and "relax.matmul" in done.stdout
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["npu_kernels"] == 2
-    assert (tmp_path / "dump" / "fusion_report.json").exists()
-    assert len(list((tmp_path / "dump" / "kernels").glob("*.cpp"))) == 2
+    dump = tmp_path / "dump"
+    for name in ("000_imported.py", "010_partitioned.py", "020_scheduled.py",
+                 "fusion_report.json", "fusion_report.txt"):
+        assert (dump / name).stat().st_size > 0, name
+    assert json.loads((dump / "fusion_report.json").read_text()) == report
+    assert "ascend_k0" in (dump / "010_partitioned.py").read_text()
+    assert len(list((dump / "kernels").glob("*.cpp"))) == 2
 
 
 def test_input_shape_flag_and_errors(tmp_path):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 
 import tvm
 import tvm_ffi
@@ -24,7 +23,8 @@ from .config import CompileConfig
 from .errors import CodegenError
 from .frontend import load_model
 from .partition.grouping import partition
-from .partition.report import fusion_report, write_json_atomic
+from .dumps import Dumper
+from .partition.report import fusion_report
 from .runtime import AscendModule
 from .scheduling import schedule_groups
 from .target import resolve_target
@@ -45,11 +45,6 @@ def _nodes_before(mod: tvm.IRModule) -> int:
     if attrs and ir_attrs.ONNX_NODE_COUNT in attrs:
         return int(attrs[ir_attrs.ONNX_NODE_COUNT])
     return sum(len(block.bindings) for block in mod["main"].body.blocks)
-
-
-def _dump(config: CompileConfig, name: str, payload) -> None:
-    if config.dump_graph:
-        write_json_atomic(os.path.join(config.dump_path, name), payload)
 
 
 def _external_source(mod: tvm.IRModule) -> str:
@@ -89,14 +84,29 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
         config = config.replace(soc_version=target_soc)
     soc = config.soc
     register_codegen()
+    dumps = Dumper(config.dump_graph, config.dump_path)
     imported = load_model(mod, config.input_shape)
-    prepared = prepare(imported, params)
-    result = partition(prepared, soc, fuse=config.fusion_enabled)
+    dumps.module("000_imported.py", imported)
+    result = partition(prepare(imported, params), soc, fuse=config.fusion_enabled)
+    dumps.module("010_partitioned.py", result.mod)
     scheduled, tilings = schedule_groups(result.mod, soc)
+    dumps.scheduled(scheduled)
     report = fusion_report(result, tilings, config, _nodes_before(imported))
-    _dump(config, "fusion_report.json", report)
-    inputs = [p.name for p in scheduled["main"].params]
-    metadata = {"soc_version": soc.name, "inputs": inputs, "report": report}
+    dumps.report(report)
+    metadata = {"soc_version": soc.name, "report": report,
+                "inputs": [p.name for p in scheduled["main"].params]}
+    lowered, source = _codegen(scheduled, soc, metadata)
+    metadata = metadata_from_source(source)
+    dumps.kernels(metadata.get("kernel_sources", {}))
+    executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
+    logger.info("built: %d NPU kernel(s), %d host group(s)", report["npu_kernels"],
+                report["host_groups"])
+    return AscendModule(executable, metadata, cache_key=_cache_key(lowered, source),
+                        cache_dir=config.cache_dir)
+
+
+def _codegen(scheduled: tvm.IRModule, soc, metadata: dict) -> tuple[tvm.IRModule, str]:
+    """RunCodegen with ``relax.ext.ascend``: (module with the unit attached, unit source)."""
     codegen = relax.transform.RunCodegen(
         {"ascend": {"soc_version": soc.name, "metadata": json.dumps(metadata)}})
     try:
@@ -105,20 +115,12 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
         raise CodegenError(f"printing the AscendC kernels failed: {err}") from err
     if not _external_source(lowered):  # nothing offloaded: the unit still carries the metadata
         lowered = lowered.with_attr("external_mods", [unit_module([], soc, metadata)])
-    source = _external_source(lowered)
-    metadata = metadata_from_source(source)
-    executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
-    # The key covers the kernels' source and the whole host module, weights included (the
-    # script printer leaves constants out, the structural hash does not).
+    return lowered, _external_source(lowered)
+
+
+def _cache_key(lowered: tvm.IRModule, source: str) -> str:
+    """Key of the compiled library: the kernels' source and the whole host module, weights
+    included (the script printer leaves constants out, the structural hash does not)."""
     host_hash = sorted(f"{gv.name_hint}:{tvm_ffi.structural_hash(func, map_free_vars=True)}"
                        for gv, func in lowered.functions.items())
-    key = hashlib.sha256(f"{source}|{host_hash}".encode()).hexdigest()[:32]
-    if config.dump_graph:
-        for symbol, text in metadata.get("kernel_sources", {}).items():
-            path = os.path.join(config.dump_path, "kernels", f"{symbol}.cpp")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as handle:
-                handle.write(text)
-    logger.info("built: %d NPU kernel(s), %d host group(s)", report["npu_kernels"],
-                report["host_groups"])
-    return AscendModule(executable, metadata, cache_key=key, cache_dir=config.cache_dir)
+    return hashlib.sha256(f"{source}|{host_hash}".encode()).hexdigest()[:32]
