@@ -28,7 +28,8 @@ def _compile_parser(sub) -> None:
     p.add_argument("--soc_version", default="Ascend910B1", help="e.g. Ascend910B1, Ascend310P3")
     p.add_argument("--input_shape", default="", help='static shapes, "x:1,3,224,224;y:8"')
     p.add_argument("--fusion_level", default="conservative", choices=FUSION_LEVELS)
-    p.add_argument("--precision_mode", default="must_keep_origin_dtype", choices=PRECISION_MODES)
+    p.add_argument("--precision_mode", default="must_keep_origin_dtype", choices=PRECISION_MODES,
+                   help="only must_keep_origin_dtype is implemented; others are refused")
     p.add_argument("--dump_graph", action="store_true",
                    help="write fusion_report.json and kernel sources into --dump_path")
     p.add_argument("--dump_path", default="tvm_ascend_dump")

@@ -64,22 +64,23 @@ class CompileConfig:
         Fuse neighbouring operators into one kernel. ``False`` gives one kernel per operator.
     fusion_level : str
         ``"off"``, ``"conservative"`` (only rules whose gain is certain) or ``"aggressive"``.
+        Until the cost model exists both on-levels apply the same rules (FuseOps and merges
+        that keep an intermediate on chip), whose gain is certain.
     dump_graph : bool
         Write graph dumps and kernel sources into ``dump_path``.
     dump_path : str
         Folder for dumps (default ``./tvm_ascend_dump``).
     fusion_switch_file : str or None
-        ATC-style fusion switch file (JSON) turning rules on or off.
+        ATC-style fusion switch file; not read yet, so setting it is an error (not ignored).
     soc_version : str
         Target SoC in ATC spelling (``Ascend910B1``, ``Ascend310P3``, ...).
     precision_mode : str
-        ATC precision mode; ``must_keep_origin_dtype`` keeps every dtype as in the model.
+        ATC precision mode; only ``must_keep_origin_dtype`` (every dtype as in the model) is
+        implemented; the other ATC modes are refused with an error rather than ignored.
     cache_dir : str or None
         Folder of the compile cache (default ``~/.cache/tvm_ascend``).
     input_shape : dict
         Static shapes for model inputs, ``{"x": (1, 3, 224, 224)}``.
-    kernel_threads : bool
-        Run the emulated blocks of a kernel on threads instead of one after another.
     """
 
     autofusion: bool = True
@@ -91,7 +92,6 @@ class CompileConfig:
     precision_mode: str = "must_keep_origin_dtype"
     cache_dir: str | None = None
     input_shape: Mapping[str, tuple] = field(default_factory=dict)
-    kernel_threads: bool = False
 
     def __post_init__(self):
         if self.fusion_level not in FUSION_LEVELS:
@@ -101,6 +101,14 @@ class CompileConfig:
             raise FusionConfigError(
                 f"precision_mode={self.precision_mode!r} is not one of "
                 f"{', '.join(PRECISION_MODES)}")
+        if self.precision_mode != "must_keep_origin_dtype":
+            raise FusionConfigError(
+                f"precision_mode={self.precision_mode!r} is not implemented yet; only "
+                "'must_keep_origin_dtype' is (convert the model's dtypes before compiling)")
+        if self.fusion_switch_file is not None:
+            raise FusionConfigError(
+                f"fusion_switch_file={self.fusion_switch_file!r}: switch files are not read "
+                "yet; use fusion_level or AUTOFUSION_ENABLE")
         get_soc(self.soc_version)  # raises TargetError naming the known SoCs
 
     @property
