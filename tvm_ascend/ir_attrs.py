@@ -6,3 +6,4 @@ GROUP = "ascend.group"             # on a Codegen function: provenance JSON (par
 TEMPLATE = "ascend.template"       # schedule template chosen for the group (partition)
 PRIM_FUNC = "ascend.prim_func"     # the group's PrimFunc, then its scheduled form (schedule)
 TILING = "ascend.tiling"           # the Tiling JSON the printer obeys (schedule)
+MODEL_OP = "ascend.model_op"       # on a copied PrimFunc: the binding it was copied for

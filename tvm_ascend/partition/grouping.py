@@ -11,7 +11,6 @@ The result is data (``PartitionResult``) that the schedule stage reads; nothing 
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import re
@@ -55,13 +54,12 @@ class KernelGroup:
     on_npu: bool
     rule: str
     reason: str
-    call_sites: int = 1
     gm_bytes_saved: int = 0
 
     def to_json(self) -> dict:
         return {
             "name": self.name, "kernel": self.symbol, "on_npu": self.on_npu, "rule": self.rule,
-            "reason": self.reason, "call_sites": self.call_sites,
+            "reason": self.reason,
             "gm_bytes_saved": self.gm_bytes_saved,
             "onnx_nodes": list(dict.fromkeys(m.node for m in self.members if m.node)),
             "ops": [{"var": m.var, "op": m.op, "node": m.node, "dtype": m.dtype,
@@ -78,7 +76,6 @@ class PartitionResult:
     groups: list[KernelGroup] = field(default_factory=list)
     ops: dict[str, OpInfo] = field(default_factory=dict)
     edges: list = field(default_factory=list)  # (producer name, consumer name, reason, hint)
-    host_launches: int = 0
 
     @property
     def npu_groups(self) -> list[KernelGroup]:
@@ -147,23 +144,51 @@ def _call_tir_sites(func):
             yield binding.var.name, value.args[0], value
 
 
-def _ops_by_callee(mod: tvm.IRModule, ops: dict[str, OpInfo]) -> dict[str, list[OpInfo]]:
-    """Legalized PrimFunc name -> the model ops that call it (LegalizeOps shares equal ones).
+@mutator
+class _CallSwap(PyExprMutator):
+    """Replaces given call expressions (by identity) with new ones."""
 
+    def __init__(self, mod, swaps):
+        super().__init__(mod)
+        self.swaps = swaps  # list of (original call, replacement)
+
+    def visit_call_(self, call):
+        for original, replacement in self.swaps:
+            if original.same_as(call):
+                return replacement
+        return super().visit_call_(call)
+
+
+def _unshare_callees(mod: tvm.IRModule, ops: dict[str, OpInfo]):
+    """Give every call_tir of ``main`` its own PrimFunc name; (module, name -> OpInfo).
+
+    LegalizeOps shares structurally equal PrimFuncs between ops; one name per op lets every
+    group list exactly its own model ops (equal kernels are shared again after grouping).
     LegalizeOps keeps the binding variables of ``main``; an extra call it makes has no entry in
     ``ops`` and is recorded as a host-only helper.
     """
-    by_callee: dict[str, list[OpInfo]] = {}
-    for var, callee, _ in _call_tir_sites(mod["main"]):
+    by_callee: dict[str, OpInfo] = {}
+    swaps, seen = [], set()
+    swap = _CallSwap(mod, swaps)
+    for var, callee, call in _call_tir_sites(mod["main"]):
         info = ops.get(var) or OpInfo(var, "legalized helper", "", (), Decision.no(
             "extra TIR call made by LegalizeOps; it runs on the host"))
-        by_callee.setdefault(callee.name_hint, []).append(info)
-    return by_callee
+        if callee.name_hint not in seen:
+            seen.add(callee.name_hint)
+            by_callee[callee.name_hint] = info
+            continue
+        # The attribute keeps BlockBuilder from handing back the shared function.
+        copy = mod[callee].with_attr(ir_attrs.MODEL_OP, var)
+        gvar = swap.builder_.add_func(copy, f"{callee.name_hint}_{len(swaps) + 1}")
+        by_callee[gvar.name_hint] = info
+        swaps.append((call, relax.op.call_tir(gvar, call.args[1], call.ty_args[0])))
+    swap.builder_.update_func(mod.get_global_var("main"), swap.visit_expr(mod["main"]))
+    return swap.builder_.get(), by_callee
 
 
 def _make_host_ops_opaque(mod: tvm.IRModule, by_callee: dict) -> tvm.IRModule:
     """Host-only ops get the opaque pattern, so FuseOps never groups them with NPU ops."""
-    host = {name for name, infos in by_callee.items() if not all(i.decision.ok for i in infos)}
+    host = {name for name, info in by_callee.items() if not info.decision.ok}
     for gv, func in list(mod.functions.items()):
         if gv.name_hint in host and isinstance(func, tvm.tirx.PrimFunc):
             mod.update_func(gv, func.with_attr("op_pattern", OPAQUE))
@@ -221,7 +246,7 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True) -> PartitionResult:
     ops = mark_support(mod)
     lowered = relax.transform.LegalizeOps()(mod)
     lowered = relax.transform.AnnotateTIROpPattern()(lowered)
-    by_callee = _ops_by_callee(lowered, ops)
+    lowered, by_callee = _unshare_callees(lowered, ops)
     lowered = _make_host_ops_opaque(lowered, by_callee)
     fused = relax.transform.FuseOps(fuse_opt_level=2 if fuse else 0)(lowered)
     members = {}
@@ -233,15 +258,11 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True) -> PartitionResult:
 
 
 def _group_for(callee: str, by_callee, members) -> tuple[list[OpInfo], str]:
-    """The model ops of a group; a PrimFunc shared by several ops stands for all of them."""
+    """The model ops of a group, in program order, and the rule that formed it."""
     parts = members.get(callee, [callee])
     rule = "tvm.FuseOps" if callee in members else "single-op"
-    infos = []
-    for part in parts:
-        shared = by_callee.get(part) or [OpInfo(part, part, "", (), Decision.no(
-            f"TIR function {part} has no model op"))]
-        infos.append(shared[0] if len(shared) == 1 else dataclasses.replace(
-            shared[0], var="|".join(i.var for i in shared)))
+    infos = [by_callee.get(part) or OpInfo(part, part, "", (), Decision.no(
+        f"TIR function {part} has no model op")) for part in parts]
     return infos, rule
 
 
@@ -257,6 +278,13 @@ def _npu_decision(infos: list[OpInfo], call) -> Decision:
         return Decision.no("the group has several outputs; multi-output elementwise kernels "
                            "are not printed yet, so it runs on the host")
     return Decision.yes(f"all {len(infos)} op(s) supported on the vector unit")
+
+
+def _same_kernel(a, b) -> bool:
+    """Equal computations (copies made for bookkeeping differ only in MODEL_OP) share a kernel."""
+    strip = lambda f: f.without_attr(ir_attrs.MODEL_OP) if f.attrs and \
+        ir_attrs.MODEL_OP in f.attrs else f  # noqa: E731
+    return tvm_ffi.structural_equal(strip(a), strip(b))
 
 
 def _kept_on_chip(members: list[OpInfo]) -> int:
@@ -290,44 +318,39 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, soc, merge: bool) -> 
     if merge:
         sites = merge_sites(sites, fused["main"], soc)
     groups: dict[str, KernelGroup] = {}
-    kernels: dict[str, tuple] = {}  # site name -> (GlobalVar, PrimFunc) of its kernel
+    kernels: list[tuple] = []  # (PrimFunc, codegen GlobalVar, symbol) of each distinct kernel
     rewriter = _OffloadRewriter(fused, [])
     builder = rewriter.builder_
     for site in sites:
         if site.absorbed_into is not None:
             continue
-        shared = kernels.get(site.name)
-        if shared is not None and tvm_ffi.structural_equal(shared[1], site.prim):
-            groups[site.name].call_sites += 1
-            rewriter.targets.append((site.call, shared[0], site.args))
-            continue
-        if shared is not None:  # same name, different computation: keep them apart
-            site.name = f"{site.name}_{len(kernels)}"
-        elif site.name in groups:  # a host function called again
-            groups[site.name].call_sites += 1
-            continue
         decision, template = site.eligible, None
         if decision.ok:
             template, decision = select_template(site.prim, soc)
-        symbol = _kernel_symbol(site.name, len(kernels)) if decision.ok else None
+        shared = next((k for k in kernels if _same_kernel(k[0], site.prim)), None) \
+            if decision.ok else None
+        symbol = shared[2] if shared else (
+            _kernel_symbol(site.name, len(kernels)) if decision.ok else None)
         reason = "; ".join([decision.reason] + site.merges)
         group = KernelGroup(site.name, symbol, site.members, decision.ok, site.rule, reason,
                             gm_bytes_saved=_kept_on_chip(site.members) if decision.ok else 0)
         groups[site.name] = group
-        if decision.ok:
+        if not decision.ok:
+            continue
+        if shared is None:
             prim_gv = builder.add_func(site.prim, site.name)
             func = _codegen_function(prim_gv, site.prim, site.args, site.call.ty_args[0],
                                      symbol, group.to_json(), template)
-            kernels[site.name] = (builder.add_func(func, symbol), site.prim)
-            rewriter.targets.append((site.call, kernels[site.name][0], site.args))
+            shared = (site.prim, builder.add_func(func, symbol), symbol)
+            kernels.append(shared)
+        rewriter.targets.append((site.call, shared[1], site.args))
     edges = [(p.name, c.name, reason, hint)
              for p, c, reason, hint in unfused_edges(sites, fused["main"], merge)]
-    host_launches = sum(1 for s in sites if s.absorbed_into is None and not groups[s.name].on_npu)
     main_gv = fused.get_global_var("main")
     builder.update_func(main_gv, rewriter.visit_expr(fused["main"]))
     # The fused PrimFuncs now live inside the codegen functions' attributes; drop the copies.
     out = relax.transform.DeadCodeElimination(["main"])(builder.get())
-    result = PartitionResult(out, list(groups.values()), ops, edges, host_launches)
+    result = PartitionResult(out, list(groups.values()), ops, edges)
     logger.info("partition: %d NPU kernel(s), %d host group(s)", len(result.npu_groups),
                 len(result.groups) - len(result.npu_groups))
     return result

@@ -1,0 +1,1 @@
+"""Model builders for benchmarks and integration tests (random weights, nothing downloaded)."""
