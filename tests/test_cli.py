@@ -53,3 +53,12 @@ def test_input_shape_flag_and_errors(tmp_path):
                 "--soc_version", "Ascend123")
     assert done.returncode == 2 and "unknown --soc_version" in done.stderr
     assert not (tmp_path / "b.so").exists()
+
+
+def test_explain_names_the_group_and_the_blocked_edges():
+    done = _cli("explain", "--model", str(REPO / "examples" / "demo.onnx"), "--node", "relu")
+    assert done.returncode == 0, done.stderr
+    assert "relu is in group G0" in done.stdout and "add_bias, relu, scale" in done.stdout
+    assert "G0 -> G1 not fused" in done.stdout and "matmul" in done.stdout
+    done = _cli("explain", "--model", str(REPO / "examples" / "demo.onnx"), "--node", "rel")
+    assert done.returncode == 2 and "did you mean relu" in done.stderr

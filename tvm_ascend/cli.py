@@ -62,16 +62,37 @@ def _run_compile(args) -> int:
     return 0
 
 
+def _explain_parser(sub) -> None:
+    p = sub.add_parser("explain", help="why an ONNX node is, or is not, fused with its neighbours")
+    p.add_argument("--model", required=True, help="ONNX model file")
+    p.add_argument("--node", required=True, help="ONNX node name")
+    p.add_argument("--soc_version", default="Ascend910B1")
+    p.add_argument("--input_shape", default="")
+    p.add_argument("--fusion_level", default="conservative", choices=FUSION_LEVELS)
+
+
+def _run_explain(args) -> int:
+    from .partition.report import explain_node
+    from .pipeline import build
+
+    config = CompileConfig(soc_version=args.soc_version, fusion_level=args.fusion_level,
+                           input_shape=parse_input_shape(args.input_shape))
+    report = build(args.model, target="ascend", config=config.with_env()).fusion_report()
+    print(explain_node(report, args.node))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="tvm-ascend", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log each stage")
     sub = parser.add_subparsers(dest="command", required=True)
     _compile_parser(sub)
+    _explain_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s")
     try:
-        return {"compile": _run_compile}[args.command](args)
+        return {"compile": _run_compile, "explain": _run_explain}[args.command](args)
     except AscendError as err:
         print(f"tvm-ascend: error: {err}", file=sys.stderr)
         return 2

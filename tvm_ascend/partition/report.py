@@ -5,6 +5,8 @@ import json
 import os
 import tempfile
 
+from ..errors import FusionConfigError
+
 
 def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
     """A JSON-ready report of one partition (``fusion_report.json`` in dumps).
@@ -73,3 +75,24 @@ def write_json_atomic(path: str, payload) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def explain_node(report: dict, node: str) -> str:
+    """Why ONNX node ``node`` is in its group, and why each edge of that group stayed unfused."""
+    group = next((g for g in report["groups"] if node in g["nodes"]), None)
+    if group is None:
+        known = sorted({n for g in report["groups"] for n in g["nodes"]})
+        close = [n for n in known if node.lower() in n.lower()][:5]
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise FusionConfigError(f"no node named {node!r} in the compiled model{hint}")
+    where = f"as kernel {group['kernel']} on the NPU" if group["on_npu"] else "on the host"
+    lines = [f"{node} is in group {group['id']} ({group['rule']}), which runs {where}.",
+             f"  group nodes: {', '.join(group['nodes'])}",
+             f"  why: {group['reason']}"]
+    for edge in report["unfused_edges"]:
+        if group["id"] in (edge["producer"], edge["consumer"]):
+            lines.append(f"  edge {edge['producer']} -> {edge['consumer']} not fused: "
+                         f"{edge['reason']}")
+            if edge["hint"]:
+                lines.append(f"      hint: {edge['hint']}")
+    return "\n".join(lines)
