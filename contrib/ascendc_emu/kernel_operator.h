@@ -15,6 +15,7 @@
 #include "ascendc_emu/vector_cast.h"
 #include "ascendc_emu/vector_reduce.h"
 #include "ascendc_emu/adv.h"
+#include "ascendc_emu/cube.h"
 #include "ascendc_emu/launch.h"
 #if ASCENDC_EMU_DEFINE_RUNTIME
 #include "ascendc_emu/runtime.h"

@@ -43,6 +43,10 @@ struct Counters {
     std::map<std::string, OpCount> vector_by_op;
     int64_t cube_macs = 0;
     int64_t peak_ub_bytes = 0;
+    int64_t peak_l1_bytes = 0;   // L1 / L0A / L0B / L0C planned by InitBuffer (cube side,
+    int64_t peak_l0a_bytes = 0;  // including what a Matmul object reserves)
+    int64_t peak_l0b_bytes = 0;
+    int64_t peak_l0c_bytes = 0;
     std::vector<std::string> warnings;
 };
 
@@ -189,6 +193,7 @@ struct BlockCtx {
     bool atomic_add = false;
     std::vector<std::string> leaks;
     uint64_t vec_mask[2] = {~0ull, ~0ull};
+    uint8_t* sys_workspace = nullptr;  // SetSysWorkspace (cube.h)
 
     BlockCtx() = default;
     BlockCtx(const BlockCtx&) = delete;

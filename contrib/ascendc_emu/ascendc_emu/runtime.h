@@ -379,7 +379,9 @@ ASCENDC_EMU_RT void TPipe::Carve(const char* api, TPosition pos, uint32_t num, u
         mine_.push_back(&b);
     }
     nbuf_ += static_cast<int>(num);
-    if (m == Mem::UB && c.used[mi] > c.c.peak_ub_bytes) c.c.peak_ub_bytes = c.used[mi];
+    int64_t* peak[kMemCount] = {&c.c.peak_ub_bytes, &c.c.peak_l1_bytes, &c.c.peak_l0a_bytes,
+                                &c.c.peak_l0b_bytes, &c.c.peak_l0c_bytes};
+    if (c.used[mi] > *peak[mi]) *peak[mi] = c.used[mi];
 }
 ASCENDC_EMU_RT void TPipe::Release(bool atEnd) {
     using namespace emu;

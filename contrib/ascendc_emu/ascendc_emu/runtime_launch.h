@@ -81,7 +81,10 @@ ASCENDC_EMU_RT std::string CountersJson(const Counters& c) {
                  ",\"elems\":", kv.second.elems, "}");
         first = false;
     }
-    o += Cat("},\"cube_macs\":", c.cube_macs, ",\"peak_ub_bytes\":", c.peak_ub_bytes, ",\"warnings\":[");
+    o += Cat("},\"cube_macs\":", c.cube_macs, ",\"peak_ub_bytes\":", c.peak_ub_bytes,
+             ",\"peak_l1_bytes\":", c.peak_l1_bytes, ",\"peak_l0a_bytes\":", c.peak_l0a_bytes,
+             ",\"peak_l0b_bytes\":", c.peak_l0b_bytes, ",\"peak_l0c_bytes\":", c.peak_l0c_bytes,
+             ",\"warnings\":[");
     for (size_t i = 0; i < c.warnings.size(); ++i) o += (i ? "," : "") + JsonStr(c.warnings[i]);
     return o + "]";
 }
@@ -127,6 +130,10 @@ ASCENDC_EMU_RT void Merge(Counters& t, const Counters& b) {
     }
     t.cube_macs += b.cube_macs;
     t.peak_ub_bytes = std::max(t.peak_ub_bytes, b.peak_ub_bytes);
+    t.peak_l1_bytes = std::max(t.peak_l1_bytes, b.peak_l1_bytes);
+    t.peak_l0a_bytes = std::max(t.peak_l0a_bytes, b.peak_l0a_bytes);
+    t.peak_l0b_bytes = std::max(t.peak_l0b_bytes, b.peak_l0b_bytes);
+    t.peak_l0c_bytes = std::max(t.peak_l0c_bytes, b.peak_l0c_bytes);
 }
 
 /* Overlapping GM writes from different blocks of one launch (atomic-add writes excluded). */
