@@ -1,10 +1,10 @@
-"""Writes examples/demo.onnx: a small model with fusable elementwise chains and a host-only op.
+"""Writes examples/demo.onnx: a small model with fusable groups and a host-only op.
 
     python examples/make_demo.py [output.onnx]
 
-x[2,64,100] -> Add(bias) -> Relu -> Mul(scale) -> MatMul(w) -> Sigmoid -> Mul(x2) -> Sub -> out
-The MatMul has no Ascend kernel yet, so it stays on the host; the chains around it become two
-NPU kernels.
+x[2,64,100] -> Add(bias) -> Relu -> Mul(scale) -> Transpose -> MatMul(w) -> Sigmoid -> Mul(x2)
+-> Sub -> out[2,100,48]. The elementwise chain is one vector kernel; the MatMul and its
+epilogue are one cube kernel; the Transpose has no Ascend kernel yet, so it stays on the host.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def make_demo_model(seed: int = 0) -> onnx.ModelProto:
     inits = [
         numpy_helper.from_array(rng.standard_normal(100).astype(np.float32), "bias"),
         numpy_helper.from_array(np.array([0.5], dtype=np.float32), "scale"),
-        numpy_helper.from_array(rng.standard_normal((100, 48)).astype(np.float32) * 0.1, "w"),
+        numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32) * 0.1, "w"),
         numpy_helper.from_array(np.array([2.0], dtype=np.float32), "two"),
         numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one"),
     ]
@@ -28,7 +28,8 @@ def make_demo_model(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("Add", ["x", "bias"], ["a"], name="add_bias"),
         helper.make_node("Relu", ["a"], ["r"], name="relu"),
         helper.make_node("Mul", ["r", "scale"], ["s"], name="scale"),
-        helper.make_node("MatMul", ["s", "w"], ["m"], name="matmul"),
+        helper.make_node("Transpose", ["s"], ["t"], name="transpose", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["t", "w"], ["m"], name="matmul"),
         helper.make_node("Sigmoid", ["m"], ["g"], name="sigmoid"),
         helper.make_node("Mul", ["g", "two"], ["g2"], name="double"),
         helper.make_node("Sub", ["g2", "one"], ["out"], name="shift"),
@@ -36,7 +37,7 @@ def make_demo_model(seed: int = 0) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes, "tvm_ascend_demo",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64, 100])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 64, 48])], inits)
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 100, 48])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                               producer_name="tvm-ascend examples")
     model.ir_version = 8

@@ -4,14 +4,15 @@ A template recognises a fused PrimFunc of its class, plans a ``Tiling`` for a So
 with TVM's TIR schedule primitives. Templates know TIR and the SoC profile, never ONNX.
 """
 from .elementwise import ElementwiseKnobs, ElementwiseSchedule
+from .matmul import MatmulSchedule
 from .row_reduce import RowReduceSchedule
 from .tiling import Tiling
 from .tile_values import AccessKind, classify_load, plan_tile_values
 
-TEMPLATES = (ElementwiseSchedule, RowReduceSchedule)
+TEMPLATES = (ElementwiseSchedule, RowReduceSchedule, MatmulSchedule)
 
-__all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "Tiling", "AccessKind",
-           "classify_load",
+__all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "MatmulSchedule",
+           "Tiling", "AccessKind", "classify_load",
            "plan_tile_values", "TEMPLATES", "select_template", "template_by_name",
            "supports"]
 

@@ -218,13 +218,18 @@ def _inline(sch, rows: int, cols: int) -> None:
                     continue
 
 
-def row_program(blocks, func, rows: int, cols: int) -> RowProgram:
+def row_program(blocks, func, rows: int, cols: int, given=None) -> RowProgram:
     """The row program of ``blocks`` (in execution order), from their iteration variables and
-    bodies only, so the inlined schedule and the final scheduled TIR give the same program."""
+    bodies only, so the inlined schedule and the final scheduled TIR give the same program.
+
+    ``given`` lists buffers already in the UB row by row when the program starts (a matmul's
+    result for its epilogue); loads of them are INTERMEDIATE with step -1.
+    """
     row, col = tirx.Var("row", "int64"), tirx.Var("col", "int64")
     _, outputs = param_buffers(func)
     program = RowProgram(rows, cols, out_buffer=outputs[0], row_var=row)
-    produced = {}  # buffer (by identity) -> (kind of step, step index)
+    # buffer (by identity) -> (kind of step, step index)
+    produced = {buffer: ("full", -1) for buffer in (given or [])}
     for index, block in enumerate(blocks):
         bindings = _row_col_bindings(block, rows, cols, row, col)
         analyzer = make_analyzer(row, rows, bindings)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class Tiling:
     gm_read_bytes: int
     gm_write_bytes: int
     cols: int = 1  # elements per row for row templates (``total`` then counts rows)
+    params: dict = field(default_factory=dict)  # template-specific sizes (matmul base tiles)
 
     def __post_init__(self):
         assert self.cores >= 1 and self.tile_len >= 1, self

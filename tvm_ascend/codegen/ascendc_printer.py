@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from ..errors import CodegenError
 from .code_buffer import CodeBuffer
 from .elementwise_kernel import ElementwiseKernelPrinter
+from .matmul_kernel import MatmulKernelPrinter
 from .row_reduce_kernel import RowReduceKernelPrinter
 from .launcher import emit_launcher
 from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE,
                         ROW_COPY_HELPERS_LOOP, ROW_COPY_HELPERS_PAD)
 
-KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter, "row_reduce": RowReduceKernelPrinter}
+KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter, "row_reduce": RowReduceKernelPrinter,
+                   "matmul": MatmulKernelPrinter}
 METADATA_DELIMITER = "ascendmeta"
 
 
@@ -55,17 +57,21 @@ def _printer(kernel: ScheduledKernel):
     return cls(kernel.symbol, kernel.prim_func, kernel.tiling)
 
 
-def _prelude(soc) -> str:
+def _prelude(soc, kernels) -> str:
+    includes = sorted({line for k in kernels
+                       for line in getattr(KERNEL_PRINTERS[k.tiling.template], "extra_includes",
+                                           ())})
+    head = KERNEL_PRELUDE + "".join(line + "\n" for line in includes) + "\n"
     if soc.has_data_copy_pad:
-        return KERNEL_PRELUDE + "\n" + COPY_HELPERS_PAD + "\n" + ROW_COPY_HELPERS_PAD
-    return KERNEL_PRELUDE + "\n" + COPY_HELPERS_NOPAD + "\n" + ROW_COPY_HELPERS_LOOP
+        return head + COPY_HELPERS_PAD + "\n" + ROW_COPY_HELPERS_PAD
+    return head + COPY_HELPERS_NOPAD + "\n" + ROW_COPY_HELPERS_LOOP
 
 
 def kernel_source(kernel: ScheduledKernel, soc) -> str:
     """A standalone AscendC source file for one kernel."""
     buf = CodeBuffer()
     _provenance(buf, kernel)
-    buf.lines(_prelude(soc))
+    buf.lines(_prelude(soc, [kernel]))
     _printer(kernel).print(buf)
     return buf.text()
 
@@ -75,15 +81,14 @@ def translation_unit(kernels: list[ScheduledKernel], soc, metadata: dict) -> tup
     sources = {k.symbol: kernel_source(k, soc) for k in kernels}
     buf = CodeBuffer()
     buf.line(f"// tvm-ascend: {len(kernels)} AscendC kernel(s) for {soc.name}, CPU-emulated build")
-    buf.lines(_prelude(soc))
+    buf.lines(_prelude(soc, kernels))
     buf.lines(HOST_RUNTIME)
     for kernel in kernels:
         printer = _printer(kernel)
         buf.line()
         _provenance(buf, kernel)
         printer.print(buf)
-        emit_launcher(buf, kernel.symbol, printer.kernel_params(), printer.tiling_values(),
-                      kernel.tiling.cores)
+        emit_launcher(buf, kernel.symbol, printer, kernel.tiling.cores)
     meta = json.dumps({**metadata, "kernel_sources": sources}, sort_keys=True)
     if f"){METADATA_DELIMITER}\"" in meta:
         raise CodegenError("metadata contains the raw-string delimiter")

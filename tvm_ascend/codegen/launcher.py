@@ -10,9 +10,9 @@ from .code_buffer import CodeBuffer
 from .cpp_types import dtype_bytes
 
 
-def emit_launcher(buf: CodeBuffer, symbol: str, params: list, tiling_values: dict,
-                  block_dim: int) -> None:
-    """Print the host launcher of ``symbol``; ``params`` are (name, dtype, numel), output last."""
+def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None:
+    """Print the host launcher of ``symbol`` for the kernel ``printer`` printed."""
+    params = printer.kernel_params()  # (name, dtype, numel), output last
     args = ", ".join(f"tvm::ffi::TensorView a{i}" for i in range(len(params)))
     with buf.indent(f"namespace {symbol}_host {{", "}  // namespace"):
         with buf.indent(f"static void Launch({args}) {{"):
@@ -25,13 +25,17 @@ def emit_launcher(buf: CodeBuffer, symbol: str, params: list, tiling_values: dic
                 buf.line(f"uint8_t* gm{index} = tvm_ascend_rt::ToGm(a{index}, "
                          f"{numel * dtype_bytes(dtype)}, {'false' if is_output else 'true'});")
                 gm_names.append(f"gm{index}")
-            fields = ", ".join(f"{value}" for value in tiling_values.values())
-            buf.line(f"{symbol}_impl::TilingData tilingHost{{{fields}}};")
+            if hasattr(printer, "emit_tiling_init"):
+                printer.emit_tiling_init(buf, "tilingHost")
+            else:
+                fields = ", ".join(str(value) for value in printer.tiling_values().values())
+                buf.line(f"{symbol}_impl::TilingData tilingHost{{{fields}}};")
             buf.line("uint8_t* gmTiling = static_cast<uint8_t*>("
                      "AscendC::GmAlloc(sizeof(tilingHost)));")
             buf.line("std::memcpy(gmTiling, &tilingHost, sizeof(tilingHost));")
-            buf.line("uint8_t* gmWorkspace = static_cast<uint8_t*>(AscendC::GmAlloc(32));")
-            buf.line("AscendC::SetKernelMode(KernelMode::AIV_MODE);")
+            buf.line("uint8_t* gmWorkspace = static_cast<uint8_t*>(AscendC::GmAlloc(1024));")
+            mode = getattr(printer, "kernel_mode", "AIV_MODE")
+            buf.line(f"AscendC::SetKernelMode(KernelMode::{mode});")
             launch_args = ", ".join(gm_names + ["gmWorkspace", "gmTiling"])
             buf.line(f'tvm_ascend_rt::Run("{symbol}", [&]() {{ '
                      f"ICPU_RUN_KF({symbol}, {block_dim}, {launch_args}); }});")

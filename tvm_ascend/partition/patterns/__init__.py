@@ -10,6 +10,7 @@ from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, registe
 from ..decision import Decision
 from .elementwise import check_elementwise_call, elementwise_patterns
 from .layout import check_view_call, is_view_only, view_patterns
+from .matmul import check_matmul_call, matmul_patterns
 from .reduction import check_reduction_call, reduction_patterns
 
 _REGISTERED = False
@@ -17,7 +18,8 @@ _REGISTERED = False
 
 def pattern_table() -> list:
     """All ``ascend.*`` entries in priority order (lowest first)."""
-    return list(elementwise_patterns()) + list(reduction_patterns()) + list(view_patterns())
+    return (list(elementwise_patterns()) + list(reduction_patterns()) + list(view_patterns())
+            + list(matmul_patterns()))
 
 
 def register_ascend_patterns() -> None:
@@ -36,7 +38,7 @@ def ascend_patterns():
 
 def check_call(call) -> Decision:
     """Whether one Relax call can run on the NPU, with the reason (first family that knows it)."""
-    for family in (check_reduction_call, check_view_call):
+    for family in (check_reduction_call, check_view_call, check_matmul_call):
         decision = family(call)
         if decision is not None:
             return decision

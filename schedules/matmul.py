@@ -1,0 +1,229 @@
+"""MatmulSchedule: MatMul / batched MatMul on the cube unit with its elementwise epilogue.
+
+The group's first block is ``C[b, i, j] += A[b, i, k] * B[(b,) k, j]``; the blocks after it are
+elementwise over C (bias, activation, residual) and are inlined into one epilogue block. The
+output is cut into ``singleM x singleN`` tiles per batch, spread over the AI cores in contiguous
+ranges; on a core the high-level Matmul API computes a tile as ``baseM x baseN`` pieces, each
+fetched into the UB, where the epilogue runs row by row before the single write to GM.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+
+from tvm_ascend.decision import Decision
+from tvm_ascend.errors import TilingError
+
+from .row_reduce import RowAccessKind, _blocks, _reduce_vars, row_program
+from .tile_values import buffer_size, unsupported_construct
+from .tiling import Tiling
+from .tir_walk import BufferLoad, load_buffer, param_buffers
+
+CORE_LOOP_ANNOTATION = "ascend.block_idx"
+SUPPORTED_DTYPES = ("float32", "float16")
+UB_RESERVED_BYTES = 8192 + 256
+FRACTAL = 16
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """Sizes of ``C[batch, m, n] = A[batch?, m, k] @ B[batch?, k, n]``."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    a_batched: bool
+    b_batched: bool
+    dtype: str
+
+
+def _dtype_bytes(dtype) -> int:
+    return tvm.runtime.DataType(str(dtype)).bits // 8
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+def _product_loads(store):
+    """(acc, A load, B load) of ``acc = acc + A * B`` or None."""
+    value = store.value
+    if type(value).__name__ != "Add":
+        return None
+    for acc, prod in ((value.a, value.b), (value.b, value.a)):
+        if isinstance(acc, BufferLoad) and load_buffer(acc).same_as(store.buffer) and \
+                type(prod).__name__ == "Mul" and isinstance(prod.a, BufferLoad) and \
+                isinstance(prod.b, BufferLoad):
+            return acc, prod.a, prod.b
+    return None
+
+
+def matmul_shape(func) -> MatmulShape | None:
+    """The matmul of ``func``'s first block, if it is one the cube template takes."""
+    blocks = _blocks(tvm.s_tir.Schedule(func))
+    first = blocks[0]
+    found = _product_loads(first.body) if len(_reduce_vars(first)) == 1 else None
+    if found is None:
+        return None
+    _, a_load, b_load = found
+    spatial = [iv for iv in first.iter_vars if int(iv.iter_type) == 0]
+    k_var = _reduce_vars(first)[0].var
+    if len(spatial) not in (2, 3):
+        return None
+    i_var, j_var = spatial[-2].var, spatial[-1].var
+    a_idx, b_idx = list(a_load.indices), list(b_load.indices)
+    if not (a_idx[-2].same_as(i_var) and a_idx[-1].same_as(k_var)
+            and b_idx[-2].same_as(k_var) and b_idx[-1].same_as(j_var)):
+        return None
+    batch = int(spatial[0].dom.extent) if len(spatial) == 3 else 1
+    a_batched, b_batched = len(a_idx) == 3, len(b_idx) == 3
+    if (a_batched or b_batched) and len(spatial) != 3:
+        return None
+    dtype = str(first.body.buffer.dtype)
+    if {dtype, str(load_buffer(a_load).dtype), str(load_buffer(b_load).dtype)} != {dtype}:
+        return None
+    return MatmulShape(batch, int(spatial[-2].dom.extent), int(spatial[-1].dom.extent),
+                       int(_reduce_vars(first)[0].dom.extent), a_batched, b_batched, dtype)
+
+
+class MatmulSchedule:
+    """Template for MatMul groups (cube) with elementwise epilogues (vector)."""
+
+    name = "matmul"
+
+    @staticmethod
+    def applies(func) -> Decision:
+        shape = matmul_shape(func)
+        if shape is None:
+            return Decision.no("first block is not a matmul C += A[i, k] * B[k, j]")
+        if shape.dtype not in SUPPORTED_DTYPES:
+            return Decision.no(f"matmul in {shape.dtype}; the cube kernel takes float16/float32")
+        for block in _blocks(tvm.s_tir.Schedule(func))[1:]:
+            if _reduce_vars(block):
+                return Decision.no(f"block {block.name_hint} reduces after the matmul")
+            construct = unsupported_construct(block.body.value)
+            if construct:
+                return Decision.no(f"TIR construct {construct} has no vector instruction")
+        if len(param_buffers(func)[1]) != 1:
+            return Decision.no("the matmul template prints one output")
+        return Decision.yes(f"matmul {shape.m}x{shape.k} @ {shape.k}x{shape.n} on the cube")
+
+    @staticmethod
+    def schedule(func, soc, knobs=None):
+        """(scheduled PrimFunc, Tiling); ``knobs`` is reserved for the cost model."""
+        decision = MatmulSchedule.applies(func)
+        if not decision:
+            raise TilingError(f"matmul template does not apply: {decision.reason}")
+        if not soc.has_data_copy_pad:
+            raise TilingError(f"the matmul epilogue writes tiles with DataCopyPad, which "
+                              f"{soc.name} lacks (a strided DataCopy path is not written yet)")
+        shape = matmul_shape(func)
+        sch = tvm.s_tir.Schedule(func)
+        block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
+        for block_rv in block_rvs[1:-1]:
+            sch.compute_inline(block_rv)
+        program = epilogue_program(_blocks(sch), func, shape)
+        tiling = _plan(shape, program, soc)
+        loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])
+        sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
+        return sch.mod["main"], tiling
+
+
+def epilogue_program(blocks, func, shape: MatmulShape):
+    """The epilogue as a row program over C's rows (batch * m rows of n), or None."""
+    if len(blocks) < 2:
+        return None
+    program = row_program(blocks[1:], func, shape.batch * shape.m, shape.n,
+                          given=[blocks[0].body.buffer])
+    for kind in program.inputs.values():
+        if kind not in (RowAccessKind.ROWS, RowAccessKind.COLUMN, RowAccessKind.SCALAR,
+                        RowAccessKind.ROW_SCALAR):
+            raise TilingError(f"matmul epilogue input read as {kind.value}: not printed yet")
+    return program
+
+
+def _plan(shape: MatmulShape, program, soc) -> Tiling:
+    elem = _dtype_bytes(shape.dtype)
+    c0 = 32 // elem
+    base_m = min(128 if elem == 2 else 64, _round_up(shape.m, FRACTAL))
+    base_n = min(128 if elem == 2 else 64, _round_up(shape.n, FRACTAL))
+    base_k = min(64, _round_up(shape.k, c0))
+    # singleM x singleN tiles per batch: halve the larger side until every core has work
+    single_m, single_n = _round_up(shape.m, FRACTAL), _round_up(shape.n, FRACTAL)
+    cores = soc.ai_cores
+
+    def tiles(sm, sn):
+        return shape.batch * _ceil_div(shape.m, sm) * _ceil_div(shape.n, sn)
+
+    while tiles(single_m, single_n) < cores:
+        if single_m >= single_n and single_m > base_m:
+            single_m = _round_up(_ceil_div(single_m, 2), base_m)
+        elif single_n > base_n:
+            single_n = _round_up(_ceil_div(single_n, 2), base_n)
+        else:
+            break
+    total = tiles(single_m, single_n)
+    per_core = _ceil_div(total, min(cores, total))
+    used = _ceil_div(total, per_core)
+    align_n = _round_up(base_n * elem, 32) // elem
+    slots = (len(program.intermediates) + program.temp_slots) if program else 0
+    columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN) \
+        if program else 0
+    streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS) \
+        if program else 0
+    ub = (base_m * align_n * elem * (1 + streamed) + slots * align_n * elem
+          + columns * _round_up(shape.n * elem, 32))
+    if ub > soc.ub_bytes - UB_RESERVED_BYTES:
+        raise TilingError(f"matmul epilogue needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
+    gm_read, gm_write = _traffic(shape, program, soc, base_m, base_n, single_m, single_n, used)
+    params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
+              "a_batched": shape.a_batched, "b_batched": shape.b_batched,
+              "base_m": base_m, "base_n": base_n, "base_k": base_k,
+              "single_m": single_m, "single_n": single_n, "align_n": align_n, "slots": slots,
+              "cube_macs": shape.batch * _round_up(shape.m, FRACTAL)
+              * _round_up(shape.n, FRACTAL) * _round_up(shape.k, c0)}
+    return Tiling("matmul", total, used, per_core, 1, per_core, 1,
+                  program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
+                  shape.n, params)
+
+
+def _traffic(shape, program, soc, base_m, base_n, single_m, single_n, cores):
+    """GM bytes as the Matmul API moves them (emulator README): every base tile of C reads its
+    rows of A and columns of B once (K steps), the tile goes AIC -> GM -> UB on split chips,
+    and the epilogue's inputs and the output are moved once."""
+    elem = _dtype_bytes(shape.dtype)
+    pairs = [(m, n) for m_single in _singles(shape.m, single_m)
+             for n_single in _singles(shape.n, single_n)
+             for m in _singles(m_single, base_m) for n in _singles(n_single, base_n)]
+    read = shape.batch * sum((m + n) * shape.k * elem for m, n in pairs)
+    out = shape.batch * shape.m * shape.n * elem
+    round_trip = out if soc.npu_arch == 2201 else 0
+    read += round_trip
+    if program is not None:
+        read += _epilogue_reads(program, shape, cores)
+    return read, out + round_trip
+
+
+def _singles(extent: int, single: int) -> list[int]:
+    """Sizes of consecutive pieces of ``single`` along an axis of ``extent`` (the last shorter)."""
+    return [min(single, extent - start) for start in range(0, extent, single)]
+
+
+def _epilogue_reads(program, shape, cores) -> int:
+    read, seen = 0, set()
+    for kind, buffer, _ in program.loads.values():
+        if buffer.name in seen or buffer.name not in program.inputs:
+            continue
+        seen.add(buffer.name)
+        elem = _dtype_bytes(buffer.dtype)
+        read += {RowAccessKind.ROWS: buffer_size(buffer) * elem,
+                 RowAccessKind.COLUMN: cores * shape.n * elem,
+                 RowAccessKind.ROW_SCALAR: shape.batch * shape.m * elem,
+                 RowAccessKind.SCALAR: cores * elem}[kind]
+    return read

@@ -1,0 +1,292 @@
+"""Prints a MatMul kernel: the cube's high-level Matmul API plus the epilogue on the vector unit.
+
+Each core takes a contiguous range of ``singleM x singleN`` output tiles (batch outermost); the
+Matmul object computes a tile as ``baseM x baseN`` pieces (Iterate), each fetched into the UB
+with GetTensorC (rows padded to 32 bytes), where the epilogue runs row by row before one
+DataCopyPad to GM. A kernel and its host launcher use MIX mode (cube + vector).
+"""
+from __future__ import annotations
+
+from ..errors import CodegenError
+from ..schedules.matmul import epilogue_program, matmul_shape
+from ..schedules.row_reduce import RowAccessKind
+from ..schedules.tile_values import buffer_size, expr_key
+from ..schedules.tir_walk import SBlock, expr_dtype, walk
+from .code_buffer import CodeBuffer
+from .cpp_types import cpp_type
+from .scalar_printer import ScalarPrinter
+from .tile_program import TileProgramPrinter
+from .vector_emitters import Operand
+
+CUBE_FIELDS = ("usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN", "singleCoreK",
+               "baseM", "baseN", "baseK", "depthA1", "depthB1", "stepM", "stepN", "stepKa",
+               "stepKb", "isBias", "iterateOrder", "dbL0A", "dbL0B", "dbL0C")
+
+
+def _ident(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+class MatmulKernelPrinter:
+    """Prints one MatMul (+ epilogue) kernel and describes its launch."""
+
+    kernel_mode = "MIX_MODE"
+    extra_includes = ('#include "lib/matmul_intf.h"',)
+
+    def __init__(self, symbol: str, func, tiling):
+        self.symbol, self.func, self.tiling = symbol, func, tiling
+        self.p = dict(tiling.params)
+        blocks = []
+        walk(func.body, lambda s: blocks.append(s) if isinstance(s, SBlock)
+             and s.name_hint != "root" else None)
+        self.shape = matmul_shape(func)
+        if self.shape is None:
+            raise CodegenError(f"{symbol}: not a matmul group")
+        self.program = epilogue_program(blocks, func, self.shape)
+        self.params = list(func.params)
+        self.names = {p.name: _ident(p.name) for p in self.params}
+        self.ctype = cpp_type(self.shape.dtype)
+        self.a_name, self.b_name = self.names[self.params[0].name], self.names[self.params[1].name]
+        self.out_name = self.names[self.params[-1].name]
+
+    def _inputs(self, *kinds):
+        if self.program is None:
+            return []
+        return [n for n, k in self.program.inputs.items() if k in kinds]
+
+    # ---- printing ---------------------------------------------------------------------------
+    def print(self, buf: CodeBuffer) -> None:
+        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
+            self.emit_types(buf)
+            self.emit_class(buf)
+        self.emit_entry(buf)
+
+    def emit_types(self, buf):
+        t = self.ctype
+        with buf.indent("struct TilingData {", "};"):
+            buf.line("TCubeTiling cube;      // what the Matmul API reads")
+            buf.line("uint32_t batch;        // independent products")
+            buf.line("uint32_t tilesM;       // singleCoreM tiles along M")
+            buf.line("uint32_t tilesN;       // singleCoreN tiles along N")
+            buf.line("uint32_t tilesPerCore;")
+            buf.line("uint32_t totalTiles;")
+        gm = "AscendC::TPosition::GM"
+        buf.line(f"using AType = matmul::MatmulType<{gm}, CubeFormat::ND, {t}>;")
+        buf.line(f"using CType = matmul::MatmulType<AscendC::TPosition::VECIN, "
+                 f"CubeFormat::ND_ALIGN, {t}>;")
+        buf.line(f"constexpr uint32_t C0 = 32 / sizeof({t});  // elements per 32-byte block")
+        buf.line()
+
+    def emit_class(self, buf):
+        with buf.indent("class Kernel {", "};"):
+            buf.label("public:")
+            buf.line("__aicore__ inline Kernel() {}")
+            self.emit_init(buf)
+            self.emit_process(buf)
+            buf.line("matmul::Matmul<AType, AType, CType, AType> mm;")
+            buf.line()
+            buf.label("private:")
+            self.emit_tile(buf)
+            self.emit_members(buf)
+
+    def emit_init(self, buf):
+        t = self.ctype
+        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
+        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t, "
+                        "AscendC::TPipe* pipe) {"):
+            buf.line("tiling = t;")
+            for p in self.params:
+                n = self.names[p.name]
+                if p is self.params[-1] or n in (self.a_name, self.b_name) or \
+                        self.program.inputs.get(p.name) in (RowAccessKind.ROWS,
+                                                            RowAccessKind.ROW_SCALAR):
+                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+            buf.line(f"pipe->InitBuffer(outQue, 1, tiling.cube.baseM * tiling.cube.baseN * "
+                     f"sizeof({t}));")
+            for name in self._inputs(RowAccessKind.ROWS):
+                buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, tiling.cube.baseM * "
+                         f"tiling.cube.baseN * sizeof({t}));")
+            for name in self._inputs(RowAccessKind.COLUMN):
+                n = self.names[name]
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, tiling.cube.N);")
+                buf.line(f"pipe->InitBuffer({n}Res, (tiling.cube.N + C0 - 1) / C0 * 32);")
+                buf.line(f"{n}Col = {n}Res.Get<{t}>();")
+                buf.line(f"CopyGmToUb({n}Col, {n}Gm, tiling.cube.N);")
+            if self._inputs(RowAccessKind.COLUMN):
+                buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
+                buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
+            for name in self._inputs(RowAccessKind.SCALAR):
+                n = self.names[name]
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
+                buf.line(f"{n}Val = {n}Gm.GetValue(0);")
+            if self.p["slots"]:
+                buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots']} * tiling.cube.baseN * "
+                         f"sizeof({t}));")
+
+    def emit_process(self, buf):
+        a_batch = "tiling.cube.M * tiling.cube.Ka" if self.shape.a_batched else "0"
+        b_batch = "tiling.cube.Kb * tiling.cube.N" if self.shape.b_batched else "0"
+        with buf.indent("__aicore__ inline void Process() {"):
+            buf.line("uint32_t first = AscendC::GetBlockIdx() * tiling.tilesPerCore;")
+            buf.line("uint32_t last = first + tiling.tilesPerCore;")
+            buf.line("if (last > tiling.totalTiles) last = tiling.totalTiles;")
+            with buf.indent("for (uint32_t tile = first; tile < last; ++tile) {"):
+                buf.line("uint32_t b = tile / (tiling.tilesM * tiling.tilesN);")
+                buf.line("uint32_t rest = tile % (tiling.tilesM * tiling.tilesN);")
+                buf.line("uint32_t mOff = rest % tiling.tilesM * tiling.cube.singleCoreM;")
+                buf.line("uint32_t nOff = rest / tiling.tilesM * tiling.cube.singleCoreN;")
+                buf.line("uint32_t singleM = tiling.cube.M - mOff < tiling.cube.singleCoreM ? "
+                         "tiling.cube.M - mOff : tiling.cube.singleCoreM;")
+                buf.line("uint32_t singleN = tiling.cube.N - nOff < tiling.cube.singleCoreN ? "
+                         "tiling.cube.N - nOff : tiling.cube.singleCoreN;")
+                buf.line("mm.SetTail(singleM, singleN);")
+                buf.line(f"mm.SetTensorA({self.a_name}Gm[static_cast<uint64_t>(b) * {a_batch} "
+                         "+ static_cast<uint64_t>(mOff) * tiling.cube.Ka]);")
+                buf.line(f"mm.SetTensorB({self.b_name}Gm[static_cast<uint64_t>(b) * {b_batch} "
+                         "+ nOff]);")
+                buf.line("mm.DisableBias();")
+                buf.line("uint32_t round = 0;")
+                with buf.indent("while (mm.Iterate()) {"):
+                    buf.line("Tile(b, mOff, nOff, singleM, singleN, round++);")
+            buf.line("mm.End();")
+
+    def emit_tile(self, buf):
+        t = self.ctype
+        with buf.indent("__aicore__ inline void Tile(uint32_t b, uint32_t mOff, uint32_t nOff, "
+                        "uint32_t singleM, uint32_t singleN, uint32_t round) {"):
+            buf.line("uint32_t roundM = (singleM + tiling.cube.baseM - 1) / tiling.cube.baseM;")
+            buf.line("uint32_t mIdx = round % roundM, nIdx = round / roundM;  // M fastest")
+            buf.line("uint32_t restM = singleM - mIdx * tiling.cube.baseM;")
+            buf.line("uint32_t restN = singleN - nIdx * tiling.cube.baseN;")
+            buf.line("uint32_t curM = restM < static_cast<uint32_t>(tiling.cube.baseM) ? restM : "
+                     "tiling.cube.baseM;")
+            buf.line("uint32_t curN = restN < static_cast<uint32_t>(tiling.cube.baseN) ? restN : "
+                     "tiling.cube.baseN;")
+            buf.line("uint32_t stride = (curN + C0 - 1) / C0 * C0;  // UB row pitch")
+            buf.line("uint64_t rowOff = static_cast<uint64_t>(b) * tiling.cube.M + mOff + "
+                     "mIdx * tiling.cube.baseM;")
+            buf.line("uint32_t colOff = nOff + nIdx * tiling.cube.baseN;")
+            buf.line(f"AscendC::LocalTensor<{t}> cTile = outQue.AllocTensor<{t}>();")
+            buf.line("mm.template GetTensorC<true, true>(cTile, 0, true, curM, curN);")
+            buf.line(f"AscendC::DataCopyExtParams rows{{static_cast<uint16_t>(curM), "
+                     f"static_cast<uint32_t>(curN * sizeof({t})), 0, "
+                     f"static_cast<uint32_t>((tiling.cube.N - curN) * sizeof({t})), 0}};")
+            if self.program is not None:
+                self.emit_epilogue(buf)
+            buf.line("outQue.EnQue(cTile);")
+            buf.line(f"cTile = outQue.DeQue<{t}>();")
+            buf.line(f"AscendC::DataCopyPad({self.out_name}Gm[rowOff * tiling.cube.N + colOff], "
+                     "cTile, rows);")
+            buf.line("outQue.FreeTensor(cTile);")
+
+    def emit_epilogue(self, buf):
+        t = self.ctype
+        for name in self._inputs(RowAccessKind.ROWS):
+            n = self.names[name]
+            buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
+            buf.line(f"AscendC::DataCopyExtParams {n}Rows{{static_cast<uint16_t>(curM), "
+                     f"static_cast<uint32_t>(curN * sizeof({t})), "
+                     f"static_cast<uint32_t>((tiling.cube.N - curN) * sizeof({t})), 0, 0}};")
+            buf.line(f"AscendC::DataCopyPadExtParams<{t}> {n}Pad{{false, 0, 0, "
+                     f"static_cast<{t}>(0)}};")
+            buf.line(f"AscendC::DataCopyPad({n}Tile, {n}Gm[rowOff * tiling.cube.N + colOff], "
+                     f"{n}Rows, {n}Pad);")
+            buf.line(f"{n}Que.EnQue({n}Tile);")
+            buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
+        with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
+            buf.line("uint64_t row = rowOff + r;")
+            self.emit_epilogue_row(buf)
+        for name in self._inputs(RowAccessKind.ROWS):
+            buf.line(f"{self.names[name]}Que.FreeTensor({self.names[name]}Tile);")
+
+    def emit_epilogue_row(self, buf):
+        t = self.ctype
+        program = self.program
+        tiles, scalars = {}, {}
+        row_var = {program.row_var.name: "row"}
+        for key, (kind, buffer, step) in program.loads.items():
+            n = self.names.get(buffer.name, _ident(buffer.name))
+            if kind is RowAccessKind.INTERMEDIATE and step == -1:
+                tiles[key] = Operand("cTile[r * stride]", True, self.shape.dtype)
+            elif kind is RowAccessKind.ROWS:
+                tiles[key] = Operand(f"{n}Tile[r * stride]", True, self.shape.dtype)
+            elif kind is RowAccessKind.COLUMN:
+                tiles[key] = Operand(f"{n}Col[colOff]", True, self.shape.dtype)
+            elif kind is RowAccessKind.ROW_SCALAR:
+                base = ScalarPrinter(row_var).print(program.bases[buffer.name])
+                scalars[key] = f"{n}Gm.GetValue({base})"
+            elif kind is RowAccessKind.SCALAR:
+                scalars[key] = f"{n}Val"
+            else:
+                raise CodegenError(f"{self.symbol}: epilogue load of kind {kind.value}")
+        (step,) = program.steps  # the epilogue is inlined into one block by the template
+        printer = TileProgramPrinter(self.symbol, ScalarPrinter(scalars, expr_key))
+
+        def slot(k, node):
+            ctype = cpp_type(expr_dtype(node))
+            return (f"rowBuf.GetWithOffset<{ctype}>(tiling.cube.baseN, "
+                    f"{k} * tiling.cube.baseN * sizeof({t}))")
+
+        root = printer.emit(buf, step.plan, tiles, "cTile[r * stride]", slot, "curN")
+        if root.text != "cTile[r * stride]":
+            printer.emit_copy(buf, "cTile[r * stride]", root, "curN")
+
+    def emit_members(self, buf):
+        t = self.ctype
+        buf.line("TilingData tiling;")
+        for p in self.params:
+            buf.line(f"AscendC::GlobalTensor<{t}> {self.names[p.name]}Gm;")
+        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
+        for name in self._inputs(RowAccessKind.ROWS):
+            buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {self.names[name]}Que;")
+        for name in self._inputs(RowAccessKind.COLUMN):
+            buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {self.names[name]}Res;")
+            buf.line(f"AscendC::LocalTensor<{t}> {self.names[name]}Col;")
+        for name in self._inputs(RowAccessKind.SCALAR):
+            buf.line(f"{t} {self.names[name]}Val;")
+        if self.p["slots"]:
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
+
+    def emit_entry(self, buf):
+        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
+        names = ", ".join(self.names[p.name] for p in self.params)
+        impl = f"{self.symbol}_impl"
+        with buf.indent(f'extern "C" __global__ __aicore__ void {self.symbol}({args}, '
+                        "GM_ADDR workspace, GM_ADDR tiling) {"):
+            buf.line("AscendC::SetSysWorkspace(workspace);")
+            buf.line(f"{impl}::TilingData tilingData = "
+                     f"*reinterpret_cast<__gm__ {impl}::TilingData*>(tiling);")
+            buf.line("if (AscendC::GetBlockIdx() >= tilingData.cube.usedCoreNum) return;")
+            buf.line("AscendC::TPipe pipe;")
+            buf.line(f"{impl}::Kernel op;")
+            buf.line("REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), op.mm, "
+                     "&tilingData.cube);")
+            buf.line(f"op.Init({names}, tilingData, &pipe);")
+            buf.line("op.Process();")
+
+    # ---- what the launcher needs ------------------------------------------------------------
+    def emit_tiling_init(self, buf, var: str) -> None:
+        p, t = self.p, self.tiling
+        values = {"usedCoreNum": t.cores, "M": p["m"], "N": p["n"], "Ka": p["k"], "Kb": p["k"],
+                  "singleCoreM": p["single_m"], "singleCoreN": p["single_n"],
+                  "singleCoreK": p["k"], "baseM": p["base_m"], "baseN": p["base_n"],
+                  "baseK": p["base_k"], "depthA1": 2, "depthB1": 2, "stepM": 1, "stepN": 1,
+                  "stepKa": 1, "stepKb": 1, "isBias": 0, "iterateOrder": 0, "dbL0A": 2,
+                  "dbL0B": 2, "dbL0C": 1}
+        buf.line(f"{self.symbol}_impl::TilingData {var}{{}};")
+        for field in CUBE_FIELDS:
+            buf.line(f"{var}.cube.{field} = {values[field]};")
+        tiles_m = -(-p["m"] // p["single_m"])
+        buf.line(f"{var}.batch = {p['batch']};")
+        buf.line(f"{var}.tilesM = {tiles_m};")
+        buf.line(f"{var}.tilesN = {-(-p['n'] // p['single_n'])};")
+        buf.line(f"{var}.tilesPerCore = {t.block_len};")
+        buf.line(f"{var}.totalTiles = {t.total};")
+
+    def tiling_values(self) -> dict:
+        return {}
+
+    def kernel_params(self) -> list:
+        return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
+
+

@@ -1,0 +1,40 @@
+"""MatMul on the cube unit (the matmul template; its epilogue joins through FuseOps)."""
+from __future__ import annotations
+
+from tvm.relax.dpl.pattern import is_op, wildcard
+
+from ..decision import Decision
+from .elementwise import SUPPORTED_DTYPES, _static_shape, _tensor_type
+
+
+def make_matmul_pattern():
+    """(pattern, annotations) for ``relax.matmul``."""
+    root = is_op("relax.matmul")(wildcard(), wildcard())
+    return root, {"root": root}
+
+
+def check_matmul_call(call) -> Decision | None:
+    """Decision for a matmul, or None when ``call`` is not one."""
+    if getattr(getattr(call, "op", None), "name", None) != "relax.matmul":
+        return None
+    a, b, out = _tensor_type(call.args[0]), _tensor_type(call.args[1]), _tensor_type(call)
+    if None in (a, b, out) or not all(_static_shape(t) for t in (a, b, out)):
+        return Decision.no("matmul with a dynamic shape runs on the host")
+    if {a.dtype, b.dtype, out.dtype} != {out.dtype} or out.dtype not in SUPPORTED_DTYPES:
+        return Decision.no(f"matmul of {a.dtype} x {b.dtype} -> {out.dtype}: the cube kernel "
+                           "takes float16 or float32 throughout; it runs on the host")
+    ranks = (len(a.shape.values), len(b.shape.values))
+    if ranks not in ((2, 2), (3, 3), (3, 2)):
+        return Decision.no(f"matmul of rank {ranks}: the cube kernel takes 2-D or batched 3-D "
+                           "operands; it runs on the host")
+    if ranks == (3, 3) and int(a.shape.values[0]) != int(b.shape.values[0]):
+        return Decision.no("matmul with broadcast batches runs on the host")
+    return Decision.yes("matmul: cube unit, epilogue on the vector unit")
+
+
+def _registry_check(context) -> bool:
+    return bool(check_matmul_call(context.annotated_expr["root"]))
+
+
+def matmul_patterns() -> list:
+    return [("ascend.matmul", *make_matmul_pattern(), _registry_check)]
