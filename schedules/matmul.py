@@ -65,7 +65,11 @@ def _product_loads(store):
 
 
 def matmul_shape(func) -> MatmulShape | None:
-    """The matmul of ``func``'s first block, if it is one the cube template takes."""
+    """The matmul of ``func``'s first block, if it is one the cube template takes.
+
+    Leading dimensions of C are batch dimensions (flattened); A and B either index all of them
+    in order or none (weights shared by every batch).
+    """
     blocks = _blocks(tvm.s_tir.Schedule(func))
     first = blocks[0]
     found = _product_loads(first.body) if len(_reduce_vars(first)) == 1 else None
@@ -74,17 +78,22 @@ def matmul_shape(func) -> MatmulShape | None:
     _, a_load, b_load = found
     spatial = [iv for iv in first.iter_vars if int(iv.iter_type) == 0]
     k_var = _reduce_vars(first)[0].var
-    if len(spatial) not in (2, 3):
+    if len(spatial) < 2:
         return None
+    batch_vars = [iv.var for iv in spatial[:-2]]
     i_var, j_var = spatial[-2].var, spatial[-1].var
     a_idx, b_idx = list(a_load.indices), list(b_load.indices)
-    if not (a_idx[-2].same_as(i_var) and a_idx[-1].same_as(k_var)
+    if not (a_idx[-2:][0].same_as(i_var) and a_idx[-1].same_as(k_var)
             and b_idx[-2].same_as(k_var) and b_idx[-1].same_as(j_var)):
         return None
-    batch = int(spatial[0].dom.extent) if len(spatial) == 3 else 1
-    a_batched, b_batched = len(a_idx) == 3, len(b_idx) == 3
-    if (a_batched or b_batched) and len(spatial) != 3:
-        return None
+    a_batched, b_batched = len(a_idx) > 2, len(b_idx) > 2
+    for batched, idx in ((a_batched, a_idx), (b_batched, b_idx)):
+        if batched and not (len(idx) - 2 == len(batch_vars)
+                            and all(x.same_as(v) for x, v in zip(idx, batch_vars))):
+            return None  # a broadcast batch: not printed yet
+    batch = 1
+    for iv in spatial[:-2]:
+        batch *= int(iv.dom.extent)
     dtype = str(first.body.buffer.dtype)
     if {dtype, str(load_buffer(a_load).dtype), str(load_buffer(b_load).dtype)} != {dtype}:
         return None
@@ -142,8 +151,8 @@ def epilogue_program(blocks, func, shape: MatmulShape):
     program = row_program(blocks[1:], func, shape.batch * shape.m, shape.n,
                           given=[blocks[0].body.buffer])
     for kind in program.inputs.values():
-        if kind not in (RowAccessKind.ROWS, RowAccessKind.COLUMN, RowAccessKind.SCALAR,
-                        RowAccessKind.ROW_SCALAR):
+        if kind not in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE, RowAccessKind.COLUMN,
+                        RowAccessKind.SCALAR, RowAccessKind.ROW_SCALAR):
             raise TilingError(f"matmul epilogue input read as {kind.value}: not printed yet")
     return program
 
@@ -175,8 +184,8 @@ def _plan(shape: MatmulShape, program, soc) -> Tiling:
     slots = (len(program.intermediates) + program.temp_slots) if program else 0
     columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN) \
         if program else 0
-    streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS) \
-        if program else 0
+    streamed = sum(1 for k in program.inputs.values()
+                   if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)) if program else 0
     ub = (base_m * align_n * elem * (1 + streamed) + slots * align_n * elem
           + columns * _round_up(shape.n * elem, 32))
     if ub > soc.ub_bytes - UB_RESERVED_BYTES:
@@ -223,6 +232,7 @@ def _epilogue_reads(program, shape, cores) -> int:
         seen.add(buffer.name)
         elem = _dtype_bytes(buffer.dtype)
         read += {RowAccessKind.ROWS: buffer_size(buffer) * elem,
+                 RowAccessKind.ROW_SLICE: shape.batch * shape.m * shape.n * elem,
                  RowAccessKind.COLUMN: cores * shape.n * elem,
                  RowAccessKind.ROW_SCALAR: shape.batch * shape.m * elem,
                  RowAccessKind.SCALAR: cores * elem}[kind]

@@ -1,6 +1,7 @@
 """MatMul groups on the cube with their epilogue: numerics, exact GM bytes and MACs, fallbacks."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import tvm_ascend
@@ -62,3 +63,19 @@ def test_soc_without_datacopypad_keeps_matmul_on_the_host():
     assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], "float32")
     (group,) = lib.report.to_json()["groups"]
     assert not group["on_npu"] and "DataCopyPad" in group["reason"]
+
+
+def test_four_dimensional_batched_matmul_with_mask_epilogue():
+    """Attention scores as exporters write them: [b, h, s, d] @ [b, h, d, s] * scale + mask."""
+    b = ModelBuilder("float16", seed=5)
+    q = b.input("q", (2, 3, 17, 16))
+    k = b.input("k", (2, 3, 16, 17))
+    mask = b.input("mask", (2, 1, 1, 17))
+    scores = b.node("Mul", [b.node("MatMul", [q, k]), b.const(np.array(0.25), "scale")])
+    b.output(b.node("Add", [scores, mask]), (2, 3, 17, 17))
+    model = b.model()
+    lib = tvm_ascend.build(model)
+    assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], "float16")
+    (group,) = lib.report.to_json()["groups"]
+    (launch,) = lib.profile()
+    assert group["on_npu"] and launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]

@@ -97,13 +97,14 @@ class MatmulKernelPrinter:
             buf.line("tiling = t;")
             for p in self.params:
                 n = self.names[p.name]
+                kind = self.program.inputs.get(p.name) if self.program else None
                 if p is self.params[-1] or n in (self.a_name, self.b_name) or \
-                        self.program.inputs.get(p.name) in (RowAccessKind.ROWS,
-                                                            RowAccessKind.ROW_SCALAR):
+                        kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE,
+                                 RowAccessKind.ROW_SCALAR):
                     buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
             buf.line(f"pipe->InitBuffer(outQue, 1, tiling.cube.baseM * tiling.cube.baseN * "
                      f"sizeof({t}));")
-            for name in self._inputs(RowAccessKind.ROWS):
+            for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
                 buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, tiling.cube.baseM * "
                          f"tiling.cube.baseN * sizeof({t}));")
             for name in self._inputs(RowAccessKind.COLUMN):
@@ -193,10 +194,20 @@ class MatmulKernelPrinter:
                      f"{n}Rows, {n}Pad);")
             buf.line(f"{n}Que.EnQue({n}Tile);")
             buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
+        for name in self._inputs(RowAccessKind.ROW_SLICE):  # a broadcast mask: a slice per row
+            n = self.names[name]
+            base = ScalarPrinter({self.program.row_var.name: "row"}).print(
+                self.program.bases[name])
+            buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
+            with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
+                buf.line("uint64_t row = rowOff + r;")
+                buf.line(f"CopyGmToUb({n}Tile[r * stride], {n}Gm[{base} + colOff], curN);")
+            buf.line(f"{n}Que.EnQue({n}Tile);")
+            buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
         with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
             buf.line("uint64_t row = rowOff + r;")
             self.emit_epilogue_row(buf)
-        for name in self._inputs(RowAccessKind.ROWS):
+        for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
             buf.line(f"{self.names[name]}Que.FreeTensor({self.names[name]}Tile);")
 
     def emit_epilogue_row(self, buf):
@@ -208,7 +219,7 @@ class MatmulKernelPrinter:
             n = self.names.get(buffer.name, _ident(buffer.name))
             if kind is RowAccessKind.INTERMEDIATE and step == -1:
                 tiles[key] = Operand("cTile[r * stride]", True, self.shape.dtype)
-            elif kind is RowAccessKind.ROWS:
+            elif kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
                 tiles[key] = Operand(f"{n}Tile[r * stride]", True, self.shape.dtype)
             elif kind is RowAccessKind.COLUMN:
                 tiles[key] = Operand(f"{n}Col[colOff]", True, self.shape.dtype)
@@ -237,7 +248,7 @@ class MatmulKernelPrinter:
         for p in self.params:
             buf.line(f"AscendC::GlobalTensor<{t}> {self.names[p.name]}Gm;")
         buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
-        for name in self._inputs(RowAccessKind.ROWS):
+        for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
             buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {self.names[name]}Que;")
         for name in self._inputs(RowAccessKind.COLUMN):
             buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {self.names[name]}Res;")

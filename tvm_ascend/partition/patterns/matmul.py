@@ -23,12 +23,13 @@ def check_matmul_call(call) -> Decision | None:
     if {a.dtype, b.dtype, out.dtype} != {out.dtype} or out.dtype not in SUPPORTED_DTYPES:
         return Decision.no(f"matmul of {a.dtype} x {b.dtype} -> {out.dtype}: the cube kernel "
                            "takes float16 or float32 throughout; it runs on the host")
-    ranks = (len(a.shape.values), len(b.shape.values))
-    if ranks not in ((2, 2), (3, 3), (3, 2)):
-        return Decision.no(f"matmul of rank {ranks}: the cube kernel takes 2-D or batched 3-D "
-                           "operands; it runs on the host")
-    if ranks == (3, 3) and int(a.shape.values[0]) != int(b.shape.values[0]):
-        return Decision.no("matmul with broadcast batches runs on the host")
+    a_dims = [int(d) for d in a.shape.values]
+    b_dims = [int(d) for d in b.shape.values]
+    if len(a_dims) < 2 or len(b_dims) < 2:
+        return Decision.no("matmul of a vector runs on the host")
+    if len(b_dims) > 2 and a_dims[:-2] != b_dims[:-2]:
+        return Decision.no(f"matmul with broadcast batch dimensions {a_dims[:-2]} x "
+                           f"{b_dims[:-2]} runs on the host")
     return Decision.yes("matmul: cube unit, epilogue on the vector unit")
 
 
