@@ -18,23 +18,28 @@ __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "Matm
 
 
 def select_template(func, soc):
-    """(template, Decision): the first template that applies to ``func`` and tiles it on ``soc``."""
+    """(template, Decision) for ``func`` on ``soc``: among the templates that tile it, the one
+    with the fewest elements gathered on the scalar unit, then the first in TEMPLATES order (a
+    stand-in for the cost model: a scalar gather is slow on the device, vector work is not)."""
     from tvm_ascend.decision import Decision
     from tvm_ascend.errors import TilingError
 
-    reasons = []
+    reasons, fits = [], []
     for template in TEMPLATES:
         decision = template.applies(func)
         if not decision:
             reasons.append(f"{template.name}: {decision.reason}")
             continue
         try:
-            template.schedule(func, soc)
+            _, tiling = template.schedule(func, soc)
         except TilingError as err:
             reasons.append(f"{template.name}: {err}")
             continue
-        return template, Decision.yes(f"{template.name} template tiles it on {soc.name}")
-    return None, Decision.no("no schedule template fits (" + "; ".join(reasons) + ")")
+        fits.append((tiling.params.get("scalar_gather_elems", 0), len(fits), template))
+    if not fits:
+        return None, Decision.no("no schedule template fits (" + "; ".join(reasons) + ")")
+    _, _, best = min(fits)
+    return best, Decision.yes(f"{best.name} template tiles it on {soc.name}")
 
 
 def template_by_name(name: str):

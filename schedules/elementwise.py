@@ -205,6 +205,8 @@ def _plan(sch, out_block, flat_loop, func, soc, knobs) -> Tiling:
     tiles_per_core = _ceil_div(per_core, tile_len)
     block_len = tiles_per_core * tile_len
     cores = _ceil_div(total, block_len)
+    gathered = sum(total for a in plan.accesses.values() if a.kind is AccessKind.GATHER)
     return Tiling("elementwise", total, cores, block_len, tile_len, tiles_per_core, buffer_num,
                   plan.n_slots, fp.ub_bytes(tile_len, buffer_num), soc.ub_bytes,
-                  _gm_read_bytes(plan, total, cores), total * fp.out_bytes)
+                  _gm_read_bytes(plan, total, cores), total * fp.out_bytes,
+                  params={"scalar_gather_elems": gathered})

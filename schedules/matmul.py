@@ -15,7 +15,7 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .row_reduce import RowAccessKind, _blocks, _reduce_vars, row_program
+from .row_reduce import RowAccessKind, _blocks, _reduce_vars, program_dtypes, row_program
 from .tile_values import buffer_size, unsupported_construct
 from .tiling import Tiling
 from .tir_walk import BufferLoad, load_buffer, param_buffers
@@ -158,6 +158,9 @@ def epilogue_program(blocks, func, shape: MatmulShape):
 
 
 def _plan(shape: MatmulShape, program, soc) -> Tiling:
+    if program is not None and program_dtypes(program) != {shape.dtype}:
+        raise TilingError(f"the epilogue computes in {sorted(program_dtypes(program))}; the "
+                          "matmul epilogue is printed for one dtype")
     elem = _dtype_bytes(shape.dtype)
     c0 = 32 // elem
     base_m = min(128 if elem == 2 else 64, _round_up(shape.m, FRACTAL))

@@ -24,7 +24,7 @@ from tvm_ascend.errors import TilingError
 from .tile_values import (Access, AccessKind, buffer_size, expr_key, flat_offset, make_analyzer,
                           plan_tile_values, unsupported_construct, uses_var)
 from .tiling import Tiling
-from .tir_walk import BufferLoad, load_buffer, param_buffers
+from .tir_walk import BufferLoad, expr_dtype, load_buffer, param_buffers
 
 CORE_LOOP_ANNOTATION = "ascend.block_idx"
 UB_RESERVED_BYTES = 8192 + 256
@@ -115,11 +115,19 @@ def _reducer(store) -> tuple[str, object] | None:
 
 
 def _row_shape(func) -> tuple[int, int] | None:
-    """(rows, C) from the first reduction block: every reduction runs over the last axis."""
+    """(rows, C) from the first reduction block: every reduction runs over the last axis.
+
+    Without a reduction, the rows of the output (a data-movement group such as a Transpose
+    that keeps the last axis: every row is one contiguous slice of its input).
+    """
     sch = tvm.s_tir.Schedule(func)
-    reductions = [b for b in _blocks(sch) if _reduce_vars(b)]
+    blocks = _blocks(sch)
+    reductions = [b for b in blocks if _reduce_vars(b)]
     if not reductions:
-        return None
+        extents = [int(iv.dom.extent) for iv in blocks[-1].iter_vars]
+        if len(extents) < 2 or extents[-1] < 2:
+            return None
+        return _prod(extents[:-1]), extents[-1]
     first = reductions[0]
     spatial = [int(iv.dom.extent) for iv in first.iter_vars if int(iv.iter_type) == 0]
     return _prod(spatial), int(_reduce_vars(first)[0].dom.extent)
@@ -139,7 +147,7 @@ class RowReduceSchedule:
     def applies(func) -> Decision:
         shape = _row_shape(func)
         if shape is None:
-            return Decision.no("no reduction block")
+            return Decision.no("neither a reduction nor rows of a multi-dimensional output")
         rows, cols = shape
         sch = tvm.s_tir.Schedule(func)
         for block in _blocks(sch):
@@ -305,10 +313,14 @@ def _record_input(program: RowProgram, name: str, access, base) -> None:
 def _classify_row_load(load, analyzer, row, col, rows, cols, produced):
     """(kind, base offset of the row or None) of one load, relative to (row, col)."""
     buffer = load_buffer(load)
-    if buffer in produced:
-        full = produced[buffer][0] == "full"
-        return (RowAccessKind.INTERMEDIATE if full else RowAccessKind.REDUCED), None
     offset = analyzer.simplify(flat_offset(buffer, load.indices))
+    if buffer in produced:  # computed in this kernel: must be read where it was written
+        full = produced[buffer][0] == "full"
+        where = row * cols + col if full else row
+        if not analyzer.can_prove_equal(offset, where):
+            raise TilingError(f"{buffer.name} is read in another layout than it was computed "
+                              "in (a transpose of an intermediate): not printed yet")
+        return (RowAccessKind.INTERMEDIATE if full else RowAccessKind.REDUCED), None
     size = buffer_size(buffer)
     if size == rows * cols and analyzer.can_prove_equal(offset, row * cols + col):
         return RowAccessKind.ROWS, None
@@ -323,6 +335,16 @@ def _classify_row_load(load, analyzer, row, col, rows, cols, produced):
         return RowAccessKind.ROW_SLICE, base
     raise TilingError(f"{buffer.name} is read as {load}, not along the rows' last axis (as a "
                       "row, a column, one value per row or a scalar)")
+
+
+def program_dtypes(program: RowProgram) -> set:
+    """Every dtype a row program touches: loads, the output and every computed value (an fp16
+    erf is computed in float32 by TOPI, for instance)."""
+    dtypes = {str(b.dtype) for _, b, _ in program.loads.values()}
+    dtypes.add(str(program.out_buffer.dtype))
+    for step in program.steps:
+        dtypes.update(expr_dtype(node) for node in step.plan.order)
+    return dtypes
 
 
 def _footprint(program: RowProgram, rows_per_tile: int) -> int:
@@ -344,8 +366,7 @@ def _round_up(a: int, b: int) -> int:
 
 
 def _plan(program: RowProgram, soc, rows: int, cols: int) -> Tiling:
-    dtypes = {str(b.dtype) for _, b, _ in program.loads.values()}
-    dtypes.add(str(program.out_buffer.dtype))
+    dtypes = program_dtypes(program)
     if len(dtypes) != 1:
         raise TilingError(f"row kernels compute in one dtype; this group mixes {sorted(dtypes)}")
     streamed = sum(1 for k in program.inputs.values()

@@ -26,16 +26,23 @@ def _in_order(text, parts):
 
 
 def test_kernel_structure_follows_ascendc_samples():
-    (source,) = _sources(["add_bias", "relu", "sub_input", "sigmoid"]).values()
+    (source,) = _sources(["mul_scalar", "relu", "sub_input", "sigmoid"]).values()
     _in_order(source, [
         "// tvm-ascend kernel", "// ops:", "// tiling (elementwise)",
         '#include "kernel_operator.h"', "struct TilingData", "class Kernel",
         "void Init(", "pipe.InitBuffer(", "void Process()", "CopyIn(i, len);", "Compute(len);",
         "CopyOut(i, len);", "void CopyIn(", "AllocTensor", "EnQue", "void Compute(", "DeQue",
-        "AscendC::Add(", "AscendC::Relu(", "AscendC::Sub(", "AscendC::Sigmoid(", "FreeTensor",
+        "AscendC::Muls(", "AscendC::Relu(", "AscendC::Sub(", "AscendC::Sigmoid(", "FreeTensor",
         "void CopyOut(", "CopyUbToGm(", 'extern "C" __global__ __aicore__ void',
     ])
     assert "BUFFER_NUM = 2" in source
+
+
+def test_a_bias_broadcast_is_vectorised_by_the_row_template():
+    """Elementwise would gather the bias element by element on the scalar unit; the row
+    template keeps it resident and adds it with one vector instruction per row."""
+    (source,) = _sources(["add_bias", "relu"]).values()
+    assert "// tiling (row_reduce)" in source and "SetValue" not in source.split("Compute(")[1]
 
 
 def test_printing_is_deterministic():

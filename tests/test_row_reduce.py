@@ -132,3 +132,17 @@ def test_attention_scores_scale_mask_softmax_is_one_kernel(dtype):
     assert report["npu_kernels"] == 1
     (source,) = lib.kernel_sources().values()
     assert "CopyGmToUb(" in source and "Gm.GetValue(" in source
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_transpose_keeping_the_last_axis_is_a_row_copy(dtype):
+    b = ModelBuilder(dtype, seed=26)
+    x = b.input("x", (2, 9, 3, 40))
+    b.output(b.node("Transpose", [x], perm=[0, 2, 1, 3]), (2, 3, 9, 40))
+    y = b.input("y", (4, 6))
+    b.output(b.node("Transpose", [y], perm=[1, 0]), (6, 4))
+    lib, report = _compare(b, expect_npu_only=False)
+    npu = [g for g in report["groups"] if g["on_npu"]]
+    assert [g["tiling"]["template"] for g in npu] == ["row_reduce"]
+    host = [g for g in report["groups"] if not g["on_npu"]]
+    assert len(host) == 1 and "moves the last axis" in host[0]["reason"]

@@ -26,6 +26,7 @@ from ..schedules import select_template, supports
 from .decision import Decision
 from .merge import Site, merge_sites, unfused_edges
 from .patterns import check_call, is_view_only, register_ascend_patterns
+from .patterns.layout import MOVE_OPS
 
 logger = logging.getLogger("tvm_ascend.partition")
 
@@ -187,8 +188,11 @@ def _unshare_callees(mod: tvm.IRModule, ops: dict[str, OpInfo]):
 
 
 def _make_host_ops_opaque(mod: tvm.IRModule, by_callee: dict) -> tvm.IRModule:
-    """Host-only ops get the opaque pattern, so FuseOps never groups them with NPU ops."""
-    host = {name for name, info in by_callee.items() if not info.decision.ok}
+    """Host-only ops (and data movement) get the opaque pattern, so FuseOps leaves them alone."""
+    # Data movement is grouped by the merge rule, which checks that a template tiles the
+    # result, rather than by FuseOps, which would fold a Transpose into a MatMul's epilogue.
+    host = {name for name, info in by_callee.items()
+            if not info.decision.ok or info.op in MOVE_OPS}
     for gv, func in list(mod.functions.items()):
         if gv.name_hint in host and isinstance(func, tvm.tirx.PrimFunc):
             mod.update_func(gv, func.with_attr("op_pattern", OPAQUE))

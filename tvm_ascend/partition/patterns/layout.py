@@ -9,6 +9,8 @@ from .elementwise import SUPPORTED_DTYPES, _short, _static_shape, _tensor_type
 
 VIEW_OPS = {"relax.reshape": 2, "relax.squeeze": 1, "relax.expand_dims": 1,
             "relax.flatten": 1}
+# Data movement that copies: a Transpose that keeps the last axis last moves whole rows.
+MOVE_OPS = {"relax.permute_dims": 1}
 
 
 def make_view_pattern(op_name: str, arity: int):
@@ -20,13 +22,21 @@ def make_view_pattern(op_name: str, arity: int):
 def check_view_call(call) -> Decision | None:
     """Decision for a view op, or None when ``call`` is not one."""
     name = getattr(getattr(call, "op", None), "name", None)
-    if name not in VIEW_OPS:
+    if name not in VIEW_OPS and name not in MOVE_OPS:
         return None
     data, out = _tensor_type(call.args[0]), _tensor_type(call)
     if data is None or out is None or data.dtype not in SUPPORTED_DTYPES:
         return Decision.no(f"{_short(name)} of a non-float tensor runs on the host")
     if not (_static_shape(data) and _static_shape(out)):
         return Decision.no(f"{_short(name)} with a dynamic shape runs on the host")
+    if name in MOVE_OPS:
+        rank = len(data.shape.values)
+        axes = getattr(call.attrs, "axes", None)
+        perm = [int(a) for a in axes] if axes is not None else list(range(rank))[::-1]
+        if not perm or perm[-1] % rank != rank - 1:
+            return Decision.no(f"transpose {perm} moves the last axis: it needs a vector "
+                               "transpose kernel (not written yet); it runs on the host")
+        return Decision.yes(f"transpose {perm} keeps the last axis: whole rows are copied")
     return Decision.yes(f"{_short(name)}: a view, free inside a kernel")
 
 
@@ -40,6 +50,6 @@ def _registry_check(context) -> bool:
 
 
 def view_patterns() -> list:
-    """Entries ``("ascend.<op>", pattern, annotations, check)`` for every view op."""
+    """Entries ``("ascend.<op>", pattern, annotations, check)`` for every layout op."""
     return [(f"ascend.{_short(op)}", *make_view_pattern(op, arity), _registry_check)
-            for op, arity in VIEW_OPS.items()]
+            for op, arity in {**VIEW_OPS, **MOVE_OPS}.items()]
