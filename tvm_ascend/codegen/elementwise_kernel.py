@@ -16,6 +16,7 @@ from ..schedules.tile_values import (AccessKind, buffer_size, classify_load, exp
                                      make_analyzer, plan_tile_values)
 from ..schedules.tir_walk import expr_dtype, first_block_realize, param_buffers
 from .code_buffer import CodeBuffer
+from .kernel_parts import emit_simple_entry, emit_vector_class, ident
 from .cpp_types import cpp_type, dtype_bytes
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
@@ -40,10 +41,6 @@ class InputSpec:
     @property
     def size(self) -> int:
         return buffer_size(self.buffer)
-
-
-def _ident(name: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
 class ElementwiseKernelPrinter:
@@ -78,7 +75,7 @@ class ElementwiseKernelPrinter:
                                f"tiling planned {self.tiling.temp_buffers}")
         self.inputs: dict[str, InputSpec] = {}
         for index, (key, access) in enumerate(self.plan.accesses.items()):
-            name = f"in{index}_{_ident(access.buffer.name)}"[:40]
+            name = f"in{index}_{ident(access.buffer.name)}"[:40]
             self.inputs[key] = InputSpec(name, access.buffer, access.kind, access.offset,
                                          is_resident(access))
         self.out_dtype = str(self.out_buffer.dtype)
@@ -107,12 +104,16 @@ class ElementwiseKernelPrinter:
             raise CodegenError(f"expected loops [core, tile, element], found {len(loops)}")
         return loops
 
+    @staticmethod
+    def _name(param) -> str:
+        return ident(param.name)
+
     # ---- printing ---------------------------------------------------------------------------
     def print(self, buf: CodeBuffer) -> None:
         with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
             self.emit_tiling_struct(buf)
-            self.emit_class(buf)
-        self.emit_entry(buf)
+            emit_vector_class(buf, self)
+        emit_simple_entry(buf, self.symbol, [self._name(p) for p in self.params])
 
     def emit_tiling_struct(self, buf):
         with buf.indent("struct TilingData {", "};"):
@@ -123,21 +124,8 @@ class ElementwiseKernelPrinter:
         buf.line(f"constexpr uint32_t SLOT_BYTES = {self.slot_bytes};  // per element, temps")
         buf.line()
 
-    def emit_class(self, buf):
-        with buf.indent("class Kernel {", "};"):
-            buf.label("public:")
-            buf.line("__aicore__ inline Kernel() {}")
-            self.emit_init(buf)
-            self.emit_process(buf)
-            buf.line()
-            buf.label("private:")
-            self.emit_copy_in(buf)
-            self.emit_compute(buf)
-            self.emit_copy_out(buf)
-            self.emit_members(buf)
-
     def _gm_args(self) -> str:
-        return ", ".join(f"GM_ADDR {_ident(p.name)}" for p in self.params)
+        return ", ".join(f"GM_ADDR {ident(p.name)}" for p in self.params)
 
     def emit_init(self, buf):
         with buf.indent(f"__aicore__ inline void Init({self._gm_args()}, "
@@ -150,7 +138,7 @@ class ElementwiseKernelPrinter:
             for spec in self.inputs.values():
                 self.emit_input_init(buf, spec)
             out_type = cpp_type(self.out_dtype)
-            buf.line(f"outGm.SetGlobalBuffer((__gm__ {out_type}*){_ident(self.out_buffer.name)}"
+            buf.line(f"outGm.SetGlobalBuffer((__gm__ {out_type}*){ident(self.out_buffer.name)}"
                      " + blockStart, blockLen);")
             buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileLength * sizeof({out_type}));")
             if self.tiling.temp_buffers:
@@ -158,7 +146,7 @@ class ElementwiseKernelPrinter:
                          "SLOT_BYTES);")
 
     def emit_input_init(self, buf, spec: InputSpec):
-        gm = f"(__gm__ {spec.ctype}*){_ident(spec.buffer.name)}"
+        gm = f"(__gm__ {spec.ctype}*){ident(spec.buffer.name)}"
         if spec.kind is AccessKind.FULL:
             buf.line(f"{spec.name}Gm.SetGlobalBuffer({gm} + blockStart, blockLen);")
             buf.line(f"pipe.InitBuffer({spec.name}Que, BUFFER_NUM, tileLength * "
@@ -274,17 +262,6 @@ class ElementwiseKernelPrinter:
         buf.line("uint64_t blockLen = 0;")
         buf.line("uint32_t tileLength = 0;")
 
-    def emit_entry(self, buf):
-        args = ", ".join(f"GM_ADDR {_ident(p.name)}" for p in self.params)
-        names = ", ".join(_ident(p.name) for p in self.params)
-        with buf.indent(f'extern "C" __global__ __aicore__ void {self.symbol}({args}, '
-                        "GM_ADDR workspace, GM_ADDR tiling) {"):
-            buf.line(f"{self.symbol}_impl::TilingData tilingData = "
-                     f"*reinterpret_cast<__gm__ {self.symbol}_impl::TilingData*>(tiling);")
-            buf.line(f"{self.symbol}_impl::Kernel op;")
-            buf.line(f"op.Init({names}, tilingData);")
-            buf.line("op.Process();")
-
     def tiling_values(self) -> dict:
         """Values the host launcher writes into TilingData."""
         return {"totalLength": self.tiling.total, "blockLength": self.tiling.block_len,
@@ -292,7 +269,7 @@ class ElementwiseKernelPrinter:
 
     def kernel_params(self) -> list:
         """(name, dtype, element count) of each GM parameter, in entry order."""
-        return [(_ident(p.name), str(p.dtype), buffer_size(p)) for p in self.params]
+        return [(ident(p.name), str(p.dtype), buffer_size(p)) for p in self.params]
 
 
 __all__ = ["ElementwiseKernelPrinter"]

@@ -13,6 +13,7 @@ from ..schedules.row_reduce import RowAccessKind
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
+from .kernel_parts import emit_resident_columns, ident
 from .cpp_types import cpp_type
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
@@ -21,10 +22,6 @@ from .vector_emitters import Operand
 CUBE_FIELDS = ("usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN", "singleCoreK",
                "baseM", "baseN", "baseK", "depthA1", "depthB1", "stepM", "stepN", "stepKa",
                "stepKb", "isBias", "iterateOrder", "dbL0A", "dbL0B", "dbL0C")
-
-
-def _ident(name: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
 class MatmulKernelPrinter:
@@ -44,7 +41,7 @@ class MatmulKernelPrinter:
             raise CodegenError(f"{symbol}: not a matmul group")
         self.program = epilogue_program(blocks, func, self.shape)
         self.params = list(func.params)
-        self.names = {p.name: _ident(p.name) for p in self.params}
+        self.names = {p.name: ident(p.name) for p in self.params}
         self.ctype = cpp_type(self.shape.dtype)
         self.a_name, self.b_name = self.names[self.params[0].name], self.names[self.params[1].name]
         self.out_name = self.names[self.params[-1].name]
@@ -107,15 +104,9 @@ class MatmulKernelPrinter:
             for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
                 buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, tiling.cube.baseM * "
                          f"tiling.cube.baseN * sizeof({t}));")
-            for name in self._inputs(RowAccessKind.COLUMN):
-                n = self.names[name]
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, tiling.cube.N);")
-                buf.line(f"pipe->InitBuffer({n}Res, (tiling.cube.N + C0 - 1) / C0 * 32);")
-                buf.line(f"{n}Col = {n}Res.Get<{t}>();")
-                buf.line(f"CopyGmToUb({n}Col, {n}Gm, tiling.cube.N);")
-            if self._inputs(RowAccessKind.COLUMN):
-                buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
-                buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
+            emit_resident_columns(buf, [self.names[n] for n in self._inputs(RowAccessKind.COLUMN)],
+                                  t, "tiling.cube.N", "(tiling.cube.N + C0 - 1) / C0 * 32",
+                                  pipe="pipe->")
             for name in self._inputs(RowAccessKind.SCALAR):
                 n = self.names[name]
                 buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
@@ -216,7 +207,7 @@ class MatmulKernelPrinter:
         tiles, scalars = {}, {}
         row_var = {program.row_var.name: "row"}
         for key, (kind, buffer, step) in program.loads.items():
-            n = self.names.get(buffer.name, _ident(buffer.name))
+            n = self.names.get(buffer.name, ident(buffer.name))
             if kind is RowAccessKind.INTERMEDIATE and step == -1:
                 tiles[key] = Operand("cTile[r * stride]", True, self.shape.dtype)
             elif kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):

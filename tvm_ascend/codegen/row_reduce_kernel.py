@@ -13,16 +13,13 @@ from ..schedules.row_reduce import RowAccessKind, row_program
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
+from .kernel_parts import emit_resident_columns, emit_simple_entry, emit_vector_class, ident
 from .cpp_types import cpp_type, dtype_bytes
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
 from .vector_emitters import Operand
 
 REDUCE_API = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
-
-
-def _ident(name: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
 class RowReduceKernelPrinter:
@@ -40,15 +37,18 @@ class RowReduceKernelPrinter:
         self.params = list(func.params)
         self.dtype = str(self.program.out_buffer.dtype)
         self.ctype = cpp_type(self.dtype)
-        self.names = {p.name: _ident(p.name) for p in self.params}
+        self.names = {p.name: ident(p.name) for p in self.params}
         self.slot_base = len(self.program.intermediates)
+
+    def _name(self, param) -> str:
+        return self.names[param.name]
 
     # ---- printing ---------------------------------------------------------------------------
     def print(self, buf: CodeBuffer) -> None:
         with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
             self.emit_tiling_struct(buf)
-            self.emit_class(buf)
-        self.emit_entry(buf)
+            emit_vector_class(buf, self)
+        emit_simple_entry(buf, self.symbol, [self._name(p) for p in self.params])
 
     def emit_tiling_struct(self, buf):
         with buf.indent("struct TilingData {", "};"):
@@ -61,19 +61,6 @@ class RowReduceKernelPrinter:
         buf.line(f"constexpr uint32_t ROW_STRIDE = {row_elems};  // a row padded to 32 bytes")
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
         buf.line()
-
-    def emit_class(self, buf):
-        with buf.indent("class Kernel {", "};"):
-            buf.label("public:")
-            buf.line("__aicore__ inline Kernel() {}")
-            self.emit_init(buf)
-            self.emit_process(buf)
-            buf.line()
-            buf.label("private:")
-            self.emit_copy_in(buf)
-            self.emit_compute(buf)
-            self.emit_copy_out(buf)
-            self.emit_members(buf)
 
     def _inputs(self, *kinds):
         return [name for name, k in self.program.inputs.items() if k in kinds]
@@ -102,16 +89,8 @@ class RowReduceKernelPrinter:
                          "blockRows * cols);")
                 buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, tileRows * ROW_STRIDE * "
                          f"sizeof({t}));")
-            for name in self._inputs(RowAccessKind.COLUMN):
-                n = self.names[name]
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, cols);")
-                buf.line(f"pipe.InitBuffer({n}Res, ROW_STRIDE * sizeof({t}));")
-                buf.line(f"{n}Col = {n}Res.Get<{t}>();")
-                buf.line(f"CopyGmToUb({n}Col, {n}Gm, cols);")
-            if self._inputs(RowAccessKind.COLUMN):
-                # Vector instructions read the resident columns: wait for MTE2 to land them.
-                buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
-                buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
+            emit_resident_columns(buf, [self.names[n] for n in self._inputs(RowAccessKind.COLUMN)],
+                                  t, "cols", f"ROW_STRIDE * sizeof({t})")
             for name in self._inputs(RowAccessKind.ROW_SLICE):
                 n = self.names[name]
                 size = buffer_size(next(p for p in self.params if p.name == name))
@@ -190,7 +169,7 @@ class RowReduceKernelPrinter:
         t = self.ctype
         tiles, scalars = {}, {}
         for key, (kind, buffer, step) in self.program.loads.items():
-            n_ = self.names.get(buffer.name, _ident(buffer.name))
+            n_ = self.names.get(buffer.name, ident(buffer.name))
             if kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
                 tiles[key] = Operand(f"{n_}Tile[r * ROW_STRIDE]", True, self.dtype)
             elif kind is RowAccessKind.COLUMN:
@@ -288,18 +267,6 @@ class RowReduceKernelPrinter:
         buf.line("uint64_t blockRows = 0;")
         buf.line("uint32_t tileRows = 0;")
         buf.line("uint32_t cols = 0;")
-
-    def emit_entry(self, buf):
-        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
-        names = ", ".join(self.names[p.name] for p in self.params)
-        impl = f"{self.symbol}_impl"
-        with buf.indent(f'extern "C" __global__ __aicore__ void {self.symbol}({args}, '
-                        "GM_ADDR workspace, GM_ADDR tiling) {"):
-            buf.line(f"{impl}::TilingData tilingData = "
-                     f"*reinterpret_cast<__gm__ {impl}::TilingData*>(tiling);")
-            buf.line(f"{impl}::Kernel op;")
-            buf.line(f"op.Init({names}, tilingData);")
-            buf.line("op.Process();")
 
     def tiling_values(self) -> dict:
         return {"rows": self.tiling.total, "blockRows": self.tiling.block_len,

@@ -1,0 +1,52 @@
+"""Scaffolding shared by the kernel printers: the vector kernel class, resident columns, and the
+``extern "C"`` entry. Each function prints one construct."""
+from __future__ import annotations
+
+from .code_buffer import CodeBuffer
+
+
+def ident(name: str) -> str:
+    """A C++ identifier for a TIR buffer name."""
+    return "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+def emit_vector_class(buf: CodeBuffer, printer) -> None:
+    """``class Kernel`` with Init/Process public and CopyIn/Compute/CopyOut private."""
+    with buf.indent("class Kernel {", "};"):
+        buf.label("public:")
+        buf.line("__aicore__ inline Kernel() {}")
+        printer.emit_init(buf)
+        printer.emit_process(buf)
+        buf.line()
+        buf.label("private:")
+        printer.emit_copy_in(buf)
+        printer.emit_compute(buf)
+        printer.emit_copy_out(buf)
+        printer.emit_members(buf)
+
+
+def emit_resident_columns(buf: CodeBuffer, names: list[str], ctype: str, count: str,
+                          buffer_bytes: str, pipe: str = "pipe.") -> None:
+    """Load each broadcast column (gamma, beta, bias) once into the UB; vector code reads it."""
+    for n in names:
+        buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ctype}*){n}, {count});")
+        buf.line(f"{pipe}InitBuffer({n}Res, {buffer_bytes});")
+        buf.line(f"{n}Col = {n}Res.Get<{ctype}>();")
+        buf.line(f"CopyGmToUb({n}Col, {n}Gm, {count});")
+    if names:
+        # Vector instructions read the resident columns: wait for MTE2 to land them.
+        buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
+        buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
+
+
+def emit_simple_entry(buf: CodeBuffer, symbol: str, params: list[str]) -> None:
+    """The kernel entry of a vector kernel: read the tiling struct, Init, Process."""
+    args = ", ".join(f"GM_ADDR {p}" for p in params)
+    impl = f"{symbol}_impl"
+    with buf.indent(f'extern "C" __global__ __aicore__ void {symbol}({args}, '
+                    "GM_ADDR workspace, GM_ADDR tiling) {"):
+        buf.line(f"{impl}::TilingData tilingData = "
+                 f"*reinterpret_cast<__gm__ {impl}::TilingData*>(tiling);")
+        buf.line(f"{impl}::Kernel op;")
+        buf.line(f"op.Init({', '.join(params)}, tilingData);")
+        buf.line("op.Process();")
