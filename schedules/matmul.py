@@ -158,10 +158,10 @@ def epilogue_program(blocks, func, shape: MatmulShape):
 
 
 def _plan(shape: MatmulShape, program, soc) -> Tiling:
-    if program is not None and program_dtypes(program) != {shape.dtype}:
-        raise TilingError(f"the epilogue computes in {sorted(program_dtypes(program))}; the "
-                          "matmul epilogue is printed for one dtype")
     elem = _dtype_bytes(shape.dtype)
+    # temporaries may be wider than C (TOPI computes an fp16 erf in float32)
+    slot_bytes = max([elem] + [_dtype_bytes(d) for d in program_dtypes(program)]) \
+        if program is not None else elem
     c0 = 32 // elem
     base_m = min(128 if elem == 2 else 64, _round_up(shape.m, FRACTAL))
     base_n = min(128 if elem == 2 else 64, _round_up(shape.n, FRACTAL))
@@ -189,7 +189,7 @@ def _plan(shape: MatmulShape, program, soc) -> Tiling:
         if program else 0
     streamed = sum(1 for k in program.inputs.values()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)) if program else 0
-    ub = (base_m * align_n * elem * (1 + streamed) + slots * align_n * elem
+    ub = (base_m * align_n * elem * (1 + streamed) + slots * align_n * slot_bytes
           + columns * _round_up(shape.n * elem, 32))
     if ub > soc.ub_bytes - UB_RESERVED_BYTES:
         raise TilingError(f"matmul epilogue needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
@@ -198,6 +198,7 @@ def _plan(shape: MatmulShape, program, soc) -> Tiling:
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
               "single_m": single_m, "single_n": single_n, "align_n": align_n, "slots": slots,
+              "slot_bytes": slot_bytes,
               "cube_macs": shape.batch * _round_up(shape.m, FRACTAL)
               * _round_up(shape.n, FRACTAL) * _round_up(shape.k, c0)}
     return Tiling("matmul", total, used, per_core, 1, per_core, 1,

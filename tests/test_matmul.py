@@ -79,3 +79,23 @@ def test_four_dimensional_batched_matmul_with_mask_epilogue():
     (group,) = lib.report.to_json()["groups"]
     (launch,) = lib.profile()
     assert group["on_npu"] and launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]
+
+
+def test_fp16_matmul_with_gelu_epilogue_computes_erf_in_float32_temporaries():
+    """TOPI evaluates an fp16 erf in float32: the epilogue's temporaries are sized for it."""
+    b = ModelBuilder("float16", seed=6)
+    x = b.input("x", (24, 40))
+    up = b.node("Add", [b.node("MatMul", [x, b.const(b.rng.standard_normal((40, 72)) * 0.1)]),
+                        b.const(b.rng.standard_normal(72) * 0.1)])
+    erf = b.node("Erf", [b.node("Div", [up, b.const(np.array(np.sqrt(2.0)))])])
+    gelu = b.node("Mul", [b.node("Mul", [up, b.node("Add", [erf, b.const(np.array(1.0))])]),
+                          b.const(np.array(0.5))])
+    b.output(gelu, (24, 72))
+    model = b.model()
+    lib = tvm_ascend.build(model)
+    assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], "float16")
+    (group,) = lib.report.to_json()["groups"]
+    assert group["on_npu"] and group["tiling"]["template"] == "matmul"
+    assert group["tiling"]["params"]["slot_bytes"] == 4
+    (launch,) = lib.profile()
+    assert launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]

@@ -111,9 +111,9 @@ class MatmulKernelPrinter:
                 n = self.names[name]
                 buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
                 buf.line(f"{n}Val = {n}Gm.GetValue(0);")
-            if self.p["slots"]:
+            if self.p["slots"]:  # temporaries as wide as the widest dtype computed in
                 buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots']} * tiling.cube.baseN * "
-                         f"sizeof({t}));")
+                         f"{self.p['slot_bytes']});")
 
     def emit_process(self, buf):
         a_batch = "tiling.cube.M * tiling.cube.Ka" if self.shape.a_batched else "0"
@@ -202,7 +202,6 @@ class MatmulKernelPrinter:
             buf.line(f"{self.names[name]}Que.FreeTensor({self.names[name]}Tile);")
 
     def emit_epilogue_row(self, buf):
-        t = self.ctype
         program = self.program
         tiles, scalars = {}, {}
         row_var = {program.row_var.name: "row"}
@@ -227,7 +226,7 @@ class MatmulKernelPrinter:
         def slot(k, node):
             ctype = cpp_type(expr_dtype(node))
             return (f"rowBuf.GetWithOffset<{ctype}>(tiling.cube.baseN, "
-                    f"{k} * tiling.cube.baseN * sizeof({t}))")
+                    f"{k} * tiling.cube.baseN * {self.p['slot_bytes']})")
 
         root = printer.emit(buf, step.plan, tiles, "cTile[r * stride]", slot, "curN")
         if root.text != "cTile[r * stride]":
