@@ -25,14 +25,10 @@ from tvm_ascend.errors import TilingError
 from .tile_values import (AccessKind, buffer_size, classify_load, make_analyzer, plan_tile_values,
                           unsupported_construct)
 from .tir_walk import expr_dtype, first_block_realize, param_buffers, walk
-from .tiling import Tiling
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 
-CORE_LOOP_ANNOTATION = "ascend.block_idx"
-UB_RESERVED_BYTES = 8192 + 256   # API scratch + CV-fusion reserve (ascendc.md section 6.1)
 RESIDENT_GATHER_MAX_BYTES = 16384  # broadcast sources up to this size stay in the UB per core
-BLOCK_BYTES = 32                 # DataCopy granularity
 REPEAT_BYTES = 256               # one vector repeat
-SUPPORTED_DTYPES = ("float32", "float16")
 
 
 @dataclass(frozen=True)

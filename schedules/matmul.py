@@ -17,12 +17,9 @@ from tvm_ascend.errors import TilingError
 
 from .row_reduce import RowAccessKind, _blocks, _reduce_vars, program_dtypes, row_program
 from .tile_values import buffer_size, unsupported_construct
-from .tiling import Tiling
+from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 from .tir_walk import BufferLoad, load_buffer, param_buffers
 
-CORE_LOOP_ANNOTATION = "ascend.block_idx"
-SUPPORTED_DTYPES = ("float32", "float16")
-UB_RESERVED_BYTES = 8192 + 256
 FRACTAL = 16
 
 

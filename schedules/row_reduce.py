@@ -23,14 +23,10 @@ from tvm_ascend.errors import TilingError
 
 from .tile_values import (Access, AccessKind, buffer_size, expr_key, flat_offset, make_analyzer,
                           plan_tile_values, unsupported_construct, uses_var)
-from .tiling import Tiling
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 from .tir_walk import BufferLoad, expr_dtype, load_buffer, param_buffers
 
-CORE_LOOP_ANNOTATION = "ascend.block_idx"
-UB_RESERVED_BYTES = 8192 + 256
-BLOCK_BYTES = 32
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
-SUPPORTED_DTYPES = ("float32", "float16")
 
 
 class RowAccessKind(enum.Enum):

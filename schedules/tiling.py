@@ -4,6 +4,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+# Shared by every template. The annotation marks the loop whose iterations are AI cores.
+CORE_LOOP_ANNOTATION = "ascend.block_idx"
+# UB kept free for API scratch (8 KB) and the CV-fusion reserve (256 B): ascendc.md section 6.1.
+UB_RESERVED_BYTES = 8192 + 256
+BLOCK_BYTES = 32  # DataCopy granularity and UB alignment
+SUPPORTED_DTYPES = ("float32", "float16")
+
 
 @dataclass(frozen=True)
 class Tiling:

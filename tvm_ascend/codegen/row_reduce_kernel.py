@@ -164,7 +164,7 @@ class RowReduceKernelPrinter:
                 n_ = self.names[name]
                 buf.line(f"{n_}Que.FreeTensor({n_}Tile);")
 
-    def _leaves(self, step_index: int) -> tuple[dict, dict]:
+    def _leaves(self) -> tuple[dict, dict]:
         """(tile operands by load key, scalar names by load key) visible to one step."""
         t = self.ctype
         tiles, scalars = {}, {}
@@ -185,13 +185,12 @@ class RowReduceKernelPrinter:
                 scalars[key] = f"{n_}Val"
             else:  # a value computed by an earlier step of this row
                 scalars[key] = f"rowValue{step}"
-        del step_index
         return tiles, scalars
 
     def emit_row(self, buf):
         t = self.ctype
-        for index, step in enumerate(self.program.steps):
-            tiles, scalar_names = self._leaves(index)
+        for step in self.program.steps:
+            tiles, scalar_names = self._leaves()
             scalars = ScalarPrinter(scalar_names, expr_key)
             printer = TileProgramPrinter(self.symbol, scalars)
 
