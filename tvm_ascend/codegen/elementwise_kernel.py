@@ -16,7 +16,7 @@ from ..schedules.tile_values import (AccessKind, buffer_size, classify_load, exp
                                      make_analyzer, plan_tile_values)
 from ..schedules.tir_walk import expr_dtype, first_block_realize, param_buffers
 from .code_buffer import CodeBuffer
-from .kernel_parts import emit_simple_entry, emit_vector_class, ident
+from .kernel_parts import emit_vector_kernel, ident
 from .cpp_types import cpp_type, dtype_bytes
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
@@ -110,10 +110,7 @@ class ElementwiseKernelPrinter:
 
     # ---- printing ---------------------------------------------------------------------------
     def print(self, buf: CodeBuffer) -> None:
-        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
-            self.emit_tiling_struct(buf)
-            emit_vector_class(buf, self)
-        emit_simple_entry(buf, self.symbol, [self._name(p) for p in self.params])
+        emit_vector_kernel(buf, self, [self._name(p) for p in self.params])
 
     def emit_tiling_struct(self, buf):
         with buf.indent("struct TilingData {", "};"):

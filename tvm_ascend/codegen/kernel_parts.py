@@ -10,6 +10,14 @@ def ident(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
+def emit_vector_kernel(buf: CodeBuffer, printer, params: list[str]) -> None:
+    """A vector kernel: tiling struct and class in the kernel's namespace, then the entry."""
+    with buf.indent(f"namespace {printer.symbol}_impl {{", "}  // namespace"):
+        printer.emit_tiling_struct(buf)
+        emit_vector_class(buf, printer)
+    emit_simple_entry(buf, printer.symbol, params)
+
+
 def emit_vector_class(buf: CodeBuffer, printer) -> None:
     """``class Kernel`` with Init/Process public and CopyIn/Compute/CopyOut private."""
     with buf.indent("class Kernel {", "};"):

@@ -13,7 +13,7 @@ from ..schedules.row_reduce import RowAccessKind, row_program
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
-from .kernel_parts import emit_resident_columns, emit_simple_entry, emit_vector_class, ident
+from .kernel_parts import emit_resident_columns, emit_vector_kernel, ident
 from .cpp_types import cpp_type, dtype_bytes
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
@@ -45,10 +45,7 @@ class RowReduceKernelPrinter:
 
     # ---- printing ---------------------------------------------------------------------------
     def print(self, buf: CodeBuffer) -> None:
-        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
-            self.emit_tiling_struct(buf)
-            emit_vector_class(buf, self)
-        emit_simple_entry(buf, self.symbol, [self._name(p) for p in self.params])
+        emit_vector_kernel(buf, self, [self._name(p) for p in self.params])
 
     def emit_tiling_struct(self, buf):
         with buf.indent("struct TilingData {", "};"):

@@ -322,17 +322,20 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, soc, merge: bool) -> 
     if merge:
         sites = merge_sites(sites, fused["main"], soc)
     groups: dict[str, KernelGroup] = {}
-    kernels: list[tuple] = []  # (PrimFunc, codegen GlobalVar, symbol) of each distinct kernel
+    kernels: list[tuple] = []  # (PrimFunc, codegen GlobalVar, symbol, Decision) per kernel
     rewriter = _OffloadRewriter(fused, [])
     builder = rewriter.builder_
     for site in sites:
         if site.absorbed_into is not None:
             continue
         decision, template = site.eligible, None
-        if decision.ok:
-            template, decision = select_template(site.prim, soc)
+        # An equal kernel was already tiled: reuse its decision instead of tiling again.
         shared = next((k for k in kernels if _same_kernel(k[0], site.prim)), None) \
             if decision.ok else None
+        if shared is not None:
+            decision = shared[3]
+        elif decision.ok:
+            template, decision = select_template(site.prim, soc)
         symbol = shared[2] if shared else (
             _kernel_symbol(site.name, len(kernels)) if decision.ok else None)
         reason = "; ".join([decision.reason] + site.merges)
@@ -345,7 +348,7 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, soc, merge: bool) -> 
             prim_gv = builder.add_func(site.prim, site.name)
             func = _codegen_function(prim_gv, site.prim, site.args, site.call.ty_args[0],
                                      symbol, group.to_json(), template)
-            shared = (site.prim, builder.add_func(func, symbol), symbol)
+            shared = (site.prim, builder.add_func(func, symbol), symbol, decision)
             kernels.append(shared)
         rewriter.targets.append((site.call, shared[1], site.args))
     edges = [(p.name, c.name, reason, hint)
