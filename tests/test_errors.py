@@ -37,8 +37,8 @@ def test_bad_config_values():
         tvm_ascend.CompileConfig().with_env({"AUTOFUSION_ENABLE": "maybe"})
     with pytest.raises(tvm_ascend.FusionConfigError, match="not implemented yet"):
         tvm_ascend.CompileConfig(precision_mode="force_fp16")
-    with pytest.raises(tvm_ascend.FusionConfigError, match="switch files are not read"):
-        tvm_ascend.CompileConfig(fusion_switch_file="fusion.cfg")
+    with pytest.raises(tvm_ascend.FusionConfigError, match="rule_set='atc'"):
+        tvm_ascend.CompileConfig(rule_set="atc")
 
 
 def test_dynamic_input_needs_input_shape():

@@ -19,6 +19,8 @@ from typing import Mapping
 from .errors import FusionConfigError
 from .soc import get_soc
 
+RULE_SETS = ("tvm_ascend", "atc_style", "tvm_fuseops")
+
 FUSION_LEVELS = ("off", "conservative", "aggressive")
 PRECISION_MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision",
                    "must_keep_origin_dtype", "force_fp32")
@@ -26,6 +28,8 @@ PRECISION_MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision",
 
 def _parse_bool(name: str, text: str) -> bool:
     lowered = text.strip().lower()
+    if name == "DUMP_GE_GRAPH" and lowered in ("2", "3"):
+        return True  # ATC's levels (without weights / nodes only): every dump here is light
     if lowered in ("1", "true", "on", "yes"):
         return True
     if lowered in ("0", "false", "off", "no", ""):
@@ -47,6 +51,7 @@ ENV_OVERRIDES = (
     EnvOverride("AUTOFUSION_ENABLE", "autofusion", bool,
                 "1/0: turn automatic fusion on or off (as CANN's Graph-Autofusion switch)"),
     EnvOverride("DUMP_GRAPH", "dump_graph", bool, "1: write numbered graph dumps"),
+    EnvOverride("DUMP_GE_GRAPH", "dump_graph", bool, "ATC's spelling of DUMP_GRAPH (1, 2 or 3)"),
     EnvOverride("DUMP_GRAPH_PATH", "dump_path", str, "folder for graph dumps and kernel sources"),
     EnvOverride("TVM_ASCEND_SOC_VERSION", "soc_version", str,
                 "SoC to compile for, e.g. Ascend910B1"),
@@ -71,7 +76,20 @@ class CompileConfig:
     dump_path : str
         Folder for dumps (default ``./tvm_ascend_dump``).
     fusion_switch_file : str or None
-        ATC-style fusion switch file; not read yet, so setting it is an error (not ignored).
+        ATC-style fusion switch file (``RuleName:off`` lines or ATC's JSON ``{"Switch": ...}``),
+        applied on top of the fusion level; ``ALL: off`` turns every rule off.
+    rule_set : str
+        ``"tvm_ascend"`` (every rule, cost-checked), ``"atc_style"`` (only the rules ATC applies
+        by default, as fixed patterns: an emulation of ATC for comparisons) or ``"tvm_fuseops"``
+        (TVM's FuseOps groups unchanged).
+    no_fuse_nodes : tuple of str
+        ONNX node names never fused with anything (to fence off a region with precision trouble).
+    fusion_plan_file : str or None
+        A fusion plan exported from an earlier build (``fusion_plan.json``): its groups are
+        rebuilt exactly, for a reproducible build.
+    tuning_database : str or None
+        Folder of a tuning database (``tvm-ascend tune``); kernels found there use the best
+        recorded tiling knobs.
     soc_version : str
         Target SoC in ATC spelling (``Ascend910B1``, ``Ascend310P3``, ...).
     precision_mode : str
@@ -92,6 +110,10 @@ class CompileConfig:
     precision_mode: str = "must_keep_origin_dtype"
     cache_dir: str | None = None
     input_shape: Mapping[str, tuple] = field(default_factory=dict)
+    rule_set: str = "tvm_ascend"
+    no_fuse_nodes: tuple = ()
+    fusion_plan_file: str | None = None
+    tuning_database: str | None = None
 
     def __post_init__(self):
         if self.fusion_level not in FUSION_LEVELS:
@@ -105,16 +127,39 @@ class CompileConfig:
             raise FusionConfigError(
                 f"precision_mode={self.precision_mode!r} is not implemented yet; only "
                 "'must_keep_origin_dtype' is (convert the model's dtypes before compiling)")
-        if self.fusion_switch_file is not None:
+        if self.rule_set not in RULE_SETS:
             raise FusionConfigError(
-                f"fusion_switch_file={self.fusion_switch_file!r}: switch files are not read "
-                "yet; use fusion_level or AUTOFUSION_ENABLE")
+                f"rule_set={self.rule_set!r} is not one of {', '.join(RULE_SETS)}")
+        if isinstance(self.no_fuse_nodes, str):
+            object.__setattr__(self, "no_fuse_nodes", tuple(
+                n.strip() for n in self.no_fuse_nodes.split(",") if n.strip()))
+        if self.fusion_switch_file is not None:
+            self.switches  # parse now: a bad file is an error before any work starts
         get_soc(self.soc_version)  # raises TargetError naming the known SoCs
 
     @property
     def fusion_enabled(self) -> bool:
         """Whether any operator may be grouped with another."""
         return self.autofusion and self.fusion_level != "off"
+
+    @property
+    def switches(self):
+        """The parsed fusion switch file (None when there is none)."""
+        if self.fusion_switch_file is None:
+            return None
+        from .partition.switch_file import load_switch_file
+        return load_switch_file(self.fusion_switch_file)
+
+    @property
+    def enabled_rules(self) -> frozenset:
+        """Names of the fusion rules on: the level's rules in the rule set, then the switch
+        file's overrides."""
+        from .partition.rules import rules_for_level
+        if not self.autofusion:
+            return frozenset()
+        rules = rules_for_level(self.fusion_level, self.rule_set)
+        switches = self.switches
+        return switches.apply(rules) if switches is not None else rules
 
     @property
     def soc(self):
