@@ -13,14 +13,15 @@ TEMPLATES = (ElementwiseSchedule, RowReduceSchedule, MatmulSchedule)
 
 __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "MatmulSchedule",
            "Tiling", "AccessKind", "classify_load",
-           "plan_tile_values", "TEMPLATES", "select_template", "template_by_name",
+           "plan_tile_values", "TEMPLATES", "plan_template", "select_template", "template_by_name",
            "supports"]
 
 
-def select_template(func, soc):
-    """(template, Decision) for ``func`` on ``soc``: among the templates that tile it, the one
-    with the fewest elements gathered on the scalar unit, then the first in TEMPLATES order (a
-    stand-in for the cost model: a scalar gather is slow on the device, vector work is not)."""
+def plan_template(func, soc):
+    """(template, Tiling, Decision) for ``func`` on ``soc``: among the templates that tile it,
+    the one with the fewest elements gathered on the scalar unit, then the first in TEMPLATES
+    order (a scalar gather is slow on the device, vector work is not). Template and Tiling are
+    None when no template fits; the Decision then says why for each."""
     from tvm_ascend.decision import Decision
     from tvm_ascend.errors import TilingError
 
@@ -35,11 +36,17 @@ def select_template(func, soc):
         except TilingError as err:
             reasons.append(f"{template.name}: {err}")
             continue
-        fits.append((tiling.params.get("scalar_gather_elems", 0), len(fits), template))
+        fits.append((tiling.params.get("scalar_gather_elems", 0), len(fits), template, tiling))
     if not fits:
-        return None, Decision.no("no schedule template fits (" + "; ".join(reasons) + ")")
-    _, _, best = min(fits)
-    return best, Decision.yes(f"{best.name} template tiles it on {soc.name}")
+        return None, None, Decision.no("no schedule template fits (" + "; ".join(reasons) + ")")
+    _, _, best, tiling = min(fits, key=lambda fit: fit[:2])
+    return best, tiling, Decision.yes(f"{best.name} template tiles it on {soc.name}")
+
+
+def select_template(func, soc):
+    """(template, Decision) for ``func`` on ``soc``, as ``plan_template`` chooses."""
+    template, _, decision = plan_template(func, soc)
+    return template, decision
 
 
 def template_by_name(name: str):

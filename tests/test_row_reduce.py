@@ -63,7 +63,8 @@ def test_softmax_and_layernorm_chain(shape):
     assert report["npu_kernels"] == 2
     for group in report["groups"]:
         assert group["tiling"]["template"] == "row_reduce"
-        assert "ascend.merge" in group["rule"] and group["gm_bytes_saved"] > 0
+        assert "ascend.merge" in group["formed_by"] and group["gm_bytes_saved"] > 0
+    assert sorted(g["rule"] for g in report["groups"]) == ["LayerNormFusion", "SoftmaxFusion"]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

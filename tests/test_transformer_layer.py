@@ -35,7 +35,9 @@ def test_encoder_layer_matches_onnxruntime_and_groups_as_documented():
     # only layout work stays on the host: free views and the K transpose (moves the last axis)
     host = [g for g in report["groups"] if not g["on_npu"]]
     assert all("permute_dims" in g["reason"] or "views" in g["reason"] for g in host)
-    # qk -> softmax is not merged yet, and the report says which template is missing
+    # qk -> softmax would be an AttentionFusion group, an aggressive rule: the report says
+    # which rule kept it apart and how to turn it on
     edge = next(e for e in report["unfused_edges"]
                 if by_nodes[("attn.softmax",)]["id"] == e["consumer"])
-    assert "would not tile" in edge["reason"]
+    assert "AttentionFusion is switched off" in edge["reason"]
+    assert "AttentionFusion:on" in edge["hint"]

@@ -32,11 +32,11 @@ def partition_for_ascend(mod, config: CompileConfig | None = None):
     """
     from .frontend import load_model
     from .partition.grouping import partition
-    from .pipeline import prepare
+    from .pipeline import fusion_policy, prepare
 
     config = (config or CompileConfig()).with_env()
     imported = prepare(load_model(mod, config.input_shape))
-    return partition(imported, config.soc, fuse=config.fusion_enabled)
+    return partition(imported, config.soc, policy=fusion_policy(config, imported))
 
 
 __all__ = ["build", "load", "relay", "CompileConfig", "AscendModule", "partition_for_ascend",

@@ -4,7 +4,11 @@
     010_partitioned.py   after grouping: NPU groups as Codegen functions
     020_scheduled.py     every NPU group's scheduled TIR
     fusion_report.json   the report; fusion_report.txt the same as a table
+    fusion_result.json   ATC's per-rule match_times / effect_times, for ATC users' scripts
+    fusion_plan.json     the groups as an editable plan (CompileConfig.fusion_plan_file)
     kernels/<name>.cpp   every AscendC kernel, standalone
+    graphs/              graphs before and after fusion: JSON, DOT (SVG with Graphviz), and
+                         graph_after.onnx with FusionGroup nodes (see graph_dumps.py)
 """
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ import os
 import tempfile
 
 from . import ir_attrs
+from .graph_dumps import write_graph_dumps
+from .partition.fusion_result import write_fusion_result
+from .partition.plan_file import export_plan
 from .partition.report import report_table, write_json_atomic
 
 
@@ -22,6 +29,7 @@ def _write_text(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a dump is for everyone who builds
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -35,6 +43,12 @@ def _script(mod) -> str:
         if func.attrs and ir_attrs.PRIM_FUNC in func.attrs:
             stripped[gv] = func.without_attr(ir_attrs.PRIM_FUNC)
     return stripped.script(show_meta=False)
+
+
+def _one_group_per_node(report: dict) -> bool:
+    """A plan lists each node once; a build that recomputes a node in two kernels has none."""
+    nodes = [n for g in report["groups"] for n in g["nodes"]]
+    return len(nodes) == len(set(nodes))
 
 
 class Dumper:
@@ -62,8 +76,17 @@ class Dumper:
         if self.enabled:
             write_json_atomic(os.path.join(self.folder, "fusion_report.json"), report)
             _write_text(os.path.join(self.folder, "fusion_report.txt"), report_table(report))
+            write_fusion_result(report, os.path.join(self.folder, "fusion_result.json"))
+            if _one_group_per_node(report):
+                export_plan(report, os.path.join(self.folder, "fusion_plan.json"))
 
     def kernels(self, sources: dict) -> None:
         if self.enabled:
             for symbol, text in sources.items():
                 _write_text(os.path.join(self.folder, "kernels", f"{symbol}.cpp"), text)
+
+    def graphs(self, model, report: dict) -> None:
+        """Graph dumps before/after fusion into ``<folder>/graphs`` (``model``: the ONNX
+        ModelProto compiled, or None for a Relax module)."""
+        if self.enabled:
+            write_graph_dumps(model, report, os.path.join(self.folder, "graphs"))

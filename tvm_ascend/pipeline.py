@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 
 import tvm
 import tvm_ffi
@@ -22,7 +23,8 @@ from .codegen import metadata_from_source, register_codegen, unit_module
 from .config import CompileConfig
 from .errors import CodegenError
 from .frontend import load_model
-from .partition.grouping import partition
+from .partition.grouping import node_graph, partition
+from .partition.policy import FusionPolicy
 from .dumps import Dumper
 from .partition.report import fusion_report
 from .runtime import AscendModule
@@ -39,12 +41,33 @@ def prepare(mod: tvm.IRModule, params=None) -> tvm.IRModule:
     return relax.transform.FoldConstant()(mod)
 
 
+def fusion_policy(config: CompileConfig, imported: tvm.IRModule) -> FusionPolicy:
+    """The planner's policy: rules from the config, and the imported plan checked against the
+    model (unknown nodes, cycles) before any work starts."""
+    plan = None
+    if config.fusion_plan_file:
+        from .partition.plan_file import load_plan
+        nodes, edges = node_graph(imported)
+        plan = load_plan(config.fusion_plan_file, nodes, edges)
+    return FusionPolicy.from_config(config, plan)
+
+
 def _nodes_before(mod: tvm.IRModule) -> int:
     """ONNX nodes of the model (bindings of ``main`` for a module not imported from ONNX)."""
     attrs = mod["main"].attrs
     if attrs and ir_attrs.ONNX_NODE_COUNT in attrs:
         return int(attrs[ir_attrs.ONNX_NODE_COUNT])
     return sum(len(block.bindings) for block in mod["main"].body.blocks)
+
+
+def _onnx_model(mod):
+    """The ONNX model behind ``mod`` (for the graph dumps), or None for a Relax module."""
+    import onnx
+    if isinstance(mod, onnx.ModelProto):
+        return mod
+    if isinstance(mod, (str, os.PathLike)):
+        return onnx.load(os.fspath(mod), load_external_data=False)
+    return None
 
 
 def _external_source(mod: tvm.IRModule) -> str:
@@ -87,12 +110,13 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     dumps = Dumper(config.dump_graph, config.dump_path)
     imported = load_model(mod, config.input_shape)
     dumps.module("000_imported.py", imported)
-    result = partition(prepare(imported, params), soc, fuse=config.fusion_enabled)
+    result = partition(prepare(imported, params), soc, policy=fusion_policy(config, imported))
     dumps.module("010_partitioned.py", result.mod)
     scheduled, tilings = schedule_groups(result.mod, soc)
     dumps.scheduled(scheduled)
     report = fusion_report(result, tilings, config, _nodes_before(imported))
     dumps.report(report)
+    dumps.graphs(_onnx_model(mod) if config.dump_graph else None, report)
     metadata = {"soc_version": soc.name, "report": report,
                 "inputs": [p.name for p in scheduled["main"].params]}
     lowered, source = _codegen(scheduled, soc, metadata)

@@ -21,10 +21,16 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from collections import Counter
+
 from .. import ir_attrs
-from ..schedules import select_template, supports
+from ..errors import FusionConfigError
+from ..schedules import supports
+from .cost import GroupCost, host_estimate
 from .decision import Decision
 from .merge import Site, merge_sites, unfused_edges
+from .policy import FusionPolicy
+from .rules import group_rules
 from .patterns import check_call, is_view_only, register_ascend_patterns
 from .patterns.layout import MOVE_OPS
 
@@ -56,12 +62,20 @@ class KernelGroup:
     rule: str
     reason: str
     gm_bytes_saved: int = 0
+    formed_by: str = ""
+    io_bytes: int = 0          # bytes of its inputs and output (the GM traffic of a host group)
+    estimate: dict = field(default_factory=dict)
+
+    @property
+    def rules(self) -> list[str]:
+        return [] if self.rule == "single-op" else self.rule.split("+")
 
     def to_json(self) -> dict:
         return {
             "name": self.name, "kernel": self.symbol, "on_npu": self.on_npu, "rule": self.rule,
-            "reason": self.reason,
-            "gm_bytes_saved": self.gm_bytes_saved,
+            "rules": self.rules, "formed_by": self.formed_by, "reason": self.reason,
+            "gm_bytes_saved": self.gm_bytes_saved, "io_bytes": self.io_bytes,
+            "estimate": self.estimate,
             "onnx_nodes": list(dict.fromkeys(m.node for m in self.members if m.node)),
             "ops": [{"var": m.var, "op": m.op, "node": m.node, "dtype": m.dtype,
                      "shape": list(m.shape), "supported": m.decision.ok,
@@ -77,6 +91,8 @@ class PartitionResult:
     groups: list[KernelGroup] = field(default_factory=list)
     ops: dict[str, OpInfo] = field(default_factory=dict)
     edges: list = field(default_factory=list)  # (producer name, consumer name, reason, hint)
+    rule_matches: Counter = field(default_factory=Counter)  # rule -> candidates considered
+    policy: FusionPolicy = field(default_factory=FusionPolicy.default)
 
     @property
     def npu_groups(self) -> list[KernelGroup]:
@@ -121,6 +137,25 @@ def mark_support(mod: tvm.IRModule) -> dict[str, OpInfo]:
                                        str(getattr(ty, "dtype", "")), _shape_of(ty), decision,
                                        str(node_names.get(binding.var.name, "")))
     return ops
+
+
+def node_graph(mod: tvm.IRModule) -> tuple[set, list]:
+    """(ONNX node names, (producer node, consumer node) edges) of an imported module's ``main``:
+    the graph a fusion plan names its groups in."""
+    attrs = mod["main"].attrs
+    names = dict(attrs[ir_attrs.ONNX_NODES]) if attrs and ir_attrs.ONNX_NODES in attrs else {}
+    node_of = {}
+    edges = []
+    for binding in _bindings(mod["main"]):
+        node = str(names.get(binding.var.name, ""))
+        if not node:
+            continue
+        node_of[binding.var] = node
+        for var in relax.analysis.free_vars(binding.value):
+            producer = node_of.get(var)
+            if producer and producer != node:
+                edges.append((producer, node))
+    return set(node_of.values()), list(dict.fromkeys(edges))
 
 
 def _is_call_tir(value) -> bool:
@@ -187,16 +222,61 @@ def _unshare_callees(mod: tvm.IRModule, ops: dict[str, OpInfo]):
     return swap.builder_.get(), by_callee
 
 
-def _make_host_ops_opaque(mod: tvm.IRModule, by_callee: dict) -> tvm.IRModule:
-    """Host-only ops (and data movement) get the opaque pattern, so FuseOps leaves them alone."""
-    # Data movement is grouped by the merge rule, which checks that a template tiles the
-    # result, rather than by FuseOps, which would fold a Transpose into a MatMul's epilogue.
-    host = {name for name, info in by_callee.items()
-            if not info.decision.ok or info.op in MOVE_OPS}
+def _make_opaque(mod: tvm.IRModule, callees) -> tvm.IRModule:
+    """Give ``callees`` the opaque pattern, so FuseOps leaves them alone."""
     for gv, func in list(mod.functions.items()):
-        if gv.name_hint in host and isinstance(func, tvm.tirx.PrimFunc):
+        if gv.name_hint in callees and isinstance(func, tvm.tirx.PrimFunc):
             mod.update_func(gv, func.with_attr("op_pattern", OPAQUE))
     return mod
+
+
+def _always_alone(by_callee: dict, policy: FusionPolicy) -> set:
+    """Callees FuseOps must never group: host-only ops, data movement and fenced nodes."""
+    # Data movement is grouped by the merge rule, which checks that a template tiles the
+    # result, rather than by FuseOps, which would fold a Transpose into a MatMul's epilogue.
+    return {name for name, info in by_callee.items()
+            if not info.decision.ok or info.op in MOVE_OPS or info.node in policy.no_fuse_nodes}
+
+
+def _fuse_ops(lowered, by_callee, policy: FusionPolicy, matches: Counter):
+    """TVM's FuseOps, with the groups of switched-off kinds (or crossing an imported plan's
+    groups) taken apart: their ops become opaque and FuseOps runs again, until every group it
+    forms is allowed. Returns (fused module, group -> member callees, callee -> why split)."""
+    alone = _always_alone(by_callee, policy)
+    split: dict[str, str] = {}
+    for attempt in range(8):
+        fused = relax.transform.FuseOps(fuse_opt_level=2 if policy.fuse else 0)(
+            _make_opaque(lowered, alone | set(split)))
+        members = {}
+        for gv, func in fused.functions.items():
+            if isinstance(func, relax.Function) and func.attrs and "Primitive" in func.attrs:
+                members[gv.name_hint] = [c.name_hint for _, c, _ in _call_tir_sites(func)]
+        new = {}
+        for parts in members.values():
+            infos = [by_callee[p] for p in parts if p in by_callee]
+            rules = group_rules(info.op for info in infos)
+            if attempt == 0:
+                matches.update(rules)
+            why = _split_reason(infos, rules, policy)
+            if why:
+                new.update({part: why for part in parts})
+        if not new:
+            return fused, members, split
+        split.update(new)
+    raise AssertionError("FuseOps kept forming switched-off groups")  # pragma: no cover
+
+
+def _split_reason(infos, rules, policy: FusionPolicy) -> str:
+    off = policy.switched_off(rules)
+    if off:
+        return (f"rule {off[0]} is switched off (fusion level {policy.level!r}, rule set "
+                f"{policy.rule_set!r} or the fusion switch file)")
+    plan = policy.plan
+    if plan is not None:
+        owners = {plan.group_of(info.node) for info in infos if info.node}
+        if len(owners) > 1:
+            return "the imported fusion plan puts these ops in different groups"
+    return ""
 
 
 def _kernel_symbol(name: str, index: int) -> str:
@@ -229,7 +309,8 @@ def _codegen_function(prim_gv, prim_func, args, out_ty, symbol, group_json, temp
                             ir_attrs.TEMPLATE: template.name})
 
 
-def partition(mod: tvm.IRModule, soc, fuse: bool = True) -> PartitionResult:
+def partition(mod: tvm.IRModule, soc, fuse: bool = True,
+              policy: FusionPolicy | None = None) -> PartitionResult:
     """Group ``mod``'s operators and mark the NPU groups for the ``ascend`` codegen.
 
     Parameters
@@ -239,7 +320,9 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True) -> PartitionResult:
     soc : SocProfile
         The target SoC: a group is offloaded only if a schedule template tiles it there.
     fuse : bool
-        ``False`` keeps one kernel per operator (fusion off).
+        ``False`` keeps one kernel per operator (fusion off); ignored when ``policy`` is given.
+    policy : FusionPolicy, optional
+        Rules on, rule set, fenced nodes, imported plan (``FusionPolicy.from_config``).
 
     Example
     -------
@@ -247,27 +330,28 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True) -> PartitionResult:
     >>> [g.name for g in result.npu_groups]          # doctest: +SKIP
     ['fused_add_relu_multiply']
     """
+    policy = policy or FusionPolicy.default(fuse)
     ops = mark_support(mod)
     lowered = relax.transform.LegalizeOps()(mod)
     lowered = relax.transform.AnnotateTIROpPattern()(lowered)
     lowered, by_callee = _unshare_callees(lowered, ops)
-    lowered = _make_host_ops_opaque(lowered, by_callee)
-    fused = relax.transform.FuseOps(fuse_opt_level=2 if fuse else 0)(lowered)
-    members = {}
-    for gv, func in fused.functions.items():
-        if isinstance(func, relax.Function) and func.attrs and "Primitive" in func.attrs:
-            members[gv.name_hint] = [c.name_hint for _, c, _ in _call_tir_sites(func)]
+    matches: Counter = Counter()
+    fused, members, split = _fuse_ops(lowered, by_callee, policy, matches)
     fused = relax.transform.FuseTIR()(fused)
-    return _offload(fused, ops, by_callee, members, soc, merge=fuse)
+    return _offload(fused, ops, by_callee, members, split, soc, policy, matches)
 
 
 def _group_for(callee: str, by_callee, members) -> tuple[list[OpInfo], str]:
-    """The model ops of a group, in program order, and the rule that formed it."""
+    """The model ops of a group, in program order, and what formed it."""
     parts = members.get(callee, [callee])
-    rule = "tvm.FuseOps" if callee in members else "single-op"
     infos = [by_callee.get(part) or OpInfo(part, part, "", (), Decision.no(
         f"TIR function {part} has no model op")) for part in parts]
-    return infos, rule
+    return infos, "tvm.FuseOps" if len(parts) > 1 else "single-op"
+
+
+def rule_of(members: list[OpInfo], recomputed: bool = False) -> str:
+    """The report's rule string of a group: its rules joined by ``+`` ("single-op" alone)."""
+    return "+".join(group_rules([m.op for m in members], recomputed)) or "single-op"
 
 
 def _npu_decision(infos: list[OpInfo], call) -> Decision:
@@ -303,7 +387,7 @@ def _kept_on_chip(members: list[OpInfo]) -> int:
     return total
 
 
-def _sites(fused, by_callee, members) -> list[Site]:
+def _sites(fused, by_callee, members, split, policy: FusionPolicy) -> list[Site]:
     sites = []
     call_tir = tvm.ir.Op.get("relax.call_tir")
     for binding in _bindings(fused["main"]):
@@ -311,53 +395,103 @@ def _sites(fused, by_callee, members) -> list[Site]:
         if not (isinstance(call, relax.Call) and call.op.same_as(call_tir)):
             continue
         var, callee = binding.var, call.args[0]
-        infos, rule = _group_for(callee.name_hint, by_callee, members)
-        sites.append(Site(var, call, callee.name_hint, fused[callee], list(call.args[1].fields),
-                          infos, rule, _npu_decision(infos, call)))
+        infos, formed_by = _group_for(callee.name_hint, by_callee, members)
+        parts = members.get(callee.name_hint, [callee.name_hint])
+        fenced = [m.node for m in infos if m.node and m.node in policy.no_fuse_nodes]
+        site = Site(var, call, callee.name_hint, fused[callee], list(call.args[1].fields),
+                    infos, formed_by, _npu_decision(infos, call),
+                    split_reason=next((split[p] for p in parts if p in split), ""),
+                    fence=f"node {fenced[0]} is in no_fuse_nodes" if fenced else "")
+        sites.append(site)
     return sites
 
 
-def _offload(fused: tvm.IRModule, ops, by_callee, members, soc, merge: bool) -> PartitionResult:
-    sites = _sites(fused, by_callee, members)
-    if merge:
-        sites = merge_sites(sites, fused["main"], soc)
+def _check_plan(result: PartitionResult, plan) -> None:
+    """Every group of an imported plan formed; a pinned one that did not is an error, any other
+    a warning (the rules on, or a template, refused it: the reasons are quoted)."""
+    formed = {frozenset(m.node for m in g.members if m.node) for g in result.groups}
+    for wanted in plan.groups:
+        if len(wanted.nodes) < 2 or frozenset(wanted.nodes) in formed:
+            continue
+        names = {g.name for g in result.groups if {m.node for m in g.members} & set(wanted.nodes)}
+        reasons = sorted({reason for p, c, reason, _ in result.edges if p in names and c in names})
+        message = (f"{plan.source}: plan group {wanted.id} ({', '.join(wanted.nodes)}) did not "
+                   f"form: {'; '.join(reasons) or 'no kernel takes it as one group'}")
+        if wanted.pinned:
+            raise FusionConfigError(message)
+        logger.warning("%s", message)
+
+
+def _io_bytes(site: Site) -> int:
+    """Bytes a kernel reads and writes if each tensor crosses GM once (host groups' traffic)."""
+    total = 0
+    for ty in [arg.ty for arg in site.args] + [site.call.ty_args[0]]:
+        if isinstance(ty, relax.TensorType) and ty.shape is not None:
+            try:
+                total += _tensor_bytes(str(ty.dtype), [int(d) for d in ty.shape.values])
+            except (TypeError, AttributeError):
+                pass
+    return total
+
+
+def _tensor_bytes(dtype: str, shape) -> int:
+    size = tvm.runtime.DataType(dtype).bits // 8 if dtype else 0
+    for dim in shape:
+        size *= dim
+    return size
+
+
+def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: FusionPolicy,
+             matches: Counter) -> PartitionResult:
+    cost = GroupCost(soc)
+    sites = _sites(fused, by_callee, members, split, policy)
+    if policy.merge and policy.fuse:
+        sites = merge_sites(sites, fused["main"], policy, cost, matches)
     groups: dict[str, KernelGroup] = {}
-    kernels: list[tuple] = []  # (PrimFunc, codegen GlobalVar, symbol, Decision) per kernel
+    kernels: list[tuple] = []  # (PrimFunc, codegen GlobalVar, symbol, plan) per kernel
     rewriter = _OffloadRewriter(fused, [])
     builder = rewriter.builder_
     for site in sites:
         if site.absorbed_into is not None:
             continue
-        decision, template = site.eligible, None
-        # An equal kernel was already tiled: reuse its decision instead of tiling again.
+        decision, plan = site.eligible, None
+        # An equal kernel was already planned: it shares that kernel.
         shared = next((k for k in kernels if _same_kernel(k[0], site.prim)), None) \
             if decision.ok else None
         if shared is not None:
-            decision = shared[3]
+            plan = shared[3]
         elif decision.ok:
-            template, decision = select_template(site.prim, soc)
+            plan = cost.plan(site.prim)
+            decision = plan.decision
         symbol = shared[2] if shared else (
             _kernel_symbol(site.name, len(kernels)) if decision.ok else None)
         reason = "; ".join([decision.reason] + site.merges)
-        group = KernelGroup(site.name, symbol, site.members, decision.ok, site.rule, reason,
-                            gm_bytes_saved=_kept_on_chip(site.members) if decision.ok else 0)
+        estimate = {"time_us": round(plan.time_us, 3), "roofline_us": round(plan.roofline_us, 3),
+                    "source": plan.source} if plan is not None and plan.ok else \
+            host_estimate(_io_bytes(site), soc)
+        group = KernelGroup(site.name, symbol, site.members, decision.ok,
+                            rule_of(site.members, site.recomputed), reason,
+                            gm_bytes_saved=_kept_on_chip(site.members) if decision.ok else 0,
+                            formed_by=site.rule, io_bytes=_io_bytes(site), estimate=estimate)
         groups[site.name] = group
         if not decision.ok:
             continue
         if shared is None:
             prim_gv = builder.add_func(site.prim, site.name)
             func = _codegen_function(prim_gv, site.prim, site.args, site.call.ty_args[0],
-                                     symbol, group.to_json(), template)
-            shared = (site.prim, builder.add_func(func, symbol), symbol, decision)
+                                     symbol, group.to_json(), plan.template)
+            shared = (site.prim, builder.add_func(func, symbol), symbol, plan)
             kernels.append(shared)
         rewriter.targets.append((site.call, shared[1], site.args))
     edges = [(p.name, c.name, reason, hint)
-             for p, c, reason, hint in unfused_edges(sites, fused["main"], merge)]
+             for p, c, reason, hint in unfused_edges(sites, fused["main"], policy)]
     main_gv = fused.get_global_var("main")
     builder.update_func(main_gv, rewriter.visit_expr(fused["main"]))
     # The fused PrimFuncs now live inside the codegen functions' attributes; drop the copies.
     out = relax.transform.DeadCodeElimination(["main"])(builder.get())
-    result = PartitionResult(out, list(groups.values()), ops, edges)
+    result = PartitionResult(out, list(groups.values()), ops, edges, matches, policy)
+    if policy.plan is not None:
+        _check_plan(result, policy.plan)
     logger.info("partition: %d NPU kernel(s), %d host group(s)", len(result.npu_groups),
                 len(result.groups) - len(result.npu_groups))
     return result

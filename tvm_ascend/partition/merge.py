@@ -2,11 +2,16 @@
 
 TVM's FuseOps never fuses past a reduction's result and never joins two reductions, so a
 LayerNorm written as an op chain becomes three groups and a scaled Softmax two. Here a producer
-group is merged into its consumer when (1) every op of both runs on the NPU, (2) the producer's
-result is read by that consumer only (it then never goes to global memory), and (3) a schedule
-template tiles the merged PrimFunc (made by TVM's own FuseTIR). Each merge records the GM bytes
-it saves. The search order is greedy, consumer by consumer in program order; the cost model
-will later rank alternatives.
+group is merged into its consumer when
+  1. every op of both runs on the NPU and no op is fenced off (``no_fuse_nodes``),
+  2. every rule the merged group uses is switched on (partition/rules.py),
+  3. an imported fusion plan, if any, puts both in the same group,
+  4. a schedule template tiles the merged PrimFunc (made by TVM's own FuseTIR),
+  5. the cost interface estimates the merged kernel no slower than the two it replaces
+     (skipped by the fixed-pattern rule sets, which emulate compilers without a cost model),
+  6. the producer's result is read by that consumer only, or (RecomputeFusion) every reader
+     can recompute it and the estimates say recomputing beats writing it to GM once.
+Each merge records the estimates and the GM bytes it saves.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import tvm
 from tvm import relax
 
 from ..decision import Decision
-from ..schedules import select_template
+from .rules import anchor_rule, group_rules
 
 logger = logging.getLogger("tvm_ascend.partition")
 
@@ -37,6 +42,9 @@ class Site:
     absorbed_into: object = None  # the consumer Site that took this one in
     merges: list = field(default_factory=list)  # notes of merges, for the report
     refused: dict = field(default_factory=dict)  # producer var -> why a merge was refused
+    split_reason: str = ""   # why FuseOps' group containing it was taken apart
+    fence: str = ""          # why it may not join any group (no_fuse_nodes)
+    recomputed: bool = False  # it recomputes a producer that other kernels also read
 
 
 def _bytes_of(ty) -> int:
@@ -105,12 +113,25 @@ def _fuse(producer: Site, consumer: Site, name: str):
     return prim, external
 
 
-def merge_sites(sites: list[Site], main, soc) -> list[Site]:
-    """Merge producers into consumers where the rules above allow; returns the updated sites."""
+def merge_sites(sites: list[Site], main, policy, cost, matches) -> list[Site]:
+    """Merge producers into consumers where the rules above allow; returns the updated sites.
+
+    ``policy`` is the FusionPolicy, ``cost`` the GroupCost (plans and estimates), ``matches`` a
+    Counter of candidates per rule (ATC's ``match_times``)."""
     by_var = {s.var: s for s in sites}
     outside = _outside_readers(main, sites)
+
+    def region(*seeds):
+        return _region(seeds, sites, by_var)
+
+    tried: set = set()  # (producer, consumer) compositions already refused: same answer again
+    # Plain merges first, to a fixed point: a diamond (LayerNorm's centred value read twice)
+    # closes by merging, so recomputation is only tried for producers still shared after that.
+    recompute = False
     changed = True
-    while changed:
+    while changed or (policy.recompute and not recompute):
+        if not changed:
+            recompute = True
         changed = False
         for consumer in sites:
             if consumer.absorbed_into is not None or not consumer.eligible:
@@ -120,38 +141,173 @@ def merge_sites(sites: list[Site], main, soc) -> list[Site]:
                 if producer is None or producer.absorbed_into is not None \
                         or not producer.eligible:
                     continue
+                key = (producer.name, consumer.name, recompute)
+                if key in tried:
+                    continue
+                tried.add(key)
                 if _readers(arg, sites, outside) != 1:
+                    if recompute and _try_recompute(producer, sites, outside, policy, cost,
+                                                    matches):
+                        changed = True
+                        break
                     continue  # read elsewhere too: it has to reach global memory anyway
-                if _try_merge(producer, consumer, soc):
+                if _try_merge(producer, consumer, policy, cost, matches, region):
                     changed = True
                     break
     return sites
 
 
-def _try_merge(producer: Site, consumer: Site, soc) -> bool:
+def _is_vector_only(site: Site) -> bool:
+    return site.eligible and not any(any(k in m.op for k in _ANCHOR_OPS) for m in site.members)
+
+
+def _region(seeds, sites, by_var) -> list[Site]:
+    """The live vector-only sites connected to ``seeds`` (a LayerNorm's centred value is read
+    twice, so shared edges count too; MatMul/Conv/Pool sites bound the region)."""
+    found = {id(s): s for s in seeds}
+    todo = list(seeds)
+    while todo:
+        site = todo.pop()
+        neighbours = [by_var.get(a) for a in site.args if isinstance(a, relax.Var)]
+        neighbours = [n for n in neighbours if n is not None]
+        neighbours += [s for s in sites if s.absorbed_into is None and _reads(s, site.var)]
+        for other in neighbours:
+            if other.absorbed_into is None and id(other) not in found and \
+                    _is_vector_only(other):
+                found[id(other)] = other
+                todo.append(other)
+    return list(found.values())
+
+
+def _legal(producer: Site, consumer: Site, policy) -> str:
+    """Why the pair may not merge before any tiling is tried ("" if it may)."""
+    for site in (producer, consumer):
+        if site.fence:
+            return site.fence
+    plan = policy.plan
+    if plan is not None:
+        owners = {plan.group_of(m.node) for m in producer.members + consumer.members if m.node}
+        if len(owners) != 1 or None in owners:
+            return "the imported fusion plan keeps them in different groups"
+    return ""
+
+
+_PATTERN_RULES = ("LayerNormFusion", "SoftmaxFusion")
+_PARTIAL_RULES = frozenset({"ReductionFusion", "ElementwiseFusion"})
+_ANCHOR_OPS = ("matmul", "conv", "pool")
+
+
+def _vector_region_rule(producer: Site, consumer: Site, region) -> str | None:
+    """LayerNormFusion/SoftmaxFusion if the pair lies in a region of vector ops (connected,
+    no MatMul/Conv/Pool) that forms that pattern as a whole.
+
+    A chain pattern is merged one pair at a time, and its partial groups look like plain
+    reductions; ATC's LayerNormFusionPass and SoftmaxFusionPass match the whole chain, so a
+    pair is judged by the pattern its region completes."""
+    ops = [m.op for site in region(producer, consumer) for m in site.members]
+    rule = anchor_rule(ops)
+    return rule if rule in _PATTERN_RULES else None
+
+
+def _candidate(producer: Site, consumer: Site, policy, cost, matches, recomputed=False,
+               region=None):
+    """(merged PrimFunc, args, plan, rules) of the pair, or a refusal reason string."""
     name = f"{consumer.name}__{producer.name}"[:60]
+    why = _legal(producer, consumer, policy)
+    if why:
+        return why
+    rules = group_rules([m.op for m in producer.members + consumer.members], recomputed)
+    off = policy.switched_off(rules)
+    if off and set(off) <= _PARTIAL_RULES and region is not None:
+        pattern = _vector_region_rule(producer, consumer, region)
+        if pattern and pattern not in off and not policy.switched_off([pattern]):
+            rules = [pattern] + [r for r in rules if r not in _PARTIAL_RULES]
+            off = policy.switched_off(rules)
+    matches.update(rules)
+    if off:
+        return (f"rule {off[0]} is switched off (fusion level {policy.level!r}, rule set "
+                f"{policy.rule_set!r} or the fusion switch file)")
     try:
         prim, external = _fuse(producer, consumer, name)
     except Exception as err:  # noqa: BLE001 - FuseTIR may refuse some combinations
         logger.debug("merge %s -> %s refused by FuseTIR: %s", producer.name, consumer.name, err)
-        consumer.refused[producer.var] = f"TVM's FuseTIR cannot fuse the two functions ({err})"
+        return f"TVM's FuseTIR cannot fuse the two functions ({err})"
+    plan = cost.plan(prim)
+    if not plan.ok:
+        return f"the merged group would not tile: {plan.decision.reason}"
+    return prim, external, plan, rules
+
+
+def _split_time(cost, *sites) -> float:
+    return sum(cost.plan(site.prim).time_us for site in sites)
+
+
+def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=None) -> bool:
+    found = _candidate(producer, consumer, policy, cost, matches, region=region)
+    if isinstance(found, str):
+        consumer.refused[producer.var] = found
         return False
-    template, decision = select_template(prim, soc)
-    if template is None:
-        consumer.refused[producer.var] = f"the merged group would not tile: {decision.reason}"
+    prim, external, plan, rules = found
+    split = _split_time(cost, producer, consumer)
+    if policy.cost_checked and plan.time_us > split:
+        consumer.refused[producer.var] = (
+            f"the cost model says the fused kernel is slower: {plan.time_us:.2f} us fused vs "
+            f"{split:.2f} us as two kernels ({plan.source}, estimate)")
         return False
     saved = 2 * _bytes_of(producer.call.ty_args[0])  # written once, read once
-    consumer.merges.append(f"merged {producer.name} ({template.name} template tiles both; "
-                           f"{saved} GM bytes saved)")
-    consumer.members = producer.members + consumer.members
-    consumer.prim, consumer.args, consumer.name = prim, external, name
-    consumer.rule = consumer.rule + "+ascend.merge" if "ascend.merge" not in consumer.rule \
-        else consumer.rule
+    consumer.merges.append(
+        f"merged {producer.name} by {'+'.join(rules)} ({plan.template.name} template tiles "
+        f"both; {saved} GM bytes saved; est. {plan.time_us:.2f} us fused vs {split:.2f} us "
+        f"split, {plan.source})")
+    _absorb(producer, consumer, prim, external)
     producer.absorbed_into = consumer
     return True
 
 
-def unfused_edges(sites: list[Site], main, merge_enabled: bool) -> list[tuple]:
+def _absorb(producer: Site, consumer: Site, prim, external) -> None:
+    consumer.members = producer.members + consumer.members
+    consumer.prim, consumer.args = prim, external
+    consumer.name = f"{consumer.name}__{producer.name}"[:60]
+    if "ascend.merge" not in consumer.rule:
+        consumer.rule = consumer.rule + "+ascend.merge"
+
+
+def _try_recompute(producer: Site, sites, outside, policy, cost, matches) -> bool:
+    """Recompute ``producer`` inside every reader if all can and the estimates say it pays."""
+    if outside.get(producer.var, 0):
+        return False  # a host op or the model output needs it in GM anyway
+    readers = [s for s in sites if s.absorbed_into is None and s is not producer
+               and _reads(s, producer.var)]
+    found = []
+    for reader in readers:
+        if not reader.eligible:
+            return False
+        candidate = _candidate(producer, reader, policy, cost, matches, recomputed=True)
+        if isinstance(candidate, str):
+            reader.refused[producer.var] = f"recomputing the shared producer: {candidate}"
+            return False
+        found.append((reader, candidate))
+    fused_time = sum(plan.time_us for _, (_, _, plan, _) in found)
+    split_time = _split_time(cost, producer, *readers)
+    if policy.cost_checked and fused_time > split_time:
+        for reader in readers:
+            reader.refused[producer.var] = (
+                f"recomputing the shared producer in all {len(readers)} readers is estimated "
+                f"slower: {fused_time:.2f} us vs {split_time:.2f} us with it in GM "
+                f"({found[0][1][2].source}, estimate)")
+        return False
+    for reader, (prim, external, plan, rules) in found:
+        reader.merges.append(
+            f"recomputes {producer.name} (read by {len(readers)} kernels) by "
+            f"{'+'.join(rules)}; est. {fused_time:.2f} us for all readers vs {split_time:.2f} "
+            f"us with it in GM, {plan.source}")
+        _absorb(producer, reader, prim, external)
+        reader.recomputed = True
+    producer.absorbed_into = readers[0]
+    return True
+
+
+def unfused_edges(sites: list[Site], main, policy) -> list[tuple]:
     """(producer site, consumer site, reason, hint) for every edge that crosses global memory."""
     by_var = {s.var: s for s in sites}
     outside = _outside_readers(main, sites)
@@ -164,26 +320,52 @@ def unfused_edges(sites: list[Site], main, merge_enabled: bool) -> list[tuple]:
             if producer is None or producer.absorbed_into is not None:
                 continue
             edges.append((producer, consumer) + _edge_reason(producer, consumer, sites, outside,
-                                                             merge_enabled))
+                                                             policy))
     return edges
 
 
-def _edge_reason(producer, consumer, sites, outside, merge_enabled) -> tuple[str, str]:
-    if not merge_enabled:
+def _edge_reason(producer, consumer, sites, outside, policy) -> tuple[str, str]:
+    if not policy.fuse:
         return ("fusion is off (fusion_level='off' or AUTOFUSION_ENABLE=0)",
                 "turn fusion on to let FuseOps and the merge rule join them")
     for side, site in (("producer", producer), ("consumer", consumer)):
         if not site.eligible:
             return (f"the {side} runs on the host: {site.eligible.reason}",
                     "an Ascend kernel for that op would let the edge fuse")
+        if site.fence:
+            return site.fence, "remove the node from no_fuse_nodes to let it fuse"
+    if producer.var in consumer.refused:
+        reason = consumer.refused[producer.var]
+        return reason, _hint(reason)
     readers = _readers(producer.var, sites, outside)
     if readers > 1:
+        hint = ("fusion_level='aggressive' turns RecomputeFusion on, which recomputes a shared "
+                "producer in each reader when the cost model says it pays"
+                if not policy.recompute else "the readers could not all recompute it")
         return (f"the producer's result is read by {readers} consumers, so it is written to "
-                "global memory once for all of them",
-                "recomputing it inside each consumer is a cost-model decision (not made yet)")
-    if producer.var in consumer.refused:
-        return consumer.refused[producer.var], "a template for the merged class would fuse it"
+                "global memory once for all of them", hint)
+    for site in (producer, consumer):
+        if site.split_reason:
+            return site.split_reason, _hint(site.split_reason)
+    if not policy.merge:
+        return ("the rule set 'tvm_fuseops' keeps TVM's FuseOps groups unchanged",
+                "rule_set='tvm_ascend' lets the Ascend merge rules join them")
     return "not tried", ""
+
+
+def _hint(reason: str) -> str:
+    """What a user can do about a refusal."""
+    if "switched off" in reason:
+        rule = reason.split("rule ", 1)[1].split(" ", 1)[0]
+        return (f"turn {rule} on: a switch file line '{rule}:on', or a fusion level / rule set "
+                "that includes it (tvm-ascend explain lists the rules)")
+    if "slower" in reason:
+        return "an estimate decided: a tuned tiling (tvm-ascend tune) may change it"
+    if "plan" in reason:
+        return "edit the fusion plan file to put both in one group"
+    if "would not tile" in reason:
+        return "a template for the merged class would fuse it"
+    return ""
 
 
 __all__ = ["Site", "merge_sites", "unfused_edges"]

@@ -5,7 +5,14 @@ import json
 import os
 import tempfile
 
+import tvm
+from tvm import relax
+
 from ..errors import FusionConfigError
+from .rules import RULES, group_rules
+
+# Ops whose result shares its input's memory in TVM's memory plan (no copy, no new buffer).
+_VIEW_OPS = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
 
 
 def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
@@ -23,6 +30,8 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
         if tiling is not None:
             entry["tiling"] = json.loads(tiling.to_json())
             entry["gm_bytes"] = tiling.gm_read_bytes + tiling.gm_write_bytes
+        else:  # a host group reads its inputs and writes its output once
+            entry["gm_bytes"] = group.io_bytes
         groups.append(entry)
     host_ops = [{"var": op.var, "op": op.op, "node": op.node, "why": op.decision.reason}
                 for op in result.ops.values() if not op.decision.ok]
@@ -40,7 +49,87 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
         "groups": groups,
         "unfused_edges": edges,
         "host_ops": host_ops,
+        "rule_set": result.policy.rule_set,
+        "rules_on": sorted(result.policy.rules),
+        "rule_stats": rule_stats(result),
+        "peak_memory_bytes": peak_memory_bytes(result.mod),
+        "estimate": model_estimate(groups, config.soc_version),
     }
+
+
+def rule_stats(result) -> dict:
+    """Per rule, ATC's two counts: ``match_times`` (candidate groups of that kind the planner
+    considered) and ``effect_times`` (groups of that kind in the compiled model)."""
+    effect: dict = {}
+    for group in result.groups:
+        if group.on_npu:
+            for rule in group_rules([m.op for m in group.members], group_recomputed(group)):
+                effect[rule] = effect.get(rule, 0) + 1
+    stats = {}
+    for rule in RULES:
+        matched = max(result.rule_matches.get(rule.name, 0), effect.get(rule.name, 0))
+        if matched:
+            stats[rule.name] = {"match_times": matched, "effect_times": effect.get(rule.name, 0)}
+    return stats
+
+
+def group_recomputed(group) -> bool:
+    return "RecomputeFusion" in group.rule
+
+
+def model_estimate(groups: list, soc_version: str) -> dict:
+    """Estimated latency of one inference: the sum over launches (ESTIMATE, timing model)."""
+    latency = sum(g["estimate"].get("time_us", 0.0) for g in groups)
+    roofline = sum(g["estimate"].get("roofline_us", 0.0) for g in groups)
+    return {"soc": soc_version, "latency_us": round(latency, 3), "roofline_us": round(roofline, 3),
+            "label": "estimate", "launches": len(groups)}
+
+
+def _tensor_bytes(ty) -> int:
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return 0
+    try:
+        size = tvm.runtime.DataType(str(ty.dtype)).bits // 8
+        for dim in ty.shape.values:
+            size *= int(dim)
+    except (TypeError, AttributeError):
+        return 0
+    return size
+
+
+def peak_memory_bytes(mod) -> int:
+    """Peak bytes of live activations in ``main`` (inputs, intermediates, outputs; weights
+    bound as constants excluded): each binding allocates its result, a view shares its
+    source's buffer, and a buffer is freed after its last reader, as a static memory plan
+    without in-place reuse would lay them out."""
+    func = mod["main"]
+    bindings = [b for block in func.body.blocks for b in block.bindings]
+    last_use, owner = {}, {}
+    for index, binding in enumerate(bindings):
+        for var in relax.analysis.free_vars(binding.value):
+            last_use[var] = index
+    for var in relax.analysis.free_vars(func.body.body):
+        last_use[var] = len(bindings)
+    live = {p: _tensor_bytes(p.ty) for p in func.params}
+    peak = sum(live.values())
+    for index, binding in enumerate(bindings):
+        value = binding.value
+        op = getattr(getattr(value, "op", None), "name", "")
+        if op in _VIEW_OPS and isinstance(value.args[0], relax.Var):
+            owner[binding.var] = owner.get(value.args[0], value.args[0])
+        else:
+            live[binding.var] = _tensor_bytes(binding.var.ty)
+        peak = max(peak, sum(live.values()))
+        for var in relax.analysis.free_vars(value):
+            base = owner.get(var, var)
+            if last_use.get(var) == index and base in live and not _still_viewed(
+                    base, owner, last_use, index):
+                del live[base]
+    return int(peak)
+
+
+def _still_viewed(base, owner, last_use, index) -> bool:
+    return any(o.same_as(base) and last_use.get(v, -1) > index for v, o in owner.items())
 
 
 def report_table(report: dict) -> str:
@@ -71,6 +160,7 @@ def write_json_atomic(path: str, payload) -> None:
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(payload, handle, indent=2, sort_keys=True)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a dump is for everyone who builds
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

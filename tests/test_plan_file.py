@@ -1,0 +1,201 @@
+"""Fusion plans: export from a real build, round trip, edits, and every validation error."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from onnx import TensorProto, helper
+
+import tvm_ascend
+from tvm_ascend.errors import FusionConfigError
+from tvm_ascend.partition.plan_file import (PLAN_VERSION, export_plan, load_plan, merge_groups,
+                                            onnx_node_graph, plan_from_json, split_group,
+                                            write_plan)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from make_demo import make_demo_model  # noqa: E402
+
+DEMO_GROUPS = [("G0", ("add_bias", "relu", "scale")), ("G1", ("transpose",)),
+               ("G2", ("matmul", "sigmoid", "double", "shift"))]
+
+
+@pytest.fixture(scope="module")
+def demo():
+    model = make_demo_model()
+    return model, tvm_ascend.build(model).fusion_report()
+
+
+def _model(nodes):
+    """A float graph of ``(name, op, inputs)`` nodes over inputs x, y (outputs: the last)."""
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4]) for n in ("x", "y")]
+    made = [helper.make_node(op, inputs, [name], name=name) for name, op, inputs in nodes]
+    out = helper.make_tensor_value_info(nodes[-1][0], TensorProto.FLOAT, [4])
+    return helper.make_model(helper.make_graph(made, "g", info, [out]))
+
+
+# a -> b -> d and a -> d: a group {a, d} would wait for b, which waits for it
+DIAMOND = _model([("a", "Relu", ["x"]), ("b", "Exp", ["a"]), ("d", "Add", ["a", "b"])])
+# two chains crossing: {a, b} feeds {c, d} through a -> d, and {c, d} feeds {a, b} via c -> b
+CROSSED = _model([("a", "Relu", ["x"]), ("c", "Exp", ["y"]), ("b", "Add", ["a", "c"]),
+                  ("d", "Mul", ["c", "a"]), ("e", "Sub", ["b", "d"])])
+
+
+def _doc(groups, version=PLAN_VERSION):
+    return {"format": "tvm_ascend.fusion_plan", "version": version, "soc_version": "Ascend910B1",
+            "groups": [{"id": gid, "nodes": list(nodes), "pinned": False}
+                       for gid, nodes in groups]}
+
+
+def _error(document, model, source="plan.json") -> str:
+    with pytest.raises(FusionConfigError) as info:
+        plan_from_json(document, *onnx_node_graph(model), source=source)
+    return str(info.value)
+
+
+def test_onnx_node_graph_names_unnamed_nodes_like_the_frontend():
+    model = _model([("", "Relu", ["x"]), ("n", "Exp", ["Relu_0"])])
+    model.graph.node[0].output[0] = "Relu_0"
+    nodes, edges = onnx_node_graph(model)
+    assert nodes == {"Relu_0", "n"} and edges == [("Relu_0", "n")]
+
+
+def test_export_and_load_round_trip(demo, tmp_path):
+    model, report = demo
+    path = str(tmp_path / "fusion_plan.json")
+    export_plan(report, path)
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp_")] == []
+    written = json.loads(Path(path).read_text())
+    assert written["version"] == PLAN_VERSION and written["soc_version"] == "Ascend910B1"
+    first = written["groups"][0]
+    assert first["pinned"] is False and first["on_npu"] is True
+    assert first["kernel"] == report["groups"][0]["kernel"]
+    assert first["tiling"] == report["groups"][0]["tiling"]
+    assert first["rules"] == [report["groups"][0]["rule"]]
+    plan = load_plan(path, *onnx_node_graph(model))
+    assert [(g.id, g.nodes) for g in plan.groups] == DEMO_GROUPS
+    assert plan.group_of("sigmoid") == "G2" and plan.group_of("nowhere") is None
+    assert plan.soc_version == "Ascend910B1"
+    again = str(tmp_path / "again.json")
+    write_plan(plan, again)
+    assert json.loads(Path(again).read_text()) == written
+
+
+def test_a_person_pins_a_group_by_editing_the_file(demo, tmp_path):
+    model, report = demo
+    path = tmp_path / "fusion_plan.json"
+    export_plan(report, str(path))
+    document = json.loads(path.read_text())
+    document["groups"][2]["pinned"] = True
+    document["groups"][2]["comment"] = "checked by hand"
+    path.write_text(json.dumps(document))
+    plan = load_plan(str(path), *onnx_node_graph(model))
+    assert [g.pinned for g in plan.groups] == [False, False, True]
+
+
+def test_a_node_in_two_report_groups_cannot_be_exported(tmp_path):
+    report = {"soc_version": "Ascend910B1", "groups": [
+        {"id": "G0", "rule": "r", "nodes": ["a"]}, {"id": "G1", "rule": "r", "nodes": ["a"]}]}
+    with pytest.raises(FusionConfigError, match="'a' is in groups G0 and G1"):
+        export_plan(report, str(tmp_path / "p.json"))
+
+
+def test_unknown_node_suggests_close_names(demo):
+    message = _error(_doc([("G0", ["add_bias", "rellu"])]), demo[0])
+    assert "plan.json" in message and "'G0'" in message and "'rellu'" in message
+    assert "did you mean relu" in message
+
+
+def test_node_in_two_groups(demo):
+    message = _error(_doc([("G0", ["add_bias", "relu"]), ("G5", ["relu", "scale"])]), demo[0])
+    assert "'relu'" in message and "'G0'" in message and "'G5'" in message
+
+
+def test_groups_that_form_a_cycle_are_named():
+    message = _error(_doc([("P", ["a", "b"]), ("Q", ["c", "d"])]), CROSSED)
+    assert "'P', 'Q' form a cycle" in message, message
+    message = _error(_doc([("P", ["a", "d"])]), DIAMOND)
+    assert "'P' form a cycle" in message and "P -> b -> P" in message, message
+
+
+def test_a_group_whose_nodes_are_not_connected(demo):
+    message = _error(_doc([("G0", ["add_bias", "scale"])]), demo[0])
+    assert "'G0' is not connected" in message and "scale" in message
+    horizontal = _doc([("H", ["a", "c"])])
+    horizontal["groups"][0]["rules"] = ["HorizontalFusion"]
+    plan = plan_from_json(horizontal, *onnx_node_graph(CROSSED))
+    assert plan.group_of("c") == "H"
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda d: d.update(version=2), ["version 2", "export it again"]),
+    (lambda d: d.pop("version"), ["version None"]),
+    (lambda d: d.update(format="other"), ["'other'"]),
+    (lambda d: d.update(groups={"G0": []}), ["\"groups\" must be a list"]),
+    (lambda d: d["groups"].append("G9"), ["group #1"]),
+    (lambda d: d["groups"][0].update(pinned="yes"), ["'G0'", "pinned", "'yes'"]),
+    (lambda d: d["groups"][0].update(nodes=[]), ["'G0'", "non-empty list"]),
+    (lambda d: d["groups"][0].update(nodes=["relu", "relu"]), ["'relu' is listed twice"]),
+    (lambda d: d["groups"][0].update(id=""), ["\"id\""]),
+    (lambda d: d["groups"][0].update(colour="red"), ["'G0'", "'colour'"]),
+    (lambda d: d["groups"][0].update(on_npu="no"), ["on_npu"]),
+    (lambda d: d["groups"][0].update(rules=[3]), ["rules"]),
+    (lambda d: d["groups"].append({"id": "G0", "nodes": ["matmul"]}), ["'G0' is used twice"]),
+])
+def test_malformed_plans(demo, change, words):
+    document = _doc([("G0", ["add_bias", "relu"])])
+    change(document)
+    message = _error(document, demo[0])
+    for word in words:
+        assert word in message, message
+
+
+def test_file_errors(tmp_path, demo):
+    nodes, edges = onnx_node_graph(demo[0])
+    with pytest.raises(FusionConfigError, match="does not exist"):
+        load_plan(str(tmp_path / "none.json"), nodes, edges)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"version": 1,\n "groups": [}')
+    with pytest.raises(FusionConfigError, match=r"bad.json:2:13: not valid JSON"):
+        load_plan(str(bad), nodes, edges)
+    bad.write_text("[1, 2]")
+    with pytest.raises(FusionConfigError, match="bad.json: a fusion plan is a JSON object"):
+        load_plan(str(bad), nodes, edges)
+
+
+def test_split_and_merge(demo, tmp_path):
+    model, report = demo
+    path = str(tmp_path / "plan.json")
+    export_plan(report, path)
+    plan = load_plan(path, *onnx_node_graph(model))
+    split = split_group(plan, "G2", ["shift", "double"])
+    assert [(g.id, g.nodes) for g in split.groups][2:] == [
+        ("G2", ("matmul", "sigmoid")), ("G2_1", ("double", "shift"))]
+    assert split.group("G2").kernel is None and split.group("G2").tiling is None
+    merged = merge_groups(split, "G0", "G1")
+    assert merged.group("G0").nodes == ("add_bias", "relu", "scale", "transpose")
+    assert [g.id for g in merged.groups] == ["G0", "G2", "G2_1"]
+    assert plan.group("G0").kernel is not None  # the original is untouched
+    write_plan(merged, path)
+    assert load_plan(path, *onnx_node_graph(model)).group_of("transpose") == "G0"
+
+
+def test_edits_are_validated(demo):
+    plan = plan_from_json(_doc(DEMO_GROUPS), *onnx_node_graph(demo[0]))
+    with pytest.raises(FusionConfigError, match="'G2' is not connected"):
+        split_group(plan, "G2", ["sigmoid"])
+    with pytest.raises(FusionConfigError, match="'G0' is not connected"):
+        merge_groups(plan, "G0", "G2")
+    with pytest.raises(FusionConfigError, match="nope not in it"):
+        split_group(plan, "G2", ["nope"])
+    with pytest.raises(FusionConfigError, match="proper subset"):
+        split_group(plan, "G1", ["transpose"])
+    with pytest.raises(FusionConfigError, match="no group 'G7'.*G0, G1, G2|did you mean"):
+        merge_groups(plan, "G7", "G1")
+    with pytest.raises(FusionConfigError, match="with itself"):
+        merge_groups(plan, "G1", "G1")
+    diamond = plan_from_json(_doc([("P", ["a"]), ("Q", ["d"])]), *onnx_node_graph(DIAMOND))
+    with pytest.raises(FusionConfigError, match="'P' form a cycle"):
+        merge_groups(diamond, "P", "Q")

@@ -1,0 +1,448 @@
+"""The fusion plan as data: export the groups of a build, edit them, import them again.
+
+``fusion_plan.json`` holds one entry per group that has ONNX nodes::
+
+    {"format": "tvm_ascend.fusion_plan", "version": 1, "soc_version": "Ascend910B1",
+     "groups": [{"id": "G0", "rules": ["ElementwiseFusion"], "nodes": ["add", "relu"],
+                 "kernel": "ascend_k0_fused_add_relu", "tiling": {...}, "on_npu": true,
+                 "pinned": false}, ...]}
+
+A person edits it (move a node, split or merge groups, set ``pinned``), or a script does with
+``split_group`` / ``merge_groups``. The planner reads it as constraints: the nodes of one plan
+group must fuse, nodes of different plan groups must not; ``pinned`` marks the groups a person
+has fixed by hand (what else it means is up to the planner, partition/grouping.py). ``kernel``
+and ``tiling`` are what the exporting build made of the group, for the reader; they are not
+constraints, and editing helpers clear them on the groups they change.
+
+Loading checks the plan against the model: the version, every node exists (closest names
+suggested), no node is in two groups, each group's nodes are connected (except a
+``HorizontalFusion`` group, whose parallel ops need not be), and no cycle appears once each
+group is contracted to one node (the groups on the cycle are named). Every failure is a
+FusionConfigError naming the file and the group or node at fault.
+
+Example
+-------
+>>> from tvm_ascend.partition.plan_file import export_plan, load_plan, onnx_node_graph
+>>> export_plan(lib.fusion_report(), "fusion_plan.json")           # doctest: +SKIP
+>>> nodes, edges = onnx_node_graph(model)                           # doctest: +SKIP
+>>> load_plan("fusion_plan.json", nodes, edges).group_of("relu")    # doctest: +SKIP
+'G0'
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass, field, replace
+
+from ..errors import FusionConfigError
+from .report import write_json_atomic
+
+PLAN_FORMAT = "tvm_ascend.fusion_plan"
+PLAN_VERSION = 1
+_GROUP_KEYS = {"id", "rules", "nodes", "kernel", "tiling", "on_npu", "pinned"}
+_ALSO_ACCEPTED = {"rule", "comment"}  # the report's spelling; a person's note
+
+
+@dataclass(frozen=True)
+class PlanGroup:
+    """One group of a plan: ``nodes`` are ONNX node names; ``pinned`` is set by a person."""
+
+    id: str
+    nodes: tuple[str, ...]
+    pinned: bool = False
+    rules: tuple[str, ...] = ()
+    kernel: str | None = None
+    tiling: dict | None = field(default=None, compare=False, hash=False)
+    on_npu: bool | None = None
+
+    def to_json(self) -> dict:
+        """The group as written in ``fusion_plan.json``.
+
+        Example
+        -------
+        >>> PlanGroup("G0", ("relu",)).to_json()["pinned"]
+        False
+        """
+        return {"id": self.id, "rules": list(self.rules), "nodes": list(self.nodes),
+                "kernel": self.kernel, "tiling": self.tiling, "on_npu": self.on_npu,
+                "pinned": self.pinned}
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    """A validated plan; ``model_nodes``/``node_edges`` are kept so edits can be re-checked."""
+
+    groups: tuple[PlanGroup, ...]
+    soc_version: str | None = None
+    source: str = "<plan>"
+    model_nodes: frozenset = field(default=frozenset(), repr=False)
+    node_edges: tuple = field(default=(), repr=False)
+    version: int = PLAN_VERSION
+
+    def group_of(self, node: str) -> str | None:
+        """The id of the plan group holding ONNX node ``node``, or None.
+
+        Example
+        -------
+        >>> plan.group_of("relu")                                   # doctest: +SKIP
+        'G0'
+        """
+        for group in self.groups:
+            if node in group.nodes:
+                return group.id
+        return None
+
+    def group(self, group_id: str) -> PlanGroup:
+        """The group called ``group_id`` (FusionConfigError naming the known ids otherwise)."""
+        for group in self.groups:
+            if group.id == group_id:
+                return group
+        known = [g.id for g in self.groups]
+        close = difflib.get_close_matches(group_id, known, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}?" if close else f"groups: {', '.join(known)}"
+        raise FusionConfigError(f"{self.source}: no group {group_id!r} in the plan; {hint}")
+
+    def to_json(self) -> dict:
+        """The plan as written in ``fusion_plan.json``.
+
+        Example
+        -------
+        >>> FusionPlan(groups=()).to_json()["version"]
+        1
+        """
+        return {"format": PLAN_FORMAT, "version": self.version, "soc_version": self.soc_version,
+                "groups": [g.to_json() for g in self.groups]}
+
+
+def onnx_node_graph(model) -> tuple[set[str], list[tuple[str, str]]]:
+    """The node names of an ONNX model and its producer -> consumer edges between nodes.
+
+    Unnamed nodes are called ``<op_type>_<index>``, as the frontend names them.
+
+    Example
+    -------
+    >>> nodes, edges = onnx_node_graph(onnx.load("m.onnx"))            # doctest: +SKIP
+    """
+    names = [node.name or f"{node.op_type}_{index}"
+             for index, node in enumerate(model.graph.node)]
+    producer = {out: names[i] for i, node in enumerate(model.graph.node)
+                for out in node.output if out}
+    edges = []
+    for i, node in enumerate(model.graph.node):
+        for tensor in node.input:
+            if tensor in producer and (producer[tensor], names[i]) not in edges:
+                edges.append((producer[tensor], names[i]))
+    return set(names), edges
+
+
+def _rules_of(entry: dict) -> list[str]:
+    rules = entry.get("rules", entry.get("rule", []))
+    return [rules] if isinstance(rules, str) else list(rules)
+
+
+def plan_from_report(report: dict) -> dict:
+    """The plan document (JSON-ready) of a fusion report; groups with no ONNX node are left out
+    (nothing in the model names them).
+
+    Example
+    -------
+    >>> plan_from_report(lib.fusion_report())["groups"][0]["pinned"]   # doctest: +SKIP
+    False
+    """
+    groups, owner = [], {}
+    for entry in report["groups"]:
+        nodes = list(dict.fromkeys(entry.get("nodes", [])))
+        for node in nodes:
+            if node in owner:
+                raise FusionConfigError(
+                    f"fusion report: ONNX node {node!r} is in groups {owner[node]} and "
+                    f"{entry['id']}; a plan cannot say that (one node, one group)")
+            owner[node] = entry["id"]
+        if nodes:
+            groups.append({"id": entry["id"], "rules": _rules_of(entry), "nodes": nodes,
+                           "kernel": entry.get("kernel"), "tiling": entry.get("tiling"),
+                           "on_npu": entry.get("on_npu"), "pinned": False})
+    return {"format": PLAN_FORMAT, "version": PLAN_VERSION,
+            "soc_version": report.get("soc_version"), "groups": groups}
+
+
+def export_plan(report: dict, path: str) -> None:
+    """Write the plan of a fusion report to ``path`` (atomically; see ``plan_from_report``).
+
+    Example
+    -------
+    >>> export_plan(lib.fusion_report(), "dump/fusion_plan.json")      # doctest: +SKIP
+    """
+    write_json_atomic(path, plan_from_report(report))
+
+
+def write_plan(plan: FusionPlan, path: str) -> None:
+    """Write an (edited) plan to ``path`` atomically.
+
+    Example
+    -------
+    >>> write_plan(merge_groups(plan, "G0", "G1"), "fusion_plan.json")  # doctest: +SKIP
+    """
+    write_json_atomic(path, plan.to_json())
+
+
+def load_plan(path: str, model_nodes: set[str],
+              node_edges: list[tuple[str, str]]) -> FusionPlan:
+    """Read and validate ``fusion_plan.json`` against a model's nodes and edges.
+
+    Parameters
+    ----------
+    path : str
+        The plan file (``CompileConfig.fusion_plan_file``).
+    model_nodes : set of str
+        ONNX node names of the model (``onnx_node_graph``).
+    node_edges : list of (producer, consumer)
+        Edges between those nodes.
+
+    Returns
+    -------
+    FusionPlan
+
+    Raises
+    ------
+    FusionConfigError
+        Naming the file and what is wrong: JSON syntax (line, column), version, a field of the
+        wrong type, an unknown node (closest names), a node in two groups, a group whose
+        nodes are not connected, a cycle between groups (the groups on it).
+
+    Example
+    -------
+    >>> plan = load_plan("fusion_plan.json", *onnx_node_graph(model))   # doctest: +SKIP
+    """
+    document = _read_json(path)
+    return plan_from_json(document, model_nodes, node_edges, source=path)
+
+
+def plan_from_json(document, model_nodes, node_edges, source: str = "<plan>") -> FusionPlan:
+    """Validate a plan document (already parsed JSON); see ``load_plan``.
+
+    Example
+    -------
+    >>> doc = {"version": 1, "groups": [{"id": "G0", "nodes": ["relu"]}]}
+    >>> plan_from_json(doc, {"relu"}, []).group_of("relu")
+    'G0'
+    """
+    if not isinstance(document, dict):
+        raise FusionConfigError(f"{source}: a fusion plan is a JSON object with \"version\" "
+                                "and \"groups\"")
+    version = document.get("version")
+    if version != PLAN_VERSION:
+        raise FusionConfigError(f"{source}: plan version {version!r} is not supported (this "
+                                f"tvm-ascend reads version {PLAN_VERSION}); export it again")
+    if document.get("format", PLAN_FORMAT) != PLAN_FORMAT:
+        raise FusionConfigError(f"{source}: \"format\" is {document['format']!r}, not "
+                                f"{PLAN_FORMAT!r}")
+    entries = document.get("groups")
+    if not isinstance(entries, list):
+        raise FusionConfigError(f"{source}: \"groups\" must be a list of groups")
+    groups = tuple(_group(entry, index, source) for index, entry in enumerate(entries))
+    plan = FusionPlan(groups=groups, soc_version=document.get("soc_version"), source=source,
+                      model_nodes=frozenset(model_nodes), node_edges=tuple(node_edges))
+    validate_plan(plan)
+    return plan
+
+
+def _group(entry, index: int, source: str) -> PlanGroup:
+    where = f"{source}: group #{index}"
+    if not isinstance(entry, dict):
+        raise FusionConfigError(f"{where} must be an object with \"id\" and \"nodes\"")
+    where = f"{source}: group {entry.get('id', '#' + str(index))!r}"
+    unknown = sorted(set(entry) - _GROUP_KEYS - _ALSO_ACCEPTED)
+    if unknown:
+        raise FusionConfigError(f"{where}: unknown key {unknown[0]!r}; a group has "
+                                f"{', '.join(sorted(_GROUP_KEYS))}")
+    group_id, nodes = entry.get("id"), entry.get("nodes")
+    if not isinstance(group_id, str) or not group_id:
+        raise FusionConfigError(f"{where}: \"id\" must be a non-empty string")
+    if not isinstance(nodes, list) or not nodes or not all(isinstance(n, str) for n in nodes):
+        raise FusionConfigError(f"{where}: \"nodes\" must be a non-empty list of ONNX node "
+                                "names")
+    if len(set(nodes)) != len(nodes):
+        twice = next(n for n in nodes if nodes.count(n) > 1)
+        raise FusionConfigError(f"{where}: node {twice!r} is listed twice")
+    pinned = entry.get("pinned", False)
+    if not isinstance(pinned, bool):
+        raise FusionConfigError(f"{where}: \"pinned\" must be true or false, not {pinned!r}")
+    rules = _rules_of(entry)
+    if not all(isinstance(r, str) for r in rules):
+        raise FusionConfigError(f"{where}: \"rules\" must be a list of rule names")
+    on_npu = entry.get("on_npu")
+    if on_npu is not None and not isinstance(on_npu, bool):
+        raise FusionConfigError(f"{where}: \"on_npu\" must be true, false or null")
+    return PlanGroup(id=group_id, nodes=tuple(nodes), pinned=pinned, rules=tuple(rules),
+                     kernel=entry.get("kernel"), tiling=entry.get("tiling"), on_npu=on_npu)
+
+
+def validate_plan(plan: FusionPlan) -> None:
+    """Raise FusionConfigError when ``plan`` does not fit its model (see ``load_plan``).
+
+    Example
+    -------
+    >>> validate_plan(plan)  # after editing plan.groups by hand      # doctest: +SKIP
+    """
+    source, owner = plan.source, {}
+    ids = [g.id for g in plan.groups]
+    if len(set(ids)) != len(ids):
+        twice = next(i for i in ids if ids.count(i) > 1)
+        raise FusionConfigError(f"{source}: group id {twice!r} is used twice")
+    for group in plan.groups:
+        for node in group.nodes:
+            if node not in plan.model_nodes:
+                close = difflib.get_close_matches(node, sorted(plan.model_nodes), n=3,
+                                                  cutoff=0.5)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise FusionConfigError(f"{source}: group {group.id!r} names node {node!r}, "
+                                        f"which the model does not have{hint}")
+            if node in owner:
+                raise FusionConfigError(f"{source}: node {node!r} is in two groups, "
+                                        f"{owner[node]!r} and {group.id!r}")
+            owner[node] = group.id
+    for group in plan.groups:
+        _check_connected(plan, group)
+    _check_acyclic(plan, owner)
+
+
+def _check_connected(plan: FusionPlan, group: PlanGroup) -> None:
+    if "HorizontalFusion" in group.rules or len(group.nodes) == 1:
+        return  # parallel ops merged into one kernel share no edge
+    members = set(group.nodes)
+    neighbours = {node: set() for node in members}
+    for src, dst in plan.node_edges:
+        if src in members and dst in members:
+            neighbours[src].add(dst)
+            neighbours[dst].add(src)
+    reached, todo = {group.nodes[0]}, [group.nodes[0]]
+    while todo:
+        for nxt in neighbours[todo.pop()] - reached:
+            reached.add(nxt)
+            todo.append(nxt)
+    if reached != members:
+        apart = [n for n in group.nodes if n not in reached]
+        raise FusionConfigError(
+            f"{plan.source}: group {group.id!r} is not connected: {', '.join(apart)} share no "
+            f"edge with {', '.join(n for n in group.nodes if n in reached)}; split it "
+            "(or mark it \"rules\": [\"HorizontalFusion\"] for parallel ops)")
+
+
+def _check_acyclic(plan: FusionPlan, owner: dict) -> None:
+    """Contract every group to one node; a cycle means a group would wait on itself."""
+    def unit(node):
+        return owner.get(node, node)
+
+    succ: dict[str, list[str]] = {}
+    for src, dst in plan.node_edges:
+        a, b = unit(src), unit(dst)
+        if a != b:
+            succ.setdefault(a, []).append(b)
+    state, stack = {}, []  # state: 1 on the DFS path, 2 done
+
+    def visit(start):
+        path = [(start, iter(succ.get(start, ())))]
+        state[start] = 1
+        stack.append(start)
+        while path:
+            node, children = path[-1]
+            child = next(children, None)
+            if child is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state.get(child) == 1:
+                return stack[stack.index(child):] + [child]
+            elif child not in state:
+                state[child] = 1
+                stack.append(child)
+                path.append((child, iter(succ.get(child, ()))))
+        return None
+
+    for start in list(succ):
+        if start not in state:
+            cycle = visit(start)
+            if cycle:
+                groups = sorted({u for u in cycle if u in {g.id for g in plan.groups}})
+                raise FusionConfigError(
+                    f"{plan.source}: groups {', '.join(repr(g) for g in groups)} form a cycle "
+                    f"once each is one kernel ({' -> '.join(cycle)}); a group cannot both feed "
+                    "and wait for another: move the nodes on the path into one group or split")
+
+
+def split_group(plan: FusionPlan, group_id: str, nodes) -> FusionPlan:
+    """A copy of ``plan`` where ``nodes`` leave group ``group_id`` for a new group.
+
+    The new group's id is ``<group_id>_<n>``; both parts keep the rules and ``pinned`` and lose
+    ``kernel``/``tiling`` (they no longer describe them). The result is validated.
+
+    Example
+    -------
+    >>> plan2 = split_group(plan, "G0", ["relu"])                       # doctest: +SKIP
+    """
+    group, nodes = plan.group(group_id), list(nodes)
+    outside = [n for n in nodes if n not in group.nodes]
+    if not nodes or outside or len(set(nodes)) >= len(group.nodes):
+        why = (f"{', '.join(outside)} not in it" if outside else
+               "give a non-empty proper subset of its nodes")
+        raise FusionConfigError(f"{plan.source}: cannot split {nodes} off group {group_id!r} "
+                                f"({why}); its nodes: {', '.join(group.nodes)}")
+    ids, count = {g.id for g in plan.groups}, 1
+    while f"{group_id}_{count}" in ids:
+        count += 1
+    kept = replace(group, nodes=tuple(n for n in group.nodes if n not in nodes), kernel=None,
+                   tiling=None)
+    moved = replace(group, id=f"{group_id}_{count}",
+                    nodes=tuple(n for n in group.nodes if n in nodes), kernel=None, tiling=None)
+    groups = []
+    for g in plan.groups:
+        groups += [kept, moved] if g.id == group_id else [g]
+    return _revalidated(plan, groups)
+
+
+def merge_groups(plan: FusionPlan, first: str, second: str) -> FusionPlan:
+    """A copy of ``plan`` where group ``second`` joins group ``first`` (which keeps its id).
+
+    The merged group uses the rules of both, is pinned if either was, and has no kernel or
+    tiling yet. The result is validated (a merge that makes a cycle is refused).
+
+    Example
+    -------
+    >>> plan2 = merge_groups(plan, "G0", "G1")                          # doctest: +SKIP
+    """
+    a, b = plan.group(first), plan.group(second)
+    if a.id == b.id:
+        raise FusionConfigError(f"{plan.source}: cannot merge group {first!r} with itself")
+    merged = replace(a, nodes=a.nodes + b.nodes, rules=tuple(dict.fromkeys(a.rules + b.rules)),
+                     pinned=a.pinned or b.pinned, kernel=None, tiling=None, on_npu=None)
+    groups = [merged if g.id == a.id else g for g in plan.groups if g.id != b.id]
+    return _revalidated(plan, groups)
+
+
+def _revalidated(plan: FusionPlan, groups) -> FusionPlan:
+    edited = replace(plan, groups=tuple(groups))
+    validate_plan(edited)
+    return edited
+
+
+def _read_json(path: str):
+    if not os.path.isfile(path):
+        what = "is a directory" if os.path.isdir(path) else "does not exist"
+        raise FusionConfigError(f"fusion plan file {path!r} {what} (fusion_plan_file)")
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FusionConfigError(f"fusion plan file {path}: cannot be read ({exc})") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FusionConfigError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON "
+                                f"({exc.msg})") from exc
+
+
+__all__ = ["PlanGroup", "FusionPlan", "onnx_node_graph", "plan_from_report", "export_plan",
+           "write_plan", "load_plan", "plan_from_json", "validate_plan", "split_group",
+           "merge_groups", "PLAN_VERSION"]

@@ -1,0 +1,68 @@
+"""FusionPolicy: what the planner may do, decided once from CompileConfig and passed down.
+
+Example
+-------
+>>> from tvm_ascend import CompileConfig
+>>> from tvm_ascend.partition.policy import FusionPolicy
+>>> policy = FusionPolicy.from_config(CompileConfig(rule_set="tvm_fuseops"))
+>>> policy.merge, policy.cost_checked
+(False, False)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FusionPolicy:
+    """The inputs of the fusion decisions that come from the user.
+
+    ``rules``: names of the rules switched on (partition/rules.py); ``merge``: whether the Ascend
+    merge rules run after TVM's FuseOps (off for the plain-TVM rule set); ``cost_checked``:
+    whether a merge must also be estimated faster than the split (off for the fixed-pattern
+    rule sets, which emulate compilers that do not ask a cost model); ``no_fuse_nodes``: ONNX
+    nodes fenced off from every group; ``plan``: an imported fusion plan (groups to rebuild).
+    """
+
+    rules: frozenset = frozenset()
+    merge: bool = True
+    cost_checked: bool = True
+    no_fuse_nodes: frozenset = frozenset()
+    plan: object = None
+    rule_set: str = "tvm_ascend"
+    level: str = "conservative"
+
+    @property
+    def fuse(self) -> bool:
+        """Whether any two ops may share a kernel."""
+        return bool(self.rules)
+
+    @property
+    def recompute(self) -> bool:
+        """Whether a shared producer may be recomputed inside each consumer."""
+        return "RecomputeFusion" in self.rules
+
+    def switched_off(self, rules) -> list[str]:
+        """The rules of ``rules`` that are off."""
+        return [rule for rule in rules if rule not in self.rules]
+
+    @staticmethod
+    def from_config(config, plan=None) -> "FusionPolicy":
+        """The policy of a CompileConfig (its level, rule set, switch file and fences)."""
+        # An imported plan is the person's (or an earlier build's) decision: no estimate
+        # overrides it; the rules switched on still apply.
+        return FusionPolicy(rules=config.enabled_rules, merge=config.rule_set != "tvm_fuseops",
+                            cost_checked=config.rule_set == "tvm_ascend" and plan is None,
+                            no_fuse_nodes=frozenset(config.no_fuse_nodes), plan=plan,
+                            rule_set=config.rule_set,
+                            level=config.fusion_level if config.autofusion else "off")
+
+    @staticmethod
+    def default(fuse: bool = True) -> "FusionPolicy":
+        """The default policy (conservative rules, cost-checked), or fusion off."""
+        from .rules import rules_for_level
+        return FusionPolicy(rules=rules_for_level("conservative") if fuse else frozenset(),
+                            merge=fuse, level="conservative" if fuse else "off")
+
+
+__all__ = ["FusionPolicy"]
