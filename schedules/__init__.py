@@ -3,15 +3,19 @@
 A template recognises a fused PrimFunc of its class, plans a ``Tiling`` for a SoC, and applies it
 with TVM's TIR schedule primitives. Templates know TIR and the SoC profile, never ONNX.
 """
+from .conv2d import Conv2dSchedule
 from .elementwise import ElementwiseKnobs, ElementwiseSchedule
 from .matmul import MatmulSchedule
 from .row_reduce import RowReduceSchedule
 from .tiling import Tiling
 from .tile_values import AccessKind, classify_load, plan_tile_values
 
-TEMPLATES = (ElementwiseSchedule, RowReduceSchedule, MatmulSchedule)
+# Conv2dSchedule last: no other template takes a conv (its first block is pad_temp and its
+# reduction runs over three axes), so its place only matters for ties, which it cannot have.
+TEMPLATES = (ElementwiseSchedule, RowReduceSchedule, MatmulSchedule, Conv2dSchedule)
 
 __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "MatmulSchedule",
+           "Conv2dSchedule",
            "Tiling", "AccessKind", "classify_load",
            "plan_tile_values", "TEMPLATES", "plan_template", "select_template", "template_by_name",
            "supports"]

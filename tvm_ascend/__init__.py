@@ -35,8 +35,10 @@ def partition_for_ascend(mod, config: CompileConfig | None = None):
     from .pipeline import fusion_policy, prepare
 
     config = (config or CompileConfig()).with_env()
-    imported = prepare(load_model(mod, config.input_shape))
-    return partition(imported, config.soc, policy=fusion_policy(config, imported))
+    imported = load_model(mod, config.input_shape)
+    policy = fusion_policy(config, imported)
+    return partition(prepare(imported, fold_batchnorm="BatchNormFolding" in policy.rules),
+                     config.soc, policy=policy)
 
 
 __all__ = ["build", "load", "relay", "CompileConfig", "AscendModule", "partition_for_ascend",

@@ -27,6 +27,7 @@ from .partition.grouping import node_graph, partition
 from .partition.policy import FusionPolicy
 from .dumps import Dumper
 from .partition.report import fusion_report
+from .prepare_passes import prepare_cnn
 from .runtime import AscendModule
 from .scheduling import schedule_groups
 from .target import resolve_target
@@ -34,11 +35,11 @@ from .target import resolve_target
 logger = logging.getLogger("tvm_ascend")
 
 
-def prepare(mod: tvm.IRModule, params=None) -> tvm.IRModule:
-    """Bind weights and fold constants before grouping."""
+def prepare(mod: tvm.IRModule, params=None, fold_batchnorm: bool = True) -> tvm.IRModule:
+    """Bind weights, fold constants (and BatchNorm into Conv weights) before grouping."""
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
-    return relax.transform.FoldConstant()(mod)
+    return prepare_cnn(relax.transform.FoldConstant()(mod), fold_batchnorm)
 
 
 def fusion_policy(config: CompileConfig, imported: tvm.IRModule) -> FusionPolicy:
@@ -110,7 +111,9 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     dumps = Dumper(config.dump_graph, config.dump_path)
     imported = load_model(mod, config.input_shape)
     dumps.module("000_imported.py", imported)
-    result = partition(prepare(imported, params), soc, policy=fusion_policy(config, imported))
+    policy = fusion_policy(config, imported)
+    prepared = prepare(imported, params, "BatchNormFolding" in policy.rules)
+    result = partition(prepared, soc, policy=policy)
     dumps.module("010_partitioned.py", result.mod)
     scheduled, tilings = schedule_groups(result.mod, soc)
     dumps.scheduled(scheduled)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import CodegenError
 from .code_buffer import CodeBuffer
+from .conv_kernel import ConvKernelPrinter
 from .elementwise_kernel import ElementwiseKernelPrinter
 from .matmul_kernel import MatmulKernelPrinter
 from .row_reduce_kernel import RowReduceKernelPrinter
@@ -19,7 +20,7 @@ from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERN
                         ROW_COPY_HELPERS_LOOP, ROW_COPY_HELPERS_PAD)
 
 KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter, "row_reduce": RowReduceKernelPrinter,
-                   "matmul": MatmulKernelPrinter}
+                   "matmul": MatmulKernelPrinter, "conv2d": ConvKernelPrinter}
 METADATA_DELIMITER = "ascendmeta"
 
 

@@ -454,8 +454,9 @@ class MatmulImpl {
     static_assert(std::is_same<SrcAT, SrcBT>::value, "Matmul: A and B must have the same element type");
     static_assert(kCubeIn<SrcAT>, "Matmul: the emulator supports half, bfloat16_t and float A/B");
     static_assert(kCubeIn<DstT> && kCubeIn<BiasT>, "Matmul: C and bias must be half, bfloat16_t or float");
-    static_assert(A_TYPE::pos == TPosition::GM && B_TYPE::pos == TPosition::GM,
-                  "Matmul: the emulator takes A and B from GM (TPosition::GM) only");
+    static_assert(A_TYPE::pos == TPosition::GM &&
+                      (B_TYPE::pos == TPosition::GM || B_TYPE::pos == TPosition::VECOUT),
+                  "Matmul: the emulator takes A from GM and B from GM or the UB (TPosition::VECOUT)");
     static_assert(A_TYPE::format == CubeFormat::ND && B_TYPE::format == CubeFormat::ND,
                   "Matmul: the emulator takes ND A and B only");
     static_assert(C_TYPE::format == CubeFormat::ND || C_TYPE::format == CubeFormat::ND_ALIGN,
@@ -503,8 +504,27 @@ class MatmulImpl {
             emu::Fail("Matmul::SetTensorB", "isTransposeB = true but B's MatmulType was declared with "
                                             "ISTRANS = false (the device asserts: declare MatmulType<..., true>)");
         }
+        if (B_TYPE::pos != TPosition::GM) {
+            emu::Fail("Matmul::SetTensorB", "B's MatmulType position is VECOUT: pass a LocalTensor");
+        }
         b_ = gm;
+        bFromUb_ = false;
         s_.transB = isTransposeB;
+        s_.tile = -1;
+    }
+    /* B from the UB (MatmulType position VECOUT), the API's LocalTensor overload: an ND Kb x N
+     * matrix, rows orgN apart. On 2201 (910B/A3) the client stages it through the GM workspace
+     * into L1, so each K step counts its B tile as GM bytes written and read; coupled chips
+     * (910A, 310P) move it on chip. Transposed UB operands are not emulated. */
+    void SetTensorB(const LocalTensor<SrcBT>& local, bool isTransposeB = false) {
+        const char* api = "Matmul::SetTensorB(LocalTensor)";
+        if (B_TYPE::pos != TPosition::VECOUT) {
+            emu::Fail(api, "B's MatmulType position must be TPosition::VECOUT for a UB operand");
+        }
+        if (isTransposeB) emu::Fail(api, "a transposed UB operand is not emulated");
+        bLocal_ = local;
+        bFromUb_ = true;
+        s_.transB = false;
         s_.tile = -1;
     }
     void SetBias(const GlobalTensor<BiasT>& biasGlobal) {
@@ -622,7 +642,7 @@ class MatmulImpl {
  private:
     void CheckOperands(const char* api) {
         if (a_.addr_ == nullptr) emu::Fail(api, "SetTensorA was not called (A has no GM buffer)");
-        if (b_.addr_ == nullptr) emu::Fail(api, "SetTensorB was not called (B has no GM buffer)");
+        if (!bFromUb_ && b_.addr_ == nullptr) emu::Fail(api, "SetTensorB was not called (B has no GM buffer)");
         if (s_.biasOn && bias_.addr_ == nullptr) emu::Fail(api, "SetBias was given a GlobalTensor without buffer");
     }
     void TakeTile(const char* api) {
@@ -658,7 +678,10 @@ class MatmulImpl {
                     for (int j = 0; j < n; ++j) out[j] += av * bk[j];
                 }
             }
-            ctx.c.gm_read_bytes += int64_t(m) * kk * sizeof(SrcAT) + int64_t(kk) * n * sizeof(SrcBT);
+            const int64_t bBytes = int64_t(kk) * n * sizeof(SrcBT);
+            const bool staged = bFromUb_ && emu::ActiveSoc().npu_arch == 2201;
+            ctx.c.gm_read_bytes += int64_t(m) * kk * sizeof(SrcAT) + (!bFromUb_ || staged ? bBytes : 0);
+            if (staged) ctx.c.gm_write_bytes += bBytes;
             emu::CountCube(emu::CubeMacs(m, n, kk, kC0));
         }
     }
@@ -682,7 +705,15 @@ class MatmulImpl {
      * orgN), transposed: N x Kb (row stride orgKb). */
     void LoadB(const char* api, int k0, int col0, int kk, int n, std::vector<float>& out) {
         out.resize(size_t(kk) * n);
-        if (!s_.transB) {
+        if (bFromUb_) {
+            const uint64_t span = uint64_t(k0 + kk - 1) * s_.orgN + col0 + n;
+            const SrcBT* p = reinterpret_cast<const SrcBT*>(emu::CubeOperand(
+                bLocal_, span, api, "B", emu::Access::MTE_OUT,
+                {TPosition::VECOUT, TPosition::VECIN, TPosition::VECCALC}, 32));
+            for (int k = 0; k < kk; ++k) {
+                for (int j = 0; j < n; ++j) out[size_t(k) * n + j] = emu::ToF(p[uint64_t(k0 + k) * s_.orgN + col0 + j]);
+            }
+        } else if (!s_.transB) {
             for (int k = 0; k < kk; ++k) {
                 const SrcBT* p = Row(b_, int64_t(k0 + k) * s_.orgN + col0, n, api, "B");
                 for (int j = 0; j < n; ++j) out[size_t(k) * n + j] = emu::ToF(p[j]);
@@ -764,6 +795,8 @@ class MatmulImpl {
     GlobalTensor<SrcAT> a_;
     GlobalTensor<SrcBT> b_;
     GlobalTensor<BiasT> bias_;
+    LocalTensor<SrcBT> bLocal_;
+    bool bFromUb_ = false;
     uint8_t subBlockIdx_ = 0;
 };
 

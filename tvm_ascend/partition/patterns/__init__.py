@@ -8,6 +8,7 @@ from __future__ import annotations
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
 
 from ..decision import Decision
+from .conv import check_conv_call, conv_patterns
 from .elementwise import check_elementwise_call, elementwise_patterns
 from .layout import check_view_call, is_view_only, view_patterns
 from .matmul import check_matmul_call, matmul_patterns
@@ -19,7 +20,7 @@ _REGISTERED = False
 def pattern_table() -> list:
     """All ``ascend.*`` entries in priority order (lowest first)."""
     return (list(elementwise_patterns()) + list(reduction_patterns()) + list(view_patterns())
-            + list(matmul_patterns()))
+            + list(matmul_patterns()) + list(conv_patterns()))
 
 
 def register_ascend_patterns() -> None:
@@ -38,7 +39,8 @@ def ascend_patterns():
 
 def check_call(call) -> Decision:
     """Whether one Relax call can run on the NPU, with the reason (first family that knows it)."""
-    for family in (check_reduction_call, check_view_call, check_matmul_call):
+    for family in (check_reduction_call, check_view_call, check_matmul_call,
+                   check_conv_call):
         decision = family(call)
         if decision is not None:
             return decision

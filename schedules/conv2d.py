@@ -1,0 +1,373 @@
+"""Conv2dSchedule: NCHW Conv2D (stride, padding, dilation, groups) on the cube, epilogue fused.
+
+Method: img2col + the high-level Matmul API. For image ``n`` and group ``g`` the convolution is
+the product ``C[co, p] = W[co, k] @ col[k, p]`` with ``k = (ci, ky, kx)`` over the group's input
+channels and ``p = (oh, ow)`` over the output pixels: the OIHW weights are already the ND matrix
+A (rows of ``K = Cin/G * kh * kw``), and C's rows are NCHW output rows. The output is cut into
+``baseM x baseN`` tiles (output channels x pixels) spread over the AI cores in contiguous
+ranges. For each tile the core gathers ``col`` into a UB buffer, ``k_chunk`` rows at a time
+(padding and out-of-range taps read as zero), hands it to the Matmul object as B (a VECOUT
+operand), fetches the product into the UB and adds the K chunks there on the vector unit; the
+elementwise epilogue (bias, a folded BatchNorm's shift, activation, residual Add) then runs row
+by row on the tile before the single write to GM.
+
+The gather runs on the scalar unit (GetValue/SetValue, one GM read per in-range element): the
+device's img2col path (Load3D from a 5HD feature map in L1) is not in the CPU emulator, so this
+kernel is correct and its traffic is exact, but it is not the fast path. Depthwise and grouped
+convolutions take the same route with one group per tile (``baseM`` rows of which ``Cout/G`` are
+used): a vector-unit depthwise kernel would waste no cube rows but needs strided window
+gathers the emulator lacks; it is left for later.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import tirx
+from tvm.sym.analyzer import Analyzer
+
+from tvm_ascend.decision import Decision
+from tvm_ascend.errors import TilingError
+
+from .row_reduce import RowAccessKind, _blocks, _reduce_vars, program_dtypes, row_program
+from .tile_values import buffer_size, unsupported_construct
+from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
+from .tir_walk import BufferLoad, Call, load_buffer, param_buffers
+
+FRACTAL = 16
+EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR)
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """Sizes of one NCHW convolution ``out[n, co, oh, ow]`` (OIHW weights, ``groups`` groups)."""
+
+    n: int
+    cin: int
+    h: int
+    w: int
+    cout: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    stride: tuple
+    dilation: tuple
+    pad: tuple  # (top, left); bottom/right padding only shows as output size
+    groups: int
+    dtype: str
+    x_name: str
+    w_name: str
+
+    @property
+    def cin_g(self) -> int:
+        return self.cin // self.groups
+
+    @property
+    def cout_g(self) -> int:
+        return self.cout // self.groups
+
+    @property
+    def k(self) -> int:
+        return self.cin_g * self.kh * self.kw
+
+    @property
+    def pixels(self) -> int:
+        return self.oh * self.ow
+
+
+def _dtype_bytes(dtype) -> int:
+    return tvm.runtime.DataType(str(dtype)).bits // 8
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+def _at(expr, values: dict) -> int | None:
+    """``expr`` with the given variables fixed, if that makes it a constant."""
+    analyzer = Analyzer()
+    for var, value in values.items():
+        analyzer.bind(var, tirx.IntImm(str(var.ty.dtype), value))
+    out = analyzer.simplify(expr)
+    return int(out.value) if type(out).__name__ == "IntImm" else None
+
+
+def _conv_block_index(blocks) -> int | None:
+    for index, block in enumerate(blocks):
+        if len(_reduce_vars(block)) == 3:
+            return index
+    return None
+
+
+def _conv_loads(store):
+    """(pad_temp load, weight load) of ``acc = acc + pad[...] * w[...]`` or None."""
+    value = store.value
+    if type(value).__name__ != "Add":
+        return None
+    for acc, prod in ((value.a, value.b), (value.b, value.a)):
+        if isinstance(acc, BufferLoad) and load_buffer(acc).same_as(store.buffer) and \
+                type(prod).__name__ == "Mul" and isinstance(prod.a, BufferLoad) and \
+                isinstance(prod.b, BufferLoad):
+            return prod.a, prod.b
+    return None
+
+
+def _pad_source(pad_block):
+    """(x load, (top, left)) of the pad_temp block: a copy or ``if_then_else(in range, x, 0)``."""
+    value = pad_block.body.value
+    if isinstance(value, Call) and value.op.name.endswith("if_then_else"):
+        if not (type(value.args[2]).__name__ in ("FloatImm", "IntImm")
+                and float(value.args[2].value) == 0.0):
+            return None
+        value = value.args[1]
+    if not isinstance(value, BufferLoad) or len(value.indices) != 4:
+        return None
+    ivs = [iv.var for iv in pad_block.iter_vars]
+    if len(ivs) != 4:
+        return None
+    zero = {v: 0 for v in ivs}
+    offsets = [_at(idx, zero) for idx in value.indices]
+    if None in offsets or offsets[0] != 0 or offsets[1] != 0:
+        return None
+    for axis, idx in enumerate(value.indices):  # x[i0, i1, i2 - top, i3 - left]
+        if _at(idx, {**zero, ivs[axis]: 1}) != offsets[axis] + 1:
+            return None
+    return value, (-offsets[2], -offsets[3])
+
+
+def conv_shape(func) -> ConvShape | None:
+    """The convolution of ``func`` (pad_temp block, then conv2d_nchw), if the template takes it."""
+    blocks = _blocks(tvm.s_tir.Schedule(func))
+    index = _conv_block_index(blocks)
+    if index is None or index < 1:
+        return None
+    pad_block, conv = blocks[index - 1], blocks[index]
+    loads = _conv_loads(conv.body)
+    source = _pad_source(pad_block) if type(pad_block.body).__name__ == "BufferStore" else None
+    if loads is None or source is None:
+        return None
+    pad_load, w_load = loads
+    if not load_buffer(pad_load).same_as(pad_block.body.buffer):
+        pad_load, w_load = w_load, pad_load
+    if not load_buffer(pad_load).same_as(pad_block.body.buffer):
+        return None
+    x_load, (top, left) = source
+    x, w, out = load_buffer(x_load), load_buffer(w_load), conv.body.buffer
+    if len(x.shape) != 4 or len(w.shape) != 4 or len(out.shape) != 4:
+        return None
+    n, cin, h, wd = (int(d) for d in x.shape)
+    cout, cin_g, kh, kw = (int(d) for d in w.shape)
+    _, _, oh, ow = (int(d) for d in out.shape)
+    if cin_g == 0 or cin % cin_g or cout % (cin // cin_g):
+        return None
+    groups = cin // cin_g
+    spatial = [iv.var for iv in conv.iter_vars if int(iv.iter_type) == 0]
+    rc, ry, rx = (iv.var for iv in _reduce_vars(conv))
+    nn, ff, yy, xx = spatial
+    zero = {v: 0 for v in (nn, ff, yy, xx, rc, ry, rx)}
+    hi, wi = pad_load.indices[2], pad_load.indices[3]
+    sh, dh = _at(hi, {**zero, yy: 1}), _at(hi, {**zero, ry: 1})
+    sw, dw = _at(wi, {**zero, xx: 1}), _at(wi, {**zero, rx: 1})
+    if None in (sh, dh, sw, dw) or min(sh, dh, sw, dw) < 1:
+        return None
+    # the whole access must be the convolution's, not just its slopes at the origin
+    analyzer = Analyzer()
+    for iv in conv.iter_vars:
+        analyzer.bind(iv.var, iv.dom)
+    cout_g = cout // groups
+    expected = [nn, ff // cout_g * cin_g + rc, yy * sh + ry * dh, xx * sw + rx * dw]
+    if not all(analyzer.can_prove_equal(a, b) for a, b in zip(pad_load.indices, expected)):
+        return None
+    if not all(analyzer.can_prove_equal(a, b) for a, b in zip(w_load.indices, [ff, rc, ry, rx])):
+        return None
+    dtypes = {str(x.dtype), str(w.dtype), str(out.dtype)}
+    if len(dtypes) != 1:
+        return None
+    return ConvShape(n, cin, h, wd, cout, kh, kw, oh, ow, (sh, sw), (dh, dw), (top, left),
+                     groups, str(out.dtype), x.name, w.name)
+
+
+def epilogue_program(blocks, func, shape: ConvShape, conv_index: int):
+    """The epilogue (blocks after the conv, inlined into one) as a row program over the output
+    rows ``(n, co)`` of ``oh * ow`` pixels, or None without an epilogue."""
+    if len(blocks) <= conv_index + 1:
+        return None
+    program = row_program(blocks[conv_index + 1:], func, shape.n * shape.cout, shape.pixels,
+                          given=[blocks[conv_index].body.buffer])
+    for name, kind in program.inputs.items():
+        if kind not in EPILOGUE_KINDS:
+            raise TilingError(f"conv epilogue input {name} read as {kind.value}: not printed yet")
+    return program
+
+
+class Conv2dSchedule:
+    """Template for Conv2D groups (img2col + cube) with elementwise epilogues (vector)."""
+
+    name = "conv2d"
+
+    @staticmethod
+    def applies(func) -> Decision:
+        shape = conv_shape(func)
+        if shape is None:
+            return Decision.no("not an NCHW conv2d (pad_temp block, then a reduction over "
+                               "rc, ry, rx of pad_temp * OIHW weights)")
+        if shape.dtype not in SUPPORTED_DTYPES:
+            return Decision.no(f"conv2d in {shape.dtype}; the cube kernel takes float16/float32")
+        blocks = _blocks(tvm.s_tir.Schedule(func))
+        for block in blocks[_conv_block_index(blocks) + 1:]:
+            if _reduce_vars(block):
+                return Decision.no(f"block {block.name_hint} reduces after the conv2d")
+            construct = unsupported_construct(block.body.value)
+            if construct:
+                return Decision.no(f"TIR construct {construct} has no vector instruction")
+        if len(param_buffers(func)[1]) != 1:
+            return Decision.no("the conv2d template prints one output")
+        return Decision.yes(f"conv2d {shape.cout}x{shape.cin // shape.groups}x{shape.kh}x"
+                            f"{shape.kw} (groups {shape.groups}) as img2col + cube")
+
+    @staticmethod
+    def schedule(func, soc, knobs=None):
+        """(scheduled PrimFunc, Tiling); ``knobs`` is reserved for the cost model."""
+        decision = Conv2dSchedule.applies(func)
+        if not decision:
+            raise TilingError(f"conv2d template does not apply: {decision.reason}")
+        if not soc.has_data_copy_pad:
+            raise TilingError(f"the conv epilogue writes tiles with DataCopyPad, which {soc.name} "
+                              "lacks (a strided DataCopy path is not written yet)")
+        shape = conv_shape(func)
+        sch = tvm.s_tir.Schedule(func)
+        conv_index = _conv_block_index(_blocks(sch))
+        block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
+        for block_rv in block_rvs[conv_index + 1:-1]:
+            sch.compute_inline(block_rv)
+        block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
+        if len(block_rvs) > conv_index + 1:
+            if shape.pixels < 2:
+                raise TilingError("a conv epilogue over 1x1 outputs is not printed yet")
+            ow = shape.ow
+            # rows (n, co) of oh * ow pixels: the layout the epilogue's row program reads
+            sch.transform_block_layout(block_rvs[-1], lambda n, c, y, x: (n, c, y * ow + x))
+        program = epilogue_program(_blocks(sch), func, shape, conv_index)
+        tiling = plan(shape, program, soc)
+        loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[conv_index])
+        sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
+        return sch.mod["main"], tiling
+
+
+def plan(shape: ConvShape, program, soc) -> Tiling:
+    """The tiling of ``shape`` on ``soc``: base tiles, K chunk, cores, UB bytes, GM traffic."""
+    elem = _dtype_bytes(shape.dtype)
+    c0 = 32 // elem
+    slot_bytes = max([elem] + [_dtype_bytes(d) for d in program_dtypes(program)]) \
+        if program is not None else elem
+    if program is not None and slot_bytes != elem:
+        raise TilingError("the conv epilogue computes in a wider dtype than its output")
+    cap = 128 if elem == 2 else 64
+    base_m = min(cap, _round_up(shape.cout_g, FRACTAL))
+    base_n = min(cap, _round_up(shape.pixels, FRACTAL))
+    align_n = _round_up(base_n, c0)
+    tile_bytes = base_m * align_n * elem
+    slots = (len(program.intermediates) + program.temp_slots) if program else 0
+    streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS) \
+        if program else 0
+    fixed = tile_bytes * (2 + streamed) + slots * align_n * elem  # acc, partial, epilogue
+    budget = soc.ub_bytes - UB_RESERVED_BYTES - fixed
+    k_full = _round_up(shape.k, c0)
+    k_chunk = min(k_full, (budget // (align_n * elem)) // c0 * c0) if budget > 0 else 0
+    if k_chunk < c0:
+        raise TilingError(f"conv tile {base_m}x{base_n} leaves no UB for one img2col chunk of "
+                          f"{c0} rows on {soc.name}")
+    chunks = _ceil_div(shape.k, k_chunk)
+    if chunks == 1:
+        fixed -= tile_bytes  # no partial products to add
+    ub = fixed + k_chunk * align_n * elem
+    base_k = min(64, _round_up(min(shape.k, k_chunk), c0))
+    tiles_m, tiles_n = _ceil_div(shape.cout_g, base_m), _ceil_div(shape.pixels, base_n)
+    total = shape.n * shape.groups * tiles_m * tiles_n
+    per_core = _ceil_div(total, min(soc.ai_cores, total))
+    used = _ceil_div(total, per_core)
+    gm_read, gm_write, macs = _traffic(shape, program, soc, base_m, base_n, base_k, k_chunk, used)
+    params = {"n": shape.n, "cin": shape.cin, "h": shape.h, "w": shape.w, "cout": shape.cout,
+              "kh": shape.kh, "kw": shape.kw, "oh": shape.oh, "ow": shape.ow,
+              "stride": list(shape.stride), "dilation": list(shape.dilation),
+              "pad": list(shape.pad), "groups": shape.groups, "k": shape.k,
+              "base_m": base_m, "base_n": base_n, "base_k": base_k, "align_n": align_n,
+              "k_chunk": k_chunk, "chunks": chunks, "tiles_m": tiles_m, "tiles_n": tiles_n,
+              "slots": slots, "cube_macs": macs}
+    return Tiling("conv2d", total, used, per_core, 1, per_core, 1,
+                  program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
+                  shape.pixels, params)
+
+
+def _valid_taps(extent_out, extent_in, stride, dilation, pad, kernel) -> np.ndarray:
+    """For each output coordinate, how many kernel taps land inside the input."""
+    out = np.arange(extent_out)[:, None] * stride + np.arange(kernel)[None, :] * dilation - pad
+    return ((out >= 0) & (out < extent_in)).sum(axis=1)
+
+
+def _pieces(extent: int, size: int) -> list[int]:
+    return [min(size, extent - start) for start in range(0, extent, size)]
+
+
+def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, k_chunk, cores):
+    """(GM bytes read, written, cube MACs) exactly as the printed kernel moves them (emulator
+    README "Cube"): per tile and K step the A rows and, on 2201, the UB operand B staged through
+    GM; one GM read per in-range img2col element; the product fetched into the UB (through GM
+    on 2201) once per K chunk; the epilogue's inputs and the output once."""
+    elem = _dtype_bytes(shape.dtype)
+    c0 = 32 // elem
+    split = soc.npu_arch == 2201
+    taps = np.outer(_valid_taps(shape.oh, shape.h, shape.stride[0], shape.dilation[0],
+                                shape.pad[0], shape.kh),
+                    _valid_taps(shape.ow, shape.w, shape.stride[1], shape.dilation[1],
+                                shape.pad[1], shape.kw)).reshape(-1)
+    chunks = _pieces(shape.k, k_chunk)
+    steps = [kk for chunk in chunks for kk in _pieces(chunk, base_k)]
+    k_macs = sum(_round_up(kk, c0) for kk in steps)
+    read = write = macs = 0
+    outer = shape.n * shape.groups
+    for cur_m in _pieces(shape.cout_g, base_m):
+        for start in range(0, shape.pixels, base_n):
+            cur_n = min(base_n, shape.pixels - start)
+            gathered = int(taps[start:start + cur_n].sum()) * shape.cin_g
+            read += outer * (cur_m * shape.k + gathered) * elem
+            macs += outer * _round_up(cur_m, FRACTAL) * _round_up(cur_n, FRACTAL) * k_macs
+            if split:
+                staged = (shape.k * cur_n + len(chunks) * cur_m * cur_n) * elem
+                read += outer * staged
+                write += outer * staged
+            read += outer * _epilogue_reads(program, cur_m, cur_n)
+    write += shape.n * shape.cout * shape.pixels * elem
+    if program is not None:
+        read += sum(cores * _dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.SCALAR))
+    return read, write, macs
+
+
+def _inputs(program, kind) -> list:
+    """Input buffers of ``program`` read as ``kind``, once each, in first-load order."""
+    found, seen = [], set()
+    for access, buffer, _ in program.loads.values():
+        if buffer.name in program.inputs and program.inputs[buffer.name] is kind and \
+                buffer.name not in seen:
+            seen.add(buffer.name)
+            found.append(buffer)
+    return found
+
+
+def _epilogue_reads(program, cur_m, cur_n) -> int:
+    """Bytes one tile's epilogue reads: streamed rows, and one value per row for row scalars."""
+    if program is None:
+        return 0
+    rows = sum(cur_m * cur_n * _dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.ROWS))
+    return rows + sum(cur_m * _dtype_bytes(b.dtype)
+                      for b in _inputs(program, RowAccessKind.ROW_SCALAR))
+
+
+__all__ = ["Conv2dSchedule", "ConvShape", "conv_shape", "epilogue_program", "plan",
+           "buffer_size"]

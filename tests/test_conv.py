@@ -1,0 +1,215 @@
+"""Conv2D groups on the cube (img2col + Matmul API) with fused epilogues; BatchNorm folding.
+
+Several independent convolutions share one model so that one g++ build covers the sweep; every
+kernel's GM bytes and cube MACs from its tiling plan must EQUAL the emulator's counters.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import tvm_ascend
+from conftest import run_onnxruntime
+from onnx_models import ModelBuilder
+from tvm_ascend.frontend import load_model
+from tvm_ascend.pipeline import prepare
+
+# A conv output sums K = Cin/G * kh * kw products in another order than onnxruntime (K chunks
+# on the cube, then added): float32 differs by a few ulps of the largest partial sum; float16
+# rounds each K chunk's product to fp16 before the add, so ~1e-3 relative per chunk.
+CONV_TOL = {"float32": {"rtol": 1e-4, "atol": 1e-4}, "float16": {"rtol": 2e-2, "atol": 2e-2}}
+
+# (N, Cin, H, W, Cout, kernel, stride, pad, dilation, groups, epilogue)
+SWEEP = [
+    (1, 3, 11, 13, 5, 3, 1, 1, 1, 1, "bias_relu"),      # odd sizes, Cout not a multiple of 16
+    (2, 8, 9, 9, 8, 3, 2, 1, 1, 4, "bias_clip6"),       # stride 2, groups, batch 2, ReLU6
+    (1, 6, 10, 10, 6, 3, 1, 2, 2, 6, "sigmoid"),        # depthwise, dilation 2
+    (1, 4, 16, 16, 20, 7, 2, 3, 1, 1, "silu"),          # 7x7 stride 2 (a ResNet stem)
+    (1, 17, 6, 6, 33, 1, 1, 0, 1, 1, "bias"),           # 1x1
+    (1, 16, 24, 24, 96, 3, 1, 1, 1, 1, "relu_residual"),  # 18 tiles over several cores
+    (1, 288, 6, 6, 16, 3, 1, 1, 1, 1, "none"),          # img2col of K = 2592 > one UB: 3 chunks
+]
+
+
+def _add_conv(b: ModelBuilder, case, index: int) -> str:
+    n, cin, h, w, cout, k, stride, pad, dil, groups, epilogue = case
+    x = b.input(f"x{index}", (n, cin, h, w))
+    weight = b.const(b.rng.standard_normal((cout, cin // groups, k, k)) * 0.2, "w")
+    inputs = [x, weight]
+    if epilogue.startswith("bias"):
+        inputs.append(b.const(b.rng.standard_normal(cout), "bias"))
+    y = b.node("Conv", inputs, strides=[stride, stride], pads=[pad] * 4,
+               dilations=[dil, dil], group=groups, kernel_shape=[k, k])
+    oh = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    ow = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    out_shape = (n, cout, oh, ow)
+    if epilogue in ("bias_relu", "relu_residual"):
+        y = b.node("Relu", [y])
+    elif epilogue == "bias_clip6":
+        y = b.node("Clip", [y, b.const(np.array(0.0), "lo"), b.const(np.array(6.0), "hi")])
+    elif epilogue == "sigmoid":
+        y = b.node("Sigmoid", [y])
+    elif epilogue == "silu":
+        y = b.node("Mul", [y, b.node("Sigmoid", [y])])
+    if epilogue == "relu_residual":
+        y = b.node("Add", [y, b.input(f"r{index}", out_shape)])
+    b.output(y, out_shape)
+    return y
+
+
+def _check_counters(lib) -> list[dict]:
+    """Every NPU group's plan equals its launch's counters; returns the conv groups."""
+    report = lib.report.to_json()
+    launches = {p["kernel"]: p for p in lib.profile()}
+    convs = []
+    for group in report["groups"]:
+        if not group["on_npu"]:
+            continue
+        tiling, launch = group["tiling"], launches[group["kernel"]]
+        assert launch["gm_read_bytes"] == tiling["gm_read_bytes"], group["kernel"]
+        assert launch["gm_write_bytes"] == tiling["gm_write_bytes"], group["kernel"]
+        assert launch["cube_macs"] == tiling["params"].get("cube_macs", 0), group["kernel"]
+        assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
+        assert launch["peak_ub_bytes"] == tiling["ub_bytes"], group["kernel"]
+        if tiling["template"] == "conv2d":
+            convs.append(group)
+    return convs
+
+
+def test_conv_sweep_float32_matches_onnxruntime_and_counters():
+    b = ModelBuilder("float32", seed=11)
+    for index, case in enumerate(SWEEP):
+        _add_conv(b, case, index)
+    model = b.model()
+    lib = tvm_ascend.build(model)
+    outs, refs = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
+    for case, out, ref in zip(SWEEP, outs, refs):
+        np.testing.assert_allclose(out, ref, **CONV_TOL["float32"], err_msg=str(case))
+    convs = _check_counters(lib)
+    assert len(convs) == len(SWEEP)  # every conv, with its whole epilogue, is one NPU kernel
+    report = lib.report.to_json()
+    assert report["kernels"]["host"] == 0
+    params = [g["tiling"]["params"] for g in convs]
+    assert max(p["chunks"] for p in params) > 1        # the K = 2592 case is split
+    assert max(g["tiling"]["cores"] for g in convs) > 1
+
+
+def _numpy_conv(x, w, stride, pad, dil, groups):
+    """Reference NCHW conv in float64."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, cin, h, wd = x.shape
+    cout, cin_g, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - dil * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * pad - dil * (kw - 1) - 1) // stride + 1
+    out = np.zeros((n, cout, oh, ow))
+    cout_g = cout // groups
+    for co in range(cout):
+        g = co // cout_g
+        for ky in range(kh):
+            for kx in range(kw):
+                win = xp[:, g * cin_g:(g + 1) * cin_g, ky * dil:ky * dil + stride * oh:stride,
+                         kx * dil:kx * dil + stride * ow:stride]
+                out[:, co] += np.einsum("ncij,c->nij", win, w[co, :, ky, kx])
+    return out
+
+
+def test_conv_float16_bias_relu_and_residual():
+    b = ModelBuilder("float16", seed=5)
+    x = b.input("x", (1, 12, 10, 10))
+    w1 = b.rng.standard_normal((24, 12, 3, 3)) * 0.1
+    bias = b.rng.standard_normal(24) * 0.5
+    y = b.node("Relu", [b.node("Conv", [x, b.const(w1, "w"), b.const(bias, "b")],
+                               strides=[2, 2], pads=[1, 1, 1, 1])])
+    w2 = b.rng.standard_normal((24, 24, 1, 1)) * 0.1
+    z = b.node("Add", [b.node("Conv", [y, b.const(w2, "w")]), b.input("r", (1, 24, 5, 5))])
+    b.output(z, (1, 24, 5, 5))
+    lib = tvm_ascend.build(b.model())
+    (out,) = lib.run(b.feeds)
+    x16 = b.feeds["x"]
+    ref1 = np.maximum(_numpy_conv(x16, w1.astype(np.float16), 2, 1, 1, 1)
+                      + bias.astype(np.float16).reshape(1, -1, 1, 1), 0).astype(np.float16)
+    ref = _numpy_conv(ref1, w2.astype(np.float16), 1, 0, 1, 1) + b.feeds["r"]
+    np.testing.assert_allclose(out.astype(np.float64), ref, **CONV_TOL["float16"])
+    assert len(_check_counters(lib)) == 2
+
+
+def _conv_bn(b, x, cin, cout, relu=True, residual=None):
+    w = b.const(b.rng.standard_normal((cout, cin, 3, 3)) * 0.2, "w")
+    stats = [b.const(b.rng.uniform(0.5, 1.5, cout), "gamma"),
+             b.const(b.rng.standard_normal(cout) * 0.1, "beta"),
+             b.const(b.rng.standard_normal(cout) * 0.1, "mean"),
+             b.const(b.rng.uniform(0.5, 1.5, cout), "var")]
+    y = b.node("BatchNormalization", [b.node("Conv", [x, w], pads=[1, 1, 1, 1]), *stats],
+               epsilon=1e-3)
+    if residual is not None:
+        y = b.node("Add", [y, residual])
+    return b.node("Relu", [y]) if relu else y
+
+
+def test_conv_bn_relu_and_residual_block_are_one_kernel_each():
+    b = ModelBuilder("float32", seed=7)
+    x = b.input("x", (1, 8, 12, 12))
+    y = _conv_bn(b, x, 8, 8)                 # conv + bn + relu
+    z = _conv_bn(b, y, 8, 8, residual=x)     # conv + bn + residual add + relu
+    b.output(z, (1, 8, 12, 12))
+    model = b.model()
+    lib = tvm_ascend.build(model)
+    np.testing.assert_allclose(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0],
+                               **CONV_TOL["float32"])
+    convs = _check_counters(lib)
+    assert len(convs) == 2 and lib.report.to_json()["kernels"] == {"ascend": 2, "host": 0}
+    nodes = [set(g["onnx_nodes"]) for g in convs]
+    kinds = [{n.split("_")[0] for n in ns} for ns in nodes]
+    assert kinds[0] == {"conv", "batchnormalization", "relu"}
+    assert kinds[1] == {"conv", "batchnormalization", "add", "relu"}
+
+
+def test_fold_batch_norm_leaves_no_batch_norm():
+    b = ModelBuilder("float32", seed=8)
+    x = b.input("x", (1, 4, 6, 6))
+    b.output(_conv_bn(b, x, 4, 4, relu=False), (1, 4, 6, 6))
+    text = prepare(load_model(b.model(), None))["main"].script()
+    assert "batch_norm" not in text and "conv2d" in text
+
+
+def test_soc_without_datacopypad_keeps_conv_on_the_host():
+    b = ModelBuilder("float32", seed=9)
+    _add_conv(b, SWEEP[0], 0)
+    model = b.model()
+    lib = tvm_ascend.build(model, target="ascend/310p3")
+    np.testing.assert_allclose(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0],
+                               **CONV_TOL["float32"])
+    groups = lib.report.to_json()["groups"]
+    conv = next(g for g in groups if any(o["op"] == "relax.nn.conv2d" for o in g["ops"]))
+    assert not conv["on_npu"] and "DataCopyPad" in conv["reason"]
+
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+@pytest.mark.slow
+def test_light_resnet50_compiles_and_matches():
+    """The ONNX backend's light ResNet-50 with the input its runner makes (arange / n): every
+    Conv (BatchNorm folded, ReLU and residual Sum fused) runs on the cube. About 3 minutes
+    here (30 s to compile the graph, the rest g++ and the emulated run)."""
+    model = onnx.load(os.path.join(LIGHT, "light_resnet50.onnx"))
+    expected = numpy_helper.to_array(
+        onnx.load_tensor(os.path.join(LIGHT, "light_resnet50_output_0.pb")))
+    lib = tvm_ascend.build(model)
+    data = model.graph.input[0]
+    shape = [d.dim_value for d in data.type.tensor_type.shape.dim]
+    feed = (np.arange(np.prod(shape)).reshape(shape) / np.prod(shape)).astype(np.float32)
+    (out,) = lib.run({data.name: feed})
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out, run_onnxruntime(model, {data.name: feed})[0],
+                               rtol=1e-4, atol=1e-5)
+    groups = lib.report.to_json()["groups"]
+    convs = [g for g in groups if any(o["op"] == "relax.nn.conv2d" for o in g["ops"])]
+    assert len(convs) == 53 and all(g["on_npu"] for g in convs)
+    # the 16 residual Sums: bias Add + residual Add + ReLU in the conv's kernel
+    assert sum(1 for g in convs if [o["op"] for o in g["ops"]].count("relax.add") == 2) == 16

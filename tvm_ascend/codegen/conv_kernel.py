@@ -1,0 +1,306 @@
+"""Prints a Conv2D kernel: img2col tiles in the UB, the cube's Matmul API, the epilogue on the
+vector unit (method: ``schedules/conv2d.py``).
+
+Each core takes a contiguous range of ``baseM x baseN`` output tiles (image, group, channel tile,
+pixel tile). For every K chunk the tile's img2col rows are gathered into ``colBuf`` and given
+to the Matmul object as its UB operand B; the product comes back into the UB (rows padded to 32
+bytes) and chunks after the first are added on the vector unit. The epilogue runs row by row
+(one output channel per row) before one DataCopyPad to GM. MIX mode (cube + vector).
+"""
+from __future__ import annotations
+
+from ..errors import CodegenError
+from ..schedules.conv2d import _blocks, _conv_block_index, conv_shape, epilogue_program
+from ..schedules.row_reduce import RowAccessKind
+from ..schedules.tile_values import buffer_size, expr_key
+from ..schedules.tir_walk import expr_dtype
+from .code_buffer import CodeBuffer
+from .cpp_types import cpp_type
+from .kernel_parts import ident
+from .matmul_kernel import CUBE_FIELDS
+from .scalar_printer import ScalarPrinter
+from .tile_program import TileProgramPrinter
+from .vector_emitters import Operand
+
+GEOMETRY = ("n", "cin", "h", "w", "cout", "kh", "kw", "oh", "ow", "groups", "k")
+
+
+class ConvKernelPrinter:
+    """Prints one Conv2D (+ epilogue) kernel and describes its launch."""
+
+    kernel_mode = "MIX_MODE"
+    extra_includes = ('#include "lib/matmul_intf.h"',)
+
+    def __init__(self, symbol: str, func, tiling):
+        import tvm
+
+        self.symbol, self.func, self.tiling = symbol, func, tiling
+        self.p = dict(tiling.params)
+        self.shape = conv_shape(func)
+        if self.shape is None:
+            raise CodegenError(f"{symbol}: not a conv2d group")
+        blocks = _blocks(tvm.s_tir.Schedule(func))
+        self.program = epilogue_program(blocks, func, self.shape, _conv_block_index(blocks))
+        self.params = list(func.params)
+        self.names = {p.name: ident(p.name) for p in self.params}
+        self.ctype = cpp_type(self.shape.dtype)
+        self.x_name = self.names[self.shape.x_name]
+        self.w_name = self.names[self.shape.w_name]
+        self.out_name = self.names[self.params[-1].name]
+
+    def _inputs(self, kind):
+        if self.program is None:
+            return []
+        return [n for n, k in self.program.inputs.items() if k is kind]
+
+    # ---- printing ---------------------------------------------------------------------------
+    def print(self, buf: CodeBuffer) -> None:
+        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
+            self.emit_types(buf)
+            self.emit_class(buf)
+        self.emit_entry(buf)
+
+    def emit_types(self, buf):
+        t = self.ctype
+        with buf.indent("struct TilingData {", "};"):
+            buf.line("TCubeTiling cube;  // N is colBuf's row pitch: B's rows in the UB")
+            fields = ", ".join(GEOMETRY + ("sh", "sw", "dh", "dw", "padT", "padL"))
+            buf.line(f"int32_t {fields};")
+            buf.line("uint32_t kChunk, tilesM, tilesN, tilesPerCore, totalTiles;")
+        buf.line(f"using AType = matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, {t}>;")
+        buf.line(f"using BType = matmul::MatmulType<AscendC::TPosition::VECOUT, CubeFormat::ND, "
+                 f"{t}>;")
+        buf.line(f"using CType = matmul::MatmulType<AscendC::TPosition::VECIN, "
+                 f"CubeFormat::ND_ALIGN, {t}>;")
+        buf.line(f"constexpr uint32_t C0 = 32 / sizeof({t});  // elements per 32-byte block")
+        buf.line()
+
+    def emit_class(self, buf):
+        with buf.indent("class Kernel {", "};"):
+            buf.label("public:")
+            buf.line("__aicore__ inline Kernel() {}")
+            self.emit_init(buf)
+            self.emit_process(buf)
+            buf.line("matmul::Matmul<AType, BType, CType, AType> mm;")
+            buf.line()
+            buf.label("private:")
+            self.emit_gather(buf)
+            self.emit_tile(buf)
+            self.emit_members(buf)
+
+    def emit_init(self, buf):
+        t = self.ctype
+        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
+        tile = f"tiling.cube.baseM * tiling.cube.N * sizeof({t})"
+        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t, "
+                        "AscendC::TPipe* pipe) {"):
+            buf.line("tiling = t;")
+            for p in self.params:
+                n = self.names[p.name]
+                if p.name in self._inputs(RowAccessKind.SCALAR):
+                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
+                    buf.line(f"{n}Val = {n}Gm.GetValue(0);")
+                else:
+                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+            buf.line(f"pipe->InitBuffer(outQue, 1, {tile});")
+            if self.p["chunks"] > 1:
+                buf.line(f"pipe->InitBuffer(partBuf, {tile});")
+            buf.line(f"pipe->InitBuffer(colBuf, tiling.kChunk * tiling.cube.N * sizeof({t}));")
+            for name in self._inputs(RowAccessKind.ROWS):
+                buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, {tile});")
+            if self.p["slots"]:
+                buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots']} * tiling.cube.N * "
+                         f"sizeof({t}));")
+
+    def emit_process(self, buf):
+        with buf.indent("__aicore__ inline void Process() {"):
+            buf.line("uint32_t first = AscendC::GetBlockIdx() * tiling.tilesPerCore;")
+            buf.line("uint32_t last = first + tiling.tilesPerCore;")
+            buf.line("if (last > tiling.totalTiles) last = tiling.totalTiles;")
+            with buf.indent("for (uint32_t tile = first; tile < last; ++tile) {"):
+                buf.line("uint32_t nTile = tile % tiling.tilesN;  // pixel tiles fastest")
+                buf.line("uint32_t mTile = tile / tiling.tilesN % tiling.tilesM;")
+                buf.line("uint32_t image = tile / tiling.tilesN / tiling.tilesM;  // n*groups+g")
+                buf.line("Tile(image / tiling.groups, image % tiling.groups, "
+                         "mTile * tiling.cube.baseM, nTile * tiling.cube.baseN);")
+            buf.line("mm.End();")
+
+    def emit_gather(self, buf):
+        """img2col rows [k0, k0 + kc) x pixels [p0, p0 + curN) on the scalar unit; taps outside
+        the input are the padding's zeros."""
+        t = self.ctype
+        with buf.indent(f"__aicore__ inline void Gather(const AscendC::LocalTensor<{t}>& col, "
+                        "uint32_t n, uint32_t g, uint32_t k0, uint32_t kc, uint32_t p0, "
+                        "uint32_t curN) {"):
+            buf.line("const uint32_t taps = tiling.kh * tiling.kw;")
+            with buf.indent("for (uint32_t kk = 0; kk < kc; ++kk) {"):
+                buf.line("uint32_t k = k0 + kk, ci = k / taps, ky = k % taps / tiling.kw, "
+                         "kx = k % tiling.kw;")
+                buf.line("uint64_t plane = (static_cast<uint64_t>(n) * tiling.cin + "
+                         "g * (tiling.cin / tiling.groups) + ci) * tiling.h * tiling.w;")
+                with buf.indent("for (uint32_t j = 0; j < curN; ++j) {"):
+                    buf.line("int32_t oh = (p0 + j) / tiling.ow, ow = (p0 + j) % tiling.ow;")
+                    buf.line("int32_t ih = oh * tiling.sh + ky * tiling.dh - tiling.padT;")
+                    buf.line("int32_t iw = ow * tiling.sw + kx * tiling.dw - tiling.padL;")
+                    buf.line(f"{t} v = static_cast<{t}>(0.0f);")
+                    buf.line("if (ih >= 0 && ih < tiling.h && iw >= 0 && iw < tiling.w) "
+                             f"v = {self.x_name}Gm.GetValue(plane + ih * tiling.w + iw);")
+                    buf.line("col.SetValue(kk * tiling.cube.N + j, v);")
+
+    def emit_tile(self, buf):
+        t = self.ctype
+        with buf.indent("__aicore__ inline void Tile(uint32_t n, uint32_t g, uint32_t co0, "
+                        "uint32_t p0) {"):
+            buf.line("const int32_t coutG = tiling.cout / tiling.groups, "
+                     "P = tiling.oh * tiling.ow;")
+            buf.line("uint32_t curM = coutG - co0 < tiling.cube.baseM ? coutG - co0 : "
+                     "tiling.cube.baseM;")
+            buf.line("uint32_t curN = P - p0 < tiling.cube.baseN ? P - p0 : tiling.cube.baseN;")
+            buf.line("uint32_t stride = (curN + C0 - 1) / C0 * C0;  // UB row pitch")
+            buf.line("uint64_t rowOff = static_cast<uint64_t>(n) * tiling.cout + g * coutG + co0;")
+            buf.line(f"AscendC::LocalTensor<{t}> acc = outQue.AllocTensor<{t}>();")
+            buf.line(f"AscendC::LocalTensor<{t}> col = colBuf.Get<{t}>();")
+            with buf.indent("for (uint32_t k0 = 0; k0 < static_cast<uint32_t>(tiling.k); "
+                            "k0 += tiling.kChunk) {"):
+                buf.line("uint32_t kc = tiling.k - k0 < tiling.kChunk ? tiling.k - k0 : "
+                         "tiling.kChunk;")
+                buf.line("Gather(col, n, g, k0, kc, p0, curN);")
+                buf.line(f"mm.SetTensorA({self.w_name}Gm[(static_cast<uint64_t>(g) * coutG + co0)"
+                         " * tiling.k + k0]);")
+                buf.line("mm.SetTensorB(col);")
+                buf.line("mm.SetTail(curM, curN, kc);")
+                buf.line("mm.Iterate();")
+                if self.p["chunks"] > 1:
+                    with buf.indent("if (k0 == 0) {", None):
+                        buf.line("mm.template GetTensorC<true, true>(acc, 0, true, curM, curN);")
+                    with buf.indent("} else {", None):
+                        buf.line(f"AscendC::LocalTensor<{t}> part = partBuf.Get<{t}>();")
+                        buf.line("mm.template GetTensorC<true, true>(part, 0, true, curM, curN);")
+                        buf.line("AscendC::Add(acc, acc, part, curM * stride);")
+                        # the next chunk's product lands in part: the Add must have read it
+                        buf.line("AscendC::PipeBarrier<PIPE_V>();")
+                    buf.line("}")
+                else:
+                    buf.line("mm.template GetTensorC<true, true>(acc, 0, true, curM, curN);")
+            buf.line(f"AscendC::DataCopyExtParams rows{{static_cast<uint16_t>(curM), "
+                     f"static_cast<uint32_t>(curN * sizeof({t})), 0, "
+                     f"static_cast<uint32_t>((P - curN) * sizeof({t})), 0}};")
+            if self.program is not None:
+                self.emit_epilogue(buf)
+            buf.line("outQue.EnQue(acc);")
+            buf.line(f"acc = outQue.DeQue<{t}>();")
+            buf.line(f"AscendC::DataCopyPad({self.out_name}Gm[rowOff * P + p0], acc, rows);")
+            buf.line("outQue.FreeTensor(acc);")
+
+    def emit_epilogue(self, buf):
+        t = self.ctype
+        streamed = [self.names[n] for n in self._inputs(RowAccessKind.ROWS)]
+        for n in streamed:
+            buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
+            buf.line(f"AscendC::DataCopyExtParams {n}Rows{{static_cast<uint16_t>(curM), "
+                     f"static_cast<uint32_t>(curN * sizeof({t})), "
+                     f"static_cast<uint32_t>((P - curN) * sizeof({t})), 0, 0}};")
+            buf.line(f"AscendC::DataCopyPadExtParams<{t}> {n}Pad{{false, 0, 0, "
+                     f"static_cast<{t}>(0)}};")
+            buf.line(f"AscendC::DataCopyPad({n}Tile, {n}Gm[rowOff * P + p0], {n}Rows, {n}Pad);")
+            buf.line(f"{n}Que.EnQue({n}Tile);")
+            buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
+        with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
+            buf.line("uint64_t row = rowOff + r;")
+            self.emit_epilogue_row(buf)
+        for n in streamed:
+            buf.line(f"{n}Que.FreeTensor({n}Tile);")
+
+    def emit_epilogue_row(self, buf):
+        program = self.program
+        tiles, scalars = {}, {}
+        row_var = {program.row_var.name: "row"}
+        row_values = {}
+        for key, (kind, buffer, step) in program.loads.items():
+            n = self.names.get(buffer.name, ident(buffer.name))
+            if kind is RowAccessKind.INTERMEDIATE and step == -1:
+                tiles[key] = Operand("acc[r * stride]", True, self.shape.dtype)
+            elif kind is RowAccessKind.ROWS:
+                tiles[key] = Operand(f"{n}Tile[r * stride]", True, self.shape.dtype)
+            elif kind is RowAccessKind.ROW_SCALAR:
+                if n not in row_values:  # one GM read per row and input (the plan counts so)
+                    base = ScalarPrinter(row_var).print(program.bases[buffer.name])
+                    row_values[n] = f"{n}Row"
+                    buf.line(f"{cpp_type(buffer.dtype)} {n}Row = {n}Gm.GetValue({base});")
+                scalars[key] = row_values[n]
+            elif kind is RowAccessKind.SCALAR:
+                scalars[key] = f"{n}Val"
+            else:
+                raise CodegenError(f"{self.symbol}: conv epilogue load of kind {kind.value}")
+        (step,) = program.steps  # the template inlines the epilogue into one block
+        printer = TileProgramPrinter(self.symbol, ScalarPrinter(scalars, expr_key))
+
+        def slot(k, node):
+            ctype = cpp_type(expr_dtype(node))
+            return (f"rowBuf.GetWithOffset<{ctype}>(tiling.cube.N, "
+                    f"{k} * tiling.cube.N * sizeof({ctype}))")
+
+        root = printer.emit(buf, step.plan, tiles, "acc[r * stride]", slot, "curN")
+        if root.text != "acc[r * stride]":
+            printer.emit_copy(buf, "acc[r * stride]", root, "curN")
+
+    def emit_members(self, buf):
+        t = self.ctype
+        buf.line("TilingData tiling;")
+        for p in self.params:
+            buf.line(f"AscendC::GlobalTensor<{t}> {self.names[p.name]}Gm;")
+        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
+        if self.p["chunks"] > 1:
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf;")
+        buf.line("AscendC::TBuf<AscendC::TPosition::VECOUT> colBuf;  // B of the Matmul")
+        for name in self._inputs(RowAccessKind.ROWS):
+            buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {self.names[name]}Que;")
+        for name in self._inputs(RowAccessKind.SCALAR):
+            buf.line(f"{t} {self.names[name]}Val;")
+        if self.p["slots"]:
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
+
+    def emit_entry(self, buf):
+        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
+        names = ", ".join(self.names[p.name] for p in self.params)
+        impl = f"{self.symbol}_impl"
+        with buf.indent(f'extern "C" __global__ __aicore__ void {self.symbol}({args}, '
+                        "GM_ADDR workspace, GM_ADDR tiling) {"):
+            buf.line("AscendC::SetSysWorkspace(workspace);")
+            buf.line(f"{impl}::TilingData tilingData = "
+                     f"*reinterpret_cast<__gm__ {impl}::TilingData*>(tiling);")
+            buf.line("if (AscendC::GetBlockIdx() >= tilingData.cube.usedCoreNum) return;")
+            buf.line("AscendC::TPipe pipe;")
+            buf.line(f"{impl}::Kernel op;")
+            buf.line("REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), op.mm, "
+                     "&tilingData.cube);")
+            buf.line(f"op.Init({names}, tilingData, &pipe);")
+            buf.line("op.Process();")
+
+    # ---- what the launcher needs ------------------------------------------------------------
+    def emit_tiling_init(self, buf, var: str) -> None:
+        p, t = self.p, self.tiling
+        values = {"usedCoreNum": t.cores, "M": p["cout"], "N": p["align_n"], "Ka": p["k"],
+                  "Kb": p["k_chunk"], "singleCoreM": p["base_m"], "singleCoreN": p["base_n"],
+                  "singleCoreK": p["k_chunk"], "baseM": p["base_m"], "baseN": p["base_n"],
+                  "baseK": p["base_k"], "depthA1": 2, "depthB1": 2, "stepM": 1, "stepN": 1,
+                  "stepKa": 1, "stepKb": 1, "isBias": 0, "iterateOrder": 0, "dbL0A": 2,
+                  "dbL0B": 2, "dbL0C": 1}
+        buf.line(f"{self.symbol}_impl::TilingData {var}{{}};")
+        for field in CUBE_FIELDS:
+            buf.line(f"{var}.cube.{field} = {values[field]};")
+        for field in GEOMETRY:
+            buf.line(f"{var}.{field} = {p[field]};")
+        for field, value in (("sh", p["stride"][0]), ("sw", p["stride"][1]),
+                             ("dh", p["dilation"][0]), ("dw", p["dilation"][1]),
+                             ("padT", p["pad"][0]), ("padL", p["pad"][1]),
+                             ("kChunk", p["k_chunk"]), ("tilesM", p["tiles_m"]),
+                             ("tilesN", p["tiles_n"]), ("tilesPerCore", t.block_len),
+                             ("totalTiles", t.total)):
+            buf.line(f"{var}.{field} = {value};")
+
+    def tiling_values(self) -> dict:
+        return {}
+
+    def kernel_params(self) -> list:
+        return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]

@@ -1,0 +1,62 @@
+"""Conv2D on the cube (img2col + Matmul API; the conv2d template) and pooling.
+
+Only ``relax.nn.conv2d`` is claimed here: its bias, folded BatchNorm, activation and residual
+Add join it through FuseOps as the elementwise epilogue. MaxPool / AveragePool have no Ascend
+kernel yet and are answered here so the report says so; GlobalAveragePool is rewritten into a
+last-axis mean by ``tvm_ascend.prepare_passes`` and runs on the row-reduce kernel.
+"""
+from __future__ import annotations
+
+from tvm.relax.dpl.pattern import is_op, wildcard
+
+from ..decision import Decision
+from .elementwise import SUPPORTED_DTYPES, _static_shape, _tensor_type
+
+POOL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+
+
+def make_conv2d_pattern():
+    """(pattern, annotations) for ``relax.nn.conv2d``."""
+    root = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+    return root, {"root": root}
+
+
+def _check_conv2d(call) -> Decision:
+    data, weight, out = (_tensor_type(e) for e in (call.args[0], call.args[1], call))
+    if None in (data, weight, out) or not all(_static_shape(t) for t in (data, weight, out)):
+        return Decision.no("conv2d with a dynamic shape runs on the host")
+    if {data.dtype, weight.dtype, out.dtype} != {out.dtype} or out.dtype not in SUPPORTED_DTYPES:
+        return Decision.no(f"conv2d of {data.dtype} x {weight.dtype} -> {out.dtype}: the cube "
+                           "kernel takes float16 or float32 throughout; it runs on the host")
+    attrs = call.attrs
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    if layouts != ("NCHW", "OIHW", "NCHW"):
+        return Decision.no(f"conv2d in layouts {layouts}: the kernel takes NCHW/OIHW; it runs "
+                           "on the host")
+    if len(data.shape.values) != 4:
+        return Decision.no("conv2d of a tensor that is not 4-D runs on the host")
+    return Decision.yes(f"conv2d (groups {int(attrs.groups)}): img2col + cube, epilogue on the "
+                        "vector unit")
+
+
+def check_conv_call(call) -> Decision | None:
+    """Decision for a conv2d or pooling op, or None when ``call`` is neither."""
+    name = getattr(getattr(call, "op", None), "name", None)
+    if name == "relax.nn.conv2d":
+        return _check_conv2d(call)
+    if name in POOL_OPS:
+        return Decision.no(f"{name.split('.')[-1]} has no Ascend kernel yet (the vector pooling "
+                           "kernel is not written); it runs on the host")
+    return None
+
+
+def _registry_check(context) -> bool:
+    return bool(check_conv_call(context.annotated_expr["root"]))
+
+
+def conv_patterns() -> list:
+    """Entries ``("ascend.<op>", pattern, annotations, check)`` of this family."""
+    return [("ascend.conv2d", *make_conv2d_pattern(), _registry_check)]
+
+
+__all__ = ["conv_patterns", "check_conv_call"]

@@ -1,0 +1,272 @@
+"""Relax rewrites of the prepare stage that make CNN layers fit the Ascend kernels.
+
+``fold_batch_norm``: an inference BatchNormalization after a Conv (with or without the conv's
+bias Add) is folded into the conv at compile time: ``W' = W * s`` per output channel and
+``b' = b * s + beta - mean * s`` with ``s = gamma / sqrt(var + eps)``, so the layer becomes
+``conv2d(x, W') + b'``, one kernel with its bias in the epilogue. Only constant weights and
+statistics fold; anything else is left as it is.
+
+``global_pool_to_rows``: a mean over the two spatial axes (what GlobalAveragePool imports as)
+becomes reshape -> mean over the last axis -> reshape, which the row-reduce kernel runs.
+
+``stack_sum_to_adds``: ONNX Sum, imported as broadcast_to + stack + sum(axis 0), becomes Adds.
+
+Example
+-------
+>>> mod = fold_batch_norm(mod)            # doctest: +SKIP
+>>> mod = global_pool_to_rows(mod)        # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import Constant
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from . import ir_attrs
+
+
+def _call_name(expr) -> str | None:
+    op = getattr(expr, "op", None) if isinstance(expr, relax.Call) else None
+    return getattr(op, "name", None)
+
+
+def _const(expr, values: dict):
+    """The numpy value of ``expr`` (a constant, or a var bound to one), else None."""
+    if isinstance(expr, relax.Var) and expr in values:
+        expr = values[expr]
+    return expr.value.numpy() if isinstance(expr, Constant) else None
+
+
+def _bindings(func):
+    for block in func.body.blocks:
+        yield from block.bindings
+
+
+def _use_counts(func) -> dict:
+    counts: dict = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Var):
+            counts[expr] = counts.get(expr, 0) + 1
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return counts
+
+
+class _NamedRewrite:
+    """New bindings get unique names and inherit the ONNX node of the binding they replace, so
+    the fusion report still names the model's nodes."""
+
+    def _setup(self, func, stem: str):
+        self.stem, self.count, self.current, self.new_nodes = stem, 0, None, {}
+        attrs = func.attrs
+        self.nodes = dict(attrs[ir_attrs.ONNX_NODES]) if attrs and \
+            ir_attrs.ONNX_NODES in attrs else {}
+        self.taken = {b.var.name for b in _bindings(func)}
+
+    def _emit(self, expr, node_of=None):
+        self.count += 1
+        name = f"{self.stem}{self.count}"
+        while name in self.taken:
+            name += "_"
+        self.taken.add(name)
+        node = self.nodes.get(node_of or self.current)
+        if node is not None:
+            self.new_nodes[name] = str(node)
+        return self.builder_.emit(expr, name)
+
+    def _with_nodes(self, func):
+        if not self.new_nodes:
+            return func
+        return func.with_attr(ir_attrs.ONNX_NODES, {**{str(k): str(v) for k, v in
+                                                      self.nodes.items()}, **self.new_nodes})
+
+
+@mutator
+class _BatchNormFolder(PyExprMutator, _NamedRewrite):
+    """Rewrites ``batch_norm(conv2d(x, W) [+ b])[0]`` with constant operands."""
+
+    def __init__(self, mod, func):
+        super().__init__(mod)
+        self._setup(func, "bn_folded_conv")
+        self.values = {b.var: b.value for b in _bindings(func)}
+        self.names = {b.value: b.var.name for b in _bindings(func)}
+        self.uses = _use_counts(func)
+        self.folded = 0
+
+    def _conv_and_bias(self, expr):
+        """(conv2d call, bias as [C] numpy or None) that ``expr`` computes, or None."""
+        value = self.values.get(expr, expr)
+        if _call_name(value) == "relax.nn.conv2d":
+            return value, None
+        if _call_name(value) != "relax.add":
+            return None
+        for conv_var, bias_expr in ((value.args[0], value.args[1]),
+                                    (value.args[1], value.args[0])):
+            conv = self.values.get(conv_var)
+            bias = _const(bias_expr, self.values)
+            if bias_expr in self.values and _call_name(self.values[bias_expr]) == "relax.reshape":
+                bias = _const(self.values[bias_expr].args[0], self.values)
+            if _call_name(conv) == "relax.nn.conv2d" and bias is not None and \
+                    self.uses.get(conv_var, 0) == 1:
+                channels = int(conv.ty.shape.values[1])
+                if bias.size == channels:
+                    return conv, bias.reshape(-1)
+        return None
+
+    def visit_tuple_getitem_(self, op):
+        bn = self.values.get(op.tuple_value, op.tuple_value)
+        if op.index != 0 or _call_name(bn) != "relax.nn.batch_norm" or bn.attrs.training \
+                or int(bn.attrs.axis) != 1:
+            return super().visit_tuple_getitem_(op)
+        found = self._conv_and_bias(bn.args[0])
+        stats = [_const(a, self.values) for a in bn.args[1:5]]
+        if found is None or any(s is None for s in stats):
+            return super().visit_tuple_getitem_(op)
+        conv, bias = found
+        weight = _const(conv.args[1], self.values)
+        if weight is None or str(conv.attrs.kernel_layout) != "OIHW" or \
+                str(conv.attrs.out_layout) != "NCHW":
+            return super().visit_tuple_getitem_(op)
+        self.folded += 1
+        return self._folded(conv, weight, bias, stats, float(bn.attrs.epsilon))
+
+    def _folded(self, conv, weight, bias, stats, eps):
+        gamma, beta, mean, var = (s.astype(np.float64) for s in stats)
+        dtype = weight.dtype
+        scale = gamma / np.sqrt(var + eps)
+        bias = np.zeros_like(scale) if bias is None else bias.astype(np.float64)
+        new_w = (weight.astype(np.float64) * scale[:, None, None, None]).astype(dtype)
+        new_b = ((bias - mean) * scale + beta).astype(dtype).reshape(1, -1, 1, 1)
+        attrs = conv.attrs
+        new_conv = self._emit(relax.op.nn.conv2d(
+            self.visit_expr(conv.args[0]), relax.const(new_w), attrs.strides, attrs.padding,
+            attrs.dilation, attrs.groups, attrs.data_layout, attrs.kernel_layout,
+            attrs.out_layout, attrs.out_dtype), node_of=self.names.get(conv))
+        return relax.op.add(new_conv, relax.const(new_b))
+
+
+def fold_batch_norm(mod: tvm.IRModule) -> tvm.IRModule:
+    """Fold inference BatchNorms into the Conv2Ds before them (constant operands only).
+
+    Example
+    -------
+    >>> folded = fold_batch_norm(prepared_module)   # doctest: +SKIP
+    """
+    func = mod["main"]
+    folder = _BatchNormFolder(mod, func)
+    new_func = folder.visit_expr(func)
+    if not folder.folded:
+        return mod
+    folder.builder_.update_func(mod.get_global_var("main"), folder._with_nodes(new_func))
+    out = folder.builder_.get()
+    return relax.transform.DeadCodeElimination(["main"])(out)
+
+
+@mutator
+class _GlobalPoolRewriter(PyExprMutator, _NamedRewrite):
+    """mean(x [N, C, H, W], axis=[2, 3], keepdims=True) -> rows of H * W."""
+
+    def __init__(self, mod, func):
+        super().__init__(mod)
+        self._setup(func, "pool_rows")
+
+    def visit_var_binding_(self, binding):
+        self.current = binding.var.name
+        super().visit_var_binding_(binding)
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if _call_name(call) != "relax.mean" or call.attrs.axis is None:
+            return call
+        ty = call.args[0].ty
+        if not isinstance(ty, relax.TensorType) or ty.ndim != 4:
+            return call
+        try:
+            n, c, h, w = (int(d) for d in ty.shape.values)
+        except (TypeError, AttributeError):
+            return call
+        if sorted(int(a) % 4 for a in call.attrs.axis) != [2, 3] or not call.attrs.keepdims:
+            return call
+        rows = self._emit(relax.op.reshape(call.args[0], (n, c, h * w)))
+        mean = self._emit(relax.op.mean(rows, axis=[-1], keepdims=True))
+        return relax.op.reshape(mean, (n, c, 1, 1))
+
+
+def global_pool_to_rows(mod: tvm.IRModule) -> tvm.IRModule:
+    """Rewrite spatial means (GlobalAveragePool) into last-axis means over ``H * W`` rows.
+
+    Example
+    -------
+    >>> rows = global_pool_to_rows(prepared_module)   # doctest: +SKIP
+    """
+    rewriter = _GlobalPoolRewriter(mod, mod["main"])
+    new_func = rewriter.visit_expr(mod["main"])
+    if not rewriter.count:
+        return mod
+    rewriter.builder_.update_func(mod.get_global_var("main"), rewriter._with_nodes(new_func))
+    return rewriter.builder_.get()
+
+
+@mutator
+class _StackSumRewriter(PyExprMutator, _NamedRewrite):
+    """sum(stack([broadcast_to(a, s), broadcast_to(b, s), ...]), axis=0) -> a + b + ...
+
+    The ONNX importer spells a variadic Sum (ResNet's residual joins) that way; as Adds the
+    join becomes an elementwise epilogue that fuses into the conv before it.
+    """
+
+    def __init__(self, mod, func):
+        super().__init__(mod)
+        self._setup(func, "sum_add")
+        self.values = {b.var: b.value for b in _bindings(func)}
+
+    def visit_var_binding_(self, binding):
+        self.current = binding.var.name
+        super().visit_var_binding_(binding)
+
+    def visit_call_(self, call):
+        if _call_name(call) != "relax.sum" or call.attrs.axis is None or \
+                [int(a) for a in call.attrs.axis] != [0] or call.attrs.keepdims:
+            return super().visit_call_(call)
+        stacked = self.values.get(call.args[0])
+        if _call_name(stacked) != "relax.stack" or int(stacked.attrs.axis) != 0:
+            return super().visit_call_(call)
+        fields = self.values.get(stacked.args[0], stacked.args[0])
+        if not isinstance(fields, relax.Tuple) or len(fields.fields) < 2:
+            return super().visit_call_(call)
+        terms = []
+        for field in fields.fields:
+            value = self.values.get(field, field)
+            terms.append(value.args[0] if _call_name(value) == "relax.broadcast_to" else field)
+        out = self.visit_expr(terms[0])
+        for term in terms[1:-1]:
+            out = self._emit(relax.op.add(out, self.visit_expr(term)))
+        return relax.op.add(out, self.visit_expr(terms[-1]))
+
+
+def stack_sum_to_adds(mod: tvm.IRModule) -> tvm.IRModule:
+    """Rewrite ONNX Sum (imported as broadcast_to + stack + sum) into Adds.
+
+    Example
+    -------
+    >>> adds = stack_sum_to_adds(prepared_module)   # doctest: +SKIP
+    """
+    rewriter = _StackSumRewriter(mod, mod["main"])
+    new_func = rewriter.visit_expr(mod["main"])
+    rewriter.builder_.update_func(mod.get_global_var("main"), rewriter._with_nodes(new_func))
+    return relax.transform.DeadCodeElimination(["main"])(rewriter.builder_.get())
+
+
+def prepare_cnn(mod: tvm.IRModule, fold_batchnorm: bool = True) -> tvm.IRModule:
+    """The rewrites above, in the order the prepare stage runs them; BatchNorm folding is a
+    fusion rule (BatchNormFolding), so fusion off keeps each BatchNorm its own kernel."""
+    mod = stack_sum_to_adds(mod)
+    if fold_batchnorm:
+        mod = fold_batch_norm(mod)
+    return global_pool_to_rows(mod)
+
+
+__all__ = ["fold_batch_norm", "global_pool_to_rows", "stack_sum_to_adds", "prepare_cnn"]
