@@ -28,13 +28,16 @@ def test_encoder_layer_matches_onnxruntime_and_groups_as_documented():
     assert ("attn.qk", "attn.scale", "attn.mask") in on_npu and ("attn.softmax",) in on_npu
     assert any("ln2.mean" in nodes and "ln2.beta" in nodes for nodes in on_npu)
     # q/k/v projections are three launches of one kernel, ln1/ln2 two of another; the three
-    # transposes that keep the last axis are row copies on the NPU
+    # transposes that keep the last axis are row copies on the NPU with their reshapes
     assert report["kernels"]["ascend"] == 14 and report["npu_kernels"] == 10
     assert len(lib.profile()) == 14
-    assert by_nodes[("q.transpose",)]["tiling"]["template"] == "row_reduce"
-    # only layout work stays on the host: free views and the K transpose (moves the last axis)
+    assert by_nodes[("q.reshape", "q.transpose")]["tiling"]["template"] == "row_reduce"
+    assert by_nodes[("q.reshape", "q.transpose")]["rule"] == "DataMovementFusion"
+    # only layout work stays on the host: a free view (no launch) and the K transpose, which
+    # moves the last axis
     host = [g for g in report["groups"] if not g["on_npu"]]
     assert all("permute_dims" in g["reason"] or "views" in g["reason"] for g in host)
+    assert report["kernels"]["host"] == 1 and report["free_views"] == 1
     # qk -> softmax would be an AttentionFusion group, an aggressive rule: the report says
     # which rule kept it apart and how to turn it on
     edge = next(e for e in report["unfused_edges"]

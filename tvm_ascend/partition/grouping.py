@@ -64,6 +64,7 @@ class KernelGroup:
     gm_bytes_saved: int = 0
     formed_by: str = ""
     io_bytes: int = 0          # bytes of its inputs and output (the GM traffic of a host group)
+    free: bool = False         # a host group of views only: no copy, no launch
     estimate: dict = field(default_factory=dict)
 
     @property
@@ -75,6 +76,7 @@ class KernelGroup:
             "name": self.name, "kernel": self.symbol, "on_npu": self.on_npu, "rule": self.rule,
             "rules": self.rules, "formed_by": self.formed_by, "reason": self.reason,
             "gm_bytes_saved": self.gm_bytes_saved, "io_bytes": self.io_bytes,
+            "launch": self.on_npu or not self.free,
             "estimate": self.estimate,
             "onnx_nodes": list(dict.fromkeys(m.node for m in self.members if m.node)),
             "ops": [{"var": m.var, "op": m.op, "node": m.node, "dtype": m.dtype,
@@ -279,6 +281,10 @@ def _split_reason(infos, rules, policy: FusionPolicy) -> str:
     return ""
 
 
+_VIEWS_ON_HOST = Decision.no("only layout views: on the host they are free (no copy), so no "
+                             "kernel is launched for them")
+
+
 def _kernel_symbol(name: str, index: int) -> str:
     short = re.sub(r"[^0-9a-zA-Z_]", "_", name)[:48]
     return f"ascend_k{index}_{short}"
@@ -359,9 +365,6 @@ def _npu_decision(infos: list[OpInfo], call) -> Decision:
     if refused:
         first = refused[0]
         return Decision.no(f"{first.op} ({first.var}): {first.decision.reason}")
-    if is_view_only(m.op for m in infos):
-        return Decision.no("only layout views: on the host they are free (no copy), so no "
-                           "kernel is launched for them")
     if not isinstance(call.ty_args[0] if call.ty_args else None, relax.TensorType):
         return Decision.no("the group has several outputs; multi-output elementwise kernels "
                            "are not printed yet, so it runs on the host")
@@ -455,6 +458,10 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
         if site.absorbed_into is not None:
             continue
         decision, plan = site.eligible, None
+        if decision.ok and is_view_only(m.op for m in site.members):
+            # Views join a neighbour's kernel when a merge takes them; left alone they stay
+            # on the host, where a view costs no copy and launches nothing.
+            decision = _VIEWS_ON_HOST
         # An equal kernel was already planned: it shares that kernel.
         shared = next((k for k in kernels if _same_kernel(k[0], site.prim)), None) \
             if decision.ok else None
@@ -472,7 +479,10 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
         group = KernelGroup(site.name, symbol, site.members, decision.ok,
                             rule_of(site.members, site.recomputed), reason,
                             gm_bytes_saved=_kept_on_chip(site.members) if decision.ok else 0,
-                            formed_by=site.rule, io_bytes=_io_bytes(site), estimate=estimate)
+                            formed_by=site.rule, io_bytes=_io_bytes(site), estimate=estimate,
+                            free=decision is _VIEWS_ON_HOST)
+        if group.free:
+            group.io_bytes, group.estimate = 0, {}
         groups[site.name] = group
         if not decision.ok:
             continue

@@ -124,6 +124,13 @@ def merge_sites(sites: list[Site], main, policy, cost, matches) -> list[Site]:
     def region(*seeds):
         return _region(seeds, sites, by_var)
 
+    def only_reader(site):
+        """The one live site reading ``site`` (None if the model or several kernels do)."""
+        if outside.get(site.var, 0):
+            return None
+        readers = [s for s in sites if s.absorbed_into is None and _reads(s, site.var)]
+        return readers[0] if len(readers) == 1 else None
+
     tried: set = set()  # (producer, consumer) compositions already refused: same answer again
     # Plain merges first, to a fixed point: a diamond (LayerNorm's centred value read twice)
     # closes by merging, so recomputation is only tried for producers still shared after that.
@@ -151,7 +158,7 @@ def merge_sites(sites: list[Site], main, policy, cost, matches) -> list[Site]:
                         changed = True
                         break
                     continue  # read elsewhere too: it has to reach global memory anyway
-                if _try_merge(producer, consumer, policy, cost, matches, region):
+                if _try_merge(producer, consumer, policy, cost, matches, region, only_reader):
                     changed = True
                     break
     return sites
@@ -242,10 +249,13 @@ def _split_time(cost, *sites) -> float:
     return sum(cost.plan(site.prim).time_us for site in sites)
 
 
-def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=None) -> bool:
+def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=None,
+               lookahead=None) -> bool:
     found = _candidate(producer, consumer, policy, cost, matches, region=region)
     if isinstance(found, str):
         consumer.refused[producer.var] = found
+        if found.startswith("the merged group would not tile") and lookahead is not None:
+            return _try_triple(producer, consumer, lookahead(consumer), policy, cost, matches)
         return False
     prim, external, plan, rules = found
     split = _split_time(cost, producer, consumer)
@@ -261,6 +271,41 @@ def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=Non
         f"split, {plan.source})")
     _absorb(producer, consumer, prim, external)
     producer.absorbed_into = consumer
+    return True
+
+
+def _try_triple(producer: Site, consumer: Site, reader, policy, cost, matches) -> bool:
+    """One step of look-ahead: a pair no template tiles may still be the middle of a pattern
+    that one does (scores -> softmax is no kernel, scores -> softmax -> PV is attention), so
+    try the pair together with the consumer's only reader."""
+    if reader is None or not reader.eligible or reader.fence:
+        return False
+    name = f"{consumer.name}__{producer.name}"[:60]
+    try:
+        prim, external = _fuse(producer, consumer, name)
+    except Exception:  # noqa: BLE001 - FuseTIR may refuse some combinations
+        return False
+    pair = Site(consumer.var, consumer.call, name, prim, external,
+                producer.members + consumer.members, consumer.rule, consumer.eligible)
+    found = _candidate(pair, reader, policy, cost, matches)
+    if isinstance(found, str):
+        consumer.refused[producer.var] += f"; with its reader {reader.name} too: {found}"
+        return False
+    prim, external, plan, rules = found
+    split = _split_time(cost, producer, consumer, reader)
+    if policy.cost_checked and plan.time_us > split:
+        consumer.refused[producer.var] += (
+            f"; with its reader {reader.name} too, the cost model says the fused kernel is "
+            f"slower: {plan.time_us:.2f} us vs {split:.2f} us ({plan.source}, estimate)")
+        return False
+    saved = 2 * (_bytes_of(producer.call.ty_args[0]) + _bytes_of(consumer.call.ty_args[0]))
+    reader.merges.append(
+        f"merged {producer.name} and {consumer.name} together by {'+'.join(rules)} (look-ahead: "
+        f"the pair alone tiles in no template, the three do in {plan.template.name}; {saved} GM "
+        f"bytes saved; est. {plan.time_us:.2f} us fused vs {split:.2f} us split, {plan.source})")
+    del consumer.refused[producer.var]
+    _absorb(pair, reader, prim, external)
+    producer.absorbed_into = consumer.absorbed_into = reader
     return True
 
 

@@ -36,6 +36,7 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
     host_ops = [{"var": op.var, "op": op.op, "node": op.node, "why": op.decision.reason}
                 for op in result.ops.values() if not op.decision.ok]
     npu = [g for g in groups if g["on_npu"]]
+    host = [g for g in groups if not g["on_npu"] and g["launch"]]  # views launch nothing
     edges = [{"producer": ids[p], "consumer": ids[c], "reason": reason, "hint": hint}
              for p, c, reason, hint in result.edges]
     return {
@@ -43,9 +44,10 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
         "fusion_level": config.fusion_level if config.autofusion else "off",
         "nodes_before": nodes_before,
         "ops": len(result.ops),
-        "kernels": {"ascend": len(npu), "host": len(groups) - len(npu)},
+        "kernels": {"ascend": len(npu), "host": len(host)},
         "npu_kernels": len({g["kernel"] for g in npu}),
-        "host_groups": len(groups) - len(npu),
+        "host_groups": len(host),
+        "free_views": len(groups) - len(npu) - len(host),
         "groups": groups,
         "unfused_edges": edges,
         "host_ops": host_ops,
@@ -82,7 +84,7 @@ def model_estimate(groups: list, soc_version: str) -> dict:
     latency = sum(g["estimate"].get("time_us", 0.0) for g in groups)
     roofline = sum(g["estimate"].get("roofline_us", 0.0) for g in groups)
     return {"soc": soc_version, "latency_us": round(latency, 3), "roofline_us": round(roofline, 3),
-            "label": "estimate", "launches": len(groups)}
+            "label": "estimate", "launches": sum(1 for g in groups if g["launch"])}
 
 
 def _tensor_bytes(ty) -> int:

@@ -137,6 +137,7 @@ _REDUCE = ("sum", "mean", "max", "min", "prod", "variance", "std", "argmax", "ar
 _MOVE = ("permute_dims", "strided_slice", "concat", "split", "take", "gather", "pad",
          "broadcast_to", "repeat", "tile", "flip")
 _CAST = ("astype",)
+_VIEWS = ("reshape", "squeeze", "expand_dims", "flatten")  # free: no rule of their own
 
 
 def _short(op: str) -> str:
@@ -179,9 +180,12 @@ def group_rules(ops: Iterable[str], recomputed: bool = False) -> list[str]:
     ops = [str(op) for op in ops]
     if len(ops) <= 1:
         return []
-    rules = [anchor_rule(ops)]
-    moves, casts = _has(ops, _MOVE), _has(ops, _CAST)
-    if moves and moves < len(ops):
+    work = [op for op in ops if not _has([op], _VIEWS)]
+    moves, casts = _has(work, _MOVE), _has(work, _CAST)
+    if moves == len(work):  # only data movement (and views): a copy kernel
+        return ["DataMovementFusion"] + (["RecomputeFusion"] if recomputed else [])
+    rules = [anchor_rule(work)]
+    if moves:
         rules.append("DataMovementFusion")
     if casts and casts < len(ops):
         rules.append("CastFusion")
