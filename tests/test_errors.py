@@ -1,6 +1,7 @@
 """Bad input gets a clear error naming what is at fault."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import tvm_ascend
@@ -41,17 +42,32 @@ def test_bad_config_values():
         tvm_ascend.CompileConfig(rule_set="atc")
 
 
-def test_dynamic_input_needs_input_shape():
+def test_dynamic_dimension_runs_on_the_host_with_a_warning(caplog):
+    """A dynamic dimension is not an error: ops depending on it stay on the host (any size
+    runs), a warning names the dimension, and a static --input_shape brings the NPU back."""
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "y"], ["z"])]
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    match = r"'x' has dynamic dimension.*--input_shape"
-    with pytest.raises(tvm_ascend.ModelLoadError, match=match):
-        tvm_ascend.build(model)
-    cfg = tvm_ascend.CompileConfig(input_shape={"x": (3, 4)})
+    with caplog.at_level("WARNING", logger="tvm_ascend.frontend"):
+        lib = tvm_ascend.build(model)
+    assert "'x' dimension 0 (n) is dynamic" in caplog.text and "--input_shape" in caplog.text
+    report = lib.fusion_report()
+    assert report["kernels"]["ascend"] == 0
+    assert all("dynamic shape" in g["reason"] for g in report["groups"])
+    rng = np.random.default_rng(0)
+    for rows in (3, 7):
+        x, y = (rng.standard_normal((rows, 4)).astype(np.float32) for _ in range(2))
+        np.testing.assert_allclose(lib.run({"x": x, "y": y})[0], np.maximum(x, 0) + y,
+                                   rtol=1e-6)
+    ranged = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        input_shape={"x": ("1~8", 4), "y": ("1~8", 4)}))
+    assert ranged.fusion_report()["kernels"]["ascend"] == 0
+    cfg = tvm_ascend.CompileConfig(input_shape={"x": (3, 4), "y": (3, 4)})
     lib = tvm_ascend.build(model, config=cfg)
     assert lib.fusion_report()["npu_kernels"] == 1
 
@@ -60,8 +76,11 @@ def test_input_shape_parsing():
     from tvm_ascend.frontend import parse_input_shape
 
     assert parse_input_shape("x:1,3,224,224;y:8") == {"x": (1, 3, 224, 224), "y": (8,)}
+    assert parse_input_shape("x:[1~8,3];y:-1,2") == {"x": ((1, 8), 3), "y": (-1, 2)}
     with pytest.raises(tvm_ascend.ModelLoadError, match="'x:a,b'"):
         parse_input_shape("x:a,b")
+    with pytest.raises(tvm_ascend.ModelLoadError, match="'8~1'"):
+        parse_input_shape("x:8~1,3")
 
 
 def test_env_overrides_config():

@@ -98,7 +98,8 @@ class CompileConfig:
     cache_dir : str or None
         Folder of the compile cache (default ``~/.cache/tvm_ascend``).
     input_shape : dict
-        Static shapes for model inputs, ``{"x": (1, 3, 224, 224)}``.
+        Input shapes, ``{"x": (1, 3, 224, 224)}``; a dimension may be -1 or a range
+        ``"1~8"`` (ATC's spellings): dynamic dimensions run on the host, with a warning.
     """
 
     autofusion: bool = True

@@ -6,6 +6,8 @@ Example
 >>> shapes = parse_input_shape("x:1,3,224,224;y:8")
 >>> shapes
 {'x': (1, 3, 224, 224), 'y': (8,)}
+>>> parse_input_shape("x:1~8,3,224,224;y:-1")    # ATC's ranges and dynamic dimensions
+{'x': ((1, 8), 3, 224, 224), 'y': (-1,)}
 """
 from __future__ import annotations
 
@@ -22,11 +24,15 @@ logger = logging.getLogger("tvm_ascend.frontend")
 
 
 def parse_input_shape(text: str | Mapping | None) -> dict[str, tuple]:
-    """Parse ATC's ``--input_shape`` ("name:d0,d1;name2:d0") into ``{name: shape}``."""
+    """Parse ATC's ``--input_shape`` ("name:d0,d1;name2:d0") into ``{name: shape}``.
+
+    A dimension is an integer, ``-1`` (dynamic) or a range ``lo~hi`` (ATC 9.0's spelling; the
+    older ``--input_shape_range`` "name:[lo~hi,d1]" is read too), given back as ``(lo, hi)``.
+    """
     if text is None or text == "":
         return {}
     if isinstance(text, Mapping):
-        return {str(k): tuple(int(d) for d in v) for k, v in text.items()}
+        return {str(k): tuple(_dim(str(d), str(k)) for d in v) for k, v in text.items()}
     shapes = {}
     for item in str(text).split(";"):
         item = item.strip()
@@ -35,14 +41,26 @@ def parse_input_shape(text: str | Mapping | None) -> dict[str, tuple]:
         name, sep, dims = item.rpartition(":")
         if not sep or not name:
             raise ModelLoadError(f"--input_shape entry {item!r} is not 'name:d0,d1,...'")
-        try:
-            shapes[name] = tuple(int(d) for d in dims.split(",") if d.strip() != "")
-        except ValueError as err:
-            raise ModelLoadError(f"--input_shape entry {item!r}: dimensions must be integers "
-                                 "(dynamic dimensions need --input_shape_range)") from err
-        if any(d <= 0 for d in shapes[name]):
-            raise ModelLoadError(f"--input_shape entry {item!r}: dimensions must be positive")
+        dims = dims.strip().strip("[]")
+        shapes[name] = tuple(_dim(d.strip(), item) for d in dims.split(",") if d.strip() != "")
     return shapes
+
+
+def _dim(text: str, item: str):
+    try:
+        if "~" in text:
+            low, high = (int(part) for part in text.split("~"))
+            if not 0 < low <= high:
+                raise ValueError(text)
+            return (low, high)
+        value = int(text)
+    except ValueError as err:
+        raise ModelLoadError(f"--input_shape entry {item!r}: dimension {text!r} is not an "
+                             "integer, -1 or a range lo~hi") from err
+    if value == 0 or value < -1:
+        raise ModelLoadError(f"--input_shape entry {item!r}: dimensions must be positive "
+                             "(or -1 for dynamic)")
+    return value
 
 
 def _read_onnx(path: str):
@@ -59,28 +77,47 @@ def _read_onnx(path: str):
     return model
 
 
-def _check_static(model, shape_dict: dict) -> dict:
-    """Shapes of the graph inputs; names any dimension that is not static and not given."""
+def _input_shapes(model, shape_dict: dict) -> tuple[dict, dict]:
+    """(shapes for the importer, {dimension name: upper bound}) of the graph inputs.
+
+    A dimension that stays dynamic (not given, ``-1``, or a range) becomes a symbolic size:
+    the ops that depend on it run on the host, since Ascend kernels here are compiled for
+    static shapes; a warning names each such dimension and how to make it static."""
     initializers = {init.name for init in model.graph.initializer}
-    shapes = {}
+    shapes, bounds, inputs, sizes = {}, {}, set(), {}
     for value in model.graph.input:
         if value.name in initializers:
             continue
-        if value.name in shape_dict:
-            shapes[value.name] = list(shape_dict[value.name])
-            continue
+        inputs.add(value.name)
         dims = value.type.tensor_type.shape.dim
-        unknown = [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
-        if unknown:
-            raise ModelLoadError(
-                f"input {value.name!r} has dynamic dimension(s) {unknown}; give static shapes "
-                f"with --input_shape \"{value.name}:d0,d1,...\"")
-        shapes[value.name] = [d.dim_value for d in dims]
-    unknown_names = set(shape_dict) - set(shapes)
+        given = shape_dict.get(value.name)
+        if given is None:
+            given = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
+        if given and len(dims) and len(given) != len(dims):
+            raise ModelLoadError(f"--input_shape gives {value.name!r} {len(given)} dimensions; "
+                                 f"the model's input has {len(dims)}")
+        shape = []
+        for axis, dim in enumerate(given):
+            if isinstance(dim, int) and dim > 0:
+                shape.append(dim)
+                continue
+            declared = dims[axis].dim_param if axis < len(dims) else ""
+            name = declared or f"{value.name}_dim{axis}"
+            # one variable per name: inputs that share a dim_param share the size
+            shape.append(sizes.setdefault(name, tvm.tirx.Var(name, "int64")))
+            if isinstance(dim, tuple):
+                bounds[name] = dim[1]
+            logger.warning("input %r dimension %d (%s) is dynamic%s: ops that depend on it run "
+                           "on the host (Ascend kernels are compiled for static shapes); give a "
+                           "size with --input_shape \"%s:d0,d1,...\" to fuse them", value.name,
+                           axis, name, f" in {dim[0]}~{dim[1]}" if isinstance(dim, tuple) else "",
+                           value.name)
+        shapes[value.name] = shape
+    unknown_names = set(shape_dict) - inputs
     if unknown_names:
         raise ModelLoadError(f"--input_shape names {sorted(unknown_names)}, which are not inputs "
-                             f"of the model (inputs: {sorted(shapes)})")
-    return shapes
+                             f"of the model (inputs: {sorted(inputs)})")
+    return shapes, bounds
 
 
 def load_model(model, input_shape=None) -> tvm.IRModule:
@@ -106,13 +143,15 @@ def load_model(model, input_shape=None) -> tvm.IRModule:
     if not isinstance(model, onnx.ModelProto):
         raise ModelLoadError(f"cannot compile a {type(model).__name__}: pass an ONNX file path, "
                              "an onnx.ModelProto or a Relax IRModule")
-    shapes = _check_static(model, parse_input_shape(input_shape))
+    shapes, bounds = _input_shapes(model, parse_input_shape(input_shape))
     try:
         mod, node_names = _import_with_node_names(model, shapes)
     except Exception as err:  # noqa: BLE001 - the importer raises many kinds
         raise ModelLoadError(f"ONNX import failed: {err}") from err
-    main = mod["main"].with_attrs({ir_attrs.ONNX_NODES: node_names,
-                                   ir_attrs.ONNX_NODE_COUNT: len(model.graph.node)})
+    attrs = {ir_attrs.ONNX_NODES: node_names, ir_attrs.ONNX_NODE_COUNT: len(model.graph.node)}
+    if bounds:  # lets TVM's memory planner size buffers of ranged dimensions statically
+        attrs["tir_var_upper_bound"] = bounds
+    main = mod["main"].with_attrs(attrs)
     mod.update_func(mod.get_global_var("main"), main)
     logger.info("imported ONNX model: %d nodes, inputs %s", len(model.graph.node), shapes)
     return mod
