@@ -3,6 +3,7 @@
 A template recognises a fused PrimFunc of its class, plans a ``Tiling`` for a SoC, and applies it
 with TVM's TIR schedule primitives. Templates know TIR and the SoC profile, never ONNX.
 """
+from .attention import AttentionKnobs, AttentionSchedule
 from .conv2d import Conv2dSchedule
 from .elementwise import ElementwiseKnobs, ElementwiseSchedule
 from .matmul import MatmulSchedule
@@ -12,10 +13,14 @@ from .tile_values import AccessKind, classify_load, plan_tile_values
 
 # Conv2dSchedule last: no other template takes a conv (its first block is pad_temp and its
 # reduction runs over three axes), so its place only matters for ties, which it cannot have.
-TEMPLATES = (ElementwiseSchedule, RowReduceSchedule, MatmulSchedule, Conv2dSchedule)
+# AttentionSchedule after MatmulSchedule: the matmul template refuses any group with a
+# reduction after its product, so the two never both take a group; attention only takes groups
+# with two products around a softmax, which no other template tiles.
+TEMPLATES = (ElementwiseSchedule, RowReduceSchedule, MatmulSchedule, Conv2dSchedule,
+             AttentionSchedule)
 
 __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "MatmulSchedule",
-           "Conv2dSchedule",
+           "Conv2dSchedule", "AttentionSchedule", "AttentionKnobs",
            "Tiling", "AccessKind", "classify_load",
            "plan_tile_values", "TEMPLATES", "plan_template", "select_template", "template_by_name",
            "supports"]

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 
 from ..errors import CodegenError
+from .attention_kernel import AttentionKernelPrinter
 from .code_buffer import CodeBuffer
 from .conv_kernel import ConvKernelPrinter
 from .elementwise_kernel import ElementwiseKernelPrinter
@@ -20,7 +21,8 @@ from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERN
                         ROW_COPY_HELPERS_LOOP, ROW_COPY_HELPERS_PAD)
 
 KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter, "row_reduce": RowReduceKernelPrinter,
-                   "matmul": MatmulKernelPrinter, "conv2d": ConvKernelPrinter}
+                   "matmul": MatmulKernelPrinter, "conv2d": ConvKernelPrinter,
+                   "attention": AttentionKernelPrinter}
 METADATA_DELIMITER = "ascendmeta"
 
 
@@ -58,10 +60,14 @@ def _printer(kernel: ScheduledKernel):
     return cls(kernel.symbol, kernel.prim_func, kernel.tiling)
 
 
+def _extra_includes(kernel: ScheduledKernel, soc) -> tuple:
+    """Lines a printer adds to the prelude once per unit (a callable picks them per SoC)."""
+    extra = getattr(KERNEL_PRINTERS[kernel.tiling.template], "extra_includes", ())
+    return extra(soc) if callable(extra) else extra
+
+
 def _prelude(soc, kernels) -> str:
-    includes = sorted({line for k in kernels
-                       for line in getattr(KERNEL_PRINTERS[k.tiling.template], "extra_includes",
-                                           ())})
+    includes = sorted({line for k in kernels for line in _extra_includes(k, soc)})
     head = KERNEL_PRELUDE + "".join(line + "\n" for line in includes) + "\n"
     if soc.has_data_copy_pad:
         return head + COPY_HELPERS_PAD + "\n" + ROW_COPY_HELPERS_PAD

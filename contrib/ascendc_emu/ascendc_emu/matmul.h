@@ -454,9 +454,9 @@ class MatmulImpl {
     static_assert(std::is_same<SrcAT, SrcBT>::value, "Matmul: A and B must have the same element type");
     static_assert(kCubeIn<SrcAT>, "Matmul: the emulator supports half, bfloat16_t and float A/B");
     static_assert(kCubeIn<DstT> && kCubeIn<BiasT>, "Matmul: C and bias must be half, bfloat16_t or float");
-    static_assert(A_TYPE::pos == TPosition::GM &&
+    static_assert((A_TYPE::pos == TPosition::GM || A_TYPE::pos == TPosition::VECOUT) &&
                       (B_TYPE::pos == TPosition::GM || B_TYPE::pos == TPosition::VECOUT),
-                  "Matmul: the emulator takes A from GM and B from GM or the UB (TPosition::VECOUT)");
+                  "Matmul: the emulator takes A and B from GM or the UB (TPosition::VECOUT)");
     static_assert(A_TYPE::format == CubeFormat::ND && B_TYPE::format == CubeFormat::ND,
                   "Matmul: the emulator takes ND A and B only");
     static_assert(C_TYPE::format == CubeFormat::ND || C_TYPE::format == CubeFormat::ND_ALIGN,
@@ -495,8 +495,27 @@ class MatmulImpl {
             emu::Fail("Matmul::SetTensorA", "isTransposeA = true but A's MatmulType was declared with "
                                             "ISTRANS = false (the device asserts: declare MatmulType<..., true>)");
         }
+        if (A_TYPE::pos != TPosition::GM) {
+            emu::Fail("Matmul::SetTensorA", "A's MatmulType position is VECOUT: pass a LocalTensor");
+        }
         a_ = gm;
+        aFromUb_ = false;
         s_.transA = isTransposeA;
+        s_.tile = -1;
+    }
+    /* A from the UB (MatmulType position VECOUT), the API's LocalTensor overload: an ND M x Ka
+     * matrix, rows orgKa apart. Staged like a UB B: on 2201 (910B/A3) through the GM workspace
+     * into L1, so each K step counts its A tile as GM bytes written and read; coupled chips
+     * (910A, 310P) move it on chip. Transposed UB operands are not emulated. */
+    void SetTensorA(const LocalTensor<SrcAT>& local, bool isTransposeA = false) {
+        const char* api = "Matmul::SetTensorA(LocalTensor)";
+        if (A_TYPE::pos != TPosition::VECOUT) {
+            emu::Fail(api, "A's MatmulType position must be TPosition::VECOUT for a UB operand");
+        }
+        if (isTransposeA) emu::Fail(api, "a transposed UB operand is not emulated");
+        aLocal_ = local;
+        aFromUb_ = true;
+        s_.transA = false;
         s_.tile = -1;
     }
     void SetTensorB(const GlobalTensor<SrcBT>& gm, bool isTransposeB = false) {
@@ -641,7 +660,7 @@ class MatmulImpl {
 
  private:
     void CheckOperands(const char* api) {
-        if (a_.addr_ == nullptr) emu::Fail(api, "SetTensorA was not called (A has no GM buffer)");
+        if (!aFromUb_ && a_.addr_ == nullptr) emu::Fail(api, "SetTensorA was not called (A has no GM buffer)");
         if (!bFromUb_ && b_.addr_ == nullptr) emu::Fail(api, "SetTensorB was not called (B has no GM buffer)");
         if (s_.biasOn && bias_.addr_ == nullptr) emu::Fail(api, "SetBias was given a GlobalTensor without buffer");
     }
@@ -678,9 +697,12 @@ class MatmulImpl {
                     for (int j = 0; j < n; ++j) out[j] += av * bk[j];
                 }
             }
+            const int64_t aBytes = int64_t(m) * kk * sizeof(SrcAT);
             const int64_t bBytes = int64_t(kk) * n * sizeof(SrcBT);
-            const bool staged = bFromUb_ && emu::ActiveSoc().npu_arch == 2201;
-            ctx.c.gm_read_bytes += int64_t(m) * kk * sizeof(SrcAT) + (!bFromUb_ || staged ? bBytes : 0);
+            const bool split = emu::ActiveSoc().npu_arch == 2201;
+            const bool stagedA = aFromUb_ && split, staged = bFromUb_ && split;
+            ctx.c.gm_read_bytes += (!aFromUb_ || stagedA ? aBytes : 0) + (!bFromUb_ || staged ? bBytes : 0);
+            if (stagedA) ctx.c.gm_write_bytes += aBytes;
             if (staged) ctx.c.gm_write_bytes += bBytes;
             emu::CountCube(emu::CubeMacs(m, n, kk, kC0));
         }
@@ -689,7 +711,15 @@ class MatmulImpl {
      * transposed: Ka x M (row stride orgM). */
     void LoadA(const char* api, int row0, int k0, int m, int kk, std::vector<float>& out) {
         out.resize(size_t(m) * kk);
-        if (!s_.transA) {
+        if (aFromUb_) {
+            const uint64_t span = uint64_t(row0 + m - 1) * s_.orgKa + k0 + kk;
+            const SrcAT* p = reinterpret_cast<const SrcAT*>(emu::CubeOperand(
+                aLocal_, span, api, "A", emu::Access::MTE_OUT,
+                {TPosition::VECOUT, TPosition::VECIN, TPosition::VECCALC}, 32));
+            for (int i = 0; i < m; ++i) {
+                for (int k = 0; k < kk; ++k) out[size_t(i) * kk + k] = emu::ToF(p[uint64_t(row0 + i) * s_.orgKa + k0 + k]);
+            }
+        } else if (!s_.transA) {
             for (int i = 0; i < m; ++i) {
                 const SrcAT* p = Row(a_, int64_t(row0 + i) * s_.orgKa + k0, kk, api, "A");
                 for (int k = 0; k < kk; ++k) out[size_t(i) * kk + k] = emu::ToF(p[k]);
@@ -795,7 +825,9 @@ class MatmulImpl {
     GlobalTensor<SrcAT> a_;
     GlobalTensor<SrcBT> b_;
     GlobalTensor<BiasT> bias_;
+    LocalTensor<SrcAT> aLocal_;
     LocalTensor<SrcBT> bLocal_;
+    bool aFromUb_ = false;
     bool bFromUb_ = false;
     uint8_t subBlockIdx_ = 0;
 };

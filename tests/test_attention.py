@@ -1,0 +1,320 @@
+"""Attention as one kernel: the AttentionSchedule template, its printed kernel on the emulator,
+and the emulator's Matmul API with A in the UB (what the kernel's P @ V needs)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
+
+import tvm_ascend
+from tvm_ascend.schedules import AttentionSchedule, RowReduceSchedule
+from tvm_ascend.schedules.attention import AttentionKnobs, attention_shape
+from tvm_ascend.soc import get_soc
+from conftest import run_onnxruntime
+from onnx_models import ModelBuilder
+
+ROOT = Path(__file__).resolve().parents[1]
+# Online softmax reorders the sums (and fp16 rounds P before the product), hence a looser
+# tolerance than the table's for fp32.
+ATTENTION_TOL = {"float32": {"rtol": 1e-4, "atol": 1e-4}, "float16": {"rtol": 2e-2, "atol": 2e-2}}
+
+
+def attention_model(batch=2, seq=20, heads=2, dim=64, proj=True, mask="row", dtype="float32",
+                    scale_op="Div", seed=3):
+    """MatMul(Q, K^T) -> Div/Mul scale -> Add mask -> Softmax -> MatMul V, with the head
+    Reshape/Transpose around it (``proj``) or on [B, H, S, D] inputs."""
+    mb = ModelBuilder(dtype, seed=seed)
+    if proj:
+        q, k, v = (mb.input(n, [batch, seq, heads * dim]) for n in "qkv")
+
+        def heads_of(x, perm):
+            shaped = mb.node("Reshape", [x, mb.int_const([batch, seq, heads, dim], "shape")])
+            return mb.node("Transpose", [shaped], perm=perm)
+
+        qh, kh, vh = heads_of(q, [0, 2, 1, 3]), heads_of(k, [0, 2, 3, 1]), heads_of(v, [0, 2, 1, 3])
+    else:
+        qh, k, vh = (mb.input(n, [batch, heads, seq, dim]) for n in "qkv")
+        kh = mb.node("Transpose", [k], perm=[0, 1, 3, 2])
+    m = mb.input("mask", [batch, 1, 1, seq] if mask == "row" else [batch, 1, seq, seq])
+    mb.feeds["mask"] = np.where(mb.rng.random(mb.feeds["mask"].shape) < 0.2, -10000.0,
+                                0.0).astype(mb.np_dtype)
+    scores = mb.node("MatMul", [qh, kh])
+    factor = np.sqrt(dim) if scale_op == "Div" else 1.0 / np.sqrt(dim)
+    scores = mb.node(scale_op, [scores, mb.const(np.array(factor), "scale")])
+    probs = mb.node("Softmax", [mb.node("Add", [scores, m])], axis=-1)
+    out = mb.node("MatMul", [probs, vh])
+    if proj:
+        out = mb.node("Transpose", [out], perm=[0, 2, 1, 3])
+        out = mb.node("Reshape", [out, mb.int_const([batch, seq, heads * dim], "shape")])
+        mb.output(out, [batch, seq, heads * dim])
+    else:
+        mb.output(out, [batch, heads, seq, dim])
+    return mb
+
+
+def fused_prim_func(model):
+    """The whole model as ONE PrimFunc (LegalizeOps, then FuseTIR over a Primitive function
+    calling every op): what the planner's merges hand the templates."""
+    mod = relax.transform.LegalizeOps()(from_onnx(model, keep_params_in_input=False))
+    mod = relax.transform.AnnotateTIROpPattern()(mod)
+    main = mod["main"]
+    bindings = [b for block in main.body.blocks for b in block.bindings]
+    bb = relax.BlockBuilder()
+    params = [relax.Var(p.name, p.ty) for p in main.params]
+    env = dict(zip(main.params, params))
+    gvs = {gv.name_hint: bb.add_func(f, gv.name_hint) for gv, f in mod.functions.items()
+           if isinstance(f, tvm.tirx.PrimFunc)}
+    with bb.function("attention", params, {"Primitive": True}, private=True):
+        with bb.dataflow():
+            for i, b in enumerate(bindings):
+                call = b.value
+                emit = bb.emit_output if i == len(bindings) - 1 else bb.emit
+                env[b.var] = emit(relax.op.call_tir(
+                    gvs[call.args[0].name_hint], relax.Tuple([env[a] for a in call.args[1].fields]),
+                    call.ty_args[0]))
+        fused_gv = bb.emit_func_output(env[bindings[-1].var])
+    with bb.function("main", params):
+        bb.emit_func_output(bb.emit(relax.Call(fused_gv, params)))
+    fused = relax.transform.FuseTIR()(bb.get())
+    return next(f for gv, f in fused.functions.items() if gv.name_hint == "attention")
+
+
+def _build(mb):
+    return tvm_ascend.build(mb.model(),
+                            config=tvm_ascend.CompileConfig(fusion_level="aggressive"))
+
+
+def _attention_group(lib):
+    groups = [g for g in lib.fusion_report()["groups"] if g["on_npu"]]
+    found = [g for g in groups if g["tiling"]["template"] == "attention"]
+    assert len(found) == 1, [(g["rule"], g["nodes"]) for g in groups]
+    return found[0]
+
+
+# ---- the template on a PrimFunc (no planner) ---------------------------------------------------
+@pytest.mark.parametrize("proj,mask", [(True, "row"), (False, "full")])
+def test_template_reads_the_head_transposes_as_strides(proj, mask):
+    mb = attention_model(batch=2, seq=20, heads=3, dim=40, proj=proj, mask=mask)
+    func = fused_prim_func(mb.model())
+    assert AttentionSchedule.applies(func)
+    shape = attention_shape(func)
+    hd = 3 * 40
+    if proj:  # Q[b, h, s, d] = q[b, s, h * 40 + d]: the transposes became strides
+        assert (shape.q.batch_coefs, shape.q.row_stride, shape.q.col_stride) == \
+            ((20 * hd, 40), hd, 1)
+        assert shape.k_transposed and shape.k.row_stride == hd
+        assert shape.out.row_stride == hd and shape.out.batch_coefs == (20 * hd, 40)
+        assert shape.mask.row_stride == 0  # [B, 1, 1, S] broadcasts over rows and heads
+    else:
+        assert shape.k_transposed and shape.k.row_stride == 40  # the Transpose is a flag
+        assert shape.mask.row_stride == 20 and shape.mask.batch_coefs == (400, 0)
+    assert shape.scale == pytest.approx(1 / np.sqrt(40), rel=1e-6)
+    assert shape.mask_coef == 1.0
+    _, tiling = AttentionSchedule.schedule(func, get_soc("Ascend910B1"))
+    assert tiling.template == "attention" and tiling.total == 2 * 3  # one query block each
+
+
+def test_template_refuses_other_groups_and_soc_without_datacopypad():
+    mb = ModelBuilder("float32")
+    x = mb.input("x", [4, 32])
+    mb.output(mb.node("Softmax", [x], axis=-1), [4, 32])
+    decision = AttentionSchedule.applies(fused_prim_func(mb.model()))
+    assert not decision and "matmul" in decision.reason
+    func = fused_prim_func(attention_model(seq=16).model())
+    with pytest.raises(tvm_ascend.TilingError, match="DataCopyPad"):
+        AttentionSchedule.schedule(func, get_soc("Ascend310P3"))
+    with pytest.raises(tvm_ascend.TilingError, match="multiple of 16"):
+        AttentionSchedule.schedule(func, get_soc("Ascend910B1"), AttentionKnobs(base_q=24))
+
+
+def test_long_rows_tile_where_the_row_template_cannot():
+    """A softmax row of 16384 scores does not fit the row template's UB plan; the attention
+    template's UB does not depend on the sequence at all."""
+    soc = get_soc("Ascend910B1")
+    sizes = []
+    for seq in (64, 16384):
+        func = fused_prim_func(attention_model(batch=1, seq=seq, heads=1, dim=16).model())
+        _, tiling = AttentionSchedule.schedule(func, soc)
+        sizes.append(tiling.ub_bytes)
+    assert sizes[0] == sizes[1]
+    mb = ModelBuilder("float32")
+    x = mb.input("x", [1, 1, 2, 16384])
+    mb.output(mb.node("Softmax", [x], axis=-1), [1, 1, 2, 16384])
+    with pytest.raises(tvm_ascend.TilingError):
+        RowReduceSchedule.schedule(fused_prim_func(mb.model()), soc)
+
+
+# ---- end to end: one kernel, onnxruntime's numbers, the plan's counters -----------------------
+CASES = [
+    dict(proj=True, mask="row", dtype="float32", dim=64, seq=20),
+    dict(proj=False, mask="full", dtype="float32", dim=40, seq=100, scale_op="Mul"),
+    dict(proj=True, mask="full", dtype="float16", dim=64, seq=70),
+    pytest.param(dict(proj=False, mask="row", dtype="float16", dim=72, seq=150),
+                 marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=["proj-row-fp32", "full-mul-d40-fp32",
+                                             "proj-full-fp16", "row-d72-fp16"])
+def test_attention_is_one_kernel_matching_onnxruntime(case):
+    mb = attention_model(batch=2, heads=2, **case)
+    lib = _build(mb)
+    group = _attention_group(lib)
+    assert "AttentionFusion" in group["rule"]
+    for node in ("matmul", "softmax", "add"):
+        assert sum(n.startswith(node) for n in group["nodes"]) == (2 if node == "matmul" else 1)
+    (out,) = lib.run(mb.feeds)
+    (ref,) = run_onnxruntime(mb.model(), mb.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
+                               **ATTENTION_TOL[case["dtype"]])
+    (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
+    tiling = group["tiling"]
+    assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
+    assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
+    assert launch["cube_macs"] == tiling["params"]["cube_macs"]
+    assert launch["peak_ub_bytes"] == tiling["ub_bytes"] and launch["warnings"] == []
+
+
+def _tensor_bytes(batch_heads, seq, dim, base, elem=4):
+    """Q, K, V, row mask and output as the kernel reads them: per (query block, key block)
+    the Q rows and the K and V rows of the head dim, the mask block; the output once."""
+    blocks = [min(base, seq - s) for s in range(0, seq, base)]
+    read = sum((q + 2 * kv) * dim * elem + kv * elem for q in blocks for kv in blocks)
+    return batch_heads * read, batch_heads * seq * dim * elem
+
+
+def test_gm_traffic_has_no_score_matrix_term():
+    """Tensor traffic (plan == emulator) is the formula above at two sequence lengths: no
+    seq x seq score or probability matrix goes to GM. On 910B the score/probability/product
+    tiles cross between AIC and AIV through the GM workspace (L2): counted apart."""
+    for seq in (64, 192):
+        mb = attention_model(batch=2, seq=seq, heads=4, dim=64, proj=False)
+        lib = _build(mb)
+        lib.run(mb.feeds)
+        group = _attention_group(lib)
+        params = group["tiling"]["params"]
+        read, write = _tensor_bytes(8, seq, 64, 64)
+        assert (params["tensor_read_bytes"], params["tensor_write_bytes"]) == (read, write)
+        (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
+        workspace = params["workspace_read_bytes"]
+        assert launch["gm_read_bytes"] == read + workspace
+        # workspace: score tile (float), probabilities (fp32), product tile per block pair
+        assert workspace == 8 * ((seq * seq * 4) * 2 + seq * (-(-seq // 64)) * 64 * 4)
+        # the split pipeline writes and reads the scores and the probabilities
+        assert read + write < 8 * (4 * seq * seq * 4 + 4 * seq * 64 * 4)
+
+
+@pytest.mark.slow
+def test_long_sequence_attention_on_the_emulator():
+    mb = attention_model(batch=1, seq=2048, heads=1, dim=16, proj=False)
+    lib = _build(mb)
+    _attention_group(lib)
+    (out,) = lib.run(mb.feeds)
+    (ref,) = run_onnxruntime(mb.model(), mb.feeds)
+    np.testing.assert_allclose(out, ref, **ATTENTION_TOL["float32"])
+
+
+# ---- the emulator: Matmul with A from the UB ---------------------------------------------------
+M, N, K = 20, 24, 40
+KERNEL = r"""
+#include "kernel_operator.h"
+#include "lib/matmul_intf.h"
+#include "tikicpulib.h"
+#include <cstdio>
+#include <cstring>
+using AT = matmul::MatmulType<AscendC::TPosition::VECOUT, CubeFormat::ND, float>;
+using BT = matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>;
+using CT = matmul::MatmulType<AscendC::TPosition::VECIN, CubeFormat::ND_ALIGN, float>;
+constexpr int M = %(M)d, N = %(N)d, K = %(K)d;
+
+extern "C" __global__ __aicore__ void ub_a(GM_ADDR a, GM_ADDR b, GM_ADDR c, GM_ADDR ws,
+                                           GM_ADDR tiling) {
+  AscendC::SetSysWorkspace(ws);
+  TCubeTiling t = *reinterpret_cast<TCubeTiling*>(tiling);
+  AscendC::TPipe pipe;
+  matmul::Matmul<AT, BT, CT, CT> mm;
+  REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), mm, &t);
+  AscendC::GlobalTensor<float> aGm, bGm, cGm;
+  aGm.SetGlobalBuffer((__gm__ float*)a, M * K);
+  bGm.SetGlobalBuffer((__gm__ float*)b, K * N);
+  cGm.SetGlobalBuffer((__gm__ float*)c, M * N);
+  AscendC::TBuf<AscendC::TPosition::VECOUT> aBuf;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> cBuf;
+  pipe.InitBuffer(aBuf, M * K * sizeof(float));
+  pipe.InitBuffer(cBuf, 32 * N * sizeof(float));
+  AscendC::LocalTensor<float> aLocal = aBuf.Get<float>();
+  AscendC::DataCopy(aLocal, aGm, M * K);
+  AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(0);
+  AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(0);
+  mm.SetTensorA(aLocal);
+  mm.SetTensorB(bGm);
+  mm.SetTail(M, N, K);
+  AscendC::LocalTensor<float> cLocal = cBuf.Get<float>();
+  mm.Iterate();
+  mm.template GetTensorC<true, true>(cLocal, 0, true, M, N);
+  AscendC::SetFlag<AscendC::HardEvent::V_MTE3>(0);
+  AscendC::WaitFlag<AscendC::HardEvent::V_MTE3>(0);
+  AscendC::DataCopy(cGm, cLocal, M * N);
+  mm.End();
+}
+
+int main() {
+  float *a = (float*)AscendC::GmAlloc(M * K * 4), *b = (float*)AscendC::GmAlloc(K * N * 4);
+  float* c = (float*)AscendC::GmAlloc(M * N * 4);
+  for (int i = 0; i < M * K; ++i) a[i] = float((i * 7) %% 11) - 5.0f;
+  for (int i = 0; i < K * N; ++i) b[i] = float((i * 5) %% 13) - 6.0f;
+  TCubeTiling t{};
+  t.usedCoreNum = 1; t.M = M; t.N = N; t.Ka = K; t.Kb = K;
+  t.singleCoreM = 32; t.singleCoreN = 32; t.singleCoreK = K;
+  t.baseM = 32; t.baseN = 32; t.baseK = 16; t.depthA1 = 1; t.depthB1 = 1;
+  uint8_t* tl = (uint8_t*)AscendC::GmAlloc(sizeof(t));
+  std::memcpy(tl, &t, sizeof(t));
+  uint8_t* ws = (uint8_t*)AscendC::GmAlloc(1024);
+  AscendC::SetKernelMode(KernelMode::MIX_MODE);
+  ICPU_RUN_KF(ub_a, 1, (uint8_t*)a, (uint8_t*)b, (uint8_t*)c, ws, tl);
+  printf("%%s\n", AscendC::emu::ToJson(AscendC::emu::LastLaunch()).c_str());
+  for (int i = 0; i < M * N; ++i) printf("%%g ", c[i]);
+  printf("\n");
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def ub_a_exe(tmp_path_factory) -> Path:
+    cxx = os.environ.get("CXX", "g++")
+    if shutil.which(cxx) is None:
+        pytest.skip(f"{cxx} not found")
+    out = tmp_path_factory.mktemp("emu_ub_a")
+    (out / "ub_a.cpp").write_text(KERNEL % {"M": M, "N": N, "K": K})
+    proc = subprocess.run([cxx, "-std=c++17", "-O1", "-DASCENDC_CPU_DEBUG",
+                           f"-I{ROOT / 'contrib' / 'ascendc_emu'}", str(out / "ub_a.cpp"),
+                           "-o", str(out / "ub_a"), "-pthread"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out / "ub_a"
+
+
+@pytest.mark.parametrize("soc,staged", [("Ascend910B1", True), ("Ascend310P3", False)])
+def test_emulator_matmul_with_a_in_the_ub(ub_a_exe, soc, staged):
+    env = {**os.environ, "ASCENDC_EMU_SOC": soc}
+    proc = subprocess.run([str(ub_a_exe)], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    stats_line, values = proc.stdout.strip().splitlines()
+    stats = json.loads(stats_line)
+    a = (np.arange(M * K) * 7 % 11 - 5.0).reshape(M, K)
+    b = (np.arange(K * N) * 5 % 13 - 6.0).reshape(K, N)
+    c = np.array(values.split(), dtype=np.float64).reshape(M, N)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-6, atol=1e-6)
+    a_bytes, tile = M * K * 4, M * N * 4   # A over its K steps; the tile fetched into the UB
+    assert stats["gm_read_bytes"] == a_bytes + K * N * 4 + (a_bytes + tile if staged else 0)
+    assert stats["gm_write_bytes"] == M * N * 4 + (a_bytes + tile if staged else 0)
+    assert stats["cube_macs"] == 32 * 32 * 40

@@ -1,0 +1,314 @@
+"""Prints the attention kernel: two Matmul objects (cube) around an online softmax (vector).
+
+One work item is ``base_q`` query rows of one batch*head; a core takes a contiguous range of
+items. Per key block: ``qk`` computes the score tile into the UB (K read in place, transposed
+by the API), the vector unit scales, masks and exponentiates it against the running row maxima
+(and keeps the running sums), ``pv`` multiplies the probabilities (A from the UB) with V's
+block, and the vector unit rescales the accumulated output rows and adds the product tile. The
+rows are divided by their sums once and written with one DataCopyPad. MIX mode: the cube and
+vector halves of the group run as one kernel (on 910B, an AIC with its AIVs).
+"""
+from __future__ import annotations
+
+from ..errors import CodegenError
+from ..schedules.attention import attention_shape, ub_layout
+from ..schedules.tile_values import buffer_size
+from .code_buffer import CodeBuffer
+from .cpp_types import cpp_type
+from .kernel_parts import ident
+from .matmul_kernel import CUBE_FIELDS
+
+SYNC = ("AscendC::SetFlag<AscendC::HardEvent::{0}>(0); "
+        "AscendC::WaitFlag<AscendC::HardEvent::{0}>(0);")
+
+
+def _sync(buf: CodeBuffer, event: str, why: str) -> None:
+    buf.line(SYNC.format(event) + f"  // {why}")
+
+
+class AttentionKernelPrinter:
+    """Prints one attention kernel and describes its launch."""
+
+    kernel_mode = "MIX_MODE"
+    extra_includes = ('#include "lib/matmul_intf.h"',)
+
+    def __init__(self, symbol: str, func, tiling):
+        self.symbol, self.func, self.tiling = symbol, func, tiling
+        self.p = dict(tiling.params)
+        try:
+            self.shape = attention_shape(func)
+        except Exception as err:  # noqa: BLE001 - any analysis failure is a codegen error here
+            raise CodegenError(f"{symbol}: not an attention group ({err})") from err
+        self.params = list(func.params)
+        self.names = {p.name: ident(p.name) for p in self.params}
+        self.ctype = cpp_type(self.shape.dtype)
+        self.elem = 2 if self.shape.dtype == "float16" else 4
+        self.layout = ub_layout(self.shape, self.p["base_q"], self.p["base_kv"])
+
+    def _n(self, operand) -> str:
+        return self.names[operand.param]
+
+    # ---- printing ---------------------------------------------------------------------------
+    def print(self, buf: CodeBuffer) -> None:
+        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
+            self.emit_types(buf)
+            self.emit_class(buf)
+        self.emit_entry(buf)
+
+    def emit_types(self, buf):
+        s, p, t = self.shape, self.p, self.ctype
+        with buf.indent("struct TilingData {", "};"):
+            buf.line("TCubeTiling qk;         // scores = Q @ K^T, one base_q x base_kv tile")
+            buf.line("TCubeTiling pv;         // product = P @ V, one base_q x head_dim tile")
+            buf.line("uint32_t itemsPerCore;  // query blocks of one batch*head")
+            buf.line("uint32_t totalItems;")
+        gm, vec = "AscendC::TPosition::GM", "AscendC::TPosition::VECOUT"
+        trans = ", true" if s.k_transposed else ""
+        buf.line(f"using QType = matmul::MatmulType<{gm}, CubeFormat::ND, {t}>;")
+        buf.line(f"using KType = matmul::MatmulType<{gm}, CubeFormat::ND, {t}{trans}>;")
+        buf.line("using SType = matmul::MatmulType<AscendC::TPosition::VECIN, "
+                 "CubeFormat::ND_ALIGN, float>;")
+        buf.line(f"using PType = matmul::MatmulType<{vec}, CubeFormat::ND, {t}>;")
+        consts = {"SEQ_Q": s.seq_q, "SEQ_KV": s.seq_kv, "HEAD_DIM": s.head_dim,
+                  "BASE_Q": p["base_q"], "BASE_KV": p["base_kv"], "BLOCKS_Q": p["blocks_q"],
+                  "PITCH_D": -(-s.head_dim // 8) * 8, "STAT": -(-p["base_q"] // 8) * 8,
+                  "C0": 32 // self.elem}
+        for name, value in consts.items():
+            buf.line(f"constexpr uint32_t {name} = {value};")
+        buf.line(f"constexpr float SCALE = {s.scale!r}f;")
+        buf.line(f"constexpr float MASK_COEF = {s.mask_coef!r}f;")
+        buf.line()
+
+    def emit_class(self, buf):
+        with buf.indent("class Kernel {", "};"):
+            buf.label("public:")
+            buf.line("__aicore__ inline Kernel() {}")
+            self.emit_init(buf)
+            with buf.indent("__aicore__ inline void Process() {"):
+                buf.line("uint32_t first = AscendC::GetBlockIdx() * tiling.itemsPerCore;")
+                buf.line("uint32_t last = first + tiling.itemsPerCore;")
+                buf.line("if (last > tiling.totalItems) last = tiling.totalItems;")
+                buf.line("for (uint32_t item = first; item < last; ++item) Item(item);")
+            buf.line("matmul::Matmul<QType, KType, SType, SType> qk;")
+            buf.line("matmul::Matmul<PType, QType, SType, SType> pv;")
+            buf.line()
+            buf.label("private:")
+            self.emit_item(buf)
+            self.emit_key_block(buf)
+            self.emit_members(buf)
+
+    def emit_init(self, buf):
+        t = self.ctype
+        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
+        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t, "
+                        "AscendC::TPipe* pipe) {"):
+            buf.line("tiling = t;")
+            for p in self.params:
+                n = self.names[p.name]
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+            for name, size in self.layout.items():
+                buf.line(f"pipe->InitBuffer({name}, {size});")
+
+    def _batch_offsets(self, buf):
+        """Decode the batch*head index into its batch variables, then each operand's base."""
+        s = self.shape
+        buf.line("uint64_t rest = item / BLOCKS_Q;")
+        for k in reversed(range(len(s.batch_extents))):
+            buf.line(f"uint64_t b{k} = rest % {s.batch_extents[k]}; rest /= "
+                     f"{s.batch_extents[k]};")
+        operands = {"q": s.q, "k": s.k, "v": s.v, "out": s.out}
+        if s.mask is not None:
+            operands["mask"] = s.mask
+        for role, op in operands.items():
+            terms = [f"b{k} * {c}" for k, c in enumerate(op.batch_coefs) if c] + [str(op.base)]
+            buf.line(f"uint64_t {role}Base = {' + '.join(terms)};")
+
+    def emit_item(self, buf):
+        s, t = self.shape, self.ctype
+        with buf.indent("__aicore__ inline void Item(uint32_t item) {"):
+            buf.line("uint32_t qOff = item % BLOCKS_Q * BASE_Q;")
+            buf.line("uint32_t curQ = SEQ_Q - qOff < BASE_Q ? SEQ_Q - qOff : BASE_Q;")
+            self._batch_offsets(buf)
+            buf.line("AscendC::LocalTensor<float> acc = accBuf.Get<float>();")
+            buf.line("AscendC::LocalTensor<float> stat = statBuf.Get<float>();")
+            buf.line("AscendC::LocalTensor<float> rowMax = stat, rowSum = stat[STAT];")
+            buf.line("AscendC::Duplicate(rowMax, -3.0e38f, curQ);  // running maxima")
+            buf.line("AscendC::Duplicate(rowSum, 0.0f, curQ);      // running sums")
+            buf.line("AscendC::Duplicate(acc, 0.0f, curQ * PITCH_D);")
+            with buf.indent("for (uint32_t kvOff = 0; kvOff < SEQ_KV; kvOff += BASE_KV) {"):
+                buf.line("uint32_t curKv = SEQ_KV - kvOff < BASE_KV ? SEQ_KV - kvOff : BASE_KV;")
+                mask = "maskBase, " if s.mask is not None else ""
+                buf.line(f"KeyBlock(qBase + static_cast<uint64_t>(qOff) * {s.q.row_stride}, "
+                         f"kBase, vBase, {mask}qOff, curQ, kvOff, curKv);")
+            _sync(buf, "V_S", "the running sums are read on the scalar unit")
+            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
+                buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], "
+                         "1.0f / rowSum.GetValue(r), HEAD_DIM);")
+            src = "acc"
+            if self.elem == 2:
+                out_pitch = -(-s.head_dim // 16) * 16
+                buf.line(f"AscendC::LocalTensor<{t}> outT = outBuf.Get<{t}>();")
+                with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
+                    buf.line(f"AscendC::Cast(outT[r * {out_pitch}], acc[r * PITCH_D], "
+                             "AscendC::RoundMode::CAST_ROUND, HEAD_DIM);")
+                src = "outT"
+            _sync(buf, "V_MTE3", "output rows complete before they leave")
+            buf.line(f"AscendC::DataCopyExtParams rows{{static_cast<uint16_t>(curQ), "
+                     f"HEAD_DIM * sizeof({t}), 0, {(s.out.row_stride - s.head_dim) * self.elem}"
+                     f", 0}};")
+            buf.line(f"AscendC::DataCopyPad({self._n(s.out)}Gm[outBase + "
+                     f"static_cast<uint64_t>(qOff) * {s.out.row_stride}], {src}, rows);")
+            _sync(buf, "MTE3_V", "the next item overwrites the rows")
+
+    def emit_key_block(self, buf):
+        s, t = self.shape, self.ctype
+        mask = "uint64_t maskBase, " if s.mask is not None else ""
+        with buf.indent(f"__aicore__ inline void KeyBlock(uint64_t qAt, uint64_t kBase, "
+                        f"uint64_t vBase, {mask}uint32_t qOff, uint32_t curQ, uint32_t kvOff, "
+                        "uint32_t curKv) {"):
+            buf.line("uint32_t pitch = (curKv + 7) / 8 * 8;  // float score rows (ND_ALIGN)")
+            buf.line("AscendC::LocalTensor<float> s = sBuf.Get<float>();")
+            buf.line("AscendC::LocalTensor<float> o = oBuf.Get<float>();")
+            buf.line("AscendC::LocalTensor<float> acc = accBuf.Get<float>();")
+            buf.line("AscendC::LocalTensor<float> stat = statBuf.Get<float>();")
+            buf.line("AscendC::LocalTensor<float> rowMax = stat, rowSum = stat[STAT], "
+                     "shift = stat[2 * STAT], blockSum = stat[3 * STAT], red = stat[4 * STAT];")
+            buf.line("AscendC::LocalTensor<float> work = workBuf.Get<float>();")
+            mask_row = self.emit_mask_in(buf) if s.mask is not None else None
+            k = s.k
+            org_n, org_kb = (s.seq_kv, k.row_stride) if s.k_transposed else (k.col_stride, 1)
+            buf.line(f"qk.SetOrgShape(SEQ_Q, {org_n}, {s.q.row_stride}, {org_kb});")
+            buf.line("qk.SetTail(curQ, curKv, HEAD_DIM);")
+            buf.line(f"qk.SetTensorA({self._n(s.q)}Gm[qAt]);")
+            k_row = k.row_stride
+            buf.line(f"qk.SetTensorB({self._n(k)}Gm[kBase + static_cast<uint64_t>(kvOff) * "
+                     f"{k_row}]{', true' if s.k_transposed else ''});")
+            buf.line("qk.Iterate();")
+            buf.line("qk.template GetTensorC<true, true>(s, 0, true, curQ, curKv);")
+            buf.line("qk.End();")
+            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {  // online softmax, row r"):
+                buf.line("AscendC::LocalTensor<float> row = s[r * pitch];")
+                if s.scale != 1.0:
+                    buf.line("AscendC::Muls(row, row, SCALE, curKv);")
+                if mask_row is not None:
+                    buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
+                buf.line("AscendC::ReduceMax(red, row, work, curKv);")
+                _sync(buf, "V_S", "the block maximum goes to the scalar unit")
+                buf.line("float before = rowMax.GetValue(r), seen = red.GetValue(0);")
+                buf.line("float now = seen > before ? seen : before;")
+                buf.line("rowMax.SetValue(r, now);")
+                buf.line("shift.SetValue(r, before - now);")
+                _sync(buf, "S_V", "red and shift are rewritten by the vector unit")
+                buf.line("AscendC::Adds(row, row, -now, curKv);")
+                buf.line("AscendC::Exp(row, row, curKv);")
+                buf.line("AscendC::ReduceSum(red, row, work, curKv);")
+                _sync(buf, "V_S", "the block sum goes to the scalar unit")
+                buf.line("blockSum.SetValue(r, red.GetValue(0));")
+                _sync(buf, "S_V", "")
+            buf.line("AscendC::Exp(shift, shift, curQ);  // exp(old max - new max) per row")
+            buf.line("AscendC::Mul(rowSum, rowSum, shift, curQ);")
+            buf.line("AscendC::Add(rowSum, rowSum, blockSum, curQ);")
+            probs = "s"
+            if self.elem == 2:
+                buf.line(f"AscendC::LocalTensor<{t}> p = pBuf.Get<{t}>();")
+                buf.line("AscendC::Cast(p, s, AscendC::RoundMode::CAST_ROUND, curQ * pitch);")
+                probs = "p"
+            _sync(buf, "V_MTE3", "the probabilities leave the UB for the cube")
+            buf.line(f"pv.SetOrgShape(BASE_Q, {s.v.row_stride}, pitch, SEQ_KV);")
+            buf.line("pv.SetTail(curQ, HEAD_DIM, curKv);")
+            buf.line(f"pv.SetTensorA({probs});")
+            buf.line(f"pv.SetTensorB({self._n(s.v)}Gm[vBase + static_cast<uint64_t>(kvOff) * "
+                     f"{s.v.row_stride}]);")
+            buf.line("pv.Iterate();")
+            buf.line("pv.template GetTensorC<true, true>(o, 0, true, curQ, HEAD_DIM);")
+            buf.line("pv.End();")
+            _sync(buf, "V_S", "the rescale factors go to the scalar unit")
+            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
+                buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], shift.GetValue(r), "
+                         "HEAD_DIM);")
+            buf.line("AscendC::Add(acc, acc, o, curQ * PITCH_D);")
+
+    def emit_mask_in(self, buf) -> str:
+        """Load this key block of the mask (one row when it broadcasts over rows); returns the
+        expression of row r's float mask inside the loop."""
+        s, t = self.shape, self.ctype
+        m = s.mask
+        full = m.row_stride != 0
+        rows = "curQ" if full else "1"
+        buf.line(f"AscendC::LocalTensor<{t}> maskT = maskBuf.Get<{t}>();")
+        buf.line("uint32_t maskPitch = (curKv + C0 - 1) / C0 * C0;")
+        at = "maskBase + kvOff" + (f" + static_cast<uint64_t>(qOff) * {m.row_stride}"
+                                    if full else "")
+        gap = f"static_cast<uint32_t>(({m.row_stride} - curKv) * sizeof({t}))" if full else "0"
+        buf.line(f"AscendC::DataCopyExtParams maskRows{{static_cast<uint16_t>({rows}), "
+                 f"static_cast<uint32_t>(curKv * sizeof({t})), {gap}, 0, 0}};")
+        buf.line(f"AscendC::DataCopyPadExtParams<{t}> maskPad{{false, 0, 0, "
+                 f"static_cast<{t}>(0)}};")
+        buf.line(f"AscendC::DataCopyPad(maskT, {self._n(m)}Gm[{at}], maskRows, maskPad);")
+        _sync(buf, "MTE2_V", "the mask block is in the UB")
+        source = "maskT"
+        if self.elem == 2:
+            buf.line("AscendC::LocalTensor<float> maskF = maskFBuf.Get<float>();")
+            with buf.indent(f"for (uint32_t r = 0; r < {rows}; ++r) {{"):
+                buf.line("AscendC::Cast(maskF[r * pitch], maskT[r * maskPitch], "
+                         "AscendC::RoundMode::CAST_NONE, curKv);")
+            source, pitch = "maskF", "pitch"
+        else:
+            pitch = "maskPitch"
+        if s.mask_coef != 1.0:
+            with buf.indent(f"for (uint32_t r = 0; r < {rows}; ++r) {{"):
+                buf.line(f"AscendC::Muls({source}[r * {pitch}], {source}[r * {pitch}], "
+                         "MASK_COEF, curKv);")
+        return f"{source}[r * {pitch}]" if full else source
+
+    def emit_members(self, buf):
+        buf.line("TilingData tiling;")
+        for p in self.params:
+            buf.line(f"AscendC::GlobalTensor<{self.ctype}> {self.names[p.name]}Gm;")
+        for name in self.layout:
+            buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {name};")
+
+    def emit_entry(self, buf):
+        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
+        names = ", ".join(self.names[p.name] for p in self.params)
+        impl = f"{self.symbol}_impl"
+        with buf.indent(f'extern "C" __global__ __aicore__ void {self.symbol}({args}, '
+                        "GM_ADDR workspace, GM_ADDR tiling) {"):
+            buf.line("AscendC::SetSysWorkspace(workspace);")
+            buf.line(f"{impl}::TilingData tilingData = "
+                     f"*reinterpret_cast<__gm__ {impl}::TilingData*>(tiling);")
+            buf.line("if (AscendC::GetBlockIdx() >= tilingData.qk.usedCoreNum) return;")
+            buf.line("AscendC::TPipe pipe;")
+            buf.line(f"{impl}::Kernel op;")
+            buf.line("REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), op.qk, "
+                     "&tilingData.qk, op.pv, &tilingData.pv);")
+            buf.line(f"op.Init({names}, tilingData, &pipe);")
+            buf.line("op.Process();")
+
+    # ---- what the launcher needs ------------------------------------------------------------
+    def emit_tiling_init(self, buf, var: str) -> None:
+        s, p, t = self.shape, self.p, self.tiling
+        common = {"usedCoreNum": t.cores, "depthA1": 1, "depthB1": 1, "stepM": 1, "stepN": 1,
+                  "stepKa": 1, "stepKb": 1, "isBias": 0, "iterateOrder": 0, "dbL0A": 1,
+                  "dbL0B": 1, "dbL0C": 1}
+        org_n, org_kb = (s.seq_kv, s.k.row_stride) if s.k_transposed else (s.k.col_stride, 1)
+        qk = {**common, "M": s.seq_q, "N": org_n, "Ka": s.q.row_stride, "Kb": org_kb,
+              "singleCoreM": p["base_q"], "singleCoreN": p["base_kv"],
+              "singleCoreK": s.head_dim, "baseM": p["base_q"], "baseN": p["base_kv"],
+              "baseK": p["base_k_qk"]}
+        pv = {**common, "M": p["base_q"], "N": s.v.row_stride, "Ka": p["base_kv"],
+              "Kb": s.seq_kv, "singleCoreM": p["base_q"], "singleCoreN": s.head_dim,
+              "singleCoreK": p["base_kv"], "baseM": p["base_q"], "baseN": p["d16"],
+              "baseK": p["base_kv"]}
+        buf.line(f"{self.symbol}_impl::TilingData {var}{{}};")
+        for name, values in (("qk", qk), ("pv", pv)):
+            for field in CUBE_FIELDS:
+                buf.line(f"{var}.{name}.{field} = {values[field]};")
+        buf.line(f"{var}.itemsPerCore = {t.block_len};")
+        buf.line(f"{var}.totalItems = {t.total};")
+
+    def tiling_values(self) -> dict:
+        return {}
+
+    def kernel_params(self) -> list:
+        return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
