@@ -73,10 +73,10 @@ class ElementwiseSchedule:
         walk(func.body, lambda s: stores.append(s) if type(s).__name__ == "BufferStore" else None)
         for store in stores:
             dtype = str(store.buffer.dtype)
-            if dtype not in SUPPORTED_DTYPES:
+            if dtype not in SUPPORTED_DTYPES + ("bool",):
                 return Decision.no(f"computes in {dtype}; vector kernels take "
-                                   f"{' or '.join(SUPPORTED_DTYPES)}")
-            construct = unsupported_construct(store.value)
+                                   f"{' or '.join(SUPPORTED_DTYPES)} (and bool masks)")
+            construct = unsupported_construct(store.value, masks=True)
             if construct:
                 return Decision.no(f"TIR construct {construct} has no vector instruction")
         return Decision.yes("all blocks spatial, one output, every construct vectorisable")
@@ -99,6 +99,27 @@ class ElementwiseSchedule:
                                               tiling.tile_len])
         sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
         return sch.mod["main"], tiling
+
+    @staticmethod
+    def knob_space(func: tirx.PrimFunc, soc) -> list[ElementwiseKnobs]:
+        """Candidate knobs for the cost model's search, the default first.
+
+        Core counts halve from every vector block; tiles shrink from the largest that fits by
+        powers of two (whole 256-byte repeats); single and double buffering. A candidate may
+        still be refused by ``schedule`` (TilingError) where it does not fit; searches drop it.
+        """
+        _, default = ElementwiseSchedule.schedule(func, soc)
+        cores = sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)}, reverse=True)
+        tiles = [None] + sorted({default.tile_len // d // 128 * 128 for d in (2, 4, 8, 16)
+                                 if default.tile_len // d >= 128}, reverse=True)
+        space = [ElementwiseKnobs()]
+        for double in (True, False):
+            for n in cores:
+                for tile in tiles:
+                    knobs = ElementwiseKnobs(None if n == soc.vector_blocks else n, tile, double)
+                    if knobs not in space:
+                        space.append(knobs)
+        return space
 
 
 @dataclass(frozen=True)

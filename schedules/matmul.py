@@ -24,6 +24,15 @@ FRACTAL = 16
 
 
 @dataclass(frozen=True)
+class MatmulKnobs:
+    """Tunable choices of the matmul template (the cost model searches these)."""
+
+    base_m: int | None = None  # None: 128 (fp16) / 64 (fp32), at most M rounded to 16
+    base_n: int | None = None  # None: likewise for N
+    cores: int | None = None   # None: every AI core
+
+
+@dataclass(frozen=True)
 class MatmulShape:
     """Sizes of ``C[batch, m, n] = A[batch?, m, k] @ B[batch?, k, n]``."""
 
@@ -116,13 +125,21 @@ class MatmulSchedule:
             construct = unsupported_construct(block.body.value)
             if construct:
                 return Decision.no(f"TIR construct {construct} has no vector instruction")
-        if len(param_buffers(func)[1]) != 1:
+        inputs, outputs = param_buffers(func)
+        if len(outputs) != 1:
             return Decision.no("the matmul template prints one output")
+        # the printed kernel moves every GM tensor in the operands' dtype (a Cast to another
+        # dtype stays outside, as its own kernel or its consumer's prologue)
+        other = [str(b.dtype) for b in list(inputs) + list(outputs)
+                 if str(b.dtype) != shape.dtype]
+        if other:
+            return Decision.no(f"GM tensors in {', '.join(sorted(set(other)))} next to "
+                               f"{shape.dtype} operands: the epilogue writes one dtype")
         return Decision.yes(f"matmul {shape.m}x{shape.k} @ {shape.k}x{shape.n} on the cube")
 
     @staticmethod
-    def schedule(func, soc, knobs=None):
-        """(scheduled PrimFunc, Tiling); ``knobs`` is reserved for the cost model."""
+    def schedule(func, soc, knobs: MatmulKnobs | None = None):
+        """(scheduled PrimFunc, Tiling); ``knobs`` (MatmulKnobs) as the search chose."""
         decision = MatmulSchedule.applies(func)
         if not decision:
             raise TilingError(f"matmul template does not apply: {decision.reason}")
@@ -135,10 +152,29 @@ class MatmulSchedule:
         for block_rv in block_rvs[1:-1]:
             sch.compute_inline(block_rv)
         program = epilogue_program(_blocks(sch), func, shape)
-        tiling = _plan(shape, program, soc)
+        tiling = _plan(shape, program, soc, knobs or MatmulKnobs())
         loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])
         sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
         return sch.mod["main"], tiling
+
+    @staticmethod
+    def knob_space(func, soc) -> list[MatmulKnobs]:
+        """Candidate knobs, the default first: base tiles of 32..128 (64 for float32) along
+        M and N, all or half the AI cores. ``schedule`` may refuse one (TilingError)."""
+        shape = matmul_shape(func)
+        if shape is None:
+            return [MatmulKnobs()]
+        top = 128 if _dtype_bytes(shape.dtype) == 2 else 64
+        bases_m = [b for b in (32, 64, 128) if b <= top and b <= _round_up(shape.m, FRACTAL)]
+        bases_n = [b for b in (32, 64, 128) if b <= top and b <= _round_up(shape.n, FRACTAL)]
+        space = [MatmulKnobs()]
+        for cores in (None, max(1, soc.ai_cores // 2)):
+            for base_m in bases_m or [None]:
+                for base_n in bases_n or [None]:
+                    knobs = MatmulKnobs(base_m, base_n, cores)
+                    if knobs not in space:
+                        space.append(knobs)
+        return space
 
 
 def epilogue_program(blocks, func, shape: MatmulShape):
@@ -154,18 +190,22 @@ def epilogue_program(blocks, func, shape: MatmulShape):
     return program
 
 
-def _plan(shape: MatmulShape, program, soc) -> Tiling:
+def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     elem = _dtype_bytes(shape.dtype)
     # temporaries may be wider than C (TOPI computes an fp16 erf in float32)
     slot_bytes = max([elem] + [_dtype_bytes(d) for d in program_dtypes(program)]) \
         if program is not None else elem
     c0 = 32 // elem
-    base_m = min(128 if elem == 2 else 64, _round_up(shape.m, FRACTAL))
-    base_n = min(128 if elem == 2 else 64, _round_up(shape.n, FRACTAL))
+    for name in ("base_m", "base_n"):
+        value = getattr(knobs, name)
+        if value is not None and (value % FRACTAL or not FRACTAL <= value <= 128):
+            raise TilingError(f"{name}={value} must be a multiple of {FRACTAL} in 16..128")
+    base_m = min(knobs.base_m or (128 if elem == 2 else 64), _round_up(shape.m, FRACTAL))
+    base_n = min(knobs.base_n or (128 if elem == 2 else 64), _round_up(shape.n, FRACTAL))
     base_k = min(64, _round_up(shape.k, c0))
     # singleM x singleN tiles per batch: halve the larger side until every core has work
     single_m, single_n = _round_up(shape.m, FRACTAL), _round_up(shape.n, FRACTAL)
-    cores = soc.ai_cores
+    cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
 
     def tiles(sm, sn):
         return shape.batch * _ceil_div(shape.m, sm) * _ceil_div(shape.n, sn)

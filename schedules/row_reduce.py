@@ -21,12 +21,22 @@ from tvm import tirx
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .tile_values import (Access, AccessKind, buffer_size, expr_key, flat_offset, make_analyzer,
-                          plan_tile_values, unsupported_construct, uses_var)
+from .tile_values import (FLOAT_DTYPES, VECTOR_DTYPES, Access, AccessKind, buffer_size, expr_key,
+                          flat_offset, make_analyzer, plan_tile_values, unsupported_construct,
+                          uses_var)
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 from .tir_walk import BufferLoad, expr_dtype, load_buffer, param_buffers
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
+
+
+@dataclass(frozen=True)
+class RowReduceKnobs:
+    """Tunable choices of the row template (the cost model searches these)."""
+
+    cores: int | None = None          # None: every vector block that gets a row
+    rows_per_tile: int | None = None  # None: as many rows as fit the UB
+    double_buffer: bool = True
 
 
 class RowAccessKind(enum.Enum):
@@ -150,7 +160,7 @@ class RowReduceSchedule:
             store = block.body
             if type(store).__name__ != "BufferStore":
                 return Decision.no(f"block {block.name_hint} is not a single store")
-            if str(store.buffer.dtype) not in SUPPORTED_DTYPES:
+            if str(store.buffer.dtype) not in SUPPORTED_DTYPES + ("bool",):
                 return Decision.no(f"block {block.name_hint} computes in {store.buffer.dtype}")
             reduce_vars = _reduce_vars(block)
             if reduce_vars:
@@ -163,7 +173,7 @@ class RowReduceSchedule:
                 expr = found[1]
             else:
                 expr = store.value
-            construct = unsupported_construct(expr)
+            construct = unsupported_construct(expr, masks=True)
             if construct:
                 return Decision.no(f"TIR construct {construct} has no vector instruction")
             extents = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0]
@@ -175,8 +185,9 @@ class RowReduceSchedule:
         return Decision.yes(f"last-axis reduction over rows of {cols}")
 
     @staticmethod
-    def schedule(func, soc, knobs=None):
-        """(scheduled PrimFunc, Tiling); ``knobs`` is reserved for the cost model's search."""
+    def schedule(func, soc, knobs: RowReduceKnobs | None = None):
+        """(scheduled PrimFunc, Tiling); ``knobs`` (RowReduceKnobs) as the search chose."""
+        knobs = knobs or RowReduceKnobs()
         decision = RowReduceSchedule.applies(func)
         if not decision:
             raise TilingError(f"row-reduce template does not apply: {decision.reason}")
@@ -192,13 +203,31 @@ class RowReduceSchedule:
         row_loops = loops[:-1] if _is_full(extents, rows, cols) else loops
         row_loop = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
         program = row_program(_blocks(sch), func, rows, cols)
-        tiling = _plan(program, soc, rows, cols)
+        tiling = _plan(program, soc, rows, cols, knobs)
         core, _, row = sch.split(row_loop, [tiling.cores, tiling.tiles_per_core,
                                             tiling.tile_len])
         for block_rv in reversed(block_rvs[:-1]):
             sch.compute_at(block_rv, row)
         sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
         return sch.mod["main"], tiling
+
+    @staticmethod
+    def knob_space(func, soc) -> list[RowReduceKnobs]:
+        """Candidate knobs, the default first: core counts halving from every vector block,
+        rows per tile shrinking from the most that fit by powers of two, single and double
+        buffering. ``schedule`` may still refuse one (TilingError); searches drop it."""
+        _, default = RowReduceSchedule.schedule(func, soc)
+        cores = sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)}, reverse=True)
+        rows = [None] + sorted({default.tile_len // d for d in (2, 4, 8)
+                                if default.tile_len // d >= 1}, reverse=True)
+        space = [RowReduceKnobs()]
+        for double in (True, False):
+            for n in cores:
+                for tile in rows:
+                    knobs = RowReduceKnobs(None if n == soc.vector_blocks else n, tile, double)
+                    if knobs not in space:
+                        space.append(knobs)
+        return space
 
 
 def _inline(sch, rows: int, cols: int) -> None:
@@ -309,6 +338,10 @@ def _record_input(program: RowProgram, name: str, access, base) -> None:
 def _classify_row_load(load, analyzer, row, col, rows, cols, produced):
     """(kind, base offset of the row or None) of one load, relative to (row, col)."""
     buffer = load_buffer(load)
+    if any(_reads_memory(index) for index in load.indices):
+        # p0[ids[row], col]: which row is read depends on data (an embedding Gather)
+        raise TilingError(f"{buffer.name} is read at indices loaded from memory ({load}): a "
+                          "gather, which the data-movement template prints, not the row one")
     offset = analyzer.simplify(flat_offset(buffer, load.indices))
     if buffer in produced:  # computed in this kernel: must be read where it was written
         full = produced[buffer][0] == "full"
@@ -333,6 +366,15 @@ def _classify_row_load(load, analyzer, row, col, rows, cols, produced):
                       "row, a column, one value per row or a scalar)")
 
 
+def _reads_memory(expr) -> bool:
+    """Whether an index expression loads from a buffer."""
+    if isinstance(expr, BufferLoad):
+        return True
+    children = list(getattr(expr, "args", None) or []) + \
+        [getattr(expr, name) for name in ("a", "b", "value") if hasattr(expr, name)]
+    return any(_reads_memory(c) for c in children if isinstance(c, tvm.ir.Expr))
+
+
 def program_dtypes(program: RowProgram) -> set:
     """Every dtype a row program touches: loads, the output and every computed value (an fp16
     erf is computed in float32 by TOPI, for instance)."""
@@ -343,48 +385,87 @@ def program_dtypes(program: RowProgram) -> set:
     return dtypes
 
 
-def _footprint(program: RowProgram, rows_per_tile: int) -> int:
+def check_program_dtypes(program: RowProgram) -> None:
+    """Refuse dtypes the row kernels cannot print. Each value is computed in its own dtype
+    (a Cast(fp16 -> fp32) before a reduction keeps its accumulation in float32); bool values
+    are masks and bool tensors 0/1 bytes."""
+    dtypes = program_dtypes(program)
+    for step in program.steps:
+        dtypes.add(str(step.buffer.dtype))
+    unsupported = sorted(d for d in dtypes if d not in VECTOR_DTYPES)
+    if unsupported:
+        raise TilingError(f"row kernels compute in {' and '.join(FLOAT_DTYPES)} (with bool "
+                          f"masks); this group uses {', '.join(unsupported)}")
+    for step in program.steps:
+        if step.kind == "reduce" and str(step.buffer.dtype) not in FLOAT_DTYPES:
+            raise TilingError(f"a reduction into {step.buffer.dtype} has no vector instruction")
+
+
+def input_dtypes(program: RowProgram) -> dict:
+    """GM input name -> dtype, for every input the row kernel reads."""
+    return {buffer.name: str(buffer.dtype) for _, buffer, _ in program.loads.values()
+            if buffer.name in program.inputs}
+
+
+def row_layout(program: RowProgram) -> tuple[int, int]:
+    """(ROW_STRIDE in elements, bytes per element of a row slot): every row of every dtype in
+    the UB starts 32-byte aligned, and a slot holds a row of the widest value."""
+    sizes = {_dtype_bytes(d) for d in program_dtypes(program)}
+    sizes.update(_dtype_bytes(step.buffer.dtype) for step in program.steps)
+    sizes.update(_dtype_bytes(d) for d in input_dtypes(program).values())
+    stride = _round_up(program.cols, BLOCK_BYTES // min(sizes))
+    return stride, max(sizes)
+
+
+def _footprint(program: RowProgram, rows_per_tile: int, buffer_num: int = 2) -> int:
     """UB bytes the printed kernel reserves with InitBuffer (checked against the emulator)."""
-    elem = _dtype_bytes(program.out_buffer.dtype)
-    row_bytes = _round_up(program.cols * elem, BLOCK_BYTES)
-    streamed = sum(1 for k in program.inputs.values()
+    stride, slot_bytes = row_layout(program)
+    dtypes = input_dtypes(program)
+    out_elem = _dtype_bytes(program.out_buffer.dtype)
+    streamed = sum(_dtype_bytes(dtypes[name]) for name, k in program.inputs.items()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
-    columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN)
-    out_tile = rows_per_tile * row_bytes if program.out_full \
-        else _round_up(rows_per_tile * elem, BLOCK_BYTES)
-    per_row_buffers = len(program.intermediates) + program.temp_slots + columns + 1  # + work
-    return (2 * (streamed * rows_per_tile * row_bytes + out_tile)
-            + per_row_buffers * row_bytes + BLOCK_BYTES)  # + the reduced value
+    columns = sum(_round_up(stride * _dtype_bytes(dtypes[name]), BLOCK_BYTES)
+                  for name, k in program.inputs.items() if k is RowAccessKind.COLUMN)
+    out_tile = rows_per_tile * stride * out_elem if program.out_full \
+        else _round_up(rows_per_tile * out_elem, BLOCK_BYTES)
+    row_slots = len(program.intermediates) + program.temp_slots
+    return (buffer_num * (streamed * rows_per_tile * stride + out_tile) + columns
+            + (row_slots + 1) * stride * slot_bytes + BLOCK_BYTES)  # + work + the reduced value
 
 
 def _round_up(a: int, b: int) -> int:
     return _ceil_div(a, b) * b
 
 
-def _plan(program: RowProgram, soc, rows: int, cols: int) -> Tiling:
-    dtypes = program_dtypes(program)
-    if len(dtypes) != 1:
-        raise TilingError(f"row kernels compute in one dtype; this group mixes {sorted(dtypes)}")
+def _plan(program: RowProgram, soc, rows: int, cols: int, knobs: RowReduceKnobs) -> Tiling:
+    check_program_dtypes(program)
     streamed = sum(1 for k in program.inputs.values()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
     if streamed > soc.max_live_buffers_per_position:
         raise TilingError(f"{streamed} row inputs exceed {soc.max_live_buffers_per_position} "
                           "live VECIN buffers")
     budget = soc.ub_bytes - UB_RESERVED_BYTES
-    if _footprint(program, 1) > budget:
-        raise TilingError(f"one row of {cols} elements needs {_footprint(program, 1)} UB bytes; "
+    nbuf = 2 if knobs.double_buffer else 1
+    one_row = _footprint(program, 1, nbuf)
+    if one_row > budget:
+        raise TilingError(f"one row of {cols} elements needs {one_row} UB bytes; "
                           f"rows longer than {soc.name}'s UB need a multi-pass kernel (not yet)")
-    per_row = _footprint(program, 2) - _footprint(program, 1)
-    max_rows = min(MAX_BURSTS, 1 + (budget - _footprint(program, 1)) // max(per_row, 1))
-    cores = max(1, min(soc.vector_blocks, rows))
+    per_row = _footprint(program, 2, nbuf) - one_row
+    max_rows = min(MAX_BURSTS, 1 + (budget - one_row) // max(per_row, 1))
+    if knobs.rows_per_tile is not None:
+        if not 1 <= knobs.rows_per_tile <= max_rows:
+            raise TilingError(f"rows_per_tile={knobs.rows_per_tile} must be in 1..{max_rows} "
+                              f"on {soc.name}")
+        max_rows = knobs.rows_per_tile
+    cores = max(1, min(knobs.cores or soc.vector_blocks, soc.vector_blocks, rows))
     per_core = _ceil_div(rows, cores)
     rows_per_tile = min(max_rows, per_core)
     tiles_per_core = _ceil_div(per_core, rows_per_tile)
     block_rows = tiles_per_core * rows_per_tile
     cores = _ceil_div(rows, block_rows)
     write = (rows * cols if program.out_full else rows) * _dtype_bytes(program.out_buffer.dtype)
-    return Tiling("row_reduce", rows, cores, block_rows, rows_per_tile, tiles_per_core, 2,
-                  program.temp_slots, _footprint(program, rows_per_tile), soc.ub_bytes,
+    return Tiling("row_reduce", rows, cores, block_rows, rows_per_tile, tiles_per_core, nbuf,
+                  program.temp_slots, _footprint(program, rows_per_tile, nbuf), soc.ub_bytes,
                   _row_reads(program, rows, cols, cores), write, cols)
 
 
@@ -403,4 +484,5 @@ def _row_reads(program: RowProgram, rows, cols, cores) -> int:
     return read
 
 
-__all__ = ["RowReduceSchedule", "RowProgram", "RowStep", "RowAccessKind", "row_program"]
+__all__ = ["RowReduceSchedule", "RowReduceKnobs", "RowProgram", "RowStep", "RowAccessKind",
+           "row_program", "row_layout", "input_dtypes", "check_program_dtypes"]

@@ -12,15 +12,24 @@ from .schedules import template_by_name
 logger = logging.getLogger("tvm_ascend.schedule")
 
 
-def schedule_groups(mod: tvm.IRModule, soc) -> tuple[tvm.IRModule, dict]:
-    """(module with scheduled PrimFuncs and Tilings on its codegen functions, {symbol: Tiling})."""
+def schedule_groups(mod: tvm.IRModule, soc, database=None) -> tuple[tvm.IRModule, dict]:
+    """(module with scheduled PrimFuncs and Tilings on its codegen functions, {symbol: Tiling}).
+
+    ``database`` (a tuning database folder or ``TuningDatabase``, or None): kernels whose
+    workload it holds are tiled with the best recorded knobs, the others with the defaults.
+    """
+    from .cost_model.database import open_database
+    from .cost_model.tuned import tuned_schedule
+
+    database = open_database(database)
     tilings = {}
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function) or not func.attrs or \
                 func.attrs.get("Codegen") != "ascend":
             continue
         template = template_by_name(str(func.attrs[ir_attrs.TEMPLATE]))
-        scheduled, tiling = template.schedule(func.attrs[ir_attrs.PRIM_FUNC], soc)
+        scheduled, tiling = tuned_schedule(template, func.attrs[ir_attrs.PRIM_FUNC], soc,
+                                           database, gv.name_hint)
         tilings[gv.name_hint] = tiling
         mod[gv] = func.with_attrs({ir_attrs.PRIM_FUNC: scheduled,
                                    ir_attrs.TILING: tiling.to_json()})

@@ -39,6 +39,18 @@ class SocProfile:
     gm_bandwidth_gbps: float
     vector_lanes_fp16: int
     launch_overhead_us: float
+    l2_bytes: int
+    cube_macs_per_cycle_fp16: int
+    mte2_bytes_per_cycle: float
+    mte3_bytes_per_cycle: float
+    vector_issue_cycles: int
+    scalar_cycles_per_elem: float
+    mte_latency_cycles: int
+
+    @property
+    def vector_bytes_per_cycle(self) -> int:
+        """Bytes one vector unit consumes per cycle: ``vector_lanes_fp16`` halves (256 B)."""
+        return 2 * self.vector_lanes_fp16
 
     @property
     def vector_blocks(self) -> int:
@@ -72,7 +84,10 @@ def soc_profiles() -> dict[str, SocProfile]:
         name, rest = fields[0], fields[1:]
         ints = [int(v) for v in rest[:9]]
         floats = [float(v) for v in rest[9:11]]
-        profiles[name] = SocProfile(name, *ints, *floats, int(rest[11]), float(rest[12]))
+        timing = (int(rest[13]), int(rest[14]), float(rest[15]), float(rest[16]), int(rest[17]),
+                  float(rest[18]), int(rest[19]))
+        profiles[name] = SocProfile(name, *ints, *floats, int(rest[11]), float(rest[12]),
+                                    *timing)
     return profiles
 
 

@@ -250,10 +250,20 @@ struct SocProfile {
     double gm_bandwidth_gbps;
     int vector_lanes_fp16;
     double launch_overhead_us;
+    /* timing-model columns: carried so the table has one arity; the emulator does not time */
+    int64_t l2_bytes;
+    int cube_macs_per_cycle_fp16;
+    double mte2_bytes_per_cycle;
+    double mte3_bytes_per_cycle;
+    int vector_issue_cycles;
+    double scalar_cycles_per_elem;
+    int mte_latency_cycles;
 };
 
-#define ASCEND_SOC(name, arch, aic, aiv, ub, l1, l0a, l0b, l0c, live, clk, bw, lanes, lo) \
-    SocProfile{#name, arch, aic, aiv, ub, l1, l0a, l0b, l0c, live, clk, bw, lanes, lo},
+#define ASCEND_SOC(name, arch, aic, aiv, ub, l1, l0a, l0b, l0c, live, clk, bw, lanes, lo, l2, \
+                   cube, mte2, mte3, issue, scalar, mte_lat)                                    \
+    SocProfile{#name, arch, aic, aiv, ub, l1, l0a, l0b, l0c, live, clk, bw, lanes, lo, l2,     \
+               cube, mte2, mte3, issue, scalar, mte_lat},
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wcomment"
 inline constexpr SocProfile kSocTable[] = {

@@ -1,0 +1,28 @@
+"""The cost model: Ascend timing model, features, XGBoost ranking model, runners, tuning.
+
+``estimate_kernel`` / ``estimate_launch`` are the analytic timing model the fusion planner and
+the search call; ``CostModel`` learns to rank candidates from measured (or estimated) times;
+``LocalRunner`` / ``RPCRunner`` measure them; ``TuningDatabase`` keeps the best knobs per
+workload; ``tune_kernel`` / ``tune_model`` search.
+
+Example
+-------
+>>> from tvm_ascend.cost_model import estimate_launch
+>>> from tvm_ascend.soc import get_soc
+>>> estimate_launch(0, 0, get_soc("Ascend910B1")).time_us   # an empty launch: its overhead
+3.0
+"""
+from .timing import KernelEstimate, estimate_kernel, estimate_launch, estimate_model
+from .vector_work import VectorWork, count_vector_work
+from .database import TuningDatabase, TuningDatabaseError, workload_of
+from .features import FEATURE_NAMES, extract_features
+from .xgb_model import CostModel, CostModelError, load_or_none
+from .runner import Candidate, LocalRunner, MeasureResult
+from .rpc_runner import RPCRunner
+from .search import TuneResult, summary_table, tune_kernel, tune_model
+
+__all__ = ["KernelEstimate", "estimate_kernel", "estimate_launch", "estimate_model",
+           "VectorWork", "count_vector_work", "TuningDatabase", "TuningDatabaseError",
+           "workload_of", "FEATURE_NAMES", "extract_features", "CostModel", "CostModelError",
+           "load_or_none", "Candidate", "LocalRunner", "MeasureResult", "RPCRunner",
+           "TuneResult", "summary_table", "tune_kernel", "tune_model"]

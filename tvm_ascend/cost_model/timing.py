@@ -1,0 +1,213 @@
+"""The Ascend timing model: estimated time of one kernel launch from its tiling plan.
+
+Per core, four pipes work on a sequence of steps (UB tiles, rows or matmul base tiles): MTE2
+(GM -> UB/L1), the cube, the vector unit (with the scalar unit's gathers) and MTE3 (UB -> GM).
+Double-buffered, the steps overlap (the slowest pipe sets the pace after the first step);
+single-buffered, they run one after the other. The busiest core decides, the launch overhead
+is added, and the result never goes below the roofline bound of the launch:
+``max(GM bytes / bandwidth, cube flops / cube peak, vector ops / vector peak)``.
+
+Every figure is an estimate from the SoC profile (soc_profiles.def, sources cited there).
+
+Example
+-------
+>>> from tvm_ascend.soc import get_soc
+>>> est = estimate_launch(gm_bytes=64 << 20, flops=0, soc=get_soc("Ascend910B1"))
+>>> round(est.time_us, 1)     # 64 MiB at 1.8 TB/s + 3 us launch
+40.3
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .vector_work import VectorWork, count_vector_work
+
+_PIPES = ("mte2", "cube", "vector", "mte3")
+
+
+@dataclass(frozen=True)
+class KernelEstimate:
+    """Estimated time of one kernel launch (microseconds) and what it is made of.
+
+    ``mte2_us``, ``cube_us``, ``vector_us`` (with scalar gathers) and ``mte3_us`` are the busy
+    times of the busiest core's pipes; ``roofline_us`` the launch's roofline bound without the
+    launch overhead; ``time_us >= roofline_us + launch_us`` always. ``bound`` names the pipe
+    (or ``"roofline"``/``"launch"``) that decided the time.
+    """
+
+    time_us: float
+    roofline_us: float
+    mte2_us: float
+    vector_us: float
+    cube_us: float
+    mte3_us: float
+    launch_us: float
+    scalar_us: float = 0.0
+    cores: int = 1
+    steps_per_core: int = 1
+    double_buffered: bool = False
+    gm_bytes: int = 0
+    flops: float = 0.0
+    bound: str = "launch"
+    estimated: bool = True
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict (every figure is labelled an estimate)."""
+        return asdict(self)
+
+
+# L2 over HBM bandwidth. ESTIMATE: CANN's platform ini for 910B lists l2_rate=110 and
+# ddr_rate=32 in unstated (but common) units (shared/reference/performance.md, GM row).
+L2_BANDWIDTH_RATIO = 110 / 32
+
+
+def _elem_rate(dtype_bytes: int) -> float:
+    """Cube MAC rate relative to fp16: float runs at half rate (emulator README, "Cube")."""
+    return 1.0 if dtype_bytes <= 2 else 0.5
+
+
+def _peaks(soc):
+    clock = soc.clock_mhz * 1e6
+    return clock, soc.gm_bandwidth_gbps * 1e9
+
+
+def estimate_launch(gm_bytes: float, flops: float, soc, dtype_bytes: int = 2
+                    ) -> KernelEstimate:
+    """Estimate for a launch known only by its GM bytes and flops (a host op counted as if one
+    device launch at the roofline, plus the launch overhead).
+
+    Parameters
+    ----------
+    gm_bytes : float
+        Bytes read and written in GM.
+    flops : float
+        Floating-point operations (2 per multiply-add), counted at the cube's peak.
+    soc : SocProfile
+        Target SoC.
+    dtype_bytes : int
+        Element size; float32 runs the cube at half rate.
+
+    Example
+    -------
+    >>> from tvm_ascend.soc import get_soc
+    >>> estimate_launch(1 << 20, 1e6, get_soc("Ascend910B1")).bound
+    'mte2'
+    """
+    if gm_bytes < 0 or flops < 0:
+        raise ValueError(f"gm_bytes={gm_bytes} and flops={flops} must be >= 0")
+    clock, bandwidth = _peaks(soc)
+    mem_us = gm_bytes / bandwidth * 1e6
+    cube_peak = soc.ai_cores * soc.cube_macs_per_cycle_fp16 * 2 * clock * _elem_rate(dtype_bytes)
+    cube_us = flops / cube_peak * 1e6
+    roofline = max(mem_us, cube_us)
+    launch = soc.launch_overhead_us
+    bound = "launch" if roofline == 0 else ("mte2" if mem_us >= cube_us else "cube")
+    return KernelEstimate(roofline + launch, roofline, mem_us, 0.0, cube_us, 0.0, launch,
+                          cores=soc.ai_cores, gm_bytes=int(gm_bytes), flops=float(flops),
+                          bound=bound)
+
+
+def _steps_per_core(tiling) -> int:
+    """Pipeline steps on the busiest core: UB tiles, or matmul base tiles."""
+    if tiling.template == "matmul":
+        p = tiling.params
+        pieces = -(-p["single_m"] // p["base_m"]) * -(-p["single_n"] // p["base_n"])
+        return max(1, tiling.tiles_per_core * pieces)
+    return max(1, tiling.tiles_per_core)
+
+
+def _vector_instructions(tiling, work: VectorWork) -> int:
+    """Instructions the busiest core issues: per tile (elementwise) or per row (row templates,
+    matmul epilogue rows), as the printers loop."""
+    if tiling.template == "elementwise":
+        return work.ops_per_unit * tiling.tiles_per_core
+    if tiling.template == "matmul":
+        p = tiling.params
+        rows = p["single_m"] * -(-p["single_n"] // p["base_n"])
+        return work.ops_per_unit * rows * tiling.tiles_per_core
+    return work.ops_per_unit * min(tiling.block_len, tiling.total)
+
+
+def _pipeline_cycles(stage_cycles: list[float], steps: int, double_buffered: bool) -> float:
+    """Cycles of ``steps`` steps through the pipes: overlapped when double-buffered (fill once,
+    then the slowest pipe per step), serialised when not."""
+    per_step = [c / steps for c in stage_cycles]
+    if double_buffered:
+        return sum(per_step) + (steps - 1) * max(per_step)
+    return steps * sum(per_step)
+
+
+def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> KernelEstimate:
+    """Estimated time of one launch of the kernel ``prim_func`` tiled as ``tiling`` on ``soc``.
+
+    Parameters
+    ----------
+    prim_func : tvm.tirx.PrimFunc
+        The group's PrimFunc (scheduled or not); its TIR gives the vector work.
+    tiling : Tiling
+        The template's plan (cores, steps, GM bytes, ``params["cube_macs"]``,
+        ``params["scalar_gather_elems"]``).
+    soc : SocProfile
+        Target SoC.
+    work : VectorWork, optional
+        Precomputed ``count_vector_work(prim_func, tiling.template)``.
+
+    Example
+    -------
+    >>> est = estimate_kernel(func, tiling, get_soc("Ascend910B1"))   # doctest: +SKIP
+    >>> est.time_us >= est.roofline_us + est.launch_us                 # doctest: +SKIP
+    True
+    """
+    work = work if work is not None else count_vector_work(prim_func, tiling.template)
+    clock, bandwidth = _peaks(soc)
+    cores = max(1, tiling.cores)
+    share = min(tiling.block_len, tiling.total) / max(1, tiling.total)  # busiest core's part
+    steps = _steps_per_core(tiling)
+    double = tiling.buffer_num >= 2
+    read, write = tiling.gm_read_bytes, tiling.gm_write_bytes
+    # tiles a mixed kernel passes between its cube and vector cores go through the GM
+    # workspace, which stays in L2: they move at L2 speed, the tensors at HBM speed
+    ws_read = min(read, tiling.params.get("workspace_read_bytes", 0))
+    ws_write = min(write, tiling.params.get("workspace_write_bytes", 0))
+    # cores share GM: a core moves at most its MTE rate and at most its part of the bandwidth
+    core_bw = bandwidth / clock / cores
+    l2_bw = core_bw * L2_BANDWIDTH_RATIO
+    mte2 = ((read - ws_read) * share / min(soc.mte2_bytes_per_cycle, core_bw)
+            + ws_read * share / min(soc.mte2_bytes_per_cycle, l2_bw)
+            + steps * soc.mte_latency_cycles)
+    mte3 = ((write - ws_write) * share / min(soc.mte3_bytes_per_cycle, core_bw)
+            + ws_write * share / min(soc.mte3_bytes_per_cycle, l2_bw)
+            + steps * soc.mte_latency_cycles)
+    vec_bytes = work.weighted_ops * work.elem_bytes * share
+    vector = (vec_bytes / soc.vector_bytes_per_cycle
+              + _vector_instructions(tiling, work) * soc.vector_issue_cycles)
+    scalar = tiling.params.get("scalar_gather_elems", 0) * share * soc.scalar_cycles_per_elem
+    macs = tiling.params.get("cube_macs", 0)
+    cube_rate = soc.cube_macs_per_cycle_fp16 * _elem_rate(work.elem_bytes)
+    cube = macs * share / cube_rate
+    stages = [mte2, cube, vector + scalar, mte3]
+    core_us = _pipeline_cycles(stages, steps, double) / clock * 1e6
+    # the roofline of the launch: every core at its peak, GM at its bandwidth
+    workspace = ws_read + ws_write
+    mem_us = ((read + write - workspace) / bandwidth
+              + workspace / (bandwidth * L2_BANDWIDTH_RATIO)) * 1e6
+    cube_us = macs / (cube_rate * soc.ai_cores * clock) * 1e6
+    vec_us = work.weighted_ops * work.elem_bytes / (
+        soc.vector_bytes_per_cycle * soc.vector_blocks * clock) * 1e6
+    roofline = max(mem_us, cube_us, vec_us)
+    kernel_us = max(core_us, roofline)
+    launch = soc.launch_overhead_us
+    if core_us >= roofline:
+        bound = _PIPES[max(range(4), key=lambda i: stages[i])] if core_us > 0 else "launch"
+    else:
+        bound = "roofline"
+    return KernelEstimate(
+        kernel_us + launch, roofline, mte2 / clock * 1e6, vector / clock * 1e6,
+        cube / clock * 1e6, mte3 / clock * 1e6, launch, scalar_us=scalar / clock * 1e6,
+        cores=cores, steps_per_core=steps, double_buffered=double, gm_bytes=read + write,
+        flops=2.0 * macs + work.weighted_ops, bound=bound)
+
+
+def estimate_model(kernels, soc) -> float:
+    """Sum over launches: ``kernels`` is an iterable of (prim_func, tiling) pairs."""
+    return sum(estimate_kernel(func, tiling, soc).time_us for func, tiling in kernels)
