@@ -6,7 +6,10 @@ import math
 from ..errors import CodegenError
 
 CPP_TYPES = {"float32": "float", "float16": "half", "int32": "int32_t", "int64": "int64_t",
-             "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "bfloat16": "bfloat16_t"}
+             "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "bfloat16": "bfloat16_t",
+             # a bool tensor is one byte per element in GM; on the UB a bool is a bit mask,
+             # viewed as uint8_t words by Compare/Select
+             "bool": "uint8_t"}
 
 
 def cpp_type(dtype: str) -> str:
@@ -19,7 +22,7 @@ def cpp_type(dtype: str) -> str:
 def dtype_bytes(dtype: str) -> int:
     import tvm
 
-    return tvm.runtime.DataType(str(dtype)).bits // 8
+    return max(1, tvm.runtime.DataType(str(dtype)).bits // 8)  # bool: 1 byte
 
 
 def float_literal(value: float, dtype: str) -> str:

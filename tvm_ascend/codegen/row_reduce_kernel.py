@@ -9,12 +9,12 @@ from __future__ import annotations
 
 
 from ..errors import CodegenError
-from ..schedules.row_reduce import RowAccessKind, row_program
+from ..schedules.row_reduce import RowAccessKind, input_dtypes, row_layout, row_program
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
 from .kernel_parts import emit_resident_columns, emit_vector_kernel, ident
-from .cpp_types import cpp_type, dtype_bytes
+from .cpp_types import cpp_type
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
 from .vector_emitters import Operand
@@ -39,6 +39,19 @@ class RowReduceKernelPrinter:
         self.ctype = cpp_type(self.dtype)
         self.names = {p.name: ident(p.name) for p in self.params}
         self.slot_base = len(self.program.intermediates)
+        # each value keeps its own dtype (mixed-precision groups); rows of every dtype share
+        # one element stride, and a row slot holds the widest value
+        self.stride, self.slot_bytes = row_layout(self.program)
+        self.in_dtypes = input_dtypes(self.program)
+
+    def _ctype(self, name: str) -> str:
+        """C++ element type of GM input ``name``."""
+        return cpp_type(self.in_dtypes[name])
+
+    def _row_slot(self, k, dtype: str) -> str:
+        """Row slot ``k`` of rowBuf viewed as ``dtype``."""
+        return (f"rowBuf.GetWithOffset<{cpp_type(dtype)}>(ROW_STRIDE, {k} * ROW_STRIDE * "
+                "SLOT_BYTES)")
 
     def _name(self, param) -> str:
         return self.names[param.name]
@@ -53,9 +66,8 @@ class RowReduceKernelPrinter:
             buf.line("uint64_t blockRows;  // rows per core (the last core takes the rest)")
             buf.line("uint32_t tileRows;   // rows per UB tile")
             buf.line("uint32_t cols;       // elements per row")
-        row_elems = -(-self.tiling.cols * dtype_bytes(self.dtype) // 32) * 32 \
-            // dtype_bytes(self.dtype)
-        buf.line(f"constexpr uint32_t ROW_STRIDE = {row_elems};  // a row padded to 32 bytes")
+        buf.line(f"constexpr uint32_t ROW_STRIDE = {self.stride};  // a row padded to 32 bytes")
+        buf.line(f"constexpr uint32_t SLOT_BYTES = {self.slot_bytes};  // per element, row slots")
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
         buf.line()
 
@@ -81,26 +93,29 @@ class RowReduceKernelPrinter:
             buf.line("if (rowEnd > tiling.rows) rowEnd = tiling.rows;")
             buf.line("blockRows = rowEnd > rowStart ? rowEnd - rowStart : 0;")
             for name in self._inputs(RowAccessKind.ROWS):
-                n = self.names[name]
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n} + rowStart * cols, "
+                n, ct = self.names[name], self._ctype(name)
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n} + rowStart * cols, "
                          "blockRows * cols);")
                 buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, tileRows * ROW_STRIDE * "
-                         f"sizeof({t}));")
-            emit_resident_columns(buf, [self.names[n] for n in self._inputs(RowAccessKind.COLUMN)],
-                                  t, "cols", f"ROW_STRIDE * sizeof({t})")
+                         f"sizeof({ct}));")
+            columns = self._inputs(RowAccessKind.COLUMN)
+            for ct in sorted({self._ctype(n) for n in columns}):
+                emit_resident_columns(buf, [self.names[n] for n in columns
+                                            if self._ctype(n) == ct],
+                                      ct, "cols", f"ROW_STRIDE * sizeof({ct})")
             for name in self._inputs(RowAccessKind.ROW_SLICE):
-                n = self.names[name]
+                n, ct = self.names[name], self._ctype(name)
                 size = buffer_size(next(p for p in self.params if p.name == name))
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {size});")
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, {size});")
                 buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, tileRows * ROW_STRIDE * "
-                         f"sizeof({t}));")
+                         f"sizeof({ct}));")
             for name in self._inputs(RowAccessKind.ROW_SCALAR):
-                n = self.names[name]
+                n, ct = self.names[name], self._ctype(name)
                 size = buffer_size(next(p for p in self.params if p.name == name))
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {size});")
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, {size});")
             for name in self._inputs(RowAccessKind.SCALAR):
-                n = self.names[name]
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
+                n, ct = self.names[name], self._ctype(name)
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, 1);")
                 buf.line(f"{n}Val = {n}Gm.GetValue(0);")
             out = self.names[self.program.out_buffer.name]
             if self.program.out_full:
@@ -113,8 +128,8 @@ class RowReduceKernelPrinter:
                 buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileRows * sizeof({t}));")
             rows = self.slot_base + self.program.temp_slots
             if rows:
-                buf.line(f"pipe.InitBuffer(rowBuf, {rows} * ROW_STRIDE * sizeof({t}));")
-            buf.line(f"pipe.InitBuffer(workBuf, ROW_STRIDE * sizeof({t}));")
+                buf.line(f"pipe.InitBuffer(rowBuf, {rows} * ROW_STRIDE * SLOT_BYTES);")
+            buf.line("pipe.InitBuffer(workBuf, ROW_STRIDE * SLOT_BYTES);")
             buf.line("pipe.InitBuffer(reducedBuf, 32);")
 
     def emit_process(self, buf):
@@ -131,7 +146,7 @@ class RowReduceKernelPrinter:
         t = self.ctype
         with buf.indent("__aicore__ inline void CopyIn(uint32_t i, uint32_t n) {"):
             for name in self._streamed():
-                n_ = self.names[name]
+                n_, t = self.names[name], self._ctype(name)
                 buf.line(f"AscendC::LocalTensor<{t}> {n_}Tile = {n_}Que.AllocTensor<{t}>();")
                 if self.program.inputs[name] is RowAccessKind.ROWS:
                     buf.line(f"CopyRowsIn({n_}Tile, {n_}Gm[static_cast<uint64_t>(i) * "
@@ -148,11 +163,9 @@ class RowReduceKernelPrinter:
         t = self.ctype
         with buf.indent("__aicore__ inline void Compute(uint32_t i, uint32_t n) {"):
             for name in self._streamed():
-                n_ = self.names[name]
-                buf.line(f"AscendC::LocalTensor<{t}> {n_}Tile = {n_}Que.DeQue<{t}>();")
+                n_, ct = self.names[name], self._ctype(name)
+                buf.line(f"AscendC::LocalTensor<{ct}> {n_}Tile = {n_}Que.DeQue<{ct}>();")
             buf.line(f"AscendC::LocalTensor<{t}> outTile = outQue.AllocTensor<{t}>();")
-            buf.line(f"AscendC::LocalTensor<{t}> work = workBuf.Get<{t}>();")
-            buf.line(f"AscendC::LocalTensor<{t}> reduced = reducedBuf.Get<{t}>();")
             with buf.indent("for (uint32_t r = 0; r < n; ++r) {"):
                 buf.line("uint64_t row = rowStart + static_cast<uint64_t>(i) * tileRows + r;")
                 self.emit_row(buf)
@@ -163,19 +176,17 @@ class RowReduceKernelPrinter:
 
     def _leaves(self) -> tuple[dict, dict]:
         """(tile operands by load key, scalar names by load key) visible to one step."""
-        t = self.ctype
         tiles, scalars = {}, {}
         for key, (kind, buffer, step) in self.program.loads.items():
             n_ = self.names.get(buffer.name, ident(buffer.name))
+            dtype = str(buffer.dtype)
             if kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
-                tiles[key] = Operand(f"{n_}Tile[r * ROW_STRIDE]", True, self.dtype)
+                tiles[key] = Operand(f"{n_}Tile[r * ROW_STRIDE]", True, dtype)
             elif kind is RowAccessKind.COLUMN:
-                tiles[key] = Operand(f"{n_}Col", True, self.dtype)
+                tiles[key] = Operand(f"{n_}Col", True, dtype)
             elif kind is RowAccessKind.INTERMEDIATE:
-                tiles[key] = Operand(f"rowBuf.GetWithOffset<{t}>(ROW_STRIDE, "
-                                     f"{self.program.intermediate_slot(step)} * ROW_STRIDE * "
-                                     f"sizeof({t}))",
-                                     True, self.dtype)
+                tiles[key] = Operand(self._row_slot(self.program.intermediate_slot(step), dtype),
+                                     True, dtype, mask=dtype == "bool")
             elif kind is RowAccessKind.ROW_SCALAR:
                 scalars[key] = f"{n_}Gm.GetValue({self._base(buffer.name)})"
             elif kind is RowAccessKind.SCALAR:
@@ -185,15 +196,14 @@ class RowReduceKernelPrinter:
         return tiles, scalars
 
     def emit_row(self, buf):
-        t = self.ctype
         for step in self.program.steps:
             tiles, scalar_names = self._leaves()
             scalars = ScalarPrinter(scalar_names, expr_key)
             printer = TileProgramPrinter(self.symbol, scalars)
+            t = cpp_type(str(step.buffer.dtype))
 
             def slot(k, node, printer=printer):
-                return (f"rowBuf.GetWithOffset<{cpp_type(expr_dtype(node))}>(ROW_STRIDE, "
-                        f"{self.slot_base + k} * ROW_STRIDE * sizeof({t}))")
+                return self._row_slot(self.slot_base + k, expr_dtype(node))
 
             if step.kind == "reduce":
                 temp = slot(step.plan.n_slots, step.expr) if step.plan.order else None
@@ -201,27 +211,29 @@ class RowReduceKernelPrinter:
                 if not operand.is_tile:
                     raise CodegenError(f"{self.symbol}: reduction of a row scalar")
                 api = REDUCE_API[step.reducer]
-                buf.line(f"AscendC::{api}(reduced, {operand.text}, work, cols);")
+                # accumulate in the operand's dtype (float32 after a Cast, as the group says)
+                acc = cpp_type(operand.dtype)
+                buf.line(f"AscendC::{api}(reducedBuf.Get<{acc}>(), {operand.text}, "
+                         f"workBuf.Get<{acc}>(), cols);")
                 buf.line("AscendC::SetFlag<AscendC::HardEvent::V_S>(0);")
                 buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
-                name = f"rowValue{step.index}"
+                value = f"static_cast<{t}>(reducedBuf.Get<{acc}>().GetValue(0))"
                 if step.is_output:
-                    buf.line("outTile.SetValue(r, reduced.GetValue(0));")
+                    buf.line(f"outTile.SetValue(r, {value});")
                 else:
-                    buf.line(f"{t} {name} = reduced.GetValue(0);")
+                    buf.line(f"{t} rowValue{step.index} = {value};")
             elif step.kind == "row":
                 value = scalars.print(step.expr)
                 if step.is_output:
-                    buf.line(f"outTile.SetValue(r, static_cast<{t}>({value}));")
+                    buf.line(f"outTile.SetValue(r, static_cast<{self.ctype}>({value}));")
                 else:
                     buf.line(f"{t} rowValue{step.index} = {value};")
             else:
                 if step.is_output:
                     dst = "outTile[r * ROW_STRIDE]"
                 else:
-                    k = self.program.intermediate_slot(step.index)
-                    dst = (f"rowBuf.GetWithOffset<{t}>(ROW_STRIDE, {k} * ROW_STRIDE * "
-                           f"sizeof({t}))")
+                    dst = self._row_slot(self.program.intermediate_slot(step.index),
+                                         str(step.buffer.dtype))
                 root = printer.emit(buf, step.plan, tiles, dst, slot, "cols")
                 if root.text != dst:
                     printer.emit_copy(buf, dst, root, "cols")
@@ -244,7 +256,7 @@ class RowReduceKernelPrinter:
         t = self.ctype
         buf.line("AscendC::TPipe pipe;")
         for name, kind in self.program.inputs.items():
-            n_ = self.names[name]
+            n_, t = self.names[name], self._ctype(name)
             buf.line(f"AscendC::GlobalTensor<{t}> {n_}Gm;")
             if kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
                 buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {n_}Que;")
@@ -253,7 +265,7 @@ class RowReduceKernelPrinter:
                 buf.line(f"AscendC::LocalTensor<{t}> {n_}Col;")
             elif kind is RowAccessKind.SCALAR:
                 buf.line(f"{t} {n_}Val;")
-        buf.line(f"AscendC::GlobalTensor<{t}> outGm;")
+        buf.line(f"AscendC::GlobalTensor<{self.ctype}> outGm;")
         buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
         if self.slot_base + self.program.temp_slots:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")

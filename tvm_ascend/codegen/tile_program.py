@@ -11,7 +11,7 @@ from ..schedules.tile_values import expr_key
 from ..schedules.tir_walk import Call, expr_dtype
 from .cpp_types import cpp_type
 from .vector_emitters import (BINARY_CALL_EMITTERS, BINARY_EMITTERS, CALL_EMITTERS, Operand,
-                              emit_cast)
+                              emit_cast, emit_not, emit_select)
 
 
 class TileProgramPrinter:
@@ -31,7 +31,8 @@ class TileProgramPrinter:
             key = expr_key(node)
             dst = root_dst if key == root_key else slot_name(plan.slot[key], node)
             self.emit_node(buf, plan, node, dst, operands, count)
-            operands[key] = Operand(dst, True, expr_dtype(node))
+            dtype = expr_dtype(node)
+            operands[key] = Operand(dst, True, dtype, mask=dtype == "bool")
         return operands[root_key]
 
     def _operand(self, plan, expr, operands) -> Operand:
@@ -54,6 +55,11 @@ class TileProgramPrinter:
             BINARY_CALL_EMITTERS[node.op.name](buf, dst, a, b, count)
         elif kind == "Cast":
             emit_cast(buf, dst, operand(node.value), count, expr_dtype(node))
+        elif kind == "Select":
+            emit_select(buf, dst, operand(node.condition), operand(node.true_value),
+                        operand(node.false_value), count)
+        elif kind == "Not":
+            emit_not(buf, dst, operand(node.a), count)
         else:
             what = node.op.name if isinstance(node, Call) else kind
             raise CodegenError(f"{self.symbol}: no AscendC vector instruction for {what} "

@@ -14,8 +14,21 @@ ELEMENTWISE_OPS = {
     "relax.sqrt": 1, "relax.rsqrt": 1, "relax.abs": 1, "relax.negative": 1, "relax.erf": 1,
     "relax.clip": 1, "relax.nn.gelu": 1, "relax.nn.gelu_tanh": 1, "relax.nn.silu": 1,
     "relax.floor": 1, "relax.ceil": 1,
+    "relax.sign": 1, "relax.nn.leakyrelu": 1, "relax.nn.softplus": 1,
+    # bool results: bit masks on the UB (Compare / Compares), 1 byte per element in GM
+    "relax.equal": 2, "relax.not_equal": 2, "relax.less": 2, "relax.less_equal": 2,
+    "relax.greater": 2, "relax.greater_equal": 2, "relax.isnan": 1, "relax.isinf": 1,
+    # bool operands
+    "relax.where": 3, "relax.logical_not": 1, "relax.logical_and": 2, "relax.logical_or": 2,
+    "relax.astype": 1,
 }
 SUPPORTED_DTYPES = ("float32", "float16")
+COMPARISONS = frozenset({"relax.equal", "relax.not_equal", "relax.less", "relax.less_equal",
+                         "relax.greater", "relax.greater_equal"})
+LOGICAL = frozenset({"relax.logical_not", "relax.logical_and", "relax.logical_or"})
+# astype pairs with a vector Cast (bool -> float reads 0/1 bytes; float -> bool is x != 0)
+CASTS = frozenset({("float16", "float32"), ("float32", "float16"), ("bool", "float16"),
+                   ("bool", "float32"), ("float16", "bool"), ("float32", "bool")})
 
 
 def make_elementwise_pattern(op_name: str, arity: int):
@@ -43,31 +56,67 @@ def _static_shape(ty) -> bool:
         return False
 
 
+def _operand_dtypes(name: str, out_dtype: str, arg_dtypes: list) -> Decision:
+    """Whether the operand and result dtypes of op ``name`` have a vector kernel."""
+    short = _short(name)
+    floats = " or ".join(SUPPORTED_DTYPES)
+    if name == "relax.astype":
+        pair = (arg_dtypes[0], out_dtype)
+        if pair not in CASTS:
+            return Decision.no(f"astype {pair[0]} -> {pair[1]}: the vector Cast of the Ascend "
+                               f"kernels converts between {floats} and bool; it runs on the host")
+        return Decision.yes(f"astype {pair[0]} -> {pair[1]}: vector Cast")
+    if name in LOGICAL:
+        expected, result = ["bool"] * len(arg_dtypes), "bool"
+    elif name == "relax.where":
+        expected, result = ["bool", out_dtype, out_dtype], out_dtype
+    elif name in COMPARISONS or name in ("relax.isnan", "relax.isinf"):
+        expected, result = [arg_dtypes[0]] * len(arg_dtypes), "bool"
+        if arg_dtypes[0] not in SUPPORTED_DTYPES:
+            return Decision.no(f"{short} on {arg_dtypes[0]}: the Ascend compare kernels take "
+                               f"{floats}; it runs on the host")
+    else:
+        expected, result = [out_dtype] * len(arg_dtypes), out_dtype
+    if result == out_dtype != "bool" and out_dtype not in SUPPORTED_DTYPES:
+        return Decision.no(f"{short} on {out_dtype}: the Ascend elementwise kernels take "
+                           f"{floats} (and bool masks); it runs on the host")
+    if out_dtype != result or list(arg_dtypes) != expected:
+        return Decision.no(f"{short} takes {', '.join(arg_dtypes)} -> {out_dtype}; a vector "
+                           f"kernel needs {', '.join(expected)} -> {result} (a group never "
+                           "mixes dtypes without a Cast)")
+    return Decision.yes("")
+
+
 def check_elementwise_call(call) -> Decision:
-    """Whether ``call`` is an elementwise op the NPU path supports, and why not if it is not."""
+    """Whether ``call`` is an elementwise op the NPU path supports, and why not if it is not.
+
+    Example
+    -------
+    >>> check_elementwise_call(relax.op.isnan(x)).ok          # doctest: +SKIP
+    True
+    """
     op = getattr(call, "op", None)
     name = getattr(op, "name", None)
     if name not in ELEMENTWISE_OPS:
         return Decision.no(f"operator {name or type(op).__name__} has no Ascend kernel yet; "
                            "it runs on the host (llvm)")
     out = _tensor_type(call)
-    if out is None or out.dtype not in SUPPORTED_DTYPES:
-        dtype = getattr(out, "dtype", "?")
-        return Decision.no(f"{_short(name)} on {dtype}: the Ascend elementwise kernels take "
-                           f"{' or '.join(SUPPORTED_DTYPES)}; it runs on the host")
-    for arg in call.args:
-        ty = _tensor_type(arg)
-        if ty is None:
-            return Decision.no(f"{_short(name)} has a non-tensor operand; it runs on the host")
-        if ty.dtype != out.dtype:
-            return Decision.no(f"{_short(name)} mixes {ty.dtype} and {out.dtype}; a group never "
-                               "mixes dtypes without a Cast rule")
+    if out is None:
+        return Decision.no(f"{_short(name)} has no tensor result; it runs on the host")
+    # tensor operands come first; attributes held as arguments (clip's PrimValue bounds) after
+    types = [_tensor_type(arg) for arg in call.args[:ELEMENTWISE_OPS[name]]]
+    if any(ty is None for ty in types):
+        return Decision.no(f"{_short(name)} has a non-tensor operand; it runs on the host")
+    decision = _operand_dtypes(name, str(out.dtype), [str(ty.dtype) for ty in types])
+    if not decision:
+        return decision
+    for ty in types:
         if not _static_shape(ty):
             return Decision.no(f"{_short(name)} has a dynamic shape {ty.shape}; give static "
                                "shapes with --input_shape")
     if name == "relax.power":
-        exponent = _tensor_type(call.args[1])
-        if exponent is None or any(int(d) != 1 for d in exponent.shape.values):
+        exponent = types[1]
+        if any(int(d) != 1 for d in exponent.shape.values):
             return Decision.no("power with a tensor exponent has no Ascend kernel yet (only a "
                                "constant scalar exponent); it runs on the host")
     if not _static_shape(out):
