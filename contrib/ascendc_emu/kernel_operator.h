@@ -14,6 +14,7 @@
 #include "ascendc_emu/vector.h"
 #include "ascendc_emu/vector_cast.h"
 #include "ascendc_emu/vector_reduce.h"
+#include "ascendc_emu/vector_gather.h"
 #include "ascendc_emu/adv.h"
 #include "ascendc_emu/cube.h"
 #include "ascendc_emu/launch.h"

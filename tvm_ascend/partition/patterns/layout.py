@@ -1,5 +1,8 @@
 """Layout views (Reshape, Squeeze, Unsqueeze, Flatten): free inside a group, where the element
-order does not change, so they join elementwise and row kernels instead of splitting them."""
+order does not change, so they join elementwise and row kernels instead of splitting them.
+Data movement that copies (Transpose, Slice, Concat, Gather, Expand, Tile) runs on the
+data-movement template (schedules/data_movement.py), fused with its consumer by the merge rule.
+"""
 from __future__ import annotations
 
 from tvm.relax.dpl.pattern import is_op, wildcard
@@ -9,8 +12,11 @@ from .elementwise import SUPPORTED_DTYPES, _short, _static_shape, _tensor_type
 
 VIEW_OPS = {"relax.reshape": 2, "relax.squeeze": 1, "relax.expand_dims": 1,
             "relax.flatten": 1}
-# Data movement that copies: a Transpose that keeps the last axis last moves whole rows.
-MOVE_OPS = {"relax.permute_dims": 1}
+# Data movement that copies; FuseOps leaves these alone and the merge rule (which checks that a
+# template tiles the result) joins them with their consumer. Values are the pattern arities.
+MOVE_OPS = {"relax.permute_dims": 1, "relax.strided_slice": 5, "relax.concat": 1,
+            "relax.take": 2, "relax.broadcast_to": 2, "relax.tile": 1}
+INDEX_DTYPES = ("int32", "int64")
 
 
 def make_view_pattern(op_name: str, arity: int):
@@ -24,19 +30,29 @@ def check_view_call(call) -> Decision | None:
     name = getattr(getattr(call, "op", None), "name", None)
     if name not in VIEW_OPS and name not in MOVE_OPS:
         return None
-    data, out = _tensor_type(call.args[0]), _tensor_type(call)
-    if data is None or out is None or data.dtype not in SUPPORTED_DTYPES:
+    sources = list(call.args[0].fields) if name == "relax.concat" else [call.args[0]]
+    types = [_tensor_type(src) for src in sources]
+    out = _tensor_type(call)
+    if out is None or any(t is None or t.dtype not in SUPPORTED_DTYPES for t in types):
         return Decision.no(f"{_short(name)} of a non-float tensor runs on the host")
-    if not (_static_shape(data) and _static_shape(out)):
+    if not (all(_static_shape(t) for t in types) and _static_shape(out)):
         return Decision.no(f"{_short(name)} with a dynamic shape runs on the host")
-    if name in MOVE_OPS:
-        rank = len(data.shape.values)
+    if name == "relax.take":
+        ids = _tensor_type(call.args[1])
+        if ids is None or ids.dtype not in INDEX_DTYPES or not _static_shape(ids):
+            return Decision.no("take with indices that are not int32/int64 of a static shape "
+                               "runs on the host")
+    if name == "relax.permute_dims":
+        rank = len(types[0].shape.values)
         axes = getattr(call.attrs, "axes", None)
         perm = [int(a) for a in axes] if axes is not None else list(range(rank))[::-1]
-        if not perm or perm[-1] % rank != rank - 1:
-            return Decision.no(f"transpose {perm} moves the last axis: it needs a vector "
-                               "transpose kernel (not written yet); it runs on the host")
-        return Decision.yes(f"transpose {perm} keeps the last axis: whole rows are copied")
+        if perm and perm[-1] % rank == rank - 1:
+            return Decision.yes(f"transpose {perm} keeps the last axis: whole rows are copied")
+        return Decision.yes(f"transpose {perm} moves the last axis: box copies and a vector "
+                            "Gather")
+    if name in MOVE_OPS:
+        return Decision.yes(f"{_short(name)}: rows copied by DataCopyPad on the data-movement "
+                            "template")
     return Decision.yes(f"{_short(name)}: a view, free inside a kernel")
 
 

@@ -1,0 +1,739 @@
+"""DataMovementSchedule: slices, concats, pads, expands, gathers and transposes as row copies.
+
+The group's PrimFunc is inlined into its output block, whose value is viewed per output row
+``r`` (the leading axes) and column ``c`` (the last axis). Every maximal data-movement subtree
+(a load, or an ``if_then_else`` over loads and constants: concat, pad) is an *operand* that is
+assembled in the UB as a ``[tileRows, ROW_STRIDE]`` tile; the consumer's elementwise compute then
+runs on the operand tiles and the result is written to GM once.
+
+Columns are cut into *segments* where a condition on ``c`` changes (a concat on the last axis,
+pad borders). In a segment, a load's element offset is ``base(r) + stride * c``:
+
+* stride 1 (a run): one DataCopyPad burst per row, or one multi-burst copy per tile where the
+  rows' bases are a fixed pitch apart;
+* stride 0: one element per row (an Expand of ``[R, 1]``);
+* any other stride (a transpose that moves the last axis, a slice with a step on it): when the
+  rows' bases are consecutive (a transpose) a *box* copy brings ``tileRows`` elements of every
+  column in one multi-burst DataCopyPad, else each row copies the span it needs;
+* a constant (pad value) is written with Duplicate.
+
+Copies land 32-byte aligned in a staging buffer; unless the staging layout already is the
+operand tile (one segment of runs), one vector ``Gather`` with an offset tensor built once per
+core permutes it into the operand tile. Conditions on ``r`` only (a concat or pad on an outer
+axis) choose per row which source is copied. Nothing is gathered on the scalar unit except the
+index values of a Gather (``take``), read once per row.
+
+Example
+-------
+>>> from tvm_ascend.schedules import DataMovementSchedule     # doctest: +SKIP
+>>> scheduled, tiling = DataMovementSchedule.schedule(prim_func, get_soc("Ascend910B1"))
+>>> tiling.template, tiling.cols                              # doctest: +SKIP
+('data_movement', 4)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.sym.analyzer import Analyzer
+
+from tvm_ascend.decision import Decision
+from tvm_ascend.errors import TilingError
+
+from .tile_values import (VECTOR_BINARY, VECTOR_CALLS, AccessKind, Access,
+                          expr_key, flat_offset, plan_tile_values)
+from .tir_walk import BufferLoad, Call, expr_dtype, load_buffer, param_buffers
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling,
+                     UB_RESERVED_BYTES)
+
+ROW, COL = tirx.Var("r", "int64"), tirx.Var("c", "int64")
+MAX_BURSTS = 4095      # DataCopyPad blockCount limit
+ITE_OPS = ("prim.if_then_else", "tirx.if_then_else")
+INDEX_DTYPES = ("int32", "int64")
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """Where one segment of an operand comes from: a buffer read or a constant."""
+
+    kind: str             # "run" (stride 1), "span" (per-row strided), "box", "scalar", "const"
+    buffer: object = None
+    base: object = None   # element offset of column c0 as a function of ``r``
+    stride: int = 0
+    value: object = None  # the constant (FloatImm) of a "const" leaf
+
+    @property
+    def index_loads(self) -> list:
+        """Loads of index tensors inside ``base`` (a Gather's ids), read on the scalar unit."""
+        found = []
+        _collect_loads(self.base, found)
+        return found
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A source chosen per row: ``then`` where ``cond(r)`` holds, else ``other``."""
+
+    cond: object
+    then: object
+    other: object
+
+
+@dataclass
+class Segment:
+    """Columns ``[c0, c1)`` of one operand and the tree of sources that fills them."""
+
+    c0: int
+    c1: int
+    tree: object                 # Leaf or Choice
+    layout: str = "rows"         # "rows": one staging row per output row; "box": per column
+    row_len: int = 0             # elements one row copies ("rows" layout)
+    pitch: int | None = None     # base(r + 1) - base(r) where constant
+    pitch_runs: int = 1          # rows between changes of that pitch (gcd)
+    offset: int = 0              # element offset of the segment's staging region (set per tile)
+
+    @property
+    def width(self) -> int:
+        return self.c1 - self.c0
+
+    def leaves(self) -> list:
+        return _leaves(self.tree)
+
+    def data_leaf(self) -> Leaf | None:
+        data = [leaf for leaf in self.leaves() if leaf.kind != "const"]
+        return data[0] if data else None
+
+    def region(self, tile_rows: int, align: int) -> int:
+        """Staging elements of this segment for ``tile_rows`` rows."""
+        if self.layout == "box":
+            return self.width * _round_up(tile_rows, align)
+        return tile_rows * _round_up(self.row_len, align)
+
+    def column(self, jj: int) -> int:
+        """Staging element of local column ``jj`` within one row (rows layout)."""
+        leaf = self.data_leaf()
+        if leaf is None or leaf.kind == "run":
+            return jj
+        if leaf.kind == "scalar":
+            return 0
+        return jj * leaf.stride if leaf.stride > 0 else (self.width - 1 - jj) * -leaf.stride
+
+
+@dataclass
+class Operand:
+    """One data-movement subtree of the output expression, assembled into a UB tile."""
+
+    index: int
+    expr: object
+    placeholder: object            # the load that stands for it in the compute expression
+    segments: list = field(default_factory=list)
+    direct: bool = False           # its staging buffer is the operand tile (no Gather)
+
+    def layout(self, tile_rows: int, align: int) -> int:
+        """Set every segment's staging offset for ``tile_rows``; returns staging elements."""
+        total = 0
+        for seg in self.segments:
+            seg.offset = total
+            total += seg.region(tile_rows, align)
+        return total
+
+
+@dataclass
+class MovementProgram:
+    """Everything the template sizes and the printer prints, derived from the output block."""
+
+    rows: int
+    cols: int
+    dtype: str
+    out_buffer: object
+    operands: list
+    root: object                   # the output expression with operands as placeholders
+    plan: object                   # TileValuePlan of ``root``
+    scalars: dict                  # load key -> (buffer, offset) of kernel-wide scalars
+    inputs: list                   # every input buffer the kernel reads
+
+    @property
+    def align(self) -> int:
+        return BLOCK_BYTES // _dtype_bytes(self.dtype)
+
+    @property
+    def row_stride(self) -> int:
+        return _round_up(self.cols, self.align)
+
+    @property
+    def box_runs(self) -> int:
+        """Tile rows must divide this: box copies need consecutive bases in a tile."""
+        runs = 0
+        for seg in self.segments():
+            if seg.layout == "box":
+                runs = math.gcd(runs, seg.pitch_runs)
+        return runs or self.rows
+
+    @property
+    def max_box_rows(self) -> int:
+        strides = [abs(s.data_leaf().stride) for s in self.segments() if s.layout == "box"]
+        return min(strides) if strides else MAX_BURSTS
+
+    def segments(self) -> list:
+        return [seg for op in self.operands for seg in op.segments]
+
+
+def _dtype_bytes(dtype) -> int:
+    return tvm.runtime.DataType(str(dtype)).bits // 8
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+def _leaves(tree) -> list:
+    if isinstance(tree, Choice):
+        return _leaves(tree.then) + _leaves(tree.other)
+    return [tree]
+
+
+def _collect_loads(expr, found: list) -> None:
+    if expr is None:
+        return
+    if isinstance(expr, BufferLoad):
+        found.append(expr)
+        for index in expr.indices:
+            _collect_loads(index, found)
+        return
+    for child in _kids(expr):
+        _collect_loads(child, found)
+
+
+def _kids(expr) -> list:
+    if isinstance(expr, BufferLoad):
+        return list(expr.indices)
+    if isinstance(expr, Call):
+        return list(expr.args)
+    if type(expr).__name__ == "Cast":
+        return [expr.value]
+    if type(expr).__name__ == "Not":
+        return [expr.a]
+    if type(expr).__name__ == "Select":
+        return [expr.condition, expr.true_value, expr.false_value]
+    if hasattr(expr, "a") and hasattr(expr, "b"):
+        return [expr.a, expr.b]
+    return []
+
+
+def uses(expr, var) -> bool:
+    """Whether ``var`` occurs in ``expr``, index expressions of loads included."""
+    if isinstance(expr, tirx.Var):
+        return expr.same_as(var)
+    return any(uses(child, var) for child in _kids(expr))
+
+
+# ---- numeric evaluation of index expressions over every row --------------------------------
+class DataDependent(Exception):
+    """An expression reads a tensor (a Gather's ids): known only at run time."""
+
+
+_NUMERIC = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "FloorDiv": np.floor_divide,
+            "FloorMod": np.mod, "Div": np.floor_divide, "Min": np.minimum, "Max": np.maximum,
+            "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal,
+            "EQ": np.equal, "NE": np.not_equal, "And": np.logical_and, "Or": np.logical_or}
+
+
+def evaluate(expr, env: dict):
+    """Value of an integer/boolean expression, vectorised: ``env`` maps var names to arrays."""
+    kind = type(expr).__name__
+    if kind == "Var":
+        return env[expr.name]
+    if kind == "IntImm":
+        return np.int64(expr.value)
+    if kind == "Cast":
+        return evaluate(expr.value, env)
+    if kind == "Not":
+        return np.logical_not(evaluate(expr.a, env))
+    if kind in _NUMERIC:
+        return _NUMERIC[kind](evaluate(expr.a, env), evaluate(expr.b, env))
+    if kind == "TensorLoad":
+        raise DataDependent(str(expr))
+    raise TilingError(f"index expression {kind} ({expr}) is not affine arithmetic")
+
+
+def _over_rows(expr, rows: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(evaluate(expr, {"r": np.arange(rows, dtype=np.int64)})),
+                           (rows,))
+
+
+def _pitch(base, rows: int, step: int | None = None) -> tuple[int | None, int]:
+    """(pitch, runs): base(r + 1) - base(r) == pitch except at multiples of ``runs`` rows."""
+    try:
+        values = _over_rows(base, rows)
+    except DataDependent:
+        return None, 1
+    if rows == 1:
+        return step, 1
+    diffs = np.diff(values)
+    pitch = int(diffs[0]) if step is None else step
+    breaks = np.nonzero(diffs != pitch)[0] + 1
+    runs = rows
+    for position in breaks:
+        runs = math.gcd(runs, int(position))
+    return pitch, runs
+
+
+# ---- analysis ----------------------------------------------------------------------------------
+def _output_block(func):
+    sch = tvm.s_tir.Schedule(func)
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    for block_rv in blocks[:-1]:
+        try:
+            sch.compute_inline(block_rv)
+        except Exception as err:  # noqa: BLE001 - TVM refuses reductions and the like
+            raise TilingError(f"block {sch.get(block_rv).name_hint} cannot be inlined into the "
+                              f"output: not a data-movement group ({err})") from err
+    out = sch.get(blocks[-1])
+    if any(int(iv.iter_type) == 2 for iv in out.iter_vars):  # 2: CommReduce
+        # a MatMul or reduction computes its output; moving data does not
+        raise TilingError(f"block {out.name_hint} reduces: not a data-movement group")
+    return sch, blocks[-1]
+
+
+def _row_bindings(block) -> tuple[dict, int, int]:
+    extents = [int(iv.dom.extent) for iv in block.iter_vars]
+    bindings, stride = {}, 1
+    cols = extents[-1]
+    bindings[block.iter_vars[-1].var] = COL
+    for iv, extent in reversed(list(zip(block.iter_vars[:-1], extents[:-1]))):
+        value = tirx.FloorDiv(ROW, tirx.IntImm("int64", stride)) if stride > 1 else ROW
+        bindings[iv.var] = tirx.FloorMod(value, tirx.IntImm("int64", extent)) \
+            if extent > 1 else tirx.IntImm("int64", 0)
+        stride *= extent
+    return bindings, stride, cols
+
+
+def _analyzer(bindings: dict, rows: int, c0: int, c1: int) -> Analyzer:
+    analyzer = Analyzer()
+    analyzer.bind(ROW, tvm.ir.Range(0, rows))
+    analyzer.bind(COL, tvm.ir.Range(c0, c1))
+    for var, value in bindings.items():
+        analyzer.bind(var, value)
+    return analyzer
+
+
+def _is_ite(expr) -> bool:
+    return type(expr).__name__ == "Select" or (isinstance(expr, Call) and
+                                               expr.op.name in ITE_OPS)
+
+
+def _ite_parts(expr):
+    if type(expr).__name__ == "Select":
+        return expr.condition, expr.true_value, expr.false_value
+    return expr.args[0], expr.args[1], expr.args[2]
+
+
+def _atoms(cond, found: list) -> None:
+    kind = type(cond).__name__
+    if kind in ("And", "Or"):
+        _atoms(cond.a, found)
+        _atoms(cond.b, found)
+    elif kind == "Not":
+        _atoms(cond.a, found)
+    else:
+        found.append(cond)
+
+
+def _rebuild(expr, replace):
+    """``expr`` with every subtree for which ``replace`` returns a value replaced by it."""
+    new = replace(expr)
+    if new is not None:
+        return new
+    kind = type(expr).__name__
+    if kind in VECTOR_BINARY:
+        return getattr(tirx, kind)(_rebuild(expr.a, replace), _rebuild(expr.b, replace))
+    if kind == "Cast":
+        return tirx.Cast(expr_dtype(expr), _rebuild(expr.value, replace))
+    if isinstance(expr, Call):
+        return Call(expr.op, [_rebuild(a, replace) for a in expr.args], ret_ty=expr.ty)
+    return expr
+
+
+class _Analysis:
+    """Builds the MovementProgram of one inlined output block."""
+
+    def __init__(self, func, block):
+        self.func = func
+        self.bindings, self.rows, self.cols = _row_bindings(block)
+        self.store = block.body
+        self.dtype = str(self.store.buffer.dtype)
+        self.full = _analyzer(self.bindings, self.rows, 0, self.cols)
+
+    def run(self) -> MovementProgram:
+        if self.dtype not in SUPPORTED_DTYPES:
+            raise TilingError(f"writes {self.dtype}; data-movement kernels take "
+                              f"{' or '.join(SUPPORTED_DTYPES)}")
+        operands, scalars = {}, {}
+        self._find(self.store.value, operands, scalars)
+        if not operands:
+            raise TilingError("no tensor operand")
+        bounds = self._boundaries(list(operands.values()))
+        for operand in operands.values():
+            for c0, c1 in zip(bounds[:-1], bounds[1:]):
+                operand.segments.extend(self._segment(operand.expr, c0, c1))
+            self._merge_runs(operand)
+            only = operand.segments[0]
+            operand.direct = (len(operand.segments) == 1 and only.layout == "rows"
+                              and all(leaf.kind in ("run", "const") for leaf in only.leaves()))
+        if all(self._whole_rows(op) for op in operands.values()):
+            raise TilingError("every operand is whole rows at fixed bases: a row copy (the "
+                              "elementwise and row templates' job)")
+        placeholders = {k: op.placeholder for k, op in operands.items()}
+        root = _rebuild(self.store.value, lambda e: placeholders.get(expr_key(e)))
+        plan = plan_tile_values(root, self._classify(placeholders, scalars))
+        dtypes = {expr_dtype(n) for n in plan.order} | {self.dtype}
+        if len(dtypes) != 1:
+            raise TilingError(f"data-movement kernels compute in one dtype; this group mixes "
+                              f"{sorted(dtypes)}")
+        inputs = param_buffers(self.func)[0]
+        return MovementProgram(self.rows, self.cols, self.dtype, self.store.buffer,
+                               list(operands.values()), root, plan, scalars, inputs)
+
+    def _whole_rows(self, operand: Operand) -> bool:
+        seg = operand.segments[0]
+        if len(operand.segments) != 1 or not isinstance(seg.tree, Leaf) or \
+                seg.tree.kind != "run":
+            return False
+        return seg.pitch is not None  # bases known at compile time (not a Gather's ids)
+
+    def _classify(self, placeholders, scalars):
+        keys = {expr_key(p) for p in placeholders.values()}
+
+        def classify(load):
+            key = expr_key(load)
+            if key in keys:
+                return Access(AccessKind.FULL, load_buffer(load), 0)
+            if key in scalars:
+                return Access(AccessKind.SCALAR, load_buffer(load), scalars[key][1])
+            raise TilingError(f"load {load} is neither an operand nor a scalar")
+        return classify
+
+    def _find(self, expr, operands: dict, scalars: dict) -> None:
+        """Operands (movement subtrees) and kernel scalars of the compute expression."""
+        kind = type(expr).__name__
+        if isinstance(expr, BufferLoad):
+            offset = self.full.simplify(flat_offset(load_buffer(expr), expr.indices))
+            if not uses(offset, ROW) and not uses(offset, COL):
+                scalars[expr_key(expr)] = (load_buffer(expr), offset)
+                return
+        if isinstance(expr, BufferLoad) or _is_ite(expr):
+            key = expr_key(expr)
+            if key not in operands:
+                index = len(operands)
+                holder = tirx.decl_buffer((1,), expr_dtype(expr), f"operand{index}")
+                operands[key] = Operand(index, expr, tirx.BufferLoad(
+                    holder, [tirx.IntImm("int64", 0)]))
+            return
+        if kind in ("FloatImm", "IntImm"):
+            return
+        if kind in VECTOR_BINARY or kind == "Cast" or (isinstance(expr, Call)
+                                                        and expr.op.name in VECTOR_CALLS):
+            for child in _kids(expr):
+                self._find(child, operands, scalars)
+            return
+        what = expr.op.name if isinstance(expr, Call) else kind
+        raise TilingError(f"TIR construct {what} has no vector instruction")
+
+    def _boundaries(self, operands) -> list:
+        """Column positions where some condition on ``c`` changes value."""
+        atoms: list = []
+        for operand in operands:
+            self._conditions(operand.expr, atoms)
+        cuts = {0, self.cols}
+        columns = np.arange(self.cols, dtype=np.int64)
+        for atom in atoms:
+            simple = self.full.simplify(atom)
+            if not uses(simple, COL):
+                continue
+            if uses(simple, ROW):
+                raise TilingError(f"condition {atom} depends on both the row and the column")
+            values = np.broadcast_to(np.asarray(evaluate(simple, {"c": columns})), columns.shape)
+            cuts.update(int(i) + 1 for i in np.nonzero(values[1:] != values[:-1])[0])
+        return sorted(cuts)
+
+    def _conditions(self, expr, atoms: list) -> None:
+        if _is_ite(expr):
+            cond, then, other = _ite_parts(expr)
+            _atoms(cond, atoms)
+            self._conditions(then, atoms)
+            self._conditions(other, atoms)
+
+    def _segment(self, expr, c0: int, c1: int) -> list:
+        analyzer = _analyzer(self.bindings, self.rows, c0, c1)
+        tree = self._tree(expr, analyzer, c0, c1)
+        data = [leaf for leaf in _leaves(tree) if leaf.kind != "const"]
+        kinds = {(leaf.kind, leaf.stride) for leaf in data}
+        if len(kinds) > 1:
+            raise TilingError(f"columns {c0}..{c1} choose per row between sources read with "
+                              f"different strides {sorted(kinds)}")
+        seg = Segment(c0, c1, tree)
+        leaf = data[0] if data else None
+        width = c1 - c0
+        if leaf is None or leaf.kind == "run":
+            seg.row_len = width
+        elif leaf.kind == "scalar":
+            seg.row_len = 1
+        else:
+            seg.row_len = (width - 1) * abs(leaf.stride) + 1
+        if isinstance(tree, Leaf) and leaf is not None:
+            if leaf.kind == "span":
+                pitch, runs = _pitch(leaf.base, self.rows, 1)
+                if pitch == 1 and runs > 1 and width <= MAX_BURSTS:
+                    seg.layout, seg.pitch, seg.pitch_runs = "box", 1, runs
+                    return [seg]
+            seg.pitch, seg.pitch_runs = _pitch(leaf.base, self.rows)
+        return [seg]
+
+    def _tree(self, expr, analyzer, c0: int, c1: int):
+        if _is_ite(expr):
+            cond, then, other = _ite_parts(expr)
+            resolved = self._resolve(cond, analyzer, c0, c1)
+            if resolved is True:
+                return self._tree(then, analyzer, c0, c1)
+            if resolved is False:
+                return self._tree(other, analyzer, c0, c1)
+            return Choice(resolved, self._tree(then, analyzer, c0, c1),
+                          self._tree(other, analyzer, c0, c1))
+        if isinstance(expr, BufferLoad):
+            return self._leaf(expr, analyzer, c0)
+        if type(expr).__name__ in ("FloatImm", "IntImm"):
+            return Leaf("const", value=expr)
+        raise TilingError(f"computes ({type(expr).__name__}) inside a data-movement branch: "
+                          "only the consumer of a data movement fuses")
+
+    def _resolve(self, cond, analyzer, c0: int, c1: int):
+        """True/False where ``cond`` is constant over the segment, else a condition on ``r``."""
+        kind = type(cond).__name__
+        if kind in ("And", "Or"):
+            a = self._resolve(cond.a, analyzer, c0, c1)
+            b = self._resolve(cond.b, analyzer, c0, c1)
+            absorbing = kind == "Or"
+            if a is absorbing or b is absorbing:
+                return absorbing
+            if isinstance(a, bool):
+                return b
+            if isinstance(b, bool):
+                return a
+            return getattr(tirx, kind)(a, b)
+        if kind == "Not":
+            inner = self._resolve(cond.a, analyzer, c0, c1)
+            return (not inner) if isinstance(inner, bool) else tirx.Not(inner)
+        simple = analyzer.simplify(cond)
+        if uses(simple, COL):
+            values = np.broadcast_to(np.asarray(evaluate(simple, {
+                "c": np.arange(c0, c1, dtype=np.int64)})), (c1 - c0,))
+            return bool(values[0])
+        if type(simple).__name__ == "IntImm":
+            return bool(simple.value)
+        _over_rows(simple, 1)  # conditions must be arithmetic on r (raises otherwise)
+        return simple
+
+    def _leaf(self, load, analyzer, c0: int) -> Leaf:
+        buffer = load_buffer(load)
+        if str(buffer.dtype) != self.dtype:
+            raise TilingError(f"{buffer.name} is {buffer.dtype}, the output {self.dtype}: casts "
+                              "are not fused into data movement")
+        offset = analyzer.simplify(flat_offset(buffer, load.indices))
+        at = [Analyzer(), Analyzer()]
+        for a, value in zip(at, (c0, c0 + 1)):
+            a.bind(COL, tirx.IntImm("int64", value))
+        step = analyzer.simplify(at[1].simplify(offset) - at[0].simplify(offset))
+        if type(step).__name__ != "IntImm":
+            raise TilingError(f"{buffer.name} is read as {load}: not a fixed stride along the "
+                              "last axis")
+        stride = int(step.value)
+        rest = analyzer.simplify(offset - tirx.IntImm("int64", stride) * COL)
+        if uses(rest, COL):
+            raise TilingError(f"{buffer.name} is read as {load}: not linear along the last axis")
+        base = analyzer.simplify(rest + tirx.IntImm("int64", stride * c0))
+        for index_load in _index_loads(base):
+            if str(load_buffer(index_load).dtype) not in INDEX_DTYPES:
+                raise TilingError(f"index tensor {load_buffer(index_load).name} is "
+                                  f"{load_buffer(index_load).dtype}")
+        kind = {1: "run", 0: "scalar"}.get(stride, "span")
+        return Leaf(kind, buffer, base, stride)
+
+    @staticmethod
+    def _merge_runs(operand: Operand) -> None:
+        """Neighbouring segments that continue one run (a pad's cut that only one operand sees)
+        become one segment."""
+        merged = []
+        for seg in operand.segments:
+            prev = merged[-1] if merged else None
+            if prev is not None and isinstance(prev.tree, Leaf) and isinstance(seg.tree, Leaf) \
+                    and prev.tree.kind == seg.tree.kind == "run" \
+                    and prev.tree.buffer.same_as(seg.tree.buffer) \
+                    and tvm_ffi.structural_equal(Analyzer().simplify(
+                        prev.tree.base + tirx.IntImm("int64", prev.width)), seg.tree.base):
+                merged[-1] = Segment(prev.c0, seg.c1, prev.tree, "rows", seg.c1 - prev.c0,
+                                     prev.pitch, prev.pitch_runs)
+            elif prev is not None and isinstance(prev.tree, Leaf) and \
+                    isinstance(seg.tree, Leaf) and prev.tree.kind == seg.tree.kind == "const" \
+                    and tvm_ffi.structural_equal(prev.tree.value, seg.tree.value):
+                merged[-1] = Segment(prev.c0, seg.c1, prev.tree, "rows", seg.c1 - prev.c0)
+            else:
+                merged.append(seg)
+        operand.segments = merged
+
+
+def _index_loads(base) -> list:
+    found: list = []
+    _collect_loads(base, found)
+    return found
+
+
+def movement_program(func) -> MovementProgram:
+    """The MovementProgram of ``func`` (scheduled or not); TilingError says why not."""
+    sch, out_rv = _output_block(func)
+    return _Analysis(func, sch.get(out_rv)).run()
+
+
+# ---- the template ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DataMovementKnobs:
+    """Tunable choices of the template."""
+
+    cores: int | None = None       # None: every vector block that gets a row
+    tile_rows: int | None = None   # None: as many rows as fit the UB
+    double_buffer: bool = True
+
+
+class DataMovementSchedule:
+    """Template for groups that move data (and compute elementwise on what they moved)."""
+
+    name = "data_movement"
+
+    @staticmethod
+    def applies(func) -> Decision:
+        """Whether the output is rows assembled from contiguous runs, strided columns and
+        constants, with elementwise compute on top."""
+        if len(param_buffers(func)[1]) != 1:
+            return Decision.no("the data-movement template prints one output")
+        try:
+            program = movement_program(func)
+        except TilingError as err:
+            return Decision.no(str(err))
+        kinds = sorted({leaf.kind for seg in program.segments() for leaf in seg.leaves()})
+        return Decision.yes(f"rows of {program.cols} assembled from {', '.join(kinds)} copies")
+
+    @staticmethod
+    def schedule(func, soc, knobs: DataMovementKnobs | None = None):
+        """(scheduled PrimFunc, Tiling) for ``func`` on ``soc``."""
+        knobs = knobs or DataMovementKnobs()
+        if len(param_buffers(func)[1]) != 1:
+            raise TilingError("data-movement template does not apply: several outputs")
+        program = movement_program(func)
+        tiling = plan_tiling(program, soc, knobs)
+        sch, out_rv = _output_block(func)
+        loops = sch.get_loops(out_rv)
+        if len(loops) > 1:
+            row_loop = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+            core, _, _ = sch.split(row_loop, [tiling.cores, tiling.tiles_per_core,
+                                              tiling.tile_len])
+            sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
+        return sch.mod["main"], tiling
+
+
+def ub_bytes(program: MovementProgram, tile_rows: int, buffer_num: int) -> int:
+    """UB bytes the printed kernel reserves with InitBuffer (checked against the emulator)."""
+    elem = _dtype_bytes(program.dtype)
+    tile = tile_rows * program.row_stride * elem
+    staged = sum(op.layout(tile_rows, program.align) * elem for op in program.operands)
+    gathered = sum(1 for op in program.operands if not op.direct)
+    return (buffer_num * (staged + tile) + gathered * (tile + tile_rows * program.row_stride * 4)
+            + program.plan.n_slots * tile)
+
+
+def _tree_bytes(tree, mask: np.ndarray, row_bytes: int) -> int:
+    if not mask.any():
+        return 0
+    if isinstance(tree, Choice):
+        chosen = mask & np.broadcast_to(np.asarray(evaluate(tree.cond, {
+            "r": np.arange(mask.size, dtype=np.int64)})), mask.shape).astype(bool)
+        return (_tree_bytes(tree.then, chosen, row_bytes)
+                + _tree_bytes(tree.other, mask & ~chosen, row_bytes))
+    if tree.kind == "const":
+        return 0
+    index = sum(_dtype_bytes(load_buffer(ld).dtype) for ld in tree.index_loads)
+    return int(mask.sum()) * (row_bytes + index)
+
+
+def gm_read_bytes(program: MovementProgram, cores: int) -> int:
+    """GM bytes the kernel reads: every copy of every segment, index values, scalars per core."""
+    elem = _dtype_bytes(program.dtype)
+    total = 0
+    for seg in program.segments():
+        if seg.layout == "box":
+            total += program.rows * seg.width * elem
+        else:
+            total += _tree_bytes(seg.tree, np.ones(program.rows, bool), seg.row_len * elem)
+    total += cores * sum(_dtype_bytes(b.dtype) for b, _ in program.scalars.values())
+    return total
+
+
+def plan_tiling(program: MovementProgram, soc, knobs: DataMovementKnobs) -> Tiling:
+    """Cores and rows per tile: as many rows as fit the UB, box copies within their runs."""
+    nbuf = 2 if knobs.double_buffer else 1
+    live = len(program.operands)
+    if live > soc.max_live_buffers_per_position:
+        raise TilingError(f"{live} operand tiles exceed {soc.max_live_buffers_per_position} "
+                          f"live VECIN buffers on {soc.name}")
+    rows = program.rows
+    cores = max(1, min(knobs.cores or soc.vector_blocks, soc.vector_blocks, rows))
+    cap = min(MAX_BURSTS, _ceil_div(rows, cores), program.max_box_rows)
+    if knobs.tile_rows is not None:
+        cap = min(cap, knobs.tile_rows)
+    budget = soc.ub_bytes - UB_RESERVED_BYTES
+    runs = program.box_runs
+    candidates = [t for t in range(cap, 0, -1) if runs % t == 0] if any(
+        seg.layout == "box" for seg in program.segments()) else None
+    tile_rows = _largest_fit(program, candidates, cap, budget, nbuf)
+    if tile_rows is None:
+        raise TilingError(f"one row of {program.cols} elements needs "
+                          f"{ub_bytes(program, 1, nbuf)} UB bytes; {soc.name} has {budget} "
+                          "(rows longer than the UB need a multi-pass kernel, not written yet)")
+    per_core = _ceil_div(rows, cores)
+    tiles_per_core = _ceil_div(per_core, tile_rows)
+    block_rows = tiles_per_core * tile_rows
+    cores = _ceil_div(rows, block_rows)
+    elem = _dtype_bytes(program.dtype)
+    ub = ub_bytes(program, tile_rows, nbuf)
+    return Tiling("data_movement", rows, cores, block_rows, tile_rows, tiles_per_core, nbuf,
+                  program.plan.n_slots, ub, soc.ub_bytes, gm_read_bytes(program, cores),
+                  rows * program.cols * elem, program.cols,
+                  params={"scalar_gather_elems": 0,
+                          "gathered_operands": sum(not op.direct for op in program.operands)})
+
+
+def _largest_fit(program, candidates, cap: int, budget: int, nbuf: int) -> int | None:
+    fits = lambda t: ub_bytes(program, t, nbuf) <= budget  # noqa: E731
+    if candidates is not None:
+        return next((t for t in candidates if fits(t)), None)
+    if not fits(1):
+        return None
+    lo, hi = 1, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+__all__ = ["DataMovementSchedule", "DataMovementKnobs", "MovementProgram", "Operand", "Segment",
+           "Leaf", "Choice", "movement_program", "plan_tiling", "gm_read_bytes", "ub_bytes",
+           "evaluate", "uses"]
