@@ -5,9 +5,11 @@ with TVM's TIR schedule primitives. Templates know TIR and the SoC profile, neve
 """
 from .attention import AttentionKnobs, AttentionSchedule
 from .conv2d import Conv2dSchedule
+from .data_movement import DataMovementKnobs, DataMovementSchedule
 from .elementwise import ElementwiseKnobs, ElementwiseSchedule
-from .matmul import MatmulSchedule
-from .row_reduce import RowReduceSchedule
+from .matmul import MatmulKnobs, MatmulSchedule
+from .matmul_rows import MatmulRowsKnobs, MatmulRowsSchedule
+from .row_reduce import RowReduceKnobs, RowReduceSchedule
 from .tiling import Tiling
 from .tile_values import AccessKind, classify_load, plan_tile_values
 
@@ -16,11 +18,21 @@ from .tile_values import AccessKind, classify_load, plan_tile_values
 # AttentionSchedule after MatmulSchedule: the matmul template refuses any group with a
 # reduction after its product, so the two never both take a group; attention only takes groups
 # with two products around a softmax, which no other template tiles.
-TEMPLATES = (ElementwiseSchedule, RowReduceSchedule, MatmulSchedule, Conv2dSchedule,
-             AttentionSchedule)
+# MatmulRowsSchedule right after MatmulSchedule: it takes only groups with a reduction over the
+# product's N axis after the product, which MatmulSchedule refuses, and MatmulSchedule takes
+# only groups without one, so the two never both take a group; it refuses a second product
+# (attention's PV reduces into whole rows, not one value per row), which AttentionSchedule takes.
+# DataMovementSchedule before RowReduceSchedule: it refuses groups whose every operand is whole
+# rows read at fixed bases (a Transpose that keeps the last axis, a slice of outer axes), which
+# stay row copies; it takes rows gathered by an index tensor (Gather), which the row template
+# would read as row slices it cannot print.
+TEMPLATES = (ElementwiseSchedule, DataMovementSchedule, RowReduceSchedule, MatmulSchedule,
+             MatmulRowsSchedule, Conv2dSchedule, AttentionSchedule)
 
 __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "MatmulSchedule",
            "Conv2dSchedule", "AttentionSchedule", "AttentionKnobs",
+           "DataMovementSchedule", "DataMovementKnobs",
+           "RowReduceKnobs", "MatmulKnobs", "MatmulRowsSchedule", "MatmulRowsKnobs",
            "Tiling", "AccessKind", "classify_load",
            "plan_tile_values", "TEMPLATES", "plan_template", "select_template", "template_by_name",
            "supports"]

@@ -13,8 +13,10 @@ from ..errors import CodegenError
 from .attention_kernel import AttentionKernelPrinter
 from .code_buffer import CodeBuffer
 from .conv_kernel import ConvKernelPrinter
+from .data_movement_kernel import DataMovementKernelPrinter
 from .elementwise_kernel import ElementwiseKernelPrinter
 from .matmul_kernel import MatmulKernelPrinter
+from .matmul_rows_kernel import MatmulRowsKernelPrinter
 from .row_reduce_kernel import RowReduceKernelPrinter
 from .launcher import emit_launcher
 from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE,
@@ -22,7 +24,9 @@ from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERN
 
 KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter, "row_reduce": RowReduceKernelPrinter,
                    "matmul": MatmulKernelPrinter, "conv2d": ConvKernelPrinter,
-                   "attention": AttentionKernelPrinter}
+                   "attention": AttentionKernelPrinter,
+                   "data_movement": DataMovementKernelPrinter,
+                   "matmul_rows": MatmulRowsKernelPrinter}
 METADATA_DELIMITER = "ascendmeta"
 
 
@@ -51,9 +55,15 @@ def _provenance(buf: CodeBuffer, kernel: ScheduledKernel) -> None:
              f"UB {t.ub_bytes}/{t.ub_capacity} B")
 
 
+def _printer_name(tiling) -> str:
+    # a matmul tiling with a row epilogue (schedules/matmul_rows.py) stays a matmul tiling for
+    # the timing model and the features; only its printer differs
+    return "matmul_rows" if tiling.params.get("row_epilogue") else tiling.template
+
+
 def _printer(kernel: ScheduledKernel):
     try:
-        cls = KERNEL_PRINTERS[kernel.tiling.template]
+        cls = KERNEL_PRINTERS[_printer_name(kernel.tiling)]
     except KeyError as err:
         raise CodegenError(f"{kernel.symbol}: no printer for template "
                            f"{kernel.tiling.template!r}") from err
@@ -62,7 +72,7 @@ def _printer(kernel: ScheduledKernel):
 
 def _extra_includes(kernel: ScheduledKernel, soc) -> tuple:
     """Lines a printer adds to the prelude once per unit (a callable picks them per SoC)."""
-    extra = getattr(KERNEL_PRINTERS[kernel.tiling.template], "extra_includes", ())
+    extra = getattr(KERNEL_PRINTERS[_printer_name(kernel.tiling)], "extra_includes", ())
     return extra(soc) if callable(extra) else extra
 
 

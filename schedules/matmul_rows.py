@@ -1,0 +1,296 @@
+"""MatmulRowsSchedule: a MatMul whose epilogue reduces over the product's rows, as one kernel.
+
+A transformer's out-projection (MatMul -> bias -> residual Add) feeds a LayerNorm whose result is
+all the next layer reads; Softmax over the product's N axis is the same shape of work. The
+epilogue needs whole rows of C, so the product is cut along M only: one ``baseM x baseN`` base
+tile spans every column (``baseN = N`` rounded up to 16), the cube accumulates it in L0C
+(``baseM x baseN`` float32), and ``GetTensorC`` brings it to the UB, where the row program of
+``schedules/row_reduce.py`` (mean, variance, rsqrt, scale, shift, ...) runs row by row before
+the single write to GM. Rows too wide for L0C or the UB are refused with the numbers; the
+planner then keeps the matmul and the row kernel apart.
+
+The Tiling is a matmul tiling in every field (the timing model, features and tuning read it as
+one; ``params["row_epilogue"]`` marks it), so the printer dispatch picks
+``codegen/matmul_rows_kernel.py`` for it.
+
+Example
+-------
+>>> from tvm_ascend.soc import get_soc                                   # doctest: +SKIP
+>>> MatmulRowsSchedule.applies(func)                                     # doctest: +SKIP
+Decision(ok=True, reason='matmul 128x768 @ 768x768 with a row epilogue over N=768')
+>>> _, tiling = MatmulRowsSchedule.schedule(func, get_soc("Ascend910B1"))  # doctest: +SKIP
+>>> tiling.params["base_n"], tiling.params["base_m"]                     # doctest: +SKIP
+(768, 16)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+
+from tvm_ascend.decision import Decision
+from tvm_ascend.errors import TilingError
+
+from .matmul import (FRACTAL, MatmulShape, _ceil_div, _dtype_bytes, _round_up, _singles,
+                     _traffic, epilogue_program, matmul_shape)
+from .row_reduce import (RowAccessKind, _blocks, _inline, _is_full, _prod, _reduce_vars, _reducer,
+                         check_program_dtypes, input_dtypes, program_dtypes)
+from .tile_values import unsupported_construct
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling,
+                     UB_RESERVED_BYTES)
+from .tir_walk import param_buffers
+
+# L0A/L0B are double-buffered and L0C single (the values the matmul printer's TCubeTiling
+# carries: dbL0A = dbL0B = 2, dbL0C = 1, depthA1 = depthB1 = 2); L0C accumulates in float32.
+L0AB_BUFFERS = 2
+L1_DEPTH = 2
+L0C_ELEM_BYTES = 4
+# Row slots after the program's own: the ReduceSum work tensor and the reduced value.
+EXTRA_SLOTS = 2
+
+
+@dataclass(frozen=True)
+class MatmulRowsKnobs:
+    """Tunable choices of the matmul-rows template (the cost model searches these)."""
+
+    base_m: int | None = None  # rows per base tile; None: the most that fit (<= 64 / 128 fp16)
+    cores: int | None = None   # None: every AI core
+
+
+def _row_shape_decision(func, shape: MatmulShape) -> Decision:
+    """Every block after the product works on rows of C: reductions over N into one value per
+    row, full rows, or row values; at least one reduction (else the matmul template takes it)."""
+    rows, cols = shape.batch * shape.m, shape.n
+    reductions = 0
+    for block in _blocks(tvm.s_tir.Schedule(func))[1:]:
+        store = block.body
+        if type(store).__name__ != "BufferStore":
+            return Decision.no(f"block {block.name_hint} is not a single store")
+        if str(store.buffer.dtype) not in SUPPORTED_DTYPES + ("bool",):
+            return Decision.no(f"block {block.name_hint} computes in {store.buffer.dtype}")
+        extents = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0]
+        reduce_vars = _reduce_vars(block)
+        if reduce_vars:
+            found = _reducer(store)
+            if len(reduce_vars) != 1 or found is None:
+                return Decision.no(f"block {block.name_hint} is not a sum/max/min over one axis")
+            if int(reduce_vars[0].dom.extent) != cols or _prod(extents) != rows:
+                return Decision.no(f"block {block.name_hint} reduces {extents} over "
+                                   f"{int(reduce_vars[0].dom.extent)}, not each of the {rows} "
+                                   f"rows of the product over its N={cols}")
+            reductions += 1
+            expr = found[1]
+        else:
+            if _prod(extents) != rows and not _is_full(extents, rows, cols):
+                return Decision.no(f"block {block.name_hint} iterates {extents}, not {rows} "
+                                   f"rows of {cols}")
+            expr = store.value
+        construct = unsupported_construct(expr, masks=True)
+        if construct:
+            return Decision.no(f"TIR construct {construct} has no vector instruction")
+    if not reductions:
+        return Decision.no("no reduction after the matmul (the matmul template takes it)")
+    return Decision.yes()
+
+
+class MatmulRowsSchedule:
+    """Template for a MatMul on the cube followed by row reductions over its N axis."""
+
+    name = "matmul_rows"
+
+    @staticmethod
+    def applies(func) -> Decision:
+        shape = matmul_shape(func)
+        if shape is None:
+            return Decision.no("first block is not a matmul C += A[i, k] * B[k, j]")
+        if shape.dtype not in SUPPORTED_DTYPES:
+            return Decision.no(f"matmul in {shape.dtype}; the cube kernel takes float16/float32")
+        if shape.b_batched:
+            # a per-batch product of two activations followed by a row reduction is the first
+            # half of attention: taking it here would leave the planner comparing the attention
+            # kernel (scores kept on chip) against this one instead of against the split ops
+            return Decision.no("B differs per batch (attention scores): the attention template "
+                               "takes the product with its softmax and PV")
+        decision = _row_shape_decision(func, shape)
+        if not decision:
+            return decision
+        if len(param_buffers(func)[1]) != 1:
+            return Decision.no("the matmul-rows template prints one output")
+        return Decision.yes(f"matmul {shape.m}x{shape.k} @ {shape.k}x{shape.n} with a row "
+                            f"epilogue over N={shape.n}")
+
+    @staticmethod
+    def schedule(func, soc, knobs: MatmulRowsKnobs | None = None):
+        """(scheduled PrimFunc, Tiling); ``knobs`` (MatmulRowsKnobs) as the search chose."""
+        decision = MatmulRowsSchedule.applies(func)
+        if not decision:
+            raise TilingError(f"matmul-rows template does not apply: {decision.reason}")
+        if not soc.has_data_copy_pad:
+            raise TilingError(f"the matmul epilogue writes tiles with DataCopyPad, which "
+                              f"{soc.name} lacks (a strided DataCopy path is not written yet)")
+        shape = matmul_shape(func)
+        sch = tvm.s_tir.Schedule(func)
+        # the row template's inlining: row values and single-use full rows join their reader;
+        # the product (a reduction over K) stays the first block
+        _inline(sch, shape.batch * shape.m, shape.n)
+        program = epilogue_program(_blocks(sch), func, shape)
+        _check_program(program, shape, soc)
+        tiling = _plan(_folded(shape), program, soc, knobs or MatmulRowsKnobs())
+        loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])
+        sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
+        return sch.mod["main"], tiling
+
+    @staticmethod
+    def knob_space(func, soc) -> list[MatmulRowsKnobs]:
+        """Candidate knobs, the default first: base tiles of 16..128 rows that fit, all or half
+        the AI cores. ``schedule`` may refuse one (TilingError); searches drop it."""
+        _, default = MatmulRowsSchedule.schedule(func, soc)
+        top = default.params["max_base_m"]
+        space = [MatmulRowsKnobs()]
+        for cores in (None, max(1, soc.ai_cores // 2)):
+            for base_m in (b for b in (16, 32, 64, 128) if b <= top):
+                knobs = MatmulRowsKnobs(base_m, cores)
+                if knobs not in space:
+                    space.append(knobs)
+        return space
+
+
+def _folded(shape: MatmulShape) -> MatmulShape:
+    """Batch rows of A over shared weights are one taller matrix (A is contiguous
+    [batch * m, k]); a per-batch B (refused for now) would keep the batches apart."""
+    if shape.a_batched and not shape.b_batched:
+        return MatmulShape(1, shape.batch * shape.m, shape.n, shape.k, False, False, shape.dtype)
+    return shape
+
+
+def _check_program(program, shape: MatmulShape, soc) -> None:
+    """Refuse programs the printer cannot print: it writes the output over C's tile in place
+    and reads every epilogue input in C's dtype."""
+    if program is None or not program.out_full:
+        raise TilingError("the row epilogue ends in one value per row; the matmul-rows kernel "
+                          "writes whole rows (not printed yet)")
+    check_program_dtypes(program)
+    if str(program.out_buffer.dtype) != shape.dtype:
+        raise TilingError(f"the output is {program.out_buffer.dtype} and the product "
+                          f"{shape.dtype}: the row epilogue writes over C's tile in place")
+    for name, dtype in input_dtypes(program).items():
+        if dtype != shape.dtype:
+            raise TilingError(f"epilogue input {name} is {dtype}; the matmul-rows kernel reads "
+                              f"its inputs in the product's {shape.dtype}")
+    streamed = sum(1 for k in program.inputs.values()
+                   if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
+    if streamed > soc.max_live_buffers_per_position:
+        raise TilingError(f"{streamed} row inputs exceed {soc.max_live_buffers_per_position} "
+                          "live VECIN buffers")
+
+
+def ub_bytes(program, n: int, elem: int, base_m: int) -> int:
+    """UB bytes the printed kernel reserves with InitBuffer: C's tile and each streamed input
+    (``base_m`` rows of ``baseN``), resident columns, and the row slots (the program's
+    intermediates and temporaries, the ReduceSum work tensor, the reduced value)."""
+    base_n = _round_up(n, FRACTAL)
+    _, slot_bytes = _slots(program, elem)
+    streamed = sum(1 for k in program.inputs.values()
+                   if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
+    columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN)
+    return (base_m * base_n * elem * (1 + streamed) + columns * _round_up(n * elem, BLOCK_BYTES)
+            + row_slots(program) * base_n * slot_bytes)
+
+
+def row_slots(program) -> int:
+    """Row slots of ``baseN`` elements the kernel keeps: intermediates, temporaries, work and
+    the reduced value (the last two each fit one slot: ReduceSum needs one element per
+    256-byte repeat, the value 32 bytes)."""
+    return len(program.intermediates) + program.temp_slots + EXTRA_SLOTS
+
+
+def _slots(program, elem: int) -> tuple[int, int]:
+    """(slots, bytes per element of a slot): a slot holds a row of the widest value (TOPI
+    computes an fp16 LayerNorm's statistics in float32)."""
+    return row_slots(program), max([elem] + [_dtype_bytes(d) for d in program_dtypes(program)])
+
+
+def _max_base_m(program, shape: MatmulShape, soc) -> int:
+    """The most rows (a multiple of 16) per base tile that L0C and the UB hold."""
+    elem = _dtype_bytes(shape.dtype)
+    base_n = _round_up(shape.n, FRACTAL)
+    by_l0c = soc.l0c_bytes // (base_n * L0C_ELEM_BYTES) // FRACTAL * FRACTAL
+    if by_l0c < FRACTAL:
+        raise TilingError(f"N={shape.n} is too wide for one tile of whole rows: {FRACTAL} rows "
+                          f"x {base_n} float32 need {FRACTAL * base_n * L0C_ELEM_BYTES} L0C bytes;"
+                          f" {soc.name} has {soc.l0c_bytes}")
+    budget = soc.ub_bytes - UB_RESERVED_BYTES
+    fixed = ub_bytes(program, shape.n, elem, 0)
+    per_row = ub_bytes(program, shape.n, elem, 1) - fixed
+    by_ub = (budget - fixed) // per_row // FRACTAL * FRACTAL if budget > fixed else 0
+    if by_ub < FRACTAL:
+        raise TilingError(f"N={shape.n} is too wide for one UB tile of whole rows: {FRACTAL} "
+                          f"rows and the row epilogue need {ub_bytes(program, shape.n, elem, 16)} "
+                          f"UB bytes; {soc.name} has {budget} after its reserve")
+    return min(by_l0c, by_ub)
+
+
+def _base_k(shape: MatmulShape, base_m: int, soc) -> int:
+    """The largest K step (a multiple of C0, at most 64) whose A and B tiles fit L0A, L0B and
+    L1 as the TCubeTiling double-buffers them: a wide baseN leaves a short K step."""
+    elem = _dtype_bytes(shape.dtype)
+    c0 = BLOCK_BYTES // elem
+    base_n = _round_up(shape.n, FRACTAL)
+    for base_k in range(min(64, _round_up(shape.k, c0)), 0, -c0):
+        l0a = base_m * base_k * elem * L0AB_BUFFERS
+        l0b = base_k * base_n * elem * L0AB_BUFFERS
+        l1 = L1_DEPTH * (base_m + base_n) * base_k * elem
+        if l0a <= soc.l0a_bytes and l0b <= soc.l0b_bytes and l1 <= soc.l1_bytes:
+            return base_k
+    raise TilingError(f"N={shape.n} is too wide for the cube: a {c0}-deep B tile of {base_n} "
+                      f"columns needs {c0 * base_n * elem * L0AB_BUFFERS} L0B bytes; {soc.name} "
+                      f"has {soc.l0b_bytes}")
+
+
+def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
+    elem = _dtype_bytes(shape.dtype)
+    c0 = BLOCK_BYTES // elem
+    base_n = _round_up(shape.n, FRACTAL)
+    top = _max_base_m(program, shape, soc)
+    cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
+    if knobs.base_m is not None:
+        if knobs.base_m % FRACTAL or not FRACTAL <= knobs.base_m <= top:
+            raise TilingError(f"base_m={knobs.base_m} must be a multiple of {FRACTAL} in "
+                              f"{FRACTAL}..{top} for rows of {shape.n} on {soc.name}")
+        base_m = knobs.base_m
+    else:
+        # the largest tile that still gives every core rows: the epilogue's vector work
+        # scales with the rows a core holds, so cores beat a fuller cube tile
+        base_m = min(top, 128 if elem == 2 else 64)
+        while base_m > FRACTAL and shape.batch * _ceil_div(shape.m, base_m) < cores:
+            base_m -= FRACTAL
+    base_m = min(base_m, _round_up(shape.m, FRACTAL))
+    base_k = _base_k(shape, base_m, soc)
+    # singleM x N tiles per batch: halve singleM (in base tiles) until every core has work
+    single_m = _round_up(shape.m, FRACTAL)
+
+    def tiles(sm):
+        return shape.batch * _ceil_div(shape.m, sm)
+
+    while tiles(single_m) < cores and single_m > base_m:
+        single_m = _round_up(_ceil_div(single_m, 2), base_m)
+    total = tiles(single_m)
+    per_core = _ceil_div(total, min(cores, total))
+    used = _ceil_div(total, per_core)
+    slots, slot_bytes = _slots(program, elem)
+    ub = ub_bytes(program, shape.n, elem, base_m)
+    gm_read, gm_write = _traffic(shape, program, soc, base_m, base_n, single_m, shape.n, used)
+    pieces = [m for m_single in _singles(shape.m, single_m) for m in _singles(m_single, base_m)]
+    cube_macs = shape.batch * sum(_round_up(m, FRACTAL) for m in pieces) * base_n \
+        * _round_up(shape.k, c0)
+    params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
+              "a_batched": shape.a_batched, "b_batched": shape.b_batched,
+              "base_m": base_m, "base_n": base_n, "base_k": base_k,
+              "single_m": single_m, "single_n": shape.n, "align_n": base_n, "slots": slots,
+              "slot_bytes": slot_bytes, "cube_macs": cube_macs, "row_epilogue": True,
+              "max_base_m": top}
+    return Tiling("matmul", total, used, per_core, 1, per_core, 1, program.temp_slots, ub,
+                  soc.ub_bytes, gm_read, gm_write, shape.n, params)
+
+
+__all__ = ["MatmulRowsSchedule", "MatmulRowsKnobs", "ub_bytes", "row_slots"]

@@ -1,0 +1,125 @@
+"""Prints a MatMul kernel whose epilogue reduces over whole rows (LayerNorm, RMSNorm, Softmax).
+
+The cube side, the tile loop and the copies are the matmul kernel's (``matmul_kernel.py``): each
+base tile of C is ``baseM`` rows by all N columns, fetched into the UB with GetTensorC. Only the
+epilogue differs: instead of one elementwise step per row it runs the row program of
+``schedules/row_reduce.py`` on each row of the tile: reductions (ReduceSum/Max/Min, read back
+on the scalar unit), row values as scalars, full-row steps as vector instructions, the last
+written over C's row in place before the tile's single DataCopyPad to GM.
+
+Example
+-------
+>>> printer = MatmulRowsKernelPrinter("k0", scheduled_func, tiling)      # doctest: +SKIP
+>>> buf = CodeBuffer(); printer.print(buf)                               # doctest: +SKIP
+>>> "ReduceSum" in buf.text()                                           # doctest: +SKIP
+True
+"""
+from __future__ import annotations
+
+from ..errors import CodegenError
+from ..schedules.matmul_rows import row_slots
+from ..schedules.row_reduce import RowAccessKind
+from ..schedules.tile_values import expr_key
+from ..schedules.tir_walk import expr_dtype
+from .cpp_types import cpp_type
+from .kernel_parts import ident
+from .matmul_kernel import MatmulKernelPrinter
+from .row_reduce_kernel import REDUCE_API
+from .scalar_printer import ScalarPrinter
+from .tile_program import TileProgramPrinter
+from .vector_emitters import Operand
+
+C_ROW = "cTile[r * stride]"  # the current row of the product in the UB (matmul_kernel.py)
+
+
+class MatmulRowsKernelPrinter(MatmulKernelPrinter):
+    """Prints one MatMul + row-epilogue kernel and describes its launch."""
+
+    def __init__(self, symbol: str, func, tiling):
+        super().__init__(symbol, func, tiling)
+        program = self.program
+        if program is None or not any(s.kind == "reduce" for s in program.steps):
+            raise CodegenError(f"{symbol}: no row reduction after the matmul; the matmul "
+                               "printer prints it")
+        if program.temp_slots != tiling.temp_buffers or row_slots(program) != self.p["slots"]:
+            raise CodegenError(f"{symbol}: the row program needs {program.temp_slots} temps and "
+                               f"{row_slots(program)} slots, the tiling planned "
+                               f"{tiling.temp_buffers} and {self.p['slots']}")
+        if not program.out_full:
+            raise CodegenError(f"{symbol}: the row epilogue must end in whole rows")
+        self.slot_base = len(program.intermediates)
+        extra = row_slots(program) - 2  # slots after the program's: work, then reduced value
+        self.work_slot, self.reduced_slot = extra, extra + 1
+
+    def _slot(self, k: int, dtype: str) -> str:
+        """Row slot ``k`` of rowBuf viewed as ``dtype`` (``baseN`` elements)."""
+        return (f"rowBuf.GetWithOffset<{cpp_type(dtype)}>(tiling.cube.baseN, "
+                f"{k} * tiling.cube.baseN * {self.p['slot_bytes']})")
+
+    def _leaves(self) -> tuple[dict, dict]:
+        """(tile operands by load key, scalar texts by load key) for the row ``r``."""
+        program, dtype = self.program, self.shape.dtype
+        tiles, scalars = {}, {}
+        for key, (kind, buffer, step) in program.loads.items():
+            n = self.names.get(buffer.name, ident(buffer.name))
+            if kind is RowAccessKind.INTERMEDIATE and step == -1:
+                tiles[key] = Operand(C_ROW, True, dtype)
+            elif kind is RowAccessKind.INTERMEDIATE:
+                buf_dtype = str(buffer.dtype)
+                tiles[key] = Operand(self._slot(program.intermediate_slot(step), buf_dtype),
+                                     True, buf_dtype, mask=buf_dtype == "bool")
+            elif kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
+                tiles[key] = Operand(f"{n}Tile[r * stride]", True, dtype)
+            elif kind is RowAccessKind.COLUMN:
+                tiles[key] = Operand(f"{n}Col", True, dtype)  # one tile spans every column
+            elif kind is RowAccessKind.ROW_SCALAR:
+                base = ScalarPrinter({program.row_var.name: "row"}).print(
+                    program.bases[buffer.name])
+                scalars[key] = f"{n}Gm.GetValue({base})"
+            elif kind is RowAccessKind.SCALAR:
+                scalars[key] = f"{n}Val"
+            elif kind is RowAccessKind.REDUCED:
+                scalars[key] = f"rowValue{step}"
+            else:
+                raise CodegenError(f"{self.symbol}: epilogue load of kind {kind.value}")
+        return tiles, scalars
+
+    def emit_epilogue_row(self, buf):
+        tiles, scalar_names = self._leaves()
+        scalars = ScalarPrinter(scalar_names, expr_key)
+        printer = TileProgramPrinter(self.symbol, scalars)
+
+        def slot(k, node):
+            return self._slot(self.slot_base + k, expr_dtype(node))
+
+        for step in self.program.steps:
+            ctype = cpp_type(str(step.buffer.dtype))
+            if step.kind == "reduce":
+                self._emit_reduce(buf, printer, step, tiles, slot, ctype)
+            elif step.kind == "row":
+                buf.line(f"{ctype} rowValue{step.index} = {scalars.print(step.expr)};")
+            else:
+                dst = C_ROW if step.is_output else self._slot(
+                    self.program.intermediate_slot(step.index), str(step.buffer.dtype))
+                root = printer.emit(buf, step.plan, tiles, dst, slot, "curN")
+                if root.text != dst:
+                    printer.emit_copy(buf, dst, root, "curN")
+
+    def _emit_reduce(self, buf, printer, step, tiles, slot, ctype):
+        """A row reduction into the scalar ``rowValue<index>``, accumulated in its operand's
+        dtype (float32 after a Cast, as the group says)."""
+        temp = slot(step.plan.n_slots, step.expr) if step.plan.order else ""
+        operand = printer.emit(buf, step.plan, tiles, temp, slot, "curN")
+        if not operand.is_tile:
+            raise CodegenError(f"{self.symbol}: reduction of a row scalar")
+        acc = operand.dtype
+        reduced = self._slot(self.reduced_slot, acc)
+        buf.line(f"AscendC::{REDUCE_API[step.reducer]}({reduced}, {operand.text}, "
+                 f"{self._slot(self.work_slot, acc)}, curN);")
+        # the scalar unit reads the reduced value: wait for the vector unit
+        buf.line("AscendC::SetFlag<AscendC::HardEvent::V_S>(0);")
+        buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
+        buf.line(f"{ctype} rowValue{step.index} = static_cast<{ctype}>({reduced}.GetValue(0));")
+
+
+__all__ = ["MatmulRowsKernelPrinter"]
