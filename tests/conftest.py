@@ -10,9 +10,13 @@ import pytest
 # float16: each op rounds to fp16 (ulp 2**-10 relative), and chains of up to 8 ops with
 # cancellation (x**2 + negative bias) lose a few ulps of their largest intermediate (|v| <= 4,
 # ulp ~ 4e-3), hence the absolute term; onnxruntime itself computes some fp16 ops in fp32.
+# "float32_model": whole models (several MatMul/Conv layers): each output sums hundreds of
+# products, accumulated tile by tile on the cube in another order than onnxruntime's, and
+# layers compound it, hence ten times the single-kernel tolerance.
 TOLERANCES = {
     "float32": {"rtol": 1e-5, "atol": 1e-6},
     "float16": {"rtol": 1e-2, "atol": 1e-2},
+    "float32_model": {"rtol": 1e-4, "atol": 1e-5},
 }
 
 

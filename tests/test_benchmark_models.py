@@ -1,0 +1,187 @@
+"""Benchmark models: the ops each export style writes, onnxruntime runs them, tvm-ascend
+matches onnxruntime on tiny configurations, and the graph reference bytes on hand-built graphs."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_ascend
+from benchmarks.graph_bytes import graph_references
+from benchmarks.harness import QUICK_CONFIGS
+from benchmarks.models import bert, gpt2, resnet50
+from conftest import assert_close, run_onnxruntime
+
+TINY_BERT = dict(batch=2, seq=16, hidden=32, heads=2, layers=2, vocab=64)
+TINY_GPT2 = dict(batch=2, seq=16, hidden=32, heads=2, layers=2, vocab=64)
+TINY_RESNET = dict(batch=1, image=32, width=8, blocks=(1, 1, 1, 1), classes=10)
+
+
+def _tiny(name: str, style: str, dtype: str):
+    if name == "bert":
+        return (bert.bert_model(style=style, dtype=dtype, **TINY_BERT),
+                bert.example_inputs(**TINY_BERT))
+    if name == "gpt2":
+        return (gpt2.gpt2_model(style=style, dtype=dtype, **TINY_GPT2),
+                gpt2.example_inputs(**TINY_GPT2))
+    if name == "bert_layer":
+        return (bert.encoder_layer_model(style=style, dtype=dtype, batch=2, seq=16, hidden=32,
+                                         heads=2),
+                bert.encoder_layer_inputs(batch=2, seq=16, hidden=32, dtype=dtype))
+    if name == "gpt2_layer":
+        return (gpt2.decoder_layer_model(style=style, dtype=dtype, batch=2, seq=16, hidden=32,
+                                         heads=2),
+                gpt2.decoder_layer_inputs(style=style, batch=2, seq=16, hidden=32, dtype=dtype))
+    return (resnet50.resnet50_model(style=style, dtype=dtype, **TINY_RESNET),
+            resnet50.example_inputs(batch=1, image=32, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("style", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "resnet", "bert_layer", "gpt2_layer"])
+def test_models_run_in_onnxruntime_with_finite_unit_scale_outputs(name, style, dtype):
+    model, feeds = _tiny(name, style, dtype)
+    outputs = run_onnxruntime(model, feeds)
+    assert outputs and all(o.dtype == np.dtype(dtype) for o in outputs)
+    for out in outputs:
+        assert np.isfinite(out).all()
+        assert 1e-2 < np.abs(out.astype(np.float64)).max() < 1e3  # no overflow, no collapse
+    # weights are raw_data tensors (fast to serialise at GPT-2 medium size)
+    big = [t for t in model.graph.initializer if np.prod(t.dims) > 16]
+    assert big and all(t.raw_data for t in big)
+
+
+def _ops(model) -> set[str]:
+    return {node.op_type for node in model.graph.node}
+
+
+def test_styles_write_the_ops_of_their_exporter():
+    script = bert.bert_model(style="torchscript", **TINY_BERT)
+    dynamo = bert.bert_model(style="dynamo", **TINY_BERT)
+    assert {"ReduceMean", "Pow", "Sqrt", "Erf", "Softmax", "Gemm"} <= _ops(script)
+    assert not {"LayerNormalization", "Split", "IsNaN"} & _ops(script)
+    assert {"LayerNormalization", "Split", "IsNaN", "Where", "Softmax"} <= _ops(dynamo)
+    assert "Pow" not in _ops(dynamo) and script.opset_import[0].version == 14
+    gelu_op = bert.bert_model(style="dynamo", opset=20, **TINY_BERT)
+    assert "Gelu" in _ops(gelu_op) and "Erf" not in _ops(gelu_op)
+    gpt_script = gpt2.gpt2_model(style="torchscript", **TINY_GPT2)
+    assert {"Tanh", "Split", "Where", "Softmax"} <= _ops(gpt_script)  # gelu_new, causal Where
+    gpt_gelu = gpt2.gpt2_model(style="dynamo", opset=20, **TINY_GPT2)
+    gelu = next(n for n in gpt_gelu.graph.node if n.op_type == "Gelu")
+    assert helper.get_attribute_value(gelu.attribute[0]) == b"tanh"
+    resnet_ops = _ops(resnet50.resnet50_model(**TINY_RESNET)) - {"Identity"}  # names output
+    assert resnet_ops == {"Conv", "BatchNormalization", "Relu", "Add", "MaxPool",
+                          "GlobalAveragePool", "Flatten", "Gemm"}
+
+
+def test_full_size_architectures_have_their_published_sizes():
+    counts = {
+        "bert_base": sum(np.prod(t.dims) for t in bert.bert_model(seq=8).graph.initializer
+                         if t.data_type == TensorProto.FLOAT),
+        "resnet50": sum(np.prod(t.dims) for t in resnet50.resnet50_model(image=32)
+                        .graph.initializer if t.data_type == TensorProto.FLOAT),
+    }
+    # BERT-base 109.5M parameters, ResNet-50 25.6M (plus BN running statistics: 53k)
+    assert 109.0e6 < counts["bert_base"] < 110.0e6
+    assert 25.5e6 < counts["resnet50"] < 25.7e6
+
+
+def test_weights_are_deterministic_and_bad_knobs_are_refused():
+    a = bert.encoder_layer_model(batch=1, seq=8, hidden=32, heads=2, seed=3)
+    b = bert.encoder_layer_model(batch=1, seq=8, hidden=32, heads=2, seed=3)
+    assert a.SerializeToString() == b.SerializeToString()
+    with pytest.raises(ValueError, match="style"):
+        bert.bert_model(style="onnxscript", **TINY_BERT)
+    with pytest.raises(ValueError, match="heads"):
+        gpt2.gpt2_model(batch=1, seq=8, hidden=30, heads=4, layers=1, vocab=16)
+    with pytest.raises(ValueError, match="size"):
+        gpt2.gpt2_model(size="xl")
+    with pytest.raises(ValueError, match="multiple of 32"):
+        resnet50.resnet50_model(image=100)
+    with pytest.raises(ValueError, match="dtype"):
+        resnet50.resnet50_model(dtype="bfloat16", **TINY_RESNET)
+
+
+def _quick(model: str):
+    config = next(c for c in QUICK_CONFIGS if c.model == model)
+    return config.onnx_model(), config.inputs()
+
+
+# The same tiny configurations as the harness's --quick, built with the default config, so the
+# harness tests find these kernels in the session's compile cache.
+@pytest.mark.parametrize("model", [
+    "bert_base", "resnet50",
+    "gpt2_small", "gpt2_medium"])
+def test_tiny_models_match_onnxruntime_through_tvm_ascend(model):
+    onnx_model, feeds = _quick(model)
+    lib = tvm_ascend.build(onnx_model)
+    expected = run_onnxruntime(onnx_model, feeds)
+    outputs = lib.run(feeds)
+    assert len(outputs) == len(expected)
+    for got, want in zip(outputs, expected):
+        assert_close(got, want, "float32_model")
+    report = lib.fusion_report()
+    assert report["kernels"]["ascend"] > 0
+    # whatever has no Ascend kernel yet runs on the host, and the report says why
+    assert all(g["reason"] for g in report["groups"] if not g["on_npu"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("style", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("name", ["bert_layer", "gpt2_layer", "bert", "resnet"])
+def test_every_style_and_dtype_matches_onnxruntime(name, style, dtype):
+    model, feeds = _tiny(name, style, dtype)
+    outputs = tvm_ascend.build(model).run(feeds)
+    for got, want in zip(outputs, run_onnxruntime(model, feeds)):
+        assert_close(got, want, dtype)
+
+
+def _graph(nodes, inputs, outputs, inits):
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def _info(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def test_graph_references_on_a_hand_built_projection():
+    # x[2,4] @ W[4,3] -> Relu -> y: compulsory x + W + y = 32 + 48 + 24 = 104 bytes;
+    # matmul boundary: MatMul reads x, W and writes 24 bytes, then y (no MatMul touches it)
+    weight = numpy_helper.from_array(np.ones((4, 3), np.float32), "W")
+    model = _graph([helper.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+                    helper.make_node("Relu", ["mm"], ["y"], name="relu")],
+                   [_info("x", [2, 4])], [_info("y", [2, 3])], [weight])
+    refs = graph_references(model)
+    assert refs == {"compulsory_bytes": 104, "matmul_boundary_bytes": 128, "matmul_macs": 24,
+                    "weight_bytes": 48}
+
+
+def test_graph_references_keep_attention_scores_out_of_gm():
+    # q[1,2,4,8] @ kt[1,2,8,4] -> Softmax -> @ v[1,2,4,8]: scores and probs (1*2*4*4*4 = 128
+    # bytes each) never counted; the first MatMul reads q, kt (256 each), the second reads v
+    # and writes out (256 each)
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
+             helper.make_node("Softmax", ["s"], ["p"], name="softmax", axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["out"], name="pv")]
+    model = _graph(nodes, [_info("q", [1, 2, 4, 8]), _info("kt", [1, 2, 8, 4]),
+                           _info("v", [1, 2, 4, 8])], [_info("out", [1, 2, 4, 8])], [])
+    refs = graph_references(model)
+    assert refs["compulsory_bytes"] == 4 * 256
+    assert refs["matmul_boundary_bytes"] == 4 * 256
+    assert refs["matmul_macs"] == 2 * (1 * 2 * 4 * 4 * 8)
+
+
+def test_graph_references_on_the_models_order_the_references():
+    for model in (bert.encoder_layer_model(batch=1, seq=16, hidden=32, heads=2),
+                  gpt2.gpt2_model(**TINY_GPT2), resnet50.resnet50_model(**TINY_RESNET)):
+        refs = graph_references(model)
+        assert 0 < refs["weight_bytes"] < refs["compulsory_bytes"]
+        assert refs["compulsory_bytes"] <= refs["matmul_boundary_bytes"]
+    # ResNet-50 at 224: 4.09 GMACs, the published figure
+    macs = graph_references(resnet50.resnet50_model())["matmul_macs"]
+    assert 4.08e9 < macs < 4.12e9
