@@ -1,10 +1,11 @@
-"""Writes examples/demo.onnx: a small model with fusable groups and a host-only op.
+"""Writes examples/demo.onnx: a small model with two fusable groups.
 
     python examples/make_demo.py [output.onnx]
 
 x[2,64,100] -> Add(bias) -> Relu -> Mul(scale) -> Transpose -> MatMul(w) -> Sigmoid -> Mul(x2)
--> Sub -> out[2,100,48]. The elementwise chain is one vector kernel; the MatMul and its
-epilogue are one cube kernel; the Transpose has no Ascend kernel yet, so it stays on the host.
+-> Sub -> out[2,100,48]. The elementwise chain and the Transpose (which moves the last axis)
+are one vector kernel (ElementwiseFusion + DataMovementFusion); the MatMul and its epilogue are
+one cube kernel (MatMulEpilogueFusion).
 """
 from __future__ import annotations
 

@@ -226,8 +226,19 @@ class Conv2dSchedule:
             construct = unsupported_construct(block.body.value)
             if construct:
                 return Decision.no(f"TIR construct {construct} has no vector instruction")
-        if len(param_buffers(func)[1]) != 1:
+        inputs, outputs = param_buffers(func)
+        if len(outputs) != 1:
             return Decision.no("the conv2d template prints one output")
+        if shape.x_name not in {b.name for b in inputs}:
+            # img2col gathers the conv's input from GM: a prologue computed in the kernel
+            # (a ReLU or residual Add before the conv) has no GM copy to gather from
+            return Decision.no("the conv2d input is computed in the group (a prologue); the "
+                               "img2col gather reads it from GM")
+        other = [str(b.dtype) for b in list(inputs) + list(outputs)
+                 if str(b.dtype) != shape.dtype]
+        if other:
+            return Decision.no(f"GM tensors in {', '.join(sorted(set(other)))} next to "
+                               f"{shape.dtype} operands: the epilogue writes one dtype")
         return Decision.yes(f"conv2d {shape.cout}x{shape.cin // shape.groups}x{shape.kh}x"
                             f"{shape.kw} (groups {shape.groups}) as img2col + cube")
 

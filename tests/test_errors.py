@@ -36,8 +36,8 @@ def test_bad_config_values():
         tvm_ascend.CompileConfig(soc_version="Ascend999")
     with pytest.raises(tvm_ascend.FusionConfigError, match="AUTOFUSION_ENABLE"):
         tvm_ascend.CompileConfig().with_env({"AUTOFUSION_ENABLE": "maybe"})
-    with pytest.raises(tvm_ascend.FusionConfigError, match="not implemented yet"):
-        tvm_ascend.CompileConfig(precision_mode="force_fp16")
+    with pytest.raises(tvm_ascend.FusionConfigError, match="precision_mode='fp16' is not one"):
+        tvm_ascend.CompileConfig(precision_mode="fp16")
     with pytest.raises(tvm_ascend.FusionConfigError, match="rule_set='atc'"):
         tvm_ascend.CompileConfig(rule_set="atc")
 

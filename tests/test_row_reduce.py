@@ -142,8 +142,8 @@ def test_transpose_keeping_the_last_axis_is_a_row_copy(dtype):
     b.output(b.node("Transpose", [x], perm=[0, 2, 1, 3]), (2, 3, 9, 40))
     y = b.input("y", (4, 6))
     b.output(b.node("Transpose", [y], perm=[1, 0]), (6, 4))
-    lib, report = _compare(b, expect_npu_only=False)
+    lib, report = _compare(b)
+    # the transpose that keeps the last axis copies whole rows; the one that moves it is the
+    # data-movement template's (a vector Gather per tile)
     npu = [g for g in report["groups"] if g["on_npu"]]
-    assert [g["tiling"]["template"] for g in npu] == ["row_reduce"]
-    host = [g for g in report["groups"] if not g["on_npu"]]
-    assert len(host) == 1 and "moves the last axis" in host[0]["reason"]
+    assert [g["tiling"]["template"] for g in npu] == ["row_reduce", "data_movement"]

@@ -31,14 +31,14 @@ def partition_for_ascend(mod, config: CompileConfig | None = None):
     Returns the module with NPU groups as ``Codegen="ascend"`` functions and the decisions.
     """
     from .frontend import load_model
-    from .partition.grouping import partition
-    from .pipeline import fusion_policy, prepare
+    from .pipeline import fusion_policy, plan_fusion
+    from .precision import apply_precision_mode
 
     config = (config or CompileConfig()).with_env()
-    imported = load_model(mod, config.input_shape)
+    imported = apply_precision_mode(load_model(mod, config.input_shape),
+                                    config.precision_mode, config.keep_dtype)
     policy = fusion_policy(config, imported)
-    return partition(prepare(imported, fold_batchnorm="BatchNormFolding" in policy.rules),
-                     config.soc, policy=policy)
+    return plan_fusion(imported, policy, config.soc)
 
 
 __all__ = ["build", "load", "relay", "CompileConfig", "AscendModule", "partition_for_ascend",

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
-from .config import FUSION_LEVELS, PRECISION_MODES, CompileConfig
+from .config import FUSION_LEVELS, PRECISION_MODES, RULE_SETS, CompileConfig
 from .errors import AscendError, FusionConfigError
 from .frontend import parse_input_shape
 
@@ -26,32 +27,70 @@ def _compile_parser(sub) -> None:
     p.add_argument("--framework", type=int, default=ONNX_FRAMEWORK,
                    help="ATC framework id; only 5 (ONNX) is supported")
     p.add_argument("--soc_version", default="Ascend910B1", help="e.g. Ascend910B1, Ascend310P3")
-    p.add_argument("--input_shape", default="", help='static shapes, "x:1,3,224,224;y:8"')
-    p.add_argument("--fusion_level", default="conservative", choices=FUSION_LEVELS)
+    p.add_argument("--input_shape", default="",
+                   help='shapes, "x:1,3,224,224;y:8" (-1 or lo~hi: dynamic, runs on the host)')
+    p.add_argument("--input_shape_range", default="",
+                   help='ATC\'s older spelling of ranges, "x:[1~8,3,224,224]"')
+    _fusion_flags(p)
     p.add_argument("--precision_mode", default="must_keep_origin_dtype", choices=PRECISION_MODES,
-                   help="only must_keep_origin_dtype is implemented; others are refused")
+                   help="ATC's precision modes (force_fp16 keeps reductions in float32)")
+    p.add_argument("--keep_dtype", default="",
+                   help="comma-separated ONNX node names kept in their original dtype")
     p.add_argument("--dump_graph", action="store_true",
-                   help="write fusion_report.json and kernel sources into --dump_path")
+                   help="write dumps (report, fusion_result.json, fusion_plan.json, graphs, "
+                   "kernel sources) into --dump_path")
     p.add_argument("--dump_path", default="tvm_ascend_dump")
     p.add_argument("--report", default=None, help="also write the fusion report to this file")
 
 
+def _fusion_flags(p) -> None:
+    """The flags that steer fusion, shared by compile and explain."""
+    p.add_argument("--fusion_level", default="conservative", choices=FUSION_LEVELS)
+    p.add_argument("--fusion_switch_file", default=None,
+                   help="ATC switch file: 'RuleName:off' lines or {\"Switch\": {...}} JSON")
+    p.add_argument("--rule_set", default="tvm_ascend", choices=RULE_SETS,
+                   help="atc_style: only ATC's default rules as fixed patterns; tvm_fuseops: "
+                   "TVM's FuseOps groups unchanged")
+    p.add_argument("--no_fuse_nodes", default="",
+                   help="comma-separated ONNX node names never fused with anything")
+    p.add_argument("--fusion_plan", default=None,
+                   help="fusion_plan.json from an earlier build (dumps) to rebuild its groups")
+    p.add_argument("--tuning_database", default=None,
+                   help="tuning database folder written by 'tvm-ascend tune'")
+
+
+def _config(args, **extra) -> CompileConfig:
+    return CompileConfig(soc_version=args.soc_version, fusion_level=args.fusion_level,
+                         fusion_switch_file=args.fusion_switch_file, rule_set=args.rule_set,
+                         no_fuse_nodes=args.no_fuse_nodes, fusion_plan_file=args.fusion_plan,
+                         tuning_database=args.tuning_database,
+                         input_shape=_shapes(args), **extra).with_env()
+
+
+def _shapes(args) -> dict:
+    shapes = parse_input_shape(args.input_shape)
+    shapes.update(parse_input_shape(getattr(args, "input_shape_range", "")))
+    return shapes
+
+
 def _run_compile(args) -> int:
+    from .partition.fusion_result import write_fusion_result
     from .partition.report import write_json_atomic
     from .pipeline import build
 
     if args.framework != ONNX_FRAMEWORK:
         raise FusionConfigError(f"--framework={args.framework}: only 5 (ONNX) is supported")
     output = args.output if "." in args.output.rsplit("/", 1)[-1] else args.output + ".so"
-    config = CompileConfig(soc_version=args.soc_version, fusion_level=args.fusion_level,
-                           precision_mode=args.precision_mode, dump_graph=args.dump_graph,
-                           dump_path=args.dump_path,
-                           input_shape=parse_input_shape(args.input_shape))
-    lib = build(args.model, target="ascend", config=config.with_env())
+    config = _config(args, precision_mode=args.precision_mode, dump_graph=args.dump_graph,
+                     dump_path=args.dump_path, keep_dtype=args.keep_dtype)
+    lib = build(args.model, target="ascend", config=config)
     lib.export_library(output)
     report = lib.fusion_report()
     if args.report:
         write_json_atomic(args.report, report)
+    # as ATC does, every conversion leaves the per-rule counts beside its output
+    write_fusion_result(report, os.path.join(os.path.dirname(os.path.abspath(output)),
+                                             "fusion_result.json"))
     print(f"{args.model} -> {output} ({report['soc_version']}): "
           f"{report['npu_kernels']} NPU kernel(s) for {report['ops']} op(s), "
           f"{report['host_groups']} group(s) on the host")
@@ -63,22 +102,89 @@ def _run_compile(args) -> int:
 
 
 def _explain_parser(sub) -> None:
-    p = sub.add_parser("explain", help="why an ONNX node is, or is not, fused with its neighbours")
-    p.add_argument("--model", required=True, help="ONNX model file")
-    p.add_argument("--node", required=True, help="ONNX node name")
+    p = sub.add_parser("explain", help="why an ONNX node is, or is not, fused with its neighbours "
+                       "(--rules: every fusion rule, its level and ATC names)")
+    p.add_argument("--model", help="ONNX model file")
+    p.add_argument("--node", help="ONNX node name")
+    p.add_argument("--rules", action="store_true", help="list the fusion rules and exit")
     p.add_argument("--soc_version", default="Ascend910B1")
     p.add_argument("--input_shape", default="")
-    p.add_argument("--fusion_level", default="conservative", choices=FUSION_LEVELS)
+    _fusion_flags(p)
 
 
 def _run_explain(args) -> int:
     from .partition.report import explain_node
+    from .partition.rules import describe_rules
     from .pipeline import build
 
-    config = CompileConfig(soc_version=args.soc_version, fusion_level=args.fusion_level,
-                           input_shape=parse_input_shape(args.input_shape))
-    report = build(args.model, target="ascend", config=config.with_env()).fusion_report()
+    if args.rules:
+        print(describe_rules())
+        return 0
+    if not args.model or not args.node:
+        raise FusionConfigError("explain needs --model and --node (or --rules)")
+    report = build(args.model, target="ascend", config=_config(args)).fusion_report()
     print(explain_node(report, args.node))
+    return 0
+
+
+def _tune_parser(sub) -> None:
+    p = sub.add_parser("tune", help="search each kernel's tiling knobs; record the best in a "
+                       "tuning database that later builds reuse (CompileConfig.tuning_database)")
+    p.add_argument("--model", required=True, help="ONNX model file")
+    p.add_argument("--trials", type=int, default=16, help="candidates measured per kernel")
+    p.add_argument("--database", required=True, help="tuning database folder")
+    p.add_argument("--soc_version", default="Ascend910B1")
+    p.add_argument("--input_shape", default="")
+    p.add_argument("--runner", default="local", choices=("local", "emulator"),
+                   help="local: plan counters + timing model; emulator: build and run each")
+    p.add_argument("--cost_model", default="default",
+                   help="XGBoost .json/.ubj model, 'default' (shipped) or 'none' (analytic)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _run_tune(args) -> int:
+    from .cost_model import LocalRunner, summary_table, tune_model
+
+    if args.trials < 1:
+        raise FusionConfigError(f"--trials={args.trials} must be at least 1")
+    config = CompileConfig(soc_version=args.soc_version,
+                           input_shape=parse_input_shape(args.input_shape)).with_env()
+    results = tune_model(args.model, trials=args.trials, database=args.database, config=config,
+                         runner=LocalRunner(mode="plan" if args.runner == "local" else args.runner),
+                         cost_model=None if args.cost_model == "none" else args.cost_model,
+                         seed=args.seed)
+    print(summary_table(results))
+    print(f"tuning database: {args.database} (estimated times, microseconds)")
+    return 0
+
+
+def _compare_parser(sub) -> None:
+    p = sub.add_parser("compare", help="fusion off vs ATC-style vs conservative vs aggressive: "
+                       "launches, GM bytes, estimated latency, and the error of every output "
+                       "and fused group")
+    p.add_argument("--model", required=True, help="ONNX model file")
+    p.add_argument("--soc_version", default="Ascend910B1")
+    p.add_argument("--input_shape", default="")
+    p.add_argument("--precision_mode", default="must_keep_origin_dtype", choices=PRECISION_MODES)
+    p.add_argument("--variants", default="off,atc_style,conservative,aggressive",
+                   help="comma-separated subset of off, atc_style, conservative, aggressive")
+    p.add_argument("--no_groups", action="store_true", help="skip the per-group error check")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+
+
+def _run_compare(args) -> int:
+    from .compare import VARIANTS, compare_model, format_comparison
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise FusionConfigError(f"--variants: unknown {unknown}; choose from "
+                                f"{', '.join(VARIANTS)}")
+    config = CompileConfig(soc_version=args.soc_version, precision_mode=args.precision_mode,
+                           input_shape=_shapes(args)).with_env()
+    results, source = compare_model(args.model, config, variants, args.seed,
+                                    groups=not args.no_groups)
+    print(format_comparison(results, source))
     return 0
 
 
@@ -88,11 +194,14 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _compile_parser(sub)
     _explain_parser(sub)
+    _tune_parser(sub)
+    _compare_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s")
     try:
-        return {"compile": _run_compile, "explain": _run_explain}[args.command](args)
+        return {"compile": _run_compile, "explain": _run_explain, "tune": _run_tune,
+                "compare": _run_compare}[args.command](args)
     except AscendError as err:
         print(f"tvm-ascend: error: {err}", file=sys.stderr)
         return 2

@@ -93,8 +93,10 @@ class CompileConfig:
     soc_version : str
         Target SoC in ATC spelling (``Ascend910B1``, ``Ascend310P3``, ...).
     precision_mode : str
-        ATC precision mode; only ``must_keep_origin_dtype`` (every dtype as in the model) is
-        implemented; the other ATC modes are refused with an error rather than ignored.
+        ATC precision mode: ``must_keep_origin_dtype`` (default), ``allow_fp32_to_fp16``,
+        ``force_fp16``, ``allow_mix_precision``, ``force_fp32`` (tvm_ascend/precision.py).
+    keep_dtype : tuple of str
+        ONNX node names computed in their original dtype whatever the precision mode.
     cache_dir : str or None
         Folder of the compile cache (default ``~/.cache/tvm_ascend``).
     input_shape : dict
@@ -115,6 +117,7 @@ class CompileConfig:
     no_fuse_nodes: tuple = ()
     fusion_plan_file: str | None = None
     tuning_database: str | None = None
+    keep_dtype: tuple = ()
 
     def __post_init__(self):
         if self.fusion_level not in FUSION_LEVELS:
@@ -124,10 +127,9 @@ class CompileConfig:
             raise FusionConfigError(
                 f"precision_mode={self.precision_mode!r} is not one of "
                 f"{', '.join(PRECISION_MODES)}")
-        if self.precision_mode != "must_keep_origin_dtype":
-            raise FusionConfigError(
-                f"precision_mode={self.precision_mode!r} is not implemented yet; only "
-                "'must_keep_origin_dtype' is (convert the model's dtypes before compiling)")
+        if isinstance(self.keep_dtype, str):
+            object.__setattr__(self, "keep_dtype", tuple(
+                n.strip() for n in self.keep_dtype.split(",") if n.strip()))
         if self.rule_set not in RULE_SETS:
             raise FusionConfigError(
                 f"rule_set={self.rule_set!r} is not one of {', '.join(RULE_SETS)}")

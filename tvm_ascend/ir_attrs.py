@@ -7,3 +7,4 @@ TEMPLATE = "ascend.template"       # schedule template chosen for the group (par
 PRIM_FUNC = "ascend.prim_func"     # the group's PrimFunc, then its scheduled form (schedule)
 TILING = "ascend.tiling"           # the Tiling JSON the printer obeys (schedule)
 MODEL_OP = "ascend.model_op"       # on a copied PrimFunc: the binding it was copied for
+HORIZONTAL = "ascend.horizontal"   # on main: binding vars made by merging parallel ops (prepare)

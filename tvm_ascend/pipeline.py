@@ -27,7 +27,8 @@ from .partition.grouping import node_graph, partition
 from .partition.policy import FusionPolicy
 from .dumps import Dumper
 from .partition.report import fusion_report
-from .prepare_passes import prepare_cnn
+from .precision import apply_precision_mode
+from .prepare_passes import merge_parallel_matmuls, prepare_cnn
 from .runtime import AscendModule
 from .scheduling import schedule_groups
 from .target import resolve_target
@@ -40,6 +41,35 @@ def prepare(mod: tvm.IRModule, params=None, fold_batchnorm: bool = True) -> tvm.
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
     return prepare_cnn(relax.transform.FoldConstant()(mod), fold_batchnorm)
+
+
+def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None):
+    """Prepare and partition ``imported`` under ``policy``.
+
+    HorizontalFusion rewrites the graph before partitioning, so whether it pays shows only in
+    the groups that follow (a merged Q/K/V projection pays when the attention kernel takes
+    the slices; parallel MatMuls with their own epilogues lose them): both partitions are made
+    and the one with the lower estimated latency is kept; the report records both estimates.
+    """
+    fold = "BatchNormFolding" in policy.rules
+    result = partition(prepare(imported, params, fold), soc, policy=policy)
+    if "HorizontalFusion" not in policy.rules:
+        return result
+    merged_mod, merged = merge_parallel_matmuls(prepare(imported, params, fold))
+    if not merged:
+        return result
+    merged_result = partition(merged_mod, soc, policy=policy)
+    with_h, without = _estimated_us(merged_result), _estimated_us(result)
+    keep = merged_result if with_h < without else result
+    keep.horizontal = {"merged_groups": merged, "est_us_merged": round(with_h, 3),
+                       "est_us_unmerged": round(without, 3), "kept": keep is merged_result}
+    logger.info("HorizontalFusion: %d group(s); est. %.2f us merged vs %.2f us not: %s", merged,
+                with_h, without, "kept" if keep is merged_result else "dropped")
+    return keep
+
+
+def _estimated_us(result) -> float:
+    return sum(g.estimate.get("time_us", 0.0) for g in result.groups)
 
 
 def fusion_policy(config: CompileConfig, imported: tvm.IRModule) -> FusionPolicy:
@@ -109,13 +139,13 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     soc = config.soc
     register_codegen()
     dumps = Dumper(config.dump_graph, config.dump_path)
-    imported = load_model(mod, config.input_shape)
+    imported = apply_precision_mode(load_model(mod, config.input_shape),
+                                    config.precision_mode, config.keep_dtype)
     dumps.module("000_imported.py", imported)
     policy = fusion_policy(config, imported)
-    prepared = prepare(imported, params, "BatchNormFolding" in policy.rules)
-    result = partition(prepared, soc, policy=policy)
+    result = plan_fusion(imported, policy, soc, params)
     dumps.module("010_partitioned.py", result.mod)
-    scheduled, tilings = schedule_groups(result.mod, soc)
+    scheduled, tilings = schedule_groups(result.mod, soc, database=config.tuning_database)
     dumps.scheduled(scheduled)
     report = fusion_report(result, tilings, config, _nodes_before(imported))
     dumps.report(report)

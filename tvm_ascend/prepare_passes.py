@@ -263,10 +263,254 @@ def stack_sum_to_adds(mod: tvm.IRModule) -> tvm.IRModule:
 def prepare_cnn(mod: tvm.IRModule, fold_batchnorm: bool = True) -> tvm.IRModule:
     """The rewrites above, in the order the prepare stage runs them; BatchNorm folding is a
     fusion rule (BatchNormFolding), so fusion off keeps each BatchNorm its own kernel."""
-    mod = stack_sum_to_adds(mod)
+    mod = hoist_matmul_scales(split_as_slices(stack_sum_to_adds(mod)))
     if fold_batchnorm:
         mod = fold_batch_norm(mod)
     return global_pool_to_rows(mod)
 
 
-__all__ = ["fold_batch_norm", "global_pool_to_rows", "stack_sum_to_adds", "prepare_cnn"]
+__all__ = ["fold_batch_norm", "global_pool_to_rows", "stack_sum_to_adds", "prepare_cnn",
+           "merge_parallel_matmuls", "split_as_slices", "hoist_matmul_scales"]
+
+
+class _ParallelMatmuls:
+    """MatMuls of one input by constant weights (and their constant bias Adds), as found."""
+
+    def __init__(self, func):
+        self.values = {b.var: b.value for b in _bindings(func)}
+        self.uses = _use_counts(func)
+        users: dict = {}
+        for binding in _bindings(func):
+            for arg in getattr(binding.value, "args", []):
+                if isinstance(arg, relax.Var):
+                    users.setdefault(arg, []).append(binding)
+        self.groups = []
+        by_input: dict = {}
+        for binding in _bindings(func):
+            member = self._member(binding, users)
+            if member is not None:
+                by_input.setdefault(member[0], []).append(member[1:])
+        for members in by_input.values():
+            # a model output cannot become a slice inside the dataflow block
+            members = [m for m in members
+                       if isinstance((m[1] or m[0]).var, relax.DataflowVar)]
+            if len(members) >= 2:
+                with_bias = all(m[2] is not None for m in members)
+                self.groups.append([(mm, add if with_bias else None, w, b if with_bias else None)
+                                    for mm, add, w, b in members])
+
+    def _member(self, binding, users):
+        value = binding.value
+        if _call_name(value) != "relax.matmul" or not isinstance(value.args[0], relax.Var):
+            return None
+        weight = _const(value.args[1], self.values)
+        if weight is None or weight.ndim != 2:
+            return None
+        add, bias = None, None
+        readers = users.get(binding.var, [])
+        if len(readers) == 1 and self.uses.get(binding.var) == 1 and \
+                _call_name(readers[0].value) == "relax.add":
+            other = [a for a in readers[0].value.args if not a.same_as(binding.var)]
+            found = _const(other[0], self.values) if len(other) == 1 else None
+            if found is not None and found.size == weight.shape[1]:
+                add, bias = readers[0], found.reshape(-1)
+        key = (value.args[0], weight.shape[0], str(weight.dtype), str(value.attrs.out_dtype))
+        return (key, binding, add, weight, bias)
+
+
+@mutator
+class _HorizontalMerger(PyExprMutator, _NamedRewrite):
+    """Rewrites each group of parallel MatMuls as one MatMul by the concatenated weights (plus
+    one bias Add) and a last-axis slice per original result."""
+
+    def __init__(self, mod, func, groups):
+        super().__init__(mod)
+        self._setup(func, "horizontal")
+        self.first = {group[0][0].var: group for group in groups}
+        self.skip = {m[i].var for group in groups for m in group for i in (0, 1)
+                     if m[i] is not None}
+        self.merged_vars = []
+
+    def visit_var_binding_(self, binding):
+        group = self.first.get(binding.var)
+        if group is not None:
+            self._emit_group(group)
+        if binding.var in self.skip:
+            return
+        super().visit_var_binding_(binding)
+
+    def _emit_group(self, group):
+        matmul = group[0][0].value
+        x = self.visit_expr(matmul.args[0])
+        weight = np.concatenate([m[2] for m in group], axis=1)
+        # the merged op computes every member's ONNX node (newline-joined, as OpInfo reads it)
+        self.nodes["__mm"] = "\n".join(str(self.nodes.get(m[0].var.name, "")) for m in group)
+        out = self._emit(relax.op.matmul(x, relax.const(weight), matmul.attrs.out_dtype), "__mm")
+        self.merged_vars.append(out.name)
+        if group[0][1] is not None:
+            bias = np.concatenate([m[3] for m in group]).astype(group[0][3].dtype)
+            self.nodes["__add"] = "\n".join(str(self.nodes.get(m[1].var.name, ""))
+                                            for m in group)
+            out = self._emit(relax.op.add(out, relax.const(bias)), "__add")
+            self.merged_vars.append(out.name)
+        self.nodes.pop("__mm")
+        self.nodes.pop("__add", None)
+        axis = len(out.ty.shape.values) - 1
+        offset = 0
+        for mm, add, weight_part, _ in group:
+            width = weight_part.shape[1]
+            piece = self._emit(relax.op.strided_slice(out, [axis], [offset], [offset + width]),
+                               "__none")
+            offset += width
+            self.set_var_remap((add or mm).var, piece)
+
+
+def _slices_run_on_npu(group) -> bool:
+    """Whether the last-axis slices the merge needs have an Ascend kernel: if they would run on
+    the host, one merged MatMul plus host slices is slower than the MatMuls it replaces."""
+    from .partition.patterns import check_call
+
+    out_ty = group[0][0].var.ty
+    probe = relax.Var("probe", relax.TensorType(out_ty.shape, out_ty.dtype))
+    axis = len(out_ty.shape.values) - 1
+    call = relax.BlockBuilder().normalize(relax.op.strided_slice(probe, [axis], [0], [1]))
+    return bool(check_call(call))
+
+
+def merge_parallel_matmuls(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+    """HorizontalFusion: MatMuls of the same input by constant weights (Q, K and V projections)
+    become one MatMul by the concatenated weights, with their bias Adds, and a last-axis slice
+    per original result; returns (module, groups merged). The slices are data movement that
+    the planner fuses into their consumers.
+
+    Example
+    -------
+    >>> mod, merged = merge_parallel_matmuls(mod)         # doctest: +SKIP
+    >>> merged                                            # doctest: +SKIP
+    1
+    """
+    func = mod["main"]
+    groups = _ParallelMatmuls(func).groups
+    if not groups or not _slices_run_on_npu(groups[0]):
+        return mod, 0
+    merger = _HorizontalMerger(mod, func, groups)
+    new = merger.visit_expr(func)
+    attrs = merger._with_nodes(new)
+    marked = list(merger.merged_vars)
+    if func.attrs and ir_attrs.HORIZONTAL in func.attrs:
+        marked += [str(v) for v in func.attrs[ir_attrs.HORIZONTAL]]
+    out = mod.__class__(dict(mod.functions), attrs=mod.attrs)
+    out[mod.get_global_var("main")] = attrs.with_attr(ir_attrs.HORIZONTAL, marked)
+    return relax.transform.Normalize()(out), len(groups)
+
+
+@mutator
+class _SplitAsSlices(PyExprMutator):
+    """``split(x)[i]`` -> ``strided_slice(x)``: each output of a Split is a slice of its input,
+    which the data-movement rule fuses into the consumer; a Split itself is a multi-output
+    op, which no kernel here prints."""
+
+    def __init__(self, mod, func):
+        super().__init__(mod)
+        self.values = {b.var: b.value for b in _bindings(func)}
+        self.rewritten = 0
+
+    def visit_tuple_getitem_(self, op):
+        split = self.values.get(op.tuple_value)
+        if _call_name(split) != "relax.split" or not isinstance(split.args[0], relax.Var):
+            return super().visit_tuple_getitem_(op)
+        source = split.args[0]
+        rank = len(source.ty.shape.values)
+        axis = int(split.attrs.axis) % rank
+        extent = int(source.ty.shape.values[axis])
+        sections = split.attrs.indices_or_sections
+        if isinstance(sections, (int, tvm.tirx.IntImm)) or hasattr(sections, "value"):
+            count = int(sections)
+            step = -(-extent // count)
+            bounds = [min(i * step, extent) for i in range(count)] + [extent]
+        else:
+            bounds = [0] + [int(i) for i in sections] + [extent]
+        begin, end = bounds[op.index], bounds[op.index + 1]
+        self.rewritten += 1
+        return relax.op.strided_slice(self.visit_expr(source), [axis], [begin], [end])
+
+
+def split_as_slices(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every ``split(x)[i]`` of ``main`` as a slice of ``x`` (the Split itself then goes).
+
+    Example
+    -------
+    >>> mod = split_as_slices(mod)                          # doctest: +SKIP
+    """
+    func = mod["main"]
+    if not any(_call_name(b.value) == "relax.split" for b in _bindings(func)):
+        return mod
+    rewriter = _SplitAsSlices(mod, func)
+    new = rewriter.visit_expr(func)
+    out = mod.__class__(dict(mod.functions), attrs=mod.attrs)
+    out[mod.get_global_var("main")] = new
+    return relax.transform.DeadCodeElimination(["main"])(out)
+
+
+@mutator
+class _MatmulScaleHoister(PyExprMutator, _NamedRewrite):
+    """``matmul(a * c1, b * c2)`` -> ``matmul(a, b) * (c1 * c2)`` for scalar constants: the
+    scaled-dot-product export scales Q and K separately; one scale on the scores is what the
+    attention kernel applies, and it saves two passes over Q and K."""
+
+    def __init__(self, mod, func):
+        super().__init__(mod)
+        self._setup(func, "hoisted_scale")
+        self.values = {b.var: b.value for b in _bindings(func)}
+        self.uses = _use_counts(func)
+        self.hoisted = 0
+
+    def visit_var_binding_(self, binding):
+        self.current = binding.var.name
+        super().visit_var_binding_(binding)
+
+    def _scaled(self, expr):
+        """(unscaled operand, scale) if ``expr`` is a single-use ``x * scalar constant``."""
+        value = self.values.get(expr)
+        if _call_name(value) != "relax.multiply" or self.uses.get(expr, 0) != 1:
+            return expr, None
+        for data, scale in ((value.args[0], value.args[1]), (value.args[1], value.args[0])):
+            found = _const(scale, self.values)
+            if found is not None and found.size == 1 and isinstance(data, relax.Var):
+                return data, float(found.reshape(-1)[0])
+        return expr, None
+
+    def visit_call_(self, call):
+        if _call_name(call) != "relax.matmul":
+            return super().visit_call_(call)
+        (a, sa), (b, sb) = self._scaled(call.args[0]), self._scaled(call.args[1])
+        if sa is None and sb is None:
+            return super().visit_call_(call)
+        self.hoisted += 1
+        # the product also computes the folded Mul nodes: the report keeps naming them
+        folded = [str(self.nodes[v.name]) for v, sc in ((call.args[0], sa), (call.args[1], sb))
+                  if sc is not None and isinstance(v, relax.Var) and v.name in self.nodes]
+        self.nodes["__product"] = "\n".join([str(self.nodes.get(self.current, ""))] + folded)
+        product = self._emit(relax.op.matmul(self.visit_expr(a), self.visit_expr(b),
+                                             call.attrs.out_dtype), "__product")
+        self.nodes.pop("__product")
+        scale = (sa if sa is not None else 1.0) * (sb if sb is not None else 1.0)
+        dtype = str(product.ty.dtype)
+        return relax.op.multiply(product, relax.const(np.array(scale, dtype), dtype))
+
+
+def hoist_matmul_scales(mod: tvm.IRModule) -> tvm.IRModule:
+    """Scalar scales of MatMul operands moved onto its result (``_MatmulScaleHoister``).
+
+    Example
+    -------
+    >>> mod = hoist_matmul_scales(mod)                      # doctest: +SKIP
+    """
+    func = mod["main"]
+    hoister = _MatmulScaleHoister(mod, func)
+    new = hoister.visit_expr(func)
+    if not hoister.hoisted:
+        return mod
+    out = mod.__class__(dict(mod.functions), attrs=mod.attrs)
+    out[mod.get_global_var("main")] = hoister._with_nodes(new)
+    return relax.transform.DeadCodeElimination(["main"])(out)

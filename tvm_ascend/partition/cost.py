@@ -17,10 +17,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import tvm
 import tvm_ffi
+from tvm.ir.expr import Call, TensorLoad
+from tvm.s_tir.stmt import SBlock
 
 from ..decision import Decision
 from ..schedules import plan_template
+from ..schedules.tir_walk import walk
 
 logger = logging.getLogger("tvm_ascend.partition")
 
@@ -49,12 +53,41 @@ def _timing_model():
     return estimate_kernel
 
 
-def host_estimate(io_bytes: int, soc) -> dict:
-    """A group with no Ascend kernel, counted as one device launch at its GM roofline (what it
-    would cost if an op-by-op kernel ran it), so whole-model estimates compare like with like."""
+def _arith_nodes(expr) -> int:
+    """Arithmetic operations in one stored value (loads and constants are free)."""
+    if isinstance(expr, TensorLoad) or not hasattr(expr, "ty"):
+        return 0
+    children = list(getattr(expr, "args", None) or []) + \
+        [getattr(expr, name) for name in ("a", "b", "value") if hasattr(expr, name)]
+    own = 1 if (hasattr(expr, "a") or isinstance(expr, Call)) else 0
+    return own + sum(_arith_nodes(c) for c in children if isinstance(c, tvm.ir.Expr))
+
+
+def tir_flops(prim) -> float:
+    """Floating-point operations of a PrimFunc: per block, its iteration count times the
+    arithmetic in its stored value (a multiply-add counts 2), the way a roofline counts them."""
+    total = [0.0]
+
+    def visit(node):
+        if isinstance(node, SBlock) and node.iter_vars:
+            count = 1.0
+            for iv in node.iter_vars:
+                count *= float(iv.dom.extent.value) if hasattr(iv.dom.extent, "value") else 1.0
+            store = node.body
+            value = getattr(store, "value", None)
+            total[0] += count * max(1, _arith_nodes(value) if value is not None else 1)
+
+    walk(prim.body, visit)
+    return total[0]
+
+
+def host_estimate(io_bytes: int, soc, flops: float = 0.0) -> dict:
+    """A group with no Ascend kernel, counted as one device launch at its roofline (what it
+    would cost if an op-by-op kernel ran it), so whole-model estimates compare like with like:
+    its GM bytes and its flops (a host Conv costs its MACs, not only its bytes)."""
     try:
         from ..cost_model import estimate_launch
-        est = estimate_launch(io_bytes, 0.0, soc)
+        est = estimate_launch(io_bytes, flops, soc, dtype_bytes=4)
         return {"time_us": round(est.time_us, 3), "roofline_us": round(est.roofline_us, 3),
                 "source": "host op counted as one device launch (timing model)"}
     except ImportError:
@@ -101,4 +134,4 @@ class GroupCost:
                           roofline + self.soc.launch_overhead_us, roofline, "GM-bytes roofline")
 
 
-__all__ = ["GroupCost", "KernelPlan", "host_estimate"]
+__all__ = ["GroupCost", "KernelPlan", "host_estimate", "tir_flops"]

@@ -26,11 +26,11 @@ from collections import Counter
 from .. import ir_attrs
 from ..errors import FusionConfigError
 from ..schedules import supports
-from .cost import GroupCost, host_estimate
+from .cost import GroupCost, host_estimate, tir_flops
 from .decision import Decision
 from .merge import Site, merge_sites, unfused_edges
 from .policy import FusionPolicy
-from .rules import group_rules
+from .rules import anchor_rule, group_rules
 from .patterns import check_call, is_view_only, register_ascend_patterns
 from .patterns.layout import MOVE_OPS
 
@@ -49,6 +49,12 @@ class OpInfo:
     shape: tuple
     decision: Decision
     node: str = ""  # the ONNX node that produced it ("" for modules not imported from ONNX)
+    horizontal: bool = False  # made by merging parallel ops (HorizontalFusion)
+
+    @property
+    def nodes(self) -> list[str]:
+        """ONNX nodes it computes: several after a horizontal merge (stored newline-joined)."""
+        return [n for n in self.node.split("\n") if n]
 
 
 @dataclass
@@ -78,7 +84,7 @@ class KernelGroup:
             "gm_bytes_saved": self.gm_bytes_saved, "io_bytes": self.io_bytes,
             "launch": self.on_npu or not self.free,
             "estimate": self.estimate,
-            "onnx_nodes": list(dict.fromkeys(m.node for m in self.members if m.node)),
+            "onnx_nodes": list(dict.fromkeys(n for m in self.members for n in m.nodes)),
             "ops": [{"var": m.var, "op": m.op, "node": m.node, "dtype": m.dtype,
                      "shape": list(m.shape), "supported": m.decision.ok,
                      "why": m.decision.reason} for m in self.members],
@@ -95,6 +101,7 @@ class PartitionResult:
     edges: list = field(default_factory=list)  # (producer name, consumer name, reason, hint)
     rule_matches: Counter = field(default_factory=Counter)  # rule -> candidates considered
     policy: FusionPolicy = field(default_factory=FusionPolicy.default)
+    horizontal: dict = field(default_factory=dict)  # HorizontalFusion's decision, when tried
 
     @property
     def npu_groups(self) -> list[KernelGroup]:
@@ -126,6 +133,8 @@ def mark_support(mod: tvm.IRModule) -> dict[str, OpInfo]:
     attrs = mod["main"].attrs
     key = ir_attrs.ONNX_NODES
     node_names = dict(attrs[key]) if attrs and key in attrs else {}
+    merged = set(str(v) for v in attrs[ir_attrs.HORIZONTAL]) if attrs and \
+        ir_attrs.HORIZONTAL in attrs else set()
     for binding in _bindings(mod["main"]):
         value = binding.value
         ty = getattr(binding.var, "ty", None)
@@ -137,7 +146,8 @@ def mark_support(mod: tvm.IRModule) -> dict[str, OpInfo]:
             decision = Decision.no(f"{type(value).__name__} binding is not an operator call")
         ops[binding.var.name] = OpInfo(binding.var.name, _op_name(value),
                                        str(getattr(ty, "dtype", "")), _shape_of(ty), decision,
-                                       str(node_names.get(binding.var.name, "")))
+                                       str(node_names.get(binding.var.name, "")),
+                                       binding.var.name in merged)
     return ops
 
 
@@ -219,7 +229,9 @@ def _unshare_callees(mod: tvm.IRModule, ops: dict[str, OpInfo]):
         copy = mod[callee].with_attr(ir_attrs.MODEL_OP, var)
         gvar = swap.builder_.add_func(copy, f"{callee.name_hint}_{len(swaps) + 1}")
         by_callee[gvar.name_hint] = info
-        swaps.append((call, relax.op.call_tir(gvar, call.args[1], call.ty_args[0])))
+        out = call.ty_args[0]  # a Split's call has a tuple of outputs
+        out = list(out.fields) if isinstance(out, relax.TupleType) else out
+        swaps.append((call, relax.op.call_tir(gvar, call.args[1], out)))
     swap.builder_.update_func(mod.get_global_var("main"), swap.visit_expr(mod["main"]))
     return swap.builder_.get(), by_callee
 
@@ -237,15 +249,16 @@ def _always_alone(by_callee: dict, policy: FusionPolicy) -> set:
     # Data movement is grouped by the merge rule, which checks that a template tiles the
     # result, rather than by FuseOps, which would fold a Transpose into a MatMul's epilogue.
     return {name for name, info in by_callee.items()
-            if not info.decision.ok or info.op in MOVE_OPS or info.node in policy.no_fuse_nodes}
+            if not info.decision.ok or info.op in MOVE_OPS
+            or set(info.nodes) & policy.no_fuse_nodes}
 
 
-def _fuse_ops(lowered, by_callee, policy: FusionPolicy, matches: Counter):
+def _fuse_ops(lowered, by_callee, policy: FusionPolicy, matches: Counter, untileable=None):
     """TVM's FuseOps, with the groups of switched-off kinds (or crossing an imported plan's
     groups) taken apart: their ops become opaque and FuseOps runs again, until every group it
     forms is allowed. Returns (fused module, group -> member callees, callee -> why split)."""
     alone = _always_alone(by_callee, policy)
-    split: dict[str, str] = {}
+    split: dict[str, str] = dict(untileable or {})
     for attempt in range(8):
         fused = relax.transform.FuseOps(fuse_opt_level=2 if policy.fuse else 0)(
             _make_opaque(lowered, alone | set(split)))
@@ -275,7 +288,7 @@ def _split_reason(infos, rules, policy: FusionPolicy) -> str:
                 f"{policy.rule_set!r} or the fusion switch file)")
     plan = policy.plan
     if plan is not None:
-        owners = {plan.group_of(info.node) for info in infos if info.node}
+        owners = {plan.group_of(n) for info in infos for n in info.nodes}
         if len(owners) > 1:
             return "the imported fusion plan puts these ops in different groups"
     return ""
@@ -342,9 +355,35 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True,
     lowered = relax.transform.AnnotateTIROpPattern()(lowered)
     lowered, by_callee = _unshare_callees(lowered, ops)
     matches: Counter = Counter()
-    fused, members, split = _fuse_ops(lowered, by_callee, policy, matches)
-    fused = relax.transform.FuseTIR()(fused)
-    return _offload(fused, ops, by_callee, members, split, soc, policy, matches)
+    cost = GroupCost(soc)
+    untileable: dict[str, str] = {}
+    for _ in range(4):
+        fused, members, split = _fuse_ops(lowered, by_callee, policy, matches, untileable)
+        fused = relax.transform.FuseTIR()(fused)
+        new = _untileable_groups(fused, by_callee, members, cost)
+        if not new:
+            break
+        untileable.update(new)
+    return _offload(fused, ops, by_callee, members, split, soc, policy, matches, cost)
+
+
+def _untileable_groups(fused, by_callee, members, cost) -> dict[str, str]:
+    """Callees of FuseOps groups whose ops all run on the NPU but which no template tiles as a
+    whole (a MatMul whose epilogue casts to another dtype, ...): taken apart, their ops are
+    planned one by one and the merge rule rejoins what does tile, instead of the whole group
+    falling back to the host."""
+    out = {}
+    for gv, func in fused.functions.items():
+        parts = members.get(gv.name_hint, [])
+        if len(parts) < 2 or not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        if not all(p in by_callee and by_callee[p].decision.ok for p in parts):
+            continue
+        if not cost.plan(func).ok:
+            reason = cost.plan(func).decision.reason
+            out.update({p: f"TVM's FuseOps group {gv.name_hint} tiles in no template ({reason});"
+                        " its ops were planned one by one" for p in parts})
+    return out
 
 
 def _group_for(callee: str, by_callee, members) -> tuple[list[OpInfo], str]:
@@ -357,7 +396,10 @@ def _group_for(callee: str, by_callee, members) -> tuple[list[OpInfo], str]:
 
 def rule_of(members: list[OpInfo], recomputed: bool = False) -> str:
     """The report's rule string of a group: its rules joined by ``+`` ("single-op" alone)."""
-    return "+".join(group_rules([m.op for m in members], recomputed)) or "single-op"
+    rules = group_rules([m.op for m in members], recomputed)
+    if any(m.horizontal for m in members):
+        rules = (rules or [anchor_rule([m.op for m in members])]) + ["HorizontalFusion"]
+    return "+".join(rules) or "single-op"
 
 
 def _npu_decision(infos: list[OpInfo], call) -> Decision:
@@ -390,17 +432,20 @@ def _kept_on_chip(members: list[OpInfo]) -> int:
     return total
 
 
-def _sites(fused, by_callee, members, split, policy: FusionPolicy) -> list[Site]:
+def _sites(fused, by_callee, members, split, policy: FusionPolicy, ops) -> list[Site]:
     sites = []
     call_tir = tvm.ir.Op.get("relax.call_tir")
     for binding in _bindings(fused["main"]):
         call = binding.value
         if not (isinstance(call, relax.Call) and call.op.same_as(call_tir)):
+            if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and \
+                    binding.var.name in ops:
+                sites.append(_builtin_site(binding, ops[binding.var.name]))
             continue
         var, callee = binding.var, call.args[0]
         infos, formed_by = _group_for(callee.name_hint, by_callee, members)
         parts = members.get(callee.name_hint, [callee.name_hint])
-        fenced = [m.node for m in infos if m.node and m.node in policy.no_fuse_nodes]
+        fenced = [n for m in infos for n in m.nodes if n in policy.no_fuse_nodes]
         site = Site(var, call, callee.name_hint, fused[callee], list(call.args[1].fields),
                     infos, formed_by, _npu_decision(infos, call),
                     split_reason=next((split[p] for p in parts if p in split), ""),
@@ -409,14 +454,25 @@ def _sites(fused, by_callee, members, split, policy: FusionPolicy) -> list[Site]
     return sites
 
 
+def _builtin_site(binding, info: OpInfo) -> Site:
+    """A model op LegalizeOps left as a Relax op (CumSum, ...): the VM runs it as a host builtin,
+    so it is a host group like any other, with its edges in the report."""
+    why = info.decision.reason if not info.decision.ok else \
+        "no TIR lowering in TVM; it runs as a host builtin"
+    args = [a for a in binding.value.args if isinstance(a, relax.Var)]
+    return Site(binding.var, binding.value, binding.var.name, None, args, [info], "single-op",
+                Decision.no(why))
+
+
 def _check_plan(result: PartitionResult, plan) -> None:
     """Every group of an imported plan formed; a pinned one that did not is an error, any other
     a warning (the rules on, or a template, refused it: the reasons are quoted)."""
-    formed = {frozenset(m.node for m in g.members if m.node) for g in result.groups}
+    formed = {frozenset(n for m in g.members for n in m.nodes) for g in result.groups}
     for wanted in plan.groups:
         if len(wanted.nodes) < 2 or frozenset(wanted.nodes) in formed:
             continue
-        names = {g.name for g in result.groups if {m.node for m in g.members} & set(wanted.nodes)}
+        names = {g.name for g in result.groups
+                 if {n for m in g.members for n in m.nodes} & set(wanted.nodes)}
         reasons = sorted({reason for p, c, reason, _ in result.edges if p in names and c in names})
         message = (f"{plan.source}: plan group {wanted.id} ({', '.join(wanted.nodes)}) did not "
                    f"form: {'; '.join(reasons) or 'no kernel takes it as one group'}")
@@ -428,7 +484,7 @@ def _check_plan(result: PartitionResult, plan) -> None:
 def _io_bytes(site: Site) -> int:
     """Bytes a kernel reads and writes if each tensor crosses GM once (host groups' traffic)."""
     total = 0
-    for ty in [arg.ty for arg in site.args] + [site.call.ty_args[0]]:
+    for ty in [arg.ty for arg in site.args] + [site.var.ty]:
         if isinstance(ty, relax.TensorType) and ty.shape is not None:
             try:
                 total += _tensor_bytes(str(ty.dtype), [int(d) for d in ty.shape.values])
@@ -445,9 +501,8 @@ def _tensor_bytes(dtype: str, shape) -> int:
 
 
 def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: FusionPolicy,
-             matches: Counter) -> PartitionResult:
-    cost = GroupCost(soc)
-    sites = _sites(fused, by_callee, members, split, policy)
+             matches: Counter, cost: GroupCost) -> PartitionResult:
+    sites = _sites(fused, by_callee, members, split, policy, ops)
     if policy.merge and policy.fuse:
         sites = merge_sites(sites, fused["main"], policy, cost, matches)
     groups: dict[str, KernelGroup] = {}
@@ -475,7 +530,8 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
         reason = "; ".join([decision.reason] + site.merges)
         estimate = {"time_us": round(plan.time_us, 3), "roofline_us": round(plan.roofline_us, 3),
                     "source": plan.source} if plan is not None and plan.ok else \
-            host_estimate(_io_bytes(site), soc)
+            host_estimate(_io_bytes(site), soc, tir_flops(site.prim) if site.prim is not None
+                          else 0.0)
         group = KernelGroup(site.name, symbol, site.members, decision.ok,
                             rule_of(site.members, site.recomputed), reason,
                             gm_bytes_saved=_kept_on_chip(site.members) if decision.ok else 0,

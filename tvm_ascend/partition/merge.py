@@ -193,7 +193,7 @@ def _legal(producer: Site, consumer: Site, policy) -> str:
             return site.fence
     plan = policy.plan
     if plan is not None:
-        owners = {plan.group_of(m.node) for m in producer.members + consumer.members if m.node}
+        owners = {plan.group_of(n) for m in producer.members + consumer.members for n in m.nodes}
         if len(owners) != 1 or None in owners:
             return "the imported fusion plan keeps them in different groups"
     return ""

@@ -9,7 +9,7 @@ import tvm
 from tvm import relax
 
 from ..errors import FusionConfigError
-from .rules import RULES, group_rules
+from .rules import RULES
 
 # Ops whose result shares its input's memory in TVM's memory plan (no copy, no new buffer).
 _VIEW_OPS = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
@@ -42,6 +42,7 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
     return {
         "soc_version": config.soc_version,
         "fusion_level": config.fusion_level if config.autofusion else "off",
+        "precision_mode": config.precision_mode,
         "nodes_before": nodes_before,
         "ops": len(result.ops),
         "kernels": {"ascend": len(npu), "host": len(host)},
@@ -54,6 +55,7 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
         "rule_set": result.policy.rule_set,
         "rules_on": sorted(result.policy.rules),
         "rule_stats": rule_stats(result),
+        "horizontal_fusion": result.horizontal,
         "peak_memory_bytes": peak_memory_bytes(result.mod),
         "estimate": model_estimate(groups, config.soc_version),
     }
@@ -65,7 +67,7 @@ def rule_stats(result) -> dict:
     effect: dict = {}
     for group in result.groups:
         if group.on_npu:
-            for rule in group_rules([m.op for m in group.members], group_recomputed(group)):
+            for rule in group.rules:
                 effect[rule] = effect.get(rule, 0) + 1
     stats = {}
     for rule in RULES:
@@ -73,10 +75,6 @@ def rule_stats(result) -> dict:
         if matched:
             stats[rule.name] = {"match_times": matched, "effect_times": effect.get(rule.name, 0)}
     return stats
-
-
-def group_recomputed(group) -> bool:
-    return "RecomputeFusion" in group.rule
 
 
 def model_estimate(groups: list, soc_version: str) -> dict:

@@ -185,6 +185,11 @@ def group_rules(ops: Iterable[str], recomputed: bool = False) -> list[str]:
     if moves == len(work):  # only data movement (and views): a copy kernel
         return ["DataMovementFusion"] + (["RecomputeFusion"] if recomputed else [])
     rules = [anchor_rule(work)]
+    if rules[0] in ("MatMulEpilogueFusion", "ConvEpilogueFusion"):
+        # a LayerNorm or Softmax in a MatMul's epilogue is that rule's group too
+        rest = [op for op in work if not _has([op], _MATMUL + _CONV)]
+        if anchor_rule(rest) in ("LayerNormFusion", "SoftmaxFusion"):
+            rules.append(anchor_rule(rest))
     if moves:
         rules.append("DataMovementFusion")
     if casts and casts < len(ops):

@@ -1,0 +1,44 @@
+"""``tvm-ascend compare``: variants side by side, errors per output and per fused group."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import tvm_ascend
+from tvm_ascend.compare import compare_model, format_comparison
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "examples" / "demo.onnx"
+
+
+def test_compare_fusion_off_and_on_with_group_errors():
+    results, source = compare_model(DEMO, variants=["off", "conservative"])
+    assert source == "onnxruntime"
+    off, fused = results
+    assert fused.launches < off.launches and fused.gm_bytes < off.gm_bytes
+    assert fused.est_latency_us < off.est_latency_us
+    for result in results:
+        assert all(rel < 1e-5 for _, rel in result.output_errors.values())
+    # every fused group is checked at its own output tensor
+    assert {row[0] for row in fused.group_errors} == {"G0", "G1"}
+    assert all(row[4] < 1e-5 for row in fused.group_errors)
+    table = format_comparison(results, source)
+    assert "ESTIMATE" in table and "G1" in table
+
+
+def test_compare_shows_the_precision_cost_of_fp16():
+    config = tvm_ascend.CompileConfig(precision_mode="force_fp16")
+    (fp16,), _ = compare_model(DEMO, config, variants=["conservative"])
+    (fp32,), _ = compare_model(DEMO, variants=["conservative"], groups=False)
+    worst16 = max(rel for _, rel in fp16.output_errors.values())
+    worst32 = max(rel for _, rel in fp32.output_errors.values())
+    assert worst32 < 1e-5 < worst16 < 2e-2
+    assert max(row[4] for row in fp16.group_errors) > 1e-5
+
+
+def test_compare_command_rejects_an_unknown_variant():
+    done = subprocess.run([sys.executable, "-m", "tvm_ascend.cli", "compare", "--model",
+                           str(DEMO), "--variants", "off,fastest"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2 and "fastest" in done.stderr

@@ -1,0 +1,220 @@
+"""``tvm-ascend compare``: one model built several ways, side by side, and where precision goes.
+
+For each variant (fusion off, the ATC-style emulation, conservative, aggressive) it reports the
+launches, GM bytes and estimated latency of the build and, against onnxruntime (or the
+fusion-off build when onnxruntime is not installed), the error of every model output and of
+every fused group: each group's output tensor is made a model output for that check, so the
+group that introduces an error is named, not just the model that shows it.
+
+Example
+-------
+>>> from tvm_ascend.compare import compare_model
+>>> rows = compare_model("model.onnx")                    # doctest: +SKIP
+>>> print(format_comparison(rows))                        # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import CompileConfig
+from .errors import ModelLoadError
+
+VARIANTS = {
+    "off": dict(fusion_level="off"),
+    "atc_style": dict(rule_set="atc_style"),
+    "conservative": dict(fusion_level="conservative"),
+    "aggressive": dict(fusion_level="aggressive"),
+}
+
+
+@dataclass
+class VariantResult:
+    """One build of the model and its errors."""
+
+    name: str
+    launches: int
+    gm_bytes: int
+    est_latency_us: float
+    output_errors: dict = field(default_factory=dict)  # output name -> (max abs, max rel)
+    group_errors: list = field(default_factory=list)   # (group id, rule, tensor, abs, rel)
+
+
+def _onnx(model):
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    try:
+        return onnx.load(str(model))
+    except Exception as err:  # noqa: BLE001 - protobuf raises several kinds
+        raise ModelLoadError(f"cannot read ONNX model {model!r}: {err}") from err
+
+
+def random_inputs(model, input_shape=None, seed: int = 0) -> dict:
+    """Seeded inputs for every graph input (unit normal floats, small ints, booleans)."""
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    given = dict(input_shape or {})
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for value in model.graph.input:
+        if value.name in inits:
+            continue
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        shape = tuple(given.get(value.name, dims))
+        if any(not isinstance(d, int) or d <= 0 for d in shape):
+            raise ModelLoadError(f"input {value.name!r} has a dynamic shape {shape}; give "
+                                 "--input_shape to compare")
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
+        if dtype.kind == "f":
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[value.name] = rng.random(shape) < 0.5
+        else:
+            feeds[value.name] = rng.integers(0, 2, size=shape).astype(dtype)
+    return feeds
+
+
+def _errors(actual, expected) -> tuple[float, float]:
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    diff = np.abs(a - e)
+    finite = np.isfinite(diff)
+    if not finite.all():
+        return float("inf"), float("inf")
+    abs_err = float(diff.max()) if diff.size else 0.0
+    return abs_err, abs_err / (float(np.abs(e).max()) + 1e-12) if e.size else 0.0
+
+
+def _group_outputs(model, report) -> dict:
+    """Group id -> an ONNX tensor the group writes and something outside it reads."""
+    names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(model.graph.node)]
+    by_name = dict(zip(names, model.graph.node))
+    readers: dict = {}
+    for name, node in zip(names, model.graph.node):
+        for tensor in node.input:
+            readers.setdefault(tensor, set()).add(name)
+    graph_outputs = {o.name for o in model.graph.output}
+    out = {}
+    for group in report["groups"]:
+        members = set(group["nodes"])
+        if len(members) < 2 or not group["on_npu"]:
+            continue
+        for name in group["nodes"]:
+            node = by_name.get(name)
+            for tensor in node.output if node is not None else []:
+                if tensor in graph_outputs or readers.get(tensor, set()) - members:
+                    out[group["id"]] = (group["rule"], tensor)
+    return out
+
+
+def _with_outputs(model, tensors):
+    """``model`` with ``tensors`` added as graph outputs (types left to inference)."""
+    from onnx import helper
+
+    exposed = copy.deepcopy(model)
+    present = {o.name for o in exposed.graph.output}
+    for tensor in tensors:
+        if tensor not in present:
+            exposed.graph.output.append(helper.make_empty_tensor_value_info(tensor))
+    try:
+        from onnx import shape_inference
+        exposed = shape_inference.infer_shapes(exposed)
+        typed = {v.name: v for v in exposed.graph.value_info}
+        for index, value in enumerate(exposed.graph.output):
+            if not value.type.HasField("tensor_type") and value.name in typed:
+                exposed.graph.output[index].CopyFrom(typed[value.name])
+    except Exception:  # noqa: BLE001 - without inferred types the importer still tries
+        pass
+    return exposed
+
+
+def _reference(model, feeds, fallback_config):
+    """Reference outputs by name: onnxruntime, else the fusion-off build (said in the table)."""
+    names = [o.name for o in model.graph.output]
+    try:
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        return dict(zip(names, session.run(None, feeds))), "onnxruntime"
+    except ImportError:
+        from .pipeline import build
+        lib = build(model, config=fallback_config.replace(fusion_level="off"))
+        return dict(zip(names, lib.run(feeds))), "tvm-ascend with fusion off"
+
+
+def compare_model(model, config: CompileConfig | None = None, variants=None, seed: int = 0,
+                  groups: bool = True) -> tuple[list[VariantResult], str]:
+    """Build ``model`` once per variant and measure its outputs' and fused groups' errors.
+
+    Returns (one VariantResult per variant, the name of the reference).
+    """
+    from .pipeline import build
+
+    config = config or CompileConfig()
+    model = _onnx(model)
+    feeds = random_inputs(model, config.input_shape, seed)
+    reference, source = _reference(model, feeds, config)
+    results = []
+    for name in variants or VARIANTS:
+        cfg = config.replace(**VARIANTS[name])
+        lib = build(model, config=cfg)
+        report = lib.fusion_report()
+        outputs = dict(zip([o.name for o in model.graph.output], lib.run(feeds)))
+        result = VariantResult(name, report["kernels"]["ascend"] + report["kernels"]["host"],
+                               sum(g.get("gm_bytes", 0) for g in report["groups"]),
+                               report["estimate"]["latency_us"])
+        result.output_errors = {k: _errors(v, reference[k]) for k, v in outputs.items()}
+        if groups:
+            result.group_errors = _group_errors(model, report, feeds, cfg)
+        results.append(result)
+    return results, source
+
+
+def _group_errors(model, report, feeds, cfg) -> list:
+    """Each fused group's output against onnxruntime's value of the same tensor."""
+    from .pipeline import build
+
+    wanted = _group_outputs(model, report)
+    if not wanted:
+        return []
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return []
+    exposed = _with_outputs(model, [tensor for _, tensor in wanted.values()])
+    names = [o.name for o in exposed.graph.output]
+    session = ort.InferenceSession(exposed.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    expected = dict(zip(names, session.run(None, feeds)))
+    actual = dict(zip(names, build(exposed, config=cfg).run(feeds)))
+    rows = []
+    for group_id, (rule, tensor) in wanted.items():
+        rows.append((group_id, rule, tensor) + _errors(actual[tensor], expected[tensor]))
+    return sorted(rows, key=lambda row: -row[4])
+
+
+def format_comparison(results: list[VariantResult], source: str) -> str:
+    """The comparison as plain-text tables (latencies are labelled estimates)."""
+    lines = [f"{'variant':<14}{'launches':>9}{'GM bytes':>14}{'est. us':>10}  max rel err "
+             f"per output (vs {source})"]
+    for r in results:
+        errs = ", ".join(f"{k}: {v[1]:.2e}" for k, v in r.output_errors.items())
+        lines.append(f"{r.name:<14}{r.launches:>9}{r.gm_bytes:>14}{r.est_latency_us:>10.1f}  "
+                     f"{errs}")
+    lines.append("(est. us: ESTIMATE from the timing model, sum over launches)")
+    for r in results:
+        if r.group_errors:
+            lines += ["", f"{r.name}: fused groups by error (their output tensor vs {source})"]
+            for group_id, rule, tensor, abs_err, rel_err in r.group_errors[:10]:
+                lines.append(f"  {group_id:<6}{rule:<40} {tensor:<24} abs {abs_err:.2e}  "
+                             f"rel {rel_err:.2e}")
+    return "\n".join(lines)
+
+
+__all__ = ["VARIANTS", "VariantResult", "compare_model", "format_comparison", "random_inputs"]
