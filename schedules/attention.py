@@ -31,6 +31,7 @@ from tvm_ascend.errors import TilingError
 from .matmul import _product_loads
 from .row_reduce import _blocks, _reduce_vars, _reducer
 from .tile_values import flat_offset
+from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
 from .tir_walk import BufferLoad, load_buffer, param_buffers
 
@@ -93,16 +94,7 @@ class _NotAttention(Exception):
     """Internal: why a PrimFunc is not the attention pattern (becomes a Decision)."""
 
 
-def _dtype_bytes(dtype) -> int:
-    return tvm.runtime.DataType(str(dtype)).bits // 8
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _round_up(a: int, b: int) -> int:
-    return _ceil_div(a, b) * b
 
 
 class _Resolver:
@@ -387,7 +379,7 @@ class AttentionSchedule:
 
 def _cube_fits(shape, soc, base_q, base_kv, d16, base_k_qk) -> str:
     """Why the two Matmul objects' L1/L0 reservations do not fit together ('' when they do)."""
-    e = _dtype_bytes(shape.dtype)
+    e = dtype_bytes(shape.dtype)
     need = {
         "L1": (base_q * base_k_qk + base_k_qk * base_kv) * e + (base_q * base_kv
                                                                  + base_kv * d16) * e,
@@ -402,26 +394,26 @@ def _cube_fits(shape, soc, base_q, base_kv, d16, base_k_qk) -> str:
 
 def ub_layout(shape, base_q: int, base_kv: int) -> dict:
     """Bytes of every UB buffer the kernel reserves (InitBuffer), by buffer name."""
-    e = _dtype_bytes(shape.dtype)
-    pitch_kv = _round_up(base_kv, 8)
-    pitch_d = _round_up(shape.head_dim, 8)  # float rows of the product tiles (ND_ALIGN)
+    e = dtype_bytes(shape.dtype)
+    pitch_kv = round_up(base_kv, 8)
+    pitch_d = round_up(shape.head_dim, 8)  # float rows of the product tiles (ND_ALIGN)
     layout = {"sBuf": base_q * pitch_kv * 4, "oBuf": base_q * pitch_d * 4,
-              "accBuf": base_q * pitch_d * 4, "statBuf": 5 * _round_up(base_q, 8) * 4,
+              "accBuf": base_q * pitch_d * 4, "statBuf": 5 * round_up(base_q, 8) * 4,
               "workBuf": 64 * 4}
     if e == 2:
         layout["pBuf"] = base_q * pitch_kv * 2
-        layout["outBuf"] = base_q * _round_up(shape.head_dim, 16) * 2
+        layout["outBuf"] = base_q * round_up(shape.head_dim, 16) * 2
     if shape.mask is not None:
         rows = 1 if shape.mask.row_stride == 0 else base_q
-        layout["maskBuf"] = rows * _round_up(base_kv, 32 // e) * e
+        layout["maskBuf"] = rows * round_up(base_kv, 32 // e) * e
         if e == 2:
             layout["maskFBuf"] = rows * pitch_kv * 4
-    return {k: _round_up(v, 32) for k, v in layout.items()}
+    return {k: round_up(v, 32) for k, v in layout.items()}
 
 
 def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     """Blocks, cores, UB and the exact GM traffic of the kernel for ``shape`` on ``soc``."""
-    e = _dtype_bytes(shape.dtype)
+    e = dtype_bytes(shape.dtype)
     c0 = 32 // e
     for name in ("base_q", "base_kv"):
         value = getattr(knobs, name)
@@ -429,10 +421,10 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
             raise TilingError(f"{name}={value} must be a multiple of {FRACTAL} in 16..128")
     if shape.head_dim > 256:
         raise TilingError(f"head dim {shape.head_dim} > 256: the PV tile would not fit L0C")
-    base_q = min(knobs.base_q or 64, _round_up(shape.seq_q, FRACTAL))
-    base_kv = min(knobs.base_kv or (128 if e == 2 else 64), _round_up(shape.seq_kv, FRACTAL))
-    d16 = _round_up(shape.head_dim, FRACTAL)
-    base_k_qk = min(64, _round_up(shape.head_dim, c0))
+    base_q = min(knobs.base_q or 64, round_up(shape.seq_q, FRACTAL))
+    base_kv = min(knobs.base_kv or (128 if e == 2 else 64), round_up(shape.seq_kv, FRACTAL))
+    d16 = round_up(shape.head_dim, FRACTAL)
+    base_k_qk = min(64, round_up(shape.head_dim, c0))
     while True:
         over = _cube_fits(shape, soc, base_q, base_kv, d16, base_k_qk)
         if not over:
@@ -444,11 +436,11 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     ub = sum(ub_layout(shape, base_q, base_kv).values())
     if ub > soc.ub_bytes - UB_RESERVED_BYTES:
         raise TilingError(f"attention needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
-    blocks_q = _ceil_div(shape.seq_q, base_q)
+    blocks_q = ceil_div(shape.seq_q, base_q)
     total = shape.batch * blocks_q
     cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores, total))
-    per_core = _ceil_div(total, cores)
-    used = _ceil_div(total, per_core)
+    per_core = ceil_div(total, cores)
+    used = ceil_div(total, per_core)
     traffic = _traffic(shape, soc, base_q, base_kv, base_k_qk)
     params = {"batch": shape.batch, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv,
               "head_dim": shape.head_dim, "base_q": base_q, "base_kv": base_kv,
@@ -469,7 +461,7 @@ def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
     and K's block over the head dim; the mask block; V's block; the output rows once. On 2201
     the score tile and the product tile go AIC -> workspace -> UB and the probabilities
     UB -> workspace -> L1 (A from the UB): workspace bytes, counted apart from the tensors'."""
-    e = _dtype_bytes(shape.dtype)
+    e = dtype_bytes(shape.dtype)
     c0 = 32 // e
     split = soc.npu_arch == 2201
     t_read = w_read = w_write = macs = 0
@@ -478,10 +470,10 @@ def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
             t_read += (q + kv) * shape.head_dim * e + kv * shape.head_dim * e
             if shape.mask is not None:
                 t_read += (1 if shape.mask.row_stride == 0 else q) * kv * e
-            macs += _round_up(q, FRACTAL) * _round_up(kv, FRACTAL) * sum(
-                _round_up(k, c0) for k in _pieces(shape.head_dim, base_k_qk))
-            macs += _round_up(q, FRACTAL) * _round_up(shape.head_dim, FRACTAL) * \
-                _round_up(kv, c0)
+            macs += round_up(q, FRACTAL) * round_up(kv, FRACTAL) * sum(
+                round_up(k, c0) for k in _pieces(shape.head_dim, base_k_qk))
+            macs += round_up(q, FRACTAL) * round_up(shape.head_dim, FRACTAL) * \
+                round_up(kv, c0)
             if split:
                 staged = q * kv * SCORE_BYTES + q * kv * e + q * shape.head_dim * SCORE_BYTES
                 w_read += staged

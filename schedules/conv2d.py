@@ -32,6 +32,7 @@ from tvm_ascend.errors import TilingError
 
 from .row_reduce import RowAccessKind, _blocks, _reduce_vars, program_dtypes, row_program
 from .tile_values import buffer_size, unsupported_construct
+from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
 from .tir_walk import BufferLoad, Call, load_buffer, param_buffers
 
@@ -77,16 +78,7 @@ class ConvShape:
         return self.oh * self.ow
 
 
-def _dtype_bytes(dtype) -> int:
-    return tvm.runtime.DataType(str(dtype)).bits // 8
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _round_up(a: int, b: int) -> int:
-    return _ceil_div(a, b) * b
 
 
 def _at(expr, values: dict) -> int | None:
@@ -273,36 +265,36 @@ class Conv2dSchedule:
 
 def plan(shape: ConvShape, program, soc) -> Tiling:
     """The tiling of ``shape`` on ``soc``: base tiles, K chunk, cores, UB bytes, GM traffic."""
-    elem = _dtype_bytes(shape.dtype)
+    elem = dtype_bytes(shape.dtype)
     c0 = 32 // elem
-    slot_bytes = max([elem] + [_dtype_bytes(d) for d in program_dtypes(program)]) \
+    slot_bytes = max([elem] + [dtype_bytes(d) for d in program_dtypes(program)]) \
         if program is not None else elem
     if program is not None and slot_bytes != elem:
         raise TilingError("the conv epilogue computes in a wider dtype than its output")
     cap = 128 if elem == 2 else 64
-    base_m = min(cap, _round_up(shape.cout_g, FRACTAL))
-    base_n = min(cap, _round_up(shape.pixels, FRACTAL))
-    align_n = _round_up(base_n, c0)
+    base_m = min(cap, round_up(shape.cout_g, FRACTAL))
+    base_n = min(cap, round_up(shape.pixels, FRACTAL))
+    align_n = round_up(base_n, c0)
     tile_bytes = base_m * align_n * elem
     slots = (len(program.intermediates) + program.temp_slots) if program else 0
     streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS) \
         if program else 0
     fixed = tile_bytes * (2 + streamed) + slots * align_n * elem  # acc, partial, epilogue
     budget = soc.ub_bytes - UB_RESERVED_BYTES - fixed
-    k_full = _round_up(shape.k, c0)
+    k_full = round_up(shape.k, c0)
     k_chunk = min(k_full, (budget // (align_n * elem)) // c0 * c0) if budget > 0 else 0
     if k_chunk < c0:
         raise TilingError(f"conv tile {base_m}x{base_n} leaves no UB for one img2col chunk of "
                           f"{c0} rows on {soc.name}")
-    chunks = _ceil_div(shape.k, k_chunk)
+    chunks = ceil_div(shape.k, k_chunk)
     if chunks == 1:
         fixed -= tile_bytes  # no partial products to add
     ub = fixed + k_chunk * align_n * elem
-    base_k = min(64, _round_up(min(shape.k, k_chunk), c0))
-    tiles_m, tiles_n = _ceil_div(shape.cout_g, base_m), _ceil_div(shape.pixels, base_n)
+    base_k = min(64, round_up(min(shape.k, k_chunk), c0))
+    tiles_m, tiles_n = ceil_div(shape.cout_g, base_m), ceil_div(shape.pixels, base_n)
     total = shape.n * shape.groups * tiles_m * tiles_n
-    per_core = _ceil_div(total, min(soc.ai_cores, total))
-    used = _ceil_div(total, per_core)
+    per_core = ceil_div(total, min(soc.ai_cores, total))
+    used = ceil_div(total, per_core)
     gm_read, gm_write, macs = _traffic(shape, program, soc, base_m, base_n, base_k, k_chunk, used)
     params = {"n": shape.n, "cin": shape.cin, "h": shape.h, "w": shape.w, "cout": shape.cout,
               "kh": shape.kh, "kw": shape.kw, "oh": shape.oh, "ow": shape.ow,
@@ -331,7 +323,7 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, k_chunk, co
     README "Cube"): per tile and K step the A rows and, on 2201, the UB operand B staged through
     GM; one GM read per in-range img2col element; the product fetched into the UB (through GM
     on 2201) once per K chunk; the epilogue's inputs and the output once."""
-    elem = _dtype_bytes(shape.dtype)
+    elem = dtype_bytes(shape.dtype)
     c0 = 32 // elem
     split = soc.npu_arch == 2201
     taps = np.outer(_valid_taps(shape.oh, shape.h, shape.stride[0], shape.dilation[0],
@@ -340,7 +332,7 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, k_chunk, co
                                 shape.pad[1], shape.kw)).reshape(-1)
     chunks = _pieces(shape.k, k_chunk)
     steps = [kk for chunk in chunks for kk in _pieces(chunk, base_k)]
-    k_macs = sum(_round_up(kk, c0) for kk in steps)
+    k_macs = sum(round_up(kk, c0) for kk in steps)
     read = write = macs = 0
     outer = shape.n * shape.groups
     for cur_m in _pieces(shape.cout_g, base_m):
@@ -348,7 +340,7 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, k_chunk, co
             cur_n = min(base_n, shape.pixels - start)
             gathered = int(taps[start:start + cur_n].sum()) * shape.cin_g
             read += outer * (cur_m * shape.k + gathered) * elem
-            macs += outer * _round_up(cur_m, FRACTAL) * _round_up(cur_n, FRACTAL) * k_macs
+            macs += outer * round_up(cur_m, FRACTAL) * round_up(cur_n, FRACTAL) * k_macs
             if split:
                 staged = (shape.k * cur_n + len(chunks) * cur_m * cur_n) * elem
                 read += outer * staged
@@ -356,7 +348,7 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, k_chunk, co
             read += outer * _epilogue_reads(program, cur_m, cur_n)
     write += shape.n * shape.cout * shape.pixels * elem
     if program is not None:
-        read += sum(cores * _dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.SCALAR))
+        read += sum(cores * dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.SCALAR))
     return read, write, macs
 
 
@@ -375,8 +367,8 @@ def _epilogue_reads(program, cur_m, cur_n) -> int:
     """Bytes one tile's epilogue reads: streamed rows, and one value per row for row scalars."""
     if program is None:
         return 0
-    rows = sum(cur_m * cur_n * _dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.ROWS))
-    return rows + sum(cur_m * _dtype_bytes(b.dtype)
+    rows = sum(cur_m * cur_n * dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.ROWS))
+    return rows + sum(cur_m * dtype_bytes(b.dtype)
                       for b in _inputs(program, RowAccessKind.ROW_SCALAR))
 
 

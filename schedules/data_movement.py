@@ -47,6 +47,7 @@ from tvm_ascend.errors import TilingError
 from .tile_values import (VECTOR_BINARY, VECTOR_CALLS, AccessKind, Access,
                           expr_key, flat_offset, plan_tile_values)
 from .tir_walk import BufferLoad, Call, expr_dtype, load_buffer, param_buffers
+from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling,
                      UB_RESERVED_BYTES)
 
@@ -110,8 +111,8 @@ class Segment:
     def region(self, tile_rows: int, align: int) -> int:
         """Staging elements of this segment for ``tile_rows`` rows."""
         if self.layout == "box":
-            return self.width * _round_up(tile_rows, align)
-        return tile_rows * _round_up(self.row_len, align)
+            return self.width * round_up(tile_rows, align)
+        return tile_rows * round_up(self.row_len, align)
 
     def column(self, jj: int) -> int:
         """Staging element of local column ``jj`` within one row (rows layout)."""
@@ -158,11 +159,11 @@ class MovementProgram:
 
     @property
     def align(self) -> int:
-        return BLOCK_BYTES // _dtype_bytes(self.dtype)
+        return BLOCK_BYTES // dtype_bytes(self.dtype)
 
     @property
     def row_stride(self) -> int:
-        return _round_up(self.cols, self.align)
+        return round_up(self.cols, self.align)
 
     @property
     def box_runs(self) -> int:
@@ -182,16 +183,7 @@ class MovementProgram:
         return [seg for op in self.operands for seg in op.segments]
 
 
-def _dtype_bytes(dtype) -> int:
-    return tvm.runtime.DataType(str(dtype)).bits // 8
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _round_up(a: int, b: int) -> int:
-    return _ceil_div(a, b) * b
 
 
 def _leaves(tree) -> list:
@@ -649,7 +641,7 @@ class DataMovementSchedule:
 
 def ub_bytes(program: MovementProgram, tile_rows: int, buffer_num: int) -> int:
     """UB bytes the printed kernel reserves with InitBuffer (checked against the emulator)."""
-    elem = _dtype_bytes(program.dtype)
+    elem = dtype_bytes(program.dtype)
     tile = tile_rows * program.row_stride * elem
     staged = sum(op.layout(tile_rows, program.align) * elem for op in program.operands)
     gathered = sum(1 for op in program.operands if not op.direct)
@@ -667,20 +659,20 @@ def _tree_bytes(tree, mask: np.ndarray, row_bytes: int) -> int:
                 + _tree_bytes(tree.other, mask & ~chosen, row_bytes))
     if tree.kind == "const":
         return 0
-    index = sum(_dtype_bytes(load_buffer(ld).dtype) for ld in tree.index_loads)
+    index = sum(dtype_bytes(load_buffer(ld).dtype) for ld in tree.index_loads)
     return int(mask.sum()) * (row_bytes + index)
 
 
 def gm_read_bytes(program: MovementProgram, cores: int) -> int:
     """GM bytes the kernel reads: every copy of every segment, index values, scalars per core."""
-    elem = _dtype_bytes(program.dtype)
+    elem = dtype_bytes(program.dtype)
     total = 0
     for seg in program.segments():
         if seg.layout == "box":
             total += program.rows * seg.width * elem
         else:
             total += _tree_bytes(seg.tree, np.ones(program.rows, bool), seg.row_len * elem)
-    total += cores * sum(_dtype_bytes(b.dtype) for b, _ in program.scalars.values())
+    total += cores * sum(dtype_bytes(b.dtype) for b, _ in program.scalars.values())
     return total
 
 
@@ -693,7 +685,7 @@ def plan_tiling(program: MovementProgram, soc, knobs: DataMovementKnobs) -> Tili
                           f"live VECIN buffers on {soc.name}")
     rows = program.rows
     cores = max(1, min(knobs.cores or soc.vector_blocks, soc.vector_blocks, rows))
-    cap = min(MAX_BURSTS, _ceil_div(rows, cores), program.max_box_rows)
+    cap = min(MAX_BURSTS, ceil_div(rows, cores), program.max_box_rows)
     if knobs.tile_rows is not None:
         cap = min(cap, knobs.tile_rows)
     budget = soc.ub_bytes - UB_RESERVED_BYTES
@@ -705,11 +697,11 @@ def plan_tiling(program: MovementProgram, soc, knobs: DataMovementKnobs) -> Tili
         raise TilingError(f"one row of {program.cols} elements needs "
                           f"{ub_bytes(program, 1, nbuf)} UB bytes; {soc.name} has {budget} "
                           "(rows longer than the UB need a multi-pass kernel, not written yet)")
-    per_core = _ceil_div(rows, cores)
-    tiles_per_core = _ceil_div(per_core, tile_rows)
+    per_core = ceil_div(rows, cores)
+    tiles_per_core = ceil_div(per_core, tile_rows)
     block_rows = tiles_per_core * tile_rows
-    cores = _ceil_div(rows, block_rows)
-    elem = _dtype_bytes(program.dtype)
+    cores = ceil_div(rows, block_rows)
+    elem = dtype_bytes(program.dtype)
     ub = ub_bytes(program, tile_rows, nbuf)
     return Tiling("data_movement", rows, cores, block_rows, tile_rows, tiles_per_core, nbuf,
                   program.plan.n_slots, ub, soc.ub_bytes, gm_read_bytes(program, cores),

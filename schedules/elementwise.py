@@ -25,6 +25,7 @@ from tvm_ascend.errors import TilingError
 from .tile_values import (AccessKind, buffer_size, classify_load, make_analyzer, plan_tile_values,
                           unsupported_construct)
 from .tir_walk import expr_dtype, first_block_realize, param_buffers, walk
+from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 
 RESIDENT_GATHER_MAX_BYTES = 16384  # broadcast sources up to this size stay in the UB per core
@@ -40,16 +41,7 @@ class ElementwiseKnobs:
     double_buffer: bool = True
 
 
-def _dtype_bytes(dtype) -> int:
-    return tvm.runtime.DataType(str(dtype)).bits // 8
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _round_up(a: int, b: int) -> int:
-    return _ceil_div(a, b) * b
 
 
 class ElementwiseSchedule:
@@ -137,28 +129,28 @@ class _Footprint:
 
     def ub_bytes(self, tile_len: int, buffer_num: int) -> int:
         tiles = [*self.streamed, self.out_bytes]
-        return (buffer_num * sum(_round_up(tile_len * b, BLOCK_BYTES) for b in tiles)
-                + self.slots * _round_up(tile_len * self.slot_bytes, BLOCK_BYTES)
+        return (buffer_num * sum(round_up(tile_len * b, BLOCK_BYTES) for b in tiles)
+                + self.slots * round_up(tile_len * self.slot_bytes, BLOCK_BYTES)
                 + self.resident_bytes)
 
 
 def is_resident(access) -> bool:
     """A gathered broadcast source small enough to stay whole in each core's UB."""
-    size = buffer_size(access.buffer) * _dtype_bytes(access.buffer.dtype)
+    size = buffer_size(access.buffer) * dtype_bytes(access.buffer.dtype)
     return access.kind is AccessKind.GATHER and size <= RESIDENT_GATHER_MAX_BYTES
 
 
 def _footprint(plan, out_dtype) -> _Footprint:
     streamed, resident = [], 0
     for access in plan.accesses.values():  # one entry per distinct load, as the printer does
-        elem = _dtype_bytes(access.buffer.dtype)
+        elem = dtype_bytes(access.buffer.dtype)
         if access.kind is not AccessKind.SCALAR:
             streamed.append(elem)
         if is_resident(access):
-            resident += _round_up(buffer_size(access.buffer) * elem, BLOCK_BYTES)
-    out_bytes = _dtype_bytes(out_dtype)
-    slot_bytes = max([out_bytes] + [_dtype_bytes(expr_dtype(n)) for n in plan.order]
-                     + [_dtype_bytes(a.buffer.dtype) for a in plan.accesses.values()])
+            resident += round_up(buffer_size(access.buffer) * elem, BLOCK_BYTES)
+    out_bytes = dtype_bytes(out_dtype)
+    slot_bytes = max([out_bytes] + [dtype_bytes(expr_dtype(n)) for n in plan.order]
+                     + [dtype_bytes(a.buffer.dtype) for a in plan.accesses.values()])
     return _Footprint(tuple(streamed), out_bytes, plan.n_slots, slot_bytes, resident)
 
 
@@ -166,7 +158,7 @@ def _gm_read_bytes(plan, total: int, cores: int) -> int:
     """GM bytes the kernel reads: streamed inputs once, scalars and resident sources per core."""
     read = 0
     for access in plan.accesses.values():
-        elem = _dtype_bytes(access.buffer.dtype)
+        elem = dtype_bytes(access.buffer.dtype)
         if access.kind is AccessKind.FULL:
             read += total * elem
         elif access.kind is AccessKind.SCALAR:
@@ -216,12 +208,12 @@ def _plan(sch, out_block, flat_loop, func, soc, knobs) -> Tiling:
     buffer_num = 2 if knobs.double_buffer else 1
     max_tile, align = _max_tile(fp, soc, buffer_num, knobs)
     cores = knobs.cores or soc.vector_blocks
-    cores = max(1, min(cores, soc.vector_blocks, _ceil_div(total, align)))
-    per_core = _round_up(_ceil_div(total, cores), align)
+    cores = max(1, min(cores, soc.vector_blocks, ceil_div(total, align)))
+    per_core = round_up(ceil_div(total, cores), align)
     tile_len = min(max_tile, per_core)
-    tiles_per_core = _ceil_div(per_core, tile_len)
+    tiles_per_core = ceil_div(per_core, tile_len)
     block_len = tiles_per_core * tile_len
-    cores = _ceil_div(total, block_len)
+    cores = ceil_div(total, block_len)
     gathered = sum(total for a in plan.accesses.values() if a.kind is AccessKind.GATHER)
     return Tiling("elementwise", total, cores, block_len, tile_len, tiles_per_core, buffer_num,
                   plan.n_slots, fp.ub_bytes(tile_len, buffer_num), soc.ub_bytes,

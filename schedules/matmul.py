@@ -17,6 +17,7 @@ from tvm_ascend.errors import TilingError
 
 from .row_reduce import RowAccessKind, _blocks, _reduce_vars, program_dtypes, row_program
 from .tile_values import buffer_size, unsupported_construct
+from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 from .tir_walk import BufferLoad, load_buffer, param_buffers
 
@@ -45,16 +46,7 @@ class MatmulShape:
     dtype: str
 
 
-def _dtype_bytes(dtype) -> int:
-    return tvm.runtime.DataType(str(dtype)).bits // 8
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _round_up(a: int, b: int) -> int:
-    return _ceil_div(a, b) * b
 
 
 def _product_loads(store):
@@ -164,9 +156,9 @@ class MatmulSchedule:
         shape = matmul_shape(func)
         if shape is None:
             return [MatmulKnobs()]
-        top = 128 if _dtype_bytes(shape.dtype) == 2 else 64
-        bases_m = [b for b in (32, 64, 128) if b <= top and b <= _round_up(shape.m, FRACTAL)]
-        bases_n = [b for b in (32, 64, 128) if b <= top and b <= _round_up(shape.n, FRACTAL)]
+        top = 128 if dtype_bytes(shape.dtype) == 2 else 64
+        bases_m = [b for b in (32, 64, 128) if b <= top and b <= round_up(shape.m, FRACTAL)]
+        bases_n = [b for b in (32, 64, 128) if b <= top and b <= round_up(shape.n, FRACTAL)]
         space = [MatmulKnobs()]
         for cores in (None, max(1, soc.ai_cores // 2)):
             for base_m in bases_m or [None]:
@@ -191,43 +183,43 @@ def epilogue_program(blocks, func, shape: MatmulShape):
 
 
 def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
-    elem = _dtype_bytes(shape.dtype)
+    elem = dtype_bytes(shape.dtype)
     # temporaries may be wider than C (TOPI computes an fp16 erf in float32)
-    slot_bytes = max([elem] + [_dtype_bytes(d) for d in program_dtypes(program)]) \
+    slot_bytes = max([elem] + [dtype_bytes(d) for d in program_dtypes(program)]) \
         if program is not None else elem
     c0 = 32 // elem
     for name in ("base_m", "base_n"):
         value = getattr(knobs, name)
         if value is not None and (value % FRACTAL or not FRACTAL <= value <= 128):
             raise TilingError(f"{name}={value} must be a multiple of {FRACTAL} in 16..128")
-    base_m = min(knobs.base_m or (128 if elem == 2 else 64), _round_up(shape.m, FRACTAL))
-    base_n = min(knobs.base_n or (128 if elem == 2 else 64), _round_up(shape.n, FRACTAL))
-    base_k = min(64, _round_up(shape.k, c0))
+    base_m = min(knobs.base_m or (128 if elem == 2 else 64), round_up(shape.m, FRACTAL))
+    base_n = min(knobs.base_n or (128 if elem == 2 else 64), round_up(shape.n, FRACTAL))
+    base_k = min(64, round_up(shape.k, c0))
     # singleM x singleN tiles per batch: halve the larger side until every core has work
-    single_m, single_n = _round_up(shape.m, FRACTAL), _round_up(shape.n, FRACTAL)
+    single_m, single_n = round_up(shape.m, FRACTAL), round_up(shape.n, FRACTAL)
     cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
 
     def tiles(sm, sn):
-        return shape.batch * _ceil_div(shape.m, sm) * _ceil_div(shape.n, sn)
+        return shape.batch * ceil_div(shape.m, sm) * ceil_div(shape.n, sn)
 
     while tiles(single_m, single_n) < cores:
         if single_m >= single_n and single_m > base_m:
-            single_m = _round_up(_ceil_div(single_m, 2), base_m)
+            single_m = round_up(ceil_div(single_m, 2), base_m)
         elif single_n > base_n:
-            single_n = _round_up(_ceil_div(single_n, 2), base_n)
+            single_n = round_up(ceil_div(single_n, 2), base_n)
         else:
             break
     total = tiles(single_m, single_n)
-    per_core = _ceil_div(total, min(cores, total))
-    used = _ceil_div(total, per_core)
-    align_n = _round_up(base_n * elem, 32) // elem
+    per_core = ceil_div(total, min(cores, total))
+    used = ceil_div(total, per_core)
+    align_n = round_up(base_n * elem, 32) // elem
     slots = (len(program.intermediates) + program.temp_slots) if program else 0
     columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN) \
         if program else 0
     streamed = sum(1 for k in program.inputs.values()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)) if program else 0
     ub = (base_m * align_n * elem * (1 + streamed) + slots * align_n * slot_bytes
-          + columns * _round_up(shape.n * elem, 32))
+          + columns * round_up(shape.n * elem, 32))
     if ub > soc.ub_bytes - UB_RESERVED_BYTES:
         raise TilingError(f"matmul epilogue needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
     gm_read, gm_write = _traffic(shape, program, soc, base_m, base_n, single_m, single_n, used)
@@ -236,8 +228,8 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
               "single_m": single_m, "single_n": single_n, "align_n": align_n, "slots": slots,
               "slot_bytes": slot_bytes,
-              "cube_macs": shape.batch * _round_up(shape.m, FRACTAL)
-              * _round_up(shape.n, FRACTAL) * _round_up(shape.k, c0)}
+              "cube_macs": shape.batch * round_up(shape.m, FRACTAL)
+              * round_up(shape.n, FRACTAL) * round_up(shape.k, c0)}
     return Tiling("matmul", total, used, per_core, 1, per_core, 1,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
                   shape.n, params)
@@ -247,7 +239,7 @@ def _traffic(shape, program, soc, base_m, base_n, single_m, single_n, cores):
     """GM bytes as the Matmul API moves them (emulator README): every base tile of C reads its
     rows of A and columns of B once (K steps), the tile goes AIC -> GM -> UB on split chips,
     and the epilogue's inputs and the output are moved once."""
-    elem = _dtype_bytes(shape.dtype)
+    elem = dtype_bytes(shape.dtype)
     pairs = [(m, n) for m_single in _singles(shape.m, single_m)
              for n_single in _singles(shape.n, single_n)
              for m in _singles(m_single, base_m) for n in _singles(n_single, base_n)]
@@ -271,7 +263,7 @@ def _epilogue_reads(program, shape, cores) -> int:
         if buffer.name in seen or buffer.name not in program.inputs:
             continue
         seen.add(buffer.name)
-        elem = _dtype_bytes(buffer.dtype)
+        elem = dtype_bytes(buffer.dtype)
         read += {RowAccessKind.ROWS: buffer_size(buffer) * elem,
                  RowAccessKind.ROW_SLICE: shape.batch * shape.m * shape.n * elem,
                  RowAccessKind.COLUMN: cores * shape.n * elem,

@@ -31,11 +31,12 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import (FRACTAL, MatmulShape, _ceil_div, _dtype_bytes, _round_up, _singles,
+from .matmul import (FRACTAL, MatmulShape, _singles,
                      _traffic, epilogue_program, matmul_shape)
 from .row_reduce import (RowAccessKind, _blocks, _inline, _is_full, _prod, _reduce_vars, _reducer,
                          check_program_dtypes, input_dtypes, program_dtypes)
 from .tile_values import unsupported_construct
+from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling,
                      UB_RESERVED_BYTES)
 from .tir_walk import param_buffers
@@ -188,12 +189,12 @@ def ub_bytes(program, n: int, elem: int, base_m: int) -> int:
     """UB bytes the printed kernel reserves with InitBuffer: C's tile and each streamed input
     (``base_m`` rows of ``baseN``), resident columns, and the row slots (the program's
     intermediates and temporaries, the ReduceSum work tensor, the reduced value)."""
-    base_n = _round_up(n, FRACTAL)
+    base_n = round_up(n, FRACTAL)
     _, slot_bytes = _slots(program, elem)
     streamed = sum(1 for k in program.inputs.values()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
     columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN)
-    return (base_m * base_n * elem * (1 + streamed) + columns * _round_up(n * elem, BLOCK_BYTES)
+    return (base_m * base_n * elem * (1 + streamed) + columns * round_up(n * elem, BLOCK_BYTES)
             + row_slots(program) * base_n * slot_bytes)
 
 
@@ -207,13 +208,13 @@ def row_slots(program) -> int:
 def _slots(program, elem: int) -> tuple[int, int]:
     """(slots, bytes per element of a slot): a slot holds a row of the widest value (TOPI
     computes an fp16 LayerNorm's statistics in float32)."""
-    return row_slots(program), max([elem] + [_dtype_bytes(d) for d in program_dtypes(program)])
+    return row_slots(program), max([elem] + [dtype_bytes(d) for d in program_dtypes(program)])
 
 
 def _max_base_m(program, shape: MatmulShape, soc) -> int:
     """The most rows (a multiple of 16) per base tile that L0C and the UB hold."""
-    elem = _dtype_bytes(shape.dtype)
-    base_n = _round_up(shape.n, FRACTAL)
+    elem = dtype_bytes(shape.dtype)
+    base_n = round_up(shape.n, FRACTAL)
     by_l0c = soc.l0c_bytes // (base_n * L0C_ELEM_BYTES) // FRACTAL * FRACTAL
     if by_l0c < FRACTAL:
         raise TilingError(f"N={shape.n} is too wide for one tile of whole rows: {FRACTAL} rows "
@@ -233,10 +234,10 @@ def _max_base_m(program, shape: MatmulShape, soc) -> int:
 def _base_k(shape: MatmulShape, base_m: int, soc) -> int:
     """The largest K step (a multiple of C0, at most 64) whose A and B tiles fit L0A, L0B and
     L1 as the TCubeTiling double-buffers them: a wide baseN leaves a short K step."""
-    elem = _dtype_bytes(shape.dtype)
+    elem = dtype_bytes(shape.dtype)
     c0 = BLOCK_BYTES // elem
-    base_n = _round_up(shape.n, FRACTAL)
-    for base_k in range(min(64, _round_up(shape.k, c0)), 0, -c0):
+    base_n = round_up(shape.n, FRACTAL)
+    for base_k in range(min(64, round_up(shape.k, c0)), 0, -c0):
         l0a = base_m * base_k * elem * L0AB_BUFFERS
         l0b = base_k * base_n * elem * L0AB_BUFFERS
         l1 = L1_DEPTH * (base_m + base_n) * base_k * elem
@@ -248,9 +249,9 @@ def _base_k(shape: MatmulShape, base_m: int, soc) -> int:
 
 
 def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
-    elem = _dtype_bytes(shape.dtype)
+    elem = dtype_bytes(shape.dtype)
     c0 = BLOCK_BYTES // elem
-    base_n = _round_up(shape.n, FRACTAL)
+    base_n = round_up(shape.n, FRACTAL)
     top = _max_base_m(program, shape, soc)
     cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
     if knobs.base_m is not None:
@@ -262,27 +263,27 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
         # the largest tile that still gives every core rows: the epilogue's vector work
         # scales with the rows a core holds, so cores beat a fuller cube tile
         base_m = min(top, 128 if elem == 2 else 64)
-        while base_m > FRACTAL and shape.batch * _ceil_div(shape.m, base_m) < cores:
+        while base_m > FRACTAL and shape.batch * ceil_div(shape.m, base_m) < cores:
             base_m -= FRACTAL
-    base_m = min(base_m, _round_up(shape.m, FRACTAL))
+    base_m = min(base_m, round_up(shape.m, FRACTAL))
     base_k = _base_k(shape, base_m, soc)
     # singleM x N tiles per batch: halve singleM (in base tiles) until every core has work
-    single_m = _round_up(shape.m, FRACTAL)
+    single_m = round_up(shape.m, FRACTAL)
 
     def tiles(sm):
-        return shape.batch * _ceil_div(shape.m, sm)
+        return shape.batch * ceil_div(shape.m, sm)
 
     while tiles(single_m) < cores and single_m > base_m:
-        single_m = _round_up(_ceil_div(single_m, 2), base_m)
+        single_m = round_up(ceil_div(single_m, 2), base_m)
     total = tiles(single_m)
-    per_core = _ceil_div(total, min(cores, total))
-    used = _ceil_div(total, per_core)
+    per_core = ceil_div(total, min(cores, total))
+    used = ceil_div(total, per_core)
     slots, slot_bytes = _slots(program, elem)
     ub = ub_bytes(program, shape.n, elem, base_m)
     gm_read, gm_write = _traffic(shape, program, soc, base_m, base_n, single_m, shape.n, used)
     pieces = [m for m_single in _singles(shape.m, single_m) for m in _singles(m_single, base_m)]
-    cube_macs = shape.batch * sum(_round_up(m, FRACTAL) for m in pieces) * base_n \
-        * _round_up(shape.k, c0)
+    cube_macs = shape.batch * sum(round_up(m, FRACTAL) for m in pieces) * base_n \
+        * round_up(shape.k, c0)
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,

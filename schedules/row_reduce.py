@@ -24,6 +24,7 @@ from tvm_ascend.errors import TilingError
 from .tile_values import (FLOAT_DTYPES, VECTOR_DTYPES, Access, AccessKind, buffer_size, expr_key,
                           flat_offset, make_analyzer, plan_tile_values, unsupported_construct,
                           uses_var)
+from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 from .tir_walk import BufferLoad, expr_dtype, load_buffer, param_buffers
 
@@ -91,12 +92,6 @@ class RowProgram:
         return [s.index for s in self.intermediates].index(step_index)
 
 
-def _dtype_bytes(dtype) -> int:
-    return tvm.runtime.DataType(str(dtype)).bits // 8
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _blocks(sch):
@@ -410,10 +405,10 @@ def input_dtypes(program: RowProgram) -> dict:
 def row_layout(program: RowProgram) -> tuple[int, int]:
     """(ROW_STRIDE in elements, bytes per element of a row slot): every row of every dtype in
     the UB starts 32-byte aligned, and a slot holds a row of the widest value."""
-    sizes = {_dtype_bytes(d) for d in program_dtypes(program)}
-    sizes.update(_dtype_bytes(step.buffer.dtype) for step in program.steps)
-    sizes.update(_dtype_bytes(d) for d in input_dtypes(program).values())
-    stride = _round_up(program.cols, BLOCK_BYTES // min(sizes))
+    sizes = {dtype_bytes(d) for d in program_dtypes(program)}
+    sizes.update(dtype_bytes(step.buffer.dtype) for step in program.steps)
+    sizes.update(dtype_bytes(d) for d in input_dtypes(program).values())
+    stride = round_up(program.cols, BLOCK_BYTES // min(sizes))
     return stride, max(sizes)
 
 
@@ -421,20 +416,17 @@ def _footprint(program: RowProgram, rows_per_tile: int, buffer_num: int = 2) -> 
     """UB bytes the printed kernel reserves with InitBuffer (checked against the emulator)."""
     stride, slot_bytes = row_layout(program)
     dtypes = input_dtypes(program)
-    out_elem = _dtype_bytes(program.out_buffer.dtype)
-    streamed = sum(_dtype_bytes(dtypes[name]) for name, k in program.inputs.items()
+    out_elem = dtype_bytes(program.out_buffer.dtype)
+    streamed = sum(dtype_bytes(dtypes[name]) for name, k in program.inputs.items()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
-    columns = sum(_round_up(stride * _dtype_bytes(dtypes[name]), BLOCK_BYTES)
+    columns = sum(round_up(stride * dtype_bytes(dtypes[name]), BLOCK_BYTES)
                   for name, k in program.inputs.items() if k is RowAccessKind.COLUMN)
     out_tile = rows_per_tile * stride * out_elem if program.out_full \
-        else _round_up(rows_per_tile * out_elem, BLOCK_BYTES)
+        else round_up(rows_per_tile * out_elem, BLOCK_BYTES)
     row_slots = len(program.intermediates) + program.temp_slots
     return (buffer_num * (streamed * rows_per_tile * stride + out_tile) + columns
             + (row_slots + 1) * stride * slot_bytes + BLOCK_BYTES)  # + work + the reduced value
 
-
-def _round_up(a: int, b: int) -> int:
-    return _ceil_div(a, b) * b
 
 
 def _plan(program: RowProgram, soc, rows: int, cols: int, knobs: RowReduceKnobs) -> Tiling:
@@ -458,12 +450,12 @@ def _plan(program: RowProgram, soc, rows: int, cols: int, knobs: RowReduceKnobs)
                               f"on {soc.name}")
         max_rows = knobs.rows_per_tile
     cores = max(1, min(knobs.cores or soc.vector_blocks, soc.vector_blocks, rows))
-    per_core = _ceil_div(rows, cores)
+    per_core = ceil_div(rows, cores)
     rows_per_tile = min(max_rows, per_core)
-    tiles_per_core = _ceil_div(per_core, rows_per_tile)
+    tiles_per_core = ceil_div(per_core, rows_per_tile)
     block_rows = tiles_per_core * rows_per_tile
-    cores = _ceil_div(rows, block_rows)
-    write = (rows * cols if program.out_full else rows) * _dtype_bytes(program.out_buffer.dtype)
+    cores = ceil_div(rows, block_rows)
+    write = (rows * cols if program.out_full else rows) * dtype_bytes(program.out_buffer.dtype)
     return Tiling("row_reduce", rows, cores, block_rows, rows_per_tile, tiles_per_core, nbuf,
                   program.temp_slots, _footprint(program, rows_per_tile, nbuf), soc.ub_bytes,
                   _row_reads(program, rows, cols, cores), write, cols)
@@ -475,7 +467,7 @@ def _row_reads(program: RowProgram, rows, cols, cores) -> int:
         if buffer.name in seen or buffer.name not in program.inputs:
             continue
         seen.add(buffer.name)
-        elem = _dtype_bytes(buffer.dtype)
+        elem = dtype_bytes(buffer.dtype)
         read += {RowAccessKind.ROWS: rows * cols * elem,
                  RowAccessKind.ROW_SLICE: rows * cols * elem,
                  RowAccessKind.COLUMN: cores * cols * elem,

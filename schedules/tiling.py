@@ -4,12 +4,28 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+import tvm
+
 # Shared by every template. The annotation marks the loop whose iterations are AI cores.
 CORE_LOOP_ANNOTATION = "ascend.block_idx"
 # UB kept free for API scratch (8 KB) and the CV-fusion reserve (256 B): ascendc.md section 6.1.
 UB_RESERVED_BYTES = 8192 + 256
 BLOCK_BYTES = 32  # DataCopy granularity and UB alignment
 SUPPORTED_DTYPES = ("float32", "float16")
+
+
+def dtype_bytes(dtype) -> int:
+    """Bytes per element of ``dtype``."""
+    return tvm.runtime.DataType(str(dtype)).bits // 8
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_up(a: int, b: int) -> int:
+    """``a`` rounded up to a multiple of ``b``."""
+    return ceil_div(a, b) * b
 
 
 @dataclass(frozen=True)

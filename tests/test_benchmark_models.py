@@ -110,9 +110,8 @@ def _quick(model: str):
 
 # The same tiny configurations as the harness's --quick, built with the default config, so the
 # harness tests find these kernels in the session's compile cache.
-@pytest.mark.parametrize("model", [
-    "bert_base", "resnet50",
-    "gpt2_small", "gpt2_medium"])
+@pytest.mark.slow  # the harness tests run the same tiny models and check their errors
+@pytest.mark.parametrize("model", ["bert_base", "resnet50", "gpt2_small", "gpt2_medium"])
 def test_tiny_models_match_onnxruntime_through_tvm_ascend(model):
     onnx_model, feeds = _quick(model)
     lib = tvm_ascend.build(onnx_model)

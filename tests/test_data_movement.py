@@ -192,9 +192,9 @@ def test_unsupported_dtype_stays_on_host(onnx_type, np_dtype):
     assert not group["on_npu"] and "non-float" in group["reason"], group["reason"]
 
 
-def test_split_runs_on_host_with_reason():
-    """Split makes one multi-output TIR function, which the planner keeps on the host for now;
-    each part then runs correctly and the report says why."""
+def test_split_is_read_as_slices_fused_into_each_consumer():
+    """A Split (a fused QKV projection's) is read as one slice per output (prepare stage), and
+    each slice joins its consumer's kernel (DataMovementFusion): three kernels, no host op."""
     b = ModelBuilder("float32", seed=5)
     qkv = b.input("qkv", (2, 7, 3 * 12))
     parts = b.name("split")
@@ -206,8 +206,10 @@ def test_split_runs_on_host_with_reason():
     lib = tvm_ascend.build(model)
     for out, ref in zip(lib.run(b.feeds), run_onnxruntime(model, b.feeds)):
         assert_close(out, ref, "float32")
-    group = _group_of(lib.fusion_report(), parts, on_npu=False)
-    assert not group["on_npu"] and group["reason"]
+    report = lib.fusion_report()
+    assert report["kernels"] == {"ascend": 3, "host": 0}
+    groups = [g for g in report["groups"] if parts in g["nodes"]]
+    assert len(groups) == 3 and all("DataMovementFusion" in g["rules"] for g in groups)
 
 
 GATHER_PROBE = r"""

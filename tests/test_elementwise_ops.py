@@ -107,7 +107,7 @@ def _alone(b: OpsBuilder, dtype: str) -> int:
     return 17
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("float16", marks=pytest.mark.slow)])
 def test_each_new_op_alone_matches_onnxruntime(dtype):
     b = OpsBuilder(dtype, seed=11)
     check(b, kernels=_alone(b, dtype))
@@ -136,7 +136,7 @@ BROADCASTS = {  # second operand shape against (3, 7, 11): every NumPy broadcast
 }
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("float16", marks=pytest.mark.slow)])
 def test_broadcasting_of_every_kind(dtype):
     b = OpsBuilder(dtype, seed=13)
     x = b.input("x", ODD)

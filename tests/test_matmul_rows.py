@@ -226,6 +226,7 @@ def test_plan_of_rows_of_768_fits_every_memory():
 MAX_LAUNCHES = {"torchscript": 6, "dynamo": 8}
 
 
+@pytest.mark.slow  # tests/test_transformer_layer.py builds the same layers in the default run
 @pytest.mark.parametrize("style", ["torchscript", "dynamo"])
 def test_bert_encoder_layer_norms_join_their_projections(style):
     """Issue #4: a BERT layer as PyTorch exports it, fusion_level="aggressive": both
