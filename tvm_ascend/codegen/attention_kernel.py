@@ -15,7 +15,7 @@ from ..schedules.attention import attention_shape, ub_layout
 from ..schedules.tile_values import buffer_size
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
-from .kernel_parts import ident
+from .kernel_parts import emit_cube_entry, ident
 from .matmul_kernel import CUBE_FIELDS
 
 SYNC = ("AscendC::SetFlag<AscendC::HardEvent::{0}>(0); "
@@ -269,21 +269,8 @@ class AttentionKernelPrinter:
             buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {name};")
 
     def emit_entry(self, buf):
-        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
-        names = ", ".join(self.names[p.name] for p in self.params)
-        impl = f"{self.symbol}_impl"
-        with buf.indent(f'extern "C" __global__ __aicore__ void {self.symbol}({args}, '
-                        "GM_ADDR workspace, GM_ADDR tiling) {"):
-            buf.line("AscendC::SetSysWorkspace(workspace);")
-            buf.line(f"{impl}::TilingData tilingData = "
-                     f"*reinterpret_cast<__gm__ {impl}::TilingData*>(tiling);")
-            buf.line("if (AscendC::GetBlockIdx() >= tilingData.qk.usedCoreNum) return;")
-            buf.line("AscendC::TPipe pipe;")
-            buf.line(f"{impl}::Kernel op;")
-            buf.line("REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), op.qk, "
-                     "&tilingData.qk, op.pv, &tilingData.pv);")
-            buf.line(f"op.Init({names}, tilingData, &pipe);")
-            buf.line("op.Process();")
+        emit_cube_entry(buf, self.symbol, [self.names[p.name] for p in self.params],
+                        [("qk", "qk"), ("pv", "pv")])
 
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:

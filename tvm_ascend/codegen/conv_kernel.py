@@ -16,7 +16,7 @@ from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import expr_dtype
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
-from .kernel_parts import ident
+from .kernel_parts import emit_cube_entry, ident
 from .matmul_kernel import CUBE_FIELDS
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
@@ -261,21 +261,8 @@ class ConvKernelPrinter:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
 
     def emit_entry(self, buf):
-        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
-        names = ", ".join(self.names[p.name] for p in self.params)
-        impl = f"{self.symbol}_impl"
-        with buf.indent(f'extern "C" __global__ __aicore__ void {self.symbol}({args}, '
-                        "GM_ADDR workspace, GM_ADDR tiling) {"):
-            buf.line("AscendC::SetSysWorkspace(workspace);")
-            buf.line(f"{impl}::TilingData tilingData = "
-                     f"*reinterpret_cast<__gm__ {impl}::TilingData*>(tiling);")
-            buf.line("if (AscendC::GetBlockIdx() >= tilingData.cube.usedCoreNum) return;")
-            buf.line("AscendC::TPipe pipe;")
-            buf.line(f"{impl}::Kernel op;")
-            buf.line("REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), op.mm, "
-                     "&tilingData.cube);")
-            buf.line(f"op.Init({names}, tilingData, &pipe);")
-            buf.line("op.Process();")
+        emit_cube_entry(buf, self.symbol, [self.names[p.name] for p in self.params],
+                        [("mm", "cube")])
 
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:

@@ -58,3 +58,25 @@ def emit_simple_entry(buf: CodeBuffer, symbol: str, params: list[str]) -> None:
         buf.line(f"{impl}::Kernel op;")
         buf.line(f"op.Init({', '.join(params)}, tilingData);")
         buf.line("op.Process();")
+
+
+def emit_cube_entry(buf: CodeBuffer, symbol: str, params: list[str],
+                    matmuls: list[tuple[str, str]]) -> None:
+    """The ``extern "C"`` entry of a kernel that drives Matmul objects: system workspace,
+    tiling from GM, idle cores return, one TPipe, every ``(member, tiling field)`` Matmul
+    registered, then Init and Process."""
+    impl = f"{symbol}_impl"
+    args = ", ".join(f"GM_ADDR {p}" for p in params)
+    with buf.indent(f'extern "C" __global__ __aicore__ void {symbol}({args}, '
+                    "GM_ADDR workspace, GM_ADDR tiling) {"):
+        buf.line("AscendC::SetSysWorkspace(workspace);")
+        buf.line(f"{impl}::TilingData tilingData = "
+                 f"*reinterpret_cast<__gm__ {impl}::TilingData*>(tiling);")
+        buf.line(f"if (AscendC::GetBlockIdx() >= tilingData.{matmuls[0][1]}.usedCoreNum) "
+                 "return;")
+        buf.line("AscendC::TPipe pipe;")
+        buf.line(f"{impl}::Kernel op;")
+        objects = ", ".join(f"op.{member}, &tilingData.{field}" for member, field in matmuls)
+        buf.line(f"REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), {objects});")
+        buf.line(f"op.Init({', '.join(params)}, tilingData, &pipe);")
+        buf.line("op.Process();")
