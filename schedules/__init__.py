@@ -57,6 +57,12 @@ def plan_template(func, soc):
         except TilingError as err:
             reasons.append(f"{template.name}: {err}")
             continue
+        except Exception as err:  # noqa: BLE001 - a schedule primitive refusing is a refusal
+            # (TVM's ScheduleError and the like): the group goes to another template or the
+            # host with the reason, never a crash of the build
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            reasons.append(f"{template.name}: {type(err).__name__} while scheduling ({first})")
+            continue
         fits.append((tiling.params.get("scalar_gather_elems", 0), len(fits), template, tiling))
     if not fits:
         return None, None, Decision.no("no schedule template fits (" + "; ".join(reasons) + ")")

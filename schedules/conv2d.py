@@ -255,7 +255,12 @@ class Conv2dSchedule:
                 raise TilingError("a conv epilogue over 1x1 outputs is not printed yet")
             ow = shape.ow
             # rows (n, co) of oh * ow pixels: the layout the epilogue's row program reads
-            sch.transform_block_layout(block_rvs[-1], lambda n, c, y, x: (n, c, y * ow + x))
+            try:
+                sch.transform_block_layout(block_rvs[-1],
+                                           lambda n, c, y, x: (n, c, y * ow + x))
+            except Exception as err:  # noqa: BLE001 - TVM's ScheduleError and arity errors
+                raise TilingError(f"the conv epilogue's output block is not (n, c, y, x) rows "
+                                  f"the row program can read ({type(err).__name__})") from err
         program = epilogue_program(_blocks(sch), func, shape, conv_index)
         tiling = plan(shape, program, soc)
         loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[conv_index])
