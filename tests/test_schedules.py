@@ -102,3 +102,22 @@ def test_row_reduce_schedule_on_llvm_equals_unscheduled():
     arg = np.random.default_rng(1).standard_normal((37, 70)).astype("float32")
     np.testing.assert_allclose(_run_llvm(scheduled, [arg, np.zeros_like(arg)]),
                                _run_llvm(func, [arg, np.zeros_like(arg)]), rtol=1e-6)
+
+
+def test_a_schedule_primitive_refusing_is_a_refusal_not_a_crash(monkeypatch):
+    """A template whose TVM schedule primitive raises (a ScheduleError on an unexpected block)
+    refuses the group with the reason; another template or the host takes it."""
+    from tvm_ascend.schedules import plan_template
+
+    _, func = _fused_prim_func((4, 33), ["add_bias", "relu"])
+    soc = get_soc("Ascend910B1")
+
+    def broken(func, soc, knobs=None):
+        raise RuntimeError("ScheduleError: transform_block_layout failed")
+
+    for template in ("ElementwiseSchedule", "RowReduceSchedule"):
+        monkeypatch.setattr(getattr(__import__("tvm_ascend.schedules", fromlist=[template]),
+                                    template), "schedule", staticmethod(broken))
+    template, tiling, decision = plan_template(func, soc)
+    assert template is None and tiling is None and not decision
+    assert "while scheduling (ScheduleError: transform_block_layout failed)" in decision.reason
