@@ -96,7 +96,10 @@ def render_markdown(results: dict, charts: list[str] = (), base_dir: str = ".") 
         f"- machine: {machine.get('platform', NA)}, {machine.get('processor', NA)}, "
         f"{machine.get('cpus', NA)} CPUs; Python {machine.get('python', NA)}, TVM "
         f"{machine.get('tvm', NA)}, ONNX {machine.get('onnx', NA)}",
-        f"- run wall time: {_num(header.get('wall_s'), 0)} s", "",
+        f"- run wall time: {_num(header.get('wall_s'), 0)} s"]
+    if header.get("note"):
+        lines.append(f"- note: {header['note']}")
+    lines += ["",
         "## What the columns mean", "",
         "- **baselines**: `op_by_op` = fusion off (one kernel per operator); `atc_style` = an "
         "**emulation** of ATC's fixed default fusion rules (not ATC itself); `tvm_fuseops` = "
