@@ -1,11 +1,13 @@
 """Host launchers: one tvm-ffi function per kernel, running it through CANN's CPU-debug entry.
 
 The launcher copies the TVM tensors into GmAlloc'd global memory, fills the tiling struct, runs
-``ICPU_RUN_KF(kernel, blockDim, ...)`` and copies the output back; a real-device build replaces
-this file's output with ACL calls (aclrtMalloc/aclrtMemcpy and ``<<<>>>``), same arguments.
+``ICPU_RUN_KF(kernel, blockDim, ...)`` and copies the output back; a real-device build prints
+``emit_acl_launcher`` instead (aclrtMalloc/aclrtMemcpy and ``<<<>>>``, same arguments, plus an
+ACL-event timer); ``emit_host_launcher(..., launcher="emulator"|"acl")`` picks one.
 """
 from __future__ import annotations
 
+from ..errors import CodegenError
 from .code_buffer import CodeBuffer
 from .cpp_types import dtype_bytes
 
@@ -45,3 +47,237 @@ def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None
             for name in gm_names + ["gmWorkspace", "gmTiling"]:
                 buf.line(f"AscendC::GmFree({name});")
     buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}, {symbol}_host::Launch);")
+
+
+# ---- NPU (ACL) launchers -------------------------------------------------------------------------
+# Printed instead of the emulator launcher when a unit is built for the device with CANN
+# (runtime/cann.py): same tvm-ffi function and arguments, GM buffers from aclrtMalloc, the kernel
+# launched with bisheng's <<<blockDim, l2ctrl, stream>>>. Every ACL call's return is checked; a
+# failure breaks out of the one-pass ``do { } while (false)`` block, so the frees after it run on
+# every path, and the first error is thrown afterwards with the call that failed.
+ACL_TIME_SUFFIX = "__acl_time_us"
+ACL_WORKSPACE_BYTES = 1024  # the emulator launcher's workspace size: same kernel arguments
+
+ACL_HOST_RUNTIME = """\
+#include "acl/acl.h"
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/container/tensor.h>
+#include <cstdlib>
+#include <mutex>
+
+namespace tvm_ascend_acl {
+// ACL_ERROR_REPEAT_INITIALIZE: aclInit already ran in this process (another library did it).
+constexpr aclError kRepeatInitialize = 100002;
+
+inline void CheckArg(const tvm::ffi::TensorView& t, const char* kernel, const char* name,
+                     int64_t numel, int bits) {
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim(); ++i) n *= t.shape()[i];
+  if (n != numel || t.dtype().bits != bits) {
+    TVM_FFI_THROW(ValueError) << kernel << ": argument " << name << " has " << n
+                              << " elements of " << t.dtype().bits << " bits, expected " << numel
+                              << " of " << bits;
+  }
+}
+
+inline void ThrowIfFailed(const char* kernel, aclError status, const char* failed) {
+  if (status != ACL_SUCCESS) {
+    TVM_FFI_THROW(RuntimeError) << kernel << ": " << failed << " returned ACL error " << status;
+  }
+}
+
+// One device (TVM_ASCEND_DEVICE_ID, default 0) and one stream per process, made on first use.
+inline aclrtStream Stream() {
+  static std::once_flag once;
+  static aclrtStream stream = nullptr;
+  static aclError status = ACL_SUCCESS;
+  static const char* failed = "";
+  std::call_once(once, []() {
+    const char* id = std::getenv("TVM_ASCEND_DEVICE_ID");
+    int32_t device = id ? std::atoi(id) : 0;
+    aclError init = aclInit(nullptr);
+    if (init != ACL_SUCCESS && init != kRepeatInitialize) {
+      status = init;
+      failed = "aclInit";
+    } else if ((status = aclrtSetDevice(device)) != ACL_SUCCESS) {
+      failed = "aclrtSetDevice";
+    } else if ((status = aclrtCreateStream(&stream)) != ACL_SUCCESS) {
+      failed = "aclrtCreateStream";
+    }
+  });
+  ThrowIfFailed("tvm-ascend ACL runtime", status, failed);
+  return stream;
+}
+
+// Frees keep the first error: a failed launch is what the user needs to see, not its cleanup.
+inline void Free(uint8_t* ptr, aclError* status, const char** failed) {
+  if (ptr == nullptr) return;
+  aclError freed = aclrtFree(ptr);
+  if (freed != ACL_SUCCESS && *status == ACL_SUCCESS) {
+    *status = freed;
+    *failed = "aclrtFree";
+  }
+}
+
+inline void DestroyEvent(aclrtEvent event, aclError* status, const char** failed) {
+  if (event == nullptr) return;
+  aclError destroyed = aclrtDestroyEvent(event);
+  if (destroyed != ACL_SUCCESS && *status == ACL_SUCCESS) {
+    *status = destroyed;
+    *failed = "aclrtDestroyEvent";
+  }
+}
+}  // namespace tvm_ascend_acl
+"""
+
+
+def _acl_try(buf: CodeBuffer, call: str, what: str) -> None:
+    """One checked ACL call: on failure remember it and leave the do-while block."""
+    buf.line(f'if ((status = {call}) != ACL_SUCCESS) {{ failed = "{what}"; break; }}')
+
+
+def _acl_buffers(printer) -> list[tuple[str, int, bool]]:
+    """(device pointer name, bytes, is_input) of every kernel argument, in launch order."""
+    params = printer.kernel_params()
+    buffers = [(f"dev{i}", max(numel * dtype_bytes(dtype), 32), i < len(params) - 1)
+               for i, (_, dtype, numel) in enumerate(params)]
+    buffers.append(("devWorkspace", ACL_WORKSPACE_BYTES, False))
+    buffers.append(("devTiling", -1, True))  # sizeof(tilingHost)
+    return buffers
+
+
+def _acl_alloc(buf: CodeBuffer, buffers, params) -> None:
+    for index, (dev, size, _) in enumerate(buffers):
+        size_text = "sizeof(tilingHost)" if size < 0 else str(size)
+        name = params[index][0] if index < len(params) else dev
+        _acl_try(buf, f"aclrtMalloc(reinterpret_cast<void**>(&{dev}), {size_text}, "
+                 "ACL_MEM_MALLOC_HUGE_FIRST)", f"aclrtMalloc({name})")
+
+
+def _acl_free(buf: CodeBuffer, buffers) -> None:
+    for dev, _, _ in reversed(buffers):
+        buf.line(f"tvm_ascend_acl::Free({dev}, &status, &failed);")
+
+
+def _acl_prologue(buf: CodeBuffer, symbol: str, printer, buffers) -> None:
+    if hasattr(printer, "emit_tiling_init"):
+        printer.emit_tiling_init(buf, "tilingHost")
+    else:
+        fields = ", ".join(str(value) for value in printer.tiling_values().values())
+        buf.line(f"{symbol}_impl::TilingData tilingHost{{{fields}}};")
+    buf.line("aclrtStream stream = tvm_ascend_acl::Stream();")
+    buf.line(" ".join(f"uint8_t* {dev} = nullptr;" for dev, _, _ in buffers))
+    buf.line("aclError status = ACL_SUCCESS;")
+    buf.line('const char* failed = "";')
+
+
+def _acl_launch_line(symbol: str, block_dim: int, buffers) -> str:
+    args = ", ".join(dev for dev, _, _ in buffers)
+    return f"{symbol}<<<{block_dim}, nullptr, stream>>>({args});"
+
+
+def emit_acl_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int,
+                      timed: bool = True) -> None:
+    """Print the NPU launcher of ``symbol``: ACL memory, ``<<<>>>`` launch, same arguments as
+    ``emit_launcher``; with ``timed``, also ``<symbol>__acl_time_us(repeats)``, the mean time
+    of one launch in microseconds from ACL events (what a board's time_kernel calls).
+
+    Printed only for a CANN build (runtime/cann.py); it needs bisheng and a device to run.
+
+    Example
+    -------
+    >>> buf = CodeBuffer()
+    >>> emit_acl_launcher(buf, "k0", printer, 8)                      # doctest: +SKIP
+    >>> "k0<<<8, nullptr, stream>>>" in buf.text()                    # doctest: +SKIP
+    True
+    """
+    params = printer.kernel_params()  # (name, dtype, numel), output last
+    buffers = _acl_buffers(printer)
+    out_dev, out_bytes = buffers[len(params) - 1][0], params[-1][2] * dtype_bytes(params[-1][1])
+    args = ", ".join(f"tvm::ffi::TensorView a{i}" for i in range(len(params)))
+    with buf.indent(f"namespace {symbol}_acl {{", "}  // namespace"):
+        with buf.indent(f"static void Launch({args}) {{"):
+            for index, (name, dtype, numel) in enumerate(params):
+                buf.line(f'tvm_ascend_acl::CheckArg(a{index}, "{symbol}", "{name}", {numel}, '
+                         f"{dtype_bytes(dtype) * 8});")
+            _acl_prologue(buf, symbol, printer, buffers)
+            with buf.indent("do {", "} while (false);"):
+                _acl_alloc(buf, buffers, params)
+                for index, (name, dtype, numel) in enumerate(params[:-1]):
+                    size = numel * dtype_bytes(dtype)
+                    if size:
+                        _acl_try(buf, f"aclrtMemcpy(dev{index}, {size}, a{index}.data_ptr(), "
+                                 f"{size}, ACL_MEMCPY_HOST_TO_DEVICE)", f"aclrtMemcpy({name})")
+                _acl_try(buf, "aclrtMemcpy(devTiling, sizeof(tilingHost), &tilingHost, "
+                         "sizeof(tilingHost), ACL_MEMCPY_HOST_TO_DEVICE)", "aclrtMemcpy(tiling)")
+                buf.line(_acl_launch_line(symbol, block_dim, buffers))
+                _acl_try(buf, "aclrtSynchronizeStream(stream)", f"aclrtSynchronizeStream({symbol})")
+                if out_bytes:
+                    _acl_try(buf, f"aclrtMemcpy(a{len(params) - 1}.data_ptr(), {out_bytes}, "
+                             f"{out_dev}, {out_bytes}, ACL_MEMCPY_DEVICE_TO_HOST)",
+                             f"aclrtMemcpy({params[-1][0]})")
+            _acl_free(buf, buffers)
+            buf.line(f'tvm_ascend_acl::ThrowIfFailed("{symbol}", status, failed);')
+        if timed:
+            _emit_acl_timer(buf, symbol, printer, block_dim, buffers, params)
+    buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}, {symbol}_acl::Launch);")
+    if timed:
+        buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}{ACL_TIME_SUFFIX}, {symbol}_acl::TimeUs);")
+
+
+def _emit_acl_timer(buf: CodeBuffer, symbol: str, printer, block_dim: int, buffers,
+                    params) -> None:
+    """``TimeUs(repeats)``: inputs zeroed on the device, one warm-up launch, then ``repeats``
+    launches between two ACL events; the mean per launch in microseconds."""
+    with buf.indent("static double TimeUs(int64_t repeats) {"):
+        with buf.indent("if (repeats < 1) {"):
+            buf.line(f'TVM_FFI_THROW(ValueError) << "{symbol}: repeats must be >= 1, got " '
+                     "<< repeats;")
+        _acl_prologue(buf, symbol, printer, buffers)
+        buf.line("aclrtEvent start = nullptr; aclrtEvent end = nullptr;")
+        buf.line("float elapsedMs = 0.0f;")
+        launch = _acl_launch_line(symbol, block_dim, buffers)
+        with buf.indent("do {", "} while (false);"):
+            _acl_alloc(buf, buffers, params)
+            for dev, size, is_input in buffers:
+                if is_input and size > 0:
+                    _acl_try(buf, f"aclrtMemset({dev}, {size}, 0, {size})", f"aclrtMemset({dev})")
+            _acl_try(buf, "aclrtMemcpy(devTiling, sizeof(tilingHost), &tilingHost, "
+                     "sizeof(tilingHost), ACL_MEMCPY_HOST_TO_DEVICE)", "aclrtMemcpy(tiling)")
+            _acl_try(buf, "aclrtCreateEvent(&start)", "aclrtCreateEvent(start)")
+            _acl_try(buf, "aclrtCreateEvent(&end)", "aclrtCreateEvent(end)")
+            buf.line(launch + "  // warm-up: first-launch costs stay out of the mean")
+            _acl_try(buf, "aclrtSynchronizeStream(stream)", "aclrtSynchronizeStream(warm-up)")
+            _acl_try(buf, "aclrtRecordEvent(start, stream)", "aclrtRecordEvent(start)")
+            with buf.indent("for (int64_t r = 0; r < repeats; ++r) {"):
+                buf.line(launch)
+            _acl_try(buf, "aclrtRecordEvent(end, stream)", "aclrtRecordEvent(end)")
+            _acl_try(buf, "aclrtSynchronizeEvent(end)", "aclrtSynchronizeEvent(end)")
+            _acl_try(buf, "aclrtEventElapsedTime(&elapsedMs, start, end)",
+                     "aclrtEventElapsedTime")
+        buf.line("tvm_ascend_acl::DestroyEvent(end, &status, &failed);")
+        buf.line("tvm_ascend_acl::DestroyEvent(start, &status, &failed);")
+        _acl_free(buf, buffers)
+        buf.line(f'tvm_ascend_acl::ThrowIfFailed("{symbol}", status, failed);')
+        buf.line("return static_cast<double>(elapsedMs) * 1000.0 / static_cast<double>(repeats);")
+
+
+# The launcher a unit prints, chosen by the build's target (data passed down, e.g. from
+# CompileConfig): "emulator" for the g++ build against contrib/ascendc_emu, "acl" for CANN.
+LAUNCHERS = {"emulator": emit_launcher, "acl": emit_acl_launcher}
+
+
+def emit_host_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int,
+                       launcher: str = "emulator") -> None:
+    """Print the host launcher of the kind ``launcher`` names (a key of ``LAUNCHERS``).
+
+    Example
+    -------
+    >>> emit_host_launcher(buf, "k0", printer, 8, launcher="acl")       # doctest: +SKIP
+    """
+    try:
+        emit = LAUNCHERS[launcher]
+    except KeyError as err:
+        raise CodegenError(f"{symbol}: unknown launcher {launcher!r}; known: "
+                           f"{', '.join(LAUNCHERS)}") from err
+    emit(buf, symbol, printer, block_dim)
