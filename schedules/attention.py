@@ -29,11 +29,11 @@ from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
 from .matmul import _product_loads
-from .row_reduce import _blocks, _reduce_vars, _reducer
+from .row_reduce import _reduce_vars, _reducer
 from .tile_values import flat_offset
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
-from .tir_walk import BufferLoad, load_buffer, param_buffers
+from .tir_walk import BufferLoad, load_buffer, param_buffers, root_blocks
 
 FRACTAL = 16
 SCORE_BYTES = 4  # scores, probabilities' statistics and the output accumulator are float
@@ -206,7 +206,7 @@ def _score_terms(expr, resolver, env, bounds, scores, terms, coef=1.0):
 
 def attention_shape(func) -> AttentionShape:
     """The attention computed by ``func``; raises _NotAttention with the reason otherwise."""
-    blocks = _blocks(tvm.s_tir.Schedule(func))
+    blocks = root_blocks(func)
     inputs, outputs = param_buffers(func)
     if len(outputs) != 1:
         raise _NotAttention("the attention template prints one output")

@@ -34,7 +34,7 @@ from .row_reduce import RowAccessKind, _blocks, _reduce_vars, program_dtypes, ro
 from .tile_values import buffer_size, unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
-from .tir_walk import BufferLoad, Call, load_buffer, param_buffers
+from .tir_walk import BufferLoad, Call, load_buffer, param_buffers, root_blocks
 
 FRACTAL = 16
 EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR)
@@ -135,7 +135,7 @@ def _pad_source(pad_block):
 
 def conv_shape(func) -> ConvShape | None:
     """The convolution of ``func`` (pad_temp block, then conv2d_nchw), if the template takes it."""
-    blocks = _blocks(tvm.s_tir.Schedule(func))
+    blocks = root_blocks(func)
     index = _conv_block_index(blocks)
     if index is None or index < 1:
         return None
@@ -211,7 +211,7 @@ class Conv2dSchedule:
                                "rc, ry, rx of pad_temp * OIHW weights)")
         if shape.dtype not in SUPPORTED_DTYPES:
             return Decision.no(f"conv2d in {shape.dtype}; the cube kernel takes float16/float32")
-        blocks = _blocks(tvm.s_tir.Schedule(func))
+        blocks = root_blocks(func)
         for block in blocks[_conv_block_index(blocks) + 1:]:
             if _reduce_vars(block):
                 return Decision.no(f"block {block.name_hint} reduces after the conv2d")

@@ -24,7 +24,7 @@ from tvm_ascend.errors import TilingError
 
 from .tile_values import (AccessKind, buffer_size, classify_load, make_analyzer, plan_tile_values,
                           unsupported_construct)
-from .tir_walk import expr_dtype, first_block_realize, param_buffers, walk
+from .tir_walk import expr_dtype, first_block_realize, param_buffers, root_blocks, walk
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 
@@ -52,10 +52,7 @@ class ElementwiseSchedule:
     @staticmethod
     def applies(func: tirx.PrimFunc) -> Decision:
         """Whether every block is spatial and the function has exactly one output."""
-        sch = tvm.s_tir.Schedule(func)
-        blocks = sch.get_child_blocks(sch.get_sblock("root"))
-        for block_rv in blocks:
-            block = sch.get(block_rv)
+        for block in root_blocks(func):
             if any(int(iv.iter_type) != 0 for iv in block.iter_vars):
                 return Decision.no(f"block {block.name_hint} reduces; not an elementwise group")
         n_out = len(param_buffers(func)[1])

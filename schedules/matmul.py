@@ -19,7 +19,7 @@ from .row_reduce import RowAccessKind, _blocks, _reduce_vars, program_dtypes, ro
 from .tile_values import buffer_size, unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
-from .tir_walk import BufferLoad, load_buffer, param_buffers
+from .tir_walk import BufferLoad, load_buffer, param_buffers, root_blocks
 
 FRACTAL = 16
 
@@ -68,7 +68,7 @@ def matmul_shape(func) -> MatmulShape | None:
     Leading dimensions of C are batch dimensions (flattened); A and B either index all of them
     in order or none (weights shared by every batch).
     """
-    blocks = _blocks(tvm.s_tir.Schedule(func))
+    blocks = root_blocks(func)
     first = blocks[0]
     found = _product_loads(first.body) if len(_reduce_vars(first)) == 1 else None
     if found is None:
@@ -111,7 +111,7 @@ class MatmulSchedule:
             return Decision.no("first block is not a matmul C += A[i, k] * B[k, j]")
         if shape.dtype not in SUPPORTED_DTYPES:
             return Decision.no(f"matmul in {shape.dtype}; the cube kernel takes float16/float32")
-        for block in _blocks(tvm.s_tir.Schedule(func))[1:]:
+        for block in root_blocks(func)[1:]:
             if _reduce_vars(block):
                 return Decision.no(f"block {block.name_hint} reduces after the matmul")
             construct = unsupported_construct(block.body.value)

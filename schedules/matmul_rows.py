@@ -39,7 +39,7 @@ from .tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling,
                      UB_RESERVED_BYTES)
-from .tir_walk import param_buffers
+from .tir_walk import param_buffers, root_blocks
 
 # L0A/L0B are double-buffered and L0C single (the values the matmul printer's TCubeTiling
 # carries: dbL0A = dbL0B = 2, dbL0C = 1, depthA1 = depthB1 = 2); L0C accumulates in float32.
@@ -63,7 +63,7 @@ def _row_shape_decision(func, shape: MatmulShape) -> Decision:
     row, full rows, or row values; at least one reduction (else the matmul template takes it)."""
     rows, cols = shape.batch * shape.m, shape.n
     reductions = 0
-    for block in _blocks(tvm.s_tir.Schedule(func))[1:]:
+    for block in root_blocks(func)[1:]:
         store = block.body
         if type(store).__name__ != "BufferStore":
             return Decision.no(f"block {block.name_hint} is not a single store")

@@ -69,3 +69,24 @@ def first_block_realize(stmt) -> SBlockRealize:
 
 __all__ = ["expr_dtype", "BufferLoad", "Call", "load_buffer", "walk", "written_buffers",
            "param_buffers", "first_block_realize", "SBlock", "SBlockRealize"]
+
+
+_ROOT_BLOCKS: dict = {}  # id(func) -> (func, blocks): a few entries, newest last
+
+
+def root_blocks(func: tirx.PrimFunc) -> list:
+    """The root's child blocks of ``func`` in order (SBlock statements), as a TIR Schedule
+    lists them. Every template's ``applies`` asks this of the same function while the planner
+    tries templates on a candidate; building a Schedule costs milliseconds, so the answer for
+    the last few functions is kept (by identity: PrimFuncs are immutable)."""
+    hit = _ROOT_BLOCKS.get(id(func))
+    if hit is not None and hit[0] is func:
+        return hit[1]
+    import tvm
+
+    sch = tvm.s_tir.Schedule(func)
+    blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    if len(_ROOT_BLOCKS) >= 16:
+        _ROOT_BLOCKS.pop(next(iter(_ROOT_BLOCKS)))
+    _ROOT_BLOCKS[id(func)] = (func, blocks)
+    return blocks
