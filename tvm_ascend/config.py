@@ -68,9 +68,10 @@ class CompileConfig:
     autofusion : bool
         Fuse neighbouring operators into one kernel. ``False`` gives one kernel per operator.
     fusion_level : str
-        ``"off"``, ``"conservative"`` (only rules whose gain is certain) or ``"aggressive"``.
-        Until the cost model exists both on-levels apply the same rules (FuseOps and merges
-        that keep an intermediate on chip), whose gain is certain.
+        ``"off"``, ``"conservative"`` (only rules whose gain is certain) or ``"aggressive"``
+        (adds the rules whose gain the cost model has to judge: attention as one kernel,
+        HorizontalFusion, recomputing shared results); ``tvm-ascend explain --rules`` lists
+        which rule belongs to which level.
     dump_graph : bool
         Write graph dumps and kernel sources into ``dump_path``.
     dump_path : str
@@ -99,6 +100,10 @@ class CompileConfig:
         ONNX node names computed in their original dtype whatever the precision mode.
     cache_dir : str or None
         Folder of the compile cache (default ``~/.cache/tvm_ascend``).
+    search_width : int
+        Beam width of the grouping search over each region of mergeable kernels (partitions
+        kept per step; 1 merges pairwise greedily). Wider explores more partitions for more
+        compile time; the result is never worse than greedy merging under the same estimates.
     input_shape : dict
         Input shapes, ``{"x": (1, 3, 224, 224)}``; a dimension may be -1 or a range
         ``"1~8"`` (ATC's spellings): dynamic dimensions run on the host, with a warning.
@@ -118,8 +123,13 @@ class CompileConfig:
     fusion_plan_file: str | None = None
     tuning_database: str | None = None
     keep_dtype: tuple = ()
+    search_width: int = 4
 
     def __post_init__(self):
+        if not isinstance(self.search_width, int) or isinstance(self.search_width, bool) \
+                or self.search_width < 1:
+            raise FusionConfigError(f"search_width={self.search_width!r} must be an integer >= 1 "
+                                    "(1 merges pairwise greedily)")
         if self.fusion_level not in FUSION_LEVELS:
             raise FusionConfigError(
                 f"fusion_level={self.fusion_level!r} is not one of {', '.join(FUSION_LEVELS)}")

@@ -11,6 +11,9 @@ group is merged into its consumer when
      (skipped by the fixed-pattern rule sets, which emulate compilers without a cost model),
   6. the producer's result is read by that consumer only, or (RecomputeFusion) every reader
      can recompute it and the estimates say recomputing beats writing it to GM once.
+Which merges to make is searched region by region first (partition/region_search.py: a beam
+over the partitions of each set of kernels joined by single-reader edges); the pairwise pass
+here then closes what no region covers (diamonds, shared results, recomputation).
 Each merge records the estimates and the GM bytes it saves.
 """
 from __future__ import annotations
@@ -22,6 +25,7 @@ import tvm
 from tvm import relax
 
 from ..decision import Decision
+from .region_search import find_regions, search_region
 from .rules import anchor_rule, group_rules
 
 logger = logging.getLogger("tvm_ascend.partition")
@@ -131,6 +135,8 @@ def merge_sites(sites: list[Site], main, policy, cost, matches) -> list[Site]:
         readers = [s for s in sites if s.absorbed_into is None and _reads(s, site.var)]
         return readers[0] if len(readers) == 1 else None
 
+    if policy.cost_checked and policy.search_width > 1:
+        _merge_regions(sites, outside, policy, cost, matches, region)
     tried: set = set()  # (producer, consumer) compositions already refused: same answer again
     # Plain merges first, to a fixed point: a diamond (LayerNorm's centred value read twice)
     # closes by merging, so recomputation is only tried for producers still shared after that.
@@ -162,6 +168,43 @@ def merge_sites(sites: list[Site], main, policy, cost, matches) -> list[Site]:
                     changed = True
                     break
     return sites
+
+
+def _merge_regions(sites, outside, policy, cost, matches, region) -> None:
+    """Apply the partition the beam search found best in each region, in its order."""
+    memo: dict = {}  # region signature -> its answer (a repeated layer is searched once)
+
+    def candidate(producer, consumer):
+        return _candidate(producer, consumer, policy, cost, matches, region=region)
+
+    for units, edges in find_regions(sites, outside):
+        actions, found, best_us, start_us = search_region(units, edges, cost, candidate, _fuse,
+                                                          policy.search_width, memo)
+        current = {frozenset({i}): unit for i, unit in enumerate(units)}
+        for action in actions:
+            if action.key not in found.found:
+                break  # a repeated region whose kernel did not form here: the pass after decides
+            parts = [current[part] for part in action.parts]
+            plan, rules = found.found[action.key]
+            merged = found.sites[action.key]
+            split = _split_time(cost, *parts)
+            saved = 2 * sum(_bytes_of(p.call.ty_args[0]) for p in parts[:-1])
+            names = " and ".join(p.name for p in parts[:-1])
+            how = "look-ahead: the pair alone tiles in no template; " if len(parts) == 3 else ""
+            target = parts[-1]
+            target.merges.append(
+                f"merged {names} by {'+'.join(rules)} ({how}region search, beam width "
+                f"{policy.search_width} over {len(units)} kernels: est. {start_us:.2f} -> "
+                f"{best_us:.2f} us for the region; this kernel {plan.time_us:.2f} us vs "
+                f"{split:.2f} us split, {plan.template.name} template; {saved} GM bytes saved, "
+                f"{plan.source})")
+            target.members, target.prim, target.args = merged.members, merged.prim, merged.args
+            target.name = merged.name
+            if "ascend.merge" not in target.rule:
+                target.rule = target.rule + "+ascend.merge"
+            for part in parts[:-1]:
+                part.absorbed_into = target
+            current[action.key] = target
 
 
 def _is_vector_only(site: Site) -> bool:

@@ -21,7 +21,8 @@ class FusionPolicy:
     merge rules run after TVM's FuseOps (off for the plain-TVM rule set); ``cost_checked``:
     whether a merge must also be estimated faster than the split (off for the fixed-pattern
     rule sets, which emulate compilers that do not ask a cost model); ``no_fuse_nodes``: ONNX
-    nodes fenced off from every group; ``plan``: an imported fusion plan (groups to rebuild).
+    nodes fenced off from every group; ``plan``: an imported fusion plan (groups to rebuild);
+    ``search_width``: beam width of the region search (1: pairwise greedy merging only).
     """
 
     rules: frozenset = frozenset()
@@ -31,6 +32,7 @@ class FusionPolicy:
     plan: object = None
     rule_set: str = "tvm_ascend"
     level: str = "conservative"
+    search_width: int = 4
 
     @property
     def fuse(self) -> bool:
@@ -55,7 +57,8 @@ class FusionPolicy:
                             cost_checked=config.rule_set == "tvm_ascend" and plan is None,
                             no_fuse_nodes=frozenset(config.no_fuse_nodes), plan=plan,
                             rule_set=config.rule_set,
-                            level=config.fusion_level if config.autofusion else "off")
+                            level=config.fusion_level if config.autofusion else "off",
+                            search_width=config.search_width)
 
     @staticmethod
     def default(fuse: bool = True) -> "FusionPolicy":

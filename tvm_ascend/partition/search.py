@@ -1,0 +1,137 @@
+"""Beam search over the partitions of one region: which neighbouring kernels to merge.
+
+A region is a set of units (candidate kernels) joined by edges ``p -> c`` where ``c`` is the only
+reader of ``p``'s result. A partition is a set of groups (frozensets of units); merging the
+groups at both ends of an edge is an action, and so is merging three (``p -> c -> r``) when
+the pair alone tiles in no template but the three do (scores -> softmax is no kernel, with
+the product by V it is attention). The cost of a partition is the sum of its groups'
+estimated times, asked of a callback, so this module knows nothing of TIR or Relax.
+
+Why a search: merging greedily in program order decides each pair before the tiler and the
+cost model have seen what it blocks (a MatMul taking a bias Add may then be unable to take the
+residual LayerNorm it would have fused with whole). The beam keeps the ``width`` best partitions
+at each depth, including ones that are momentarily worse, and the greedy path is scored beside
+it, so the result is never worse than greedy merging under the same estimates.
+
+Example
+-------
+>>> costs = {frozenset({0}): 5.0, frozenset({1}): 5.0, frozenset({0, 1}): 6.0}
+>>> space = RegionSpace(2, [(0, 1)], lambda key, *_: costs.get(key))
+>>> best = beam_search(space, width=2)
+>>> sorted(map(sorted, best.groups)), best.cost
+([[0, 1]], 6.0)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Action:
+    """Merge ``parts`` (two or three groups, producer first) into one group."""
+
+    parts: tuple
+
+    @property
+    def key(self) -> frozenset:
+        return frozenset().union(*self.parts)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A partition of the region's units, its estimated cost and the actions that made it."""
+
+    groups: frozenset
+    cost: float
+    actions: tuple = ()
+
+    def group_of(self, unit: int) -> frozenset:
+        return next(g for g in self.groups if unit in g)
+
+
+@dataclass
+class RegionSpace:
+    """The region: ``n`` units, single-reader edges ``(producer, consumer)`` in the order a
+    greedy pass would try them, and ``evaluate(key, *parts) -> cost or None`` (None: the group
+    tiles in no template or a rule refuses it). ``evaluate`` is asked once per group."""
+
+    n: int
+    edges: list
+    evaluate: object
+    _costs: dict = field(default_factory=dict)
+
+    def cost(self, key: frozenset, parts=()) -> float | None:
+        if key not in self._costs:
+            self._costs[key] = self.evaluate(key, *parts)
+        return self._costs[key]
+
+    def initial(self) -> Partition:
+        groups = frozenset(frozenset({u}) for u in range(self.n))
+        return Partition(groups, sum(self.cost(g) for g in groups))
+
+    def children(self, state: Partition):
+        """Every partition one action away, in greedy order (duplicates possible)."""
+        owner = {u: g for g in state.groups for u in g}
+        for producer, consumer in self.edges:
+            gp, gc = owner[producer], owner[consumer]
+            if gp is gc:
+                continue
+            action = self._action(state, owner, gp, gc)
+            if action is not None:
+                yield action
+
+    def _action(self, state, owner, gp, gc):
+        merged = self.cost(gp | gc, (gp, gc))
+        if merged is not None:
+            return self._apply(state, Action((gp, gc)), merged)
+        # look-ahead: the pair with the consumer group's only reader in the region
+        readers = {owner[c] for p, c in self.edges if p in gc and owner[c] is not gc}
+        if len(readers) != 1:
+            return None
+        (gr,) = readers
+        if gr is gp:
+            return None
+        merged = self.cost(gp | gc | gr, (gp, gc, gr))
+        return None if merged is None else self._apply(state, Action((gp, gc, gr)), merged)
+
+    def _apply(self, state, action, merged) -> Partition:
+        groups = state.groups.difference(action.parts) | {action.key}
+        cost = state.cost - sum(self.cost(g) for g in action.parts) + merged
+        return Partition(groups, cost, state.actions + (action,))
+
+
+def _rank(state: Partition) -> tuple:
+    # ties go to fewer kernels: the same estimate with one launch less is the better plan
+    return (round(state.cost, 9), len(state.groups))
+
+
+def greedy_path(space: RegionSpace) -> Partition:
+    """Merge the first action (greedy order) that is no slower, until none is: what a
+    pairwise greedy merger does, scored with the same estimates."""
+    state = space.initial()
+    while True:
+        step = next((c for c in space.children(state) if _rank(c) <= _rank(state)), None)
+        if step is None:
+            return state
+        state = step
+
+
+def beam_search(space: RegionSpace, width: int = 4) -> Partition:
+    """The best partition found by a beam of ``width`` (never worse than ``greedy_path``)."""
+    frontier = [space.initial()]
+    best = min([frontier[0], greedy_path(space)], key=_rank)
+    for _ in range(space.n - 1):
+        children = {}
+        for state in frontier:
+            for child in space.children(state):
+                known = children.get(child.groups)
+                if known is None or _rank(child) < _rank(known):
+                    children[child.groups] = child
+        if not children:
+            break
+        frontier = sorted(children.values(), key=_rank)[:width]
+        best = min([best, frontier[0]], key=_rank)
+    return best
+
+
+__all__ = ["Action", "Partition", "RegionSpace", "beam_search", "greedy_path"]
