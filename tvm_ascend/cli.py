@@ -57,6 +57,8 @@ def _fusion_flags(p) -> None:
                    help="fusion_plan.json from an earlier build (dumps) to rebuild its groups")
     p.add_argument("--tuning_database", default=None,
                    help="tuning database folder written by 'tvm-ascend tune'")
+    p.add_argument("--search_width", type=int, default=4,
+                   help="beam width of the grouping search per region (1: pairwise greedy)")
 
 
 def _config(args, **extra) -> CompileConfig:
@@ -64,6 +66,7 @@ def _config(args, **extra) -> CompileConfig:
                          fusion_switch_file=args.fusion_switch_file, rule_set=args.rule_set,
                          no_fuse_nodes=args.no_fuse_nodes, fusion_plan_file=args.fusion_plan,
                          tuning_database=args.tuning_database,
+                         search_width=getattr(args, "search_width", 4),
                          input_shape=_shapes(args), **extra).with_env()
 
 
