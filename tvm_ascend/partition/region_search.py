@@ -151,7 +151,9 @@ def search_region(units, edges, cost, candidate, fuse, width: int, memo: dict):
     if known is not None:
         actions, best_us, start_us = known
         for action in actions:  # build only the kernels the earlier search chose
-            space.cost(action.key, action.parts)
+            if any(part not in candidates.sites for part in action.parts) or \
+                    space.cost(action.key, action.parts) is None:
+                break  # it did not form here (a fenced node, a plan group): stop replaying
         return actions, candidates, best_us, start_us
     start = space.initial()
     best = beam_search(space, width)
