@@ -122,3 +122,14 @@ def test_reshape_joins_the_group_and_alone_stays_a_free_view():
     (npu,) = [g for g in report["groups"] if g["on_npu"]]
     assert [op["op"] for op in npu["ops"]] == ["relax.nn.relu", "relax.reshape", "relax.sigmoid"]
     assert any("free" in g["reason"] for g in report["groups"] if not g["on_npu"])
+
+
+def test_tensor_names_that_are_cpp_keywords_or_start_with_a_digit():
+    """ONNX tensor names are free text: printed kernels use them as C++ names (``long`` is
+    escaped) and ``lib.run`` takes the ONNX names (TVM renames ``1`` to ``input_1``)."""
+    b = ModelBuilder("float32", seed=5)
+    x, y = b.input("long", (4, 9)), b.input("1", (4, 9))
+    b.output(b.node("Relu", [b.node("Add", [x, y])]), (4, 9))
+    lib, _ = _build_and_compare(b, 1)
+    source = "\n".join(lib.kernel_sources().values())
+    assert "long_" in source and lib.input_names == ["long", "1"]

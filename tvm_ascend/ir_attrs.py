@@ -8,3 +8,4 @@ PRIM_FUNC = "ascend.prim_func"     # the group's PrimFunc, then its scheduled fo
 TILING = "ascend.tiling"           # the Tiling JSON the printer obeys (schedule)
 MODEL_OP = "ascend.model_op"       # on a copied PrimFunc: the binding it was copied for
 HORIZONTAL = "ascend.horizontal"   # on main: binding vars made by merging parallel ops (prepare)
+ONNX_INPUTS = "ascend.onnx_inputs"  # on main: the ONNX graph input names, in parameter order

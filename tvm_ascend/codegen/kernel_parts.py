@@ -5,9 +5,21 @@ from __future__ import annotations
 from .code_buffer import CodeBuffer
 
 
+# Tensor names become C++ parameter and member names: these would not compile as such.
+CPP_KEYWORDS = frozenset({
+    "auto", "bool", "break", "case", "catch", "char", "class", "const", "continue", "default",
+    "delete", "do", "double", "else", "enum", "explicit", "extern", "false", "float", "for",
+    "friend", "goto", "if", "inline", "int", "long", "namespace", "new", "operator", "private",
+    "protected", "public", "register", "return", "short", "signed", "sizeof", "static",
+    "struct", "switch", "template", "this", "throw", "true", "try", "typedef", "typename",
+    "union", "unsigned", "using", "virtual", "void", "volatile", "while", "half"})
+
+
 def ident(name: str) -> str:
-    """A C++ identifier for a TIR buffer name."""
-    return "".join(ch if ch.isalnum() else "_" for ch in name)
+    """A C++ identifier for a TIR buffer name: never a keyword, never starting with a digit
+    (ONNX tensor names are free text: ``long``, ``1``)."""
+    text = "".join(ch if ch.isalnum() else "_" for ch in name)
+    return text + "_" if text in CPP_KEYWORDS or text[:1].isdigit() else text
 
 
 def emit_vector_kernel(buf: CodeBuffer, printer, params: list[str]) -> None:

@@ -149,6 +149,11 @@ def load_model(model, input_shape=None) -> tvm.IRModule:
     except Exception as err:  # noqa: BLE001 - the importer raises many kinds
         raise ModelLoadError(f"ONNX import failed: {err}") from err
     attrs = {ir_attrs.ONNX_NODES: node_names, ir_attrs.ONNX_NODE_COUNT: len(model.graph.node)}
+    # TVM renames inputs that are not identifiers ("1" -> "input_1"); users feed ONNX names
+    initializers = {init.name for init in model.graph.initializer}
+    onnx_inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    if len(onnx_inputs) == len(mod["main"].params):
+        attrs[ir_attrs.ONNX_INPUTS] = onnx_inputs
     if bounds:  # lets TVM's memory planner size buffers of ranged dimensions statically
         attrs["tir_var_upper_bound"] = bounds
     main = mod["main"].with_attrs(attrs)
