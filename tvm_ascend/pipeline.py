@@ -151,7 +151,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     dumps.report(report)
     dumps.graphs(_onnx_model(mod) if config.dump_graph else None, report)
     metadata = {"soc_version": soc.name, "report": report,
-                "inputs": [p.name for p in scheduled["main"].params]}
+                "inputs": _input_names(imported, scheduled)}
     lowered, source = _codegen(scheduled, soc, metadata)
     metadata = metadata_from_source(source)
     dumps.kernels(metadata.get("kernel_sources", {}))
@@ -160,6 +160,18 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
                 report["host_groups"])
     return AscendModule(executable, metadata, cache_key=_cache_key(lowered, source),
                         cache_dir=config.cache_dir)
+
+
+def _input_names(imported: tvm.IRModule, scheduled: tvm.IRModule) -> list[str]:
+    """The names ``lib.run`` takes: the ONNX graph's input names where the model came from
+    ONNX (TVM renames some, "1" -> "input_1"), the Relax parameter names otherwise."""
+    params = [p.name for p in scheduled["main"].params]
+    attrs = imported["main"].attrs
+    if attrs and ir_attrs.ONNX_INPUTS in attrs:
+        names = [str(n) for n in attrs[ir_attrs.ONNX_INPUTS]]
+        if len(names) == len(params):
+            return names
+    return params
 
 
 def _codegen(scheduled: tvm.IRModule, soc, metadata: dict) -> tuple[tvm.IRModule, str]:
