@@ -28,6 +28,7 @@ from .partition.policy import FusionPolicy
 from .dumps import Dumper
 from .partition.report import fusion_report
 from .precision import apply_precision_mode
+from .horizontal_fusion import merge_parallel_elementwise
 from .prepare_passes import merge_parallel_matmuls, prepare_cnn
 from .runtime import AscendModule
 from .scheduling import schedule_groups
@@ -48,23 +49,39 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None):
 
     HorizontalFusion rewrites the graph before partitioning, so whether it pays shows only in
     the groups that follow (a merged Q/K/V projection pays when the attention kernel takes
-    the slices; parallel MatMuls with their own epilogues lose them): both partitions are made
-    and the one with the lower estimated latency is kept; the report records both estimates.
+    the slices; parallel MatMuls with their own epilogues lose them): the unmerged partition,
+    the one with parallel MatMuls merged and the one with parallel elementwise ops merged too
+    (``horizontal_fusion.merge_parallel_elementwise``) are made and the one with the lowest
+    estimated latency is kept; the report's ``horizontal_fusion`` records every estimate.
     """
     fold = "BatchNormFolding" in policy.rules
     result = partition(prepare(imported, params, fold), soc, policy=policy)
     if "HorizontalFusion" not in policy.rules:
         return result
     merged_mod, merged = merge_parallel_matmuls(prepare(imported, params, fold))
-    if not merged:
+    # elementwise merges are a second alternative on top of the MatMul one: a bad one (e.g. bias
+    # Adds torn from their MatMuls) must not cost a good QKV merge
+    both_mod, elementwise = merge_parallel_elementwise(merged_mod)
+    alternatives = [(result, "none", 0)]
+    if merged:
+        alternatives.append((partition(merged_mod, soc, policy=policy), "matmul", merged))
+    if elementwise:
+        alternatives.append((partition(both_mod, soc, policy=policy),
+                             "matmul+elementwise" if merged else "elementwise", elementwise))
+    if len(alternatives) == 1:
         return result
-    merged_result = partition(merged_mod, soc, policy=policy)
-    with_h, without = _estimated_us(merged_result), _estimated_us(result)
-    keep = merged_result if with_h < without else result
-    keep.horizontal = {"merged_groups": merged, "est_us_merged": round(with_h, 3),
-                       "est_us_unmerged": round(without, 3), "kept": keep is merged_result}
-    logger.info("HorizontalFusion: %d group(s); est. %.2f us merged vs %.2f us not: %s", merged,
-                with_h, without, "kept" if keep is merged_result else "dropped")
+    estimates = [_estimated_us(alt) for alt, _, _ in alternatives]
+    best = min(range(len(alternatives)), key=lambda i: (estimates[i], i))
+    keep = alternatives[best][0]
+    with_h = min(estimates[1:])
+    keep.horizontal = {"merged_groups": merged, "elementwise_groups": elementwise,
+                       "est_us_merged": round(with_h, 3), "est_us_unmerged": round(estimates[0], 3),
+                       "est_us": {name: round(est, 3) for (_, name, _), est
+                                  in zip(alternatives, estimates)},
+                       "kept": best > 0, "kept_variant": alternatives[best][1]}
+    logger.info("HorizontalFusion: %d MatMul + %d elementwise group(s); est. %.2f us merged vs "
+                "%.2f us not: %s", merged, elementwise, with_h, estimates[0],
+                alternatives[best][1])
     return keep
 
 
