@@ -95,6 +95,7 @@ class _BatchNormFolder(PyExprMutator, _NamedRewrite):
         self.names = {b.value: b.var.name for b in _bindings(func)}
         self.uses = _use_counts(func)
         self.folded = 0
+        self.folded_vars: list[str] = []  # the convs that took a BatchNorm in, for the report
 
     def _conv_and_bias(self, expr):
         """(conv2d call, bias as [C] numpy or None) that ``expr`` computes, or None."""
@@ -145,6 +146,7 @@ class _BatchNormFolder(PyExprMutator, _NamedRewrite):
             self.visit_expr(conv.args[0]), relax.const(new_w), attrs.strides, attrs.padding,
             attrs.dilation, attrs.groups, attrs.data_layout, attrs.kernel_layout,
             attrs.out_layout, attrs.out_dtype), node_of=self.names.get(conv))
+        self.folded_vars.append(new_conv.name)
         return relax.op.add(new_conv, relax.const(new_b))
 
 
@@ -160,7 +162,11 @@ def fold_batch_norm(mod: tvm.IRModule) -> tvm.IRModule:
     new_func = folder.visit_expr(func)
     if not folder.folded:
         return mod
-    folder.builder_.update_func(mod.get_global_var("main"), folder._with_nodes(new_func))
+    marked = list(folder.folded_vars)
+    if func.attrs and ir_attrs.FOLDED_BATCH_NORM in func.attrs:
+        marked += [str(v) for v in func.attrs[ir_attrs.FOLDED_BATCH_NORM]]
+    new_func = folder._with_nodes(new_func).with_attr(ir_attrs.FOLDED_BATCH_NORM, marked)
+    folder.builder_.update_func(mod.get_global_var("main"), new_func)
     out = folder.builder_.get()
     return relax.transform.DeadCodeElimination(["main"])(out)
 

@@ -50,6 +50,7 @@ class OpInfo:
     decision: Decision
     node: str = ""  # the ONNX node that produced it ("" for modules not imported from ONNX)
     horizontal: bool = False  # made by merging parallel ops (HorizontalFusion)
+    folded: bool = False      # a conv with a BatchNorm folded into its weights (BatchNormFolding)
 
     @property
     def nodes(self) -> list[str]:
@@ -135,6 +136,8 @@ def mark_support(mod: tvm.IRModule) -> dict[str, OpInfo]:
     node_names = dict(attrs[key]) if attrs and key in attrs else {}
     merged = set(str(v) for v in attrs[ir_attrs.HORIZONTAL]) if attrs and \
         ir_attrs.HORIZONTAL in attrs else set()
+    folded = set(str(v) for v in attrs[ir_attrs.FOLDED_BATCH_NORM]) if attrs and \
+        ir_attrs.FOLDED_BATCH_NORM in attrs else set()
     for binding in _bindings(mod["main"]):
         value = binding.value
         ty = getattr(binding.var, "ty", None)
@@ -147,7 +150,7 @@ def mark_support(mod: tvm.IRModule) -> dict[str, OpInfo]:
         ops[binding.var.name] = OpInfo(binding.var.name, _op_name(value),
                                        str(getattr(ty, "dtype", "")), _shape_of(ty), decision,
                                        str(node_names.get(binding.var.name, "")),
-                                       binding.var.name in merged)
+                                       binding.var.name in merged, binding.var.name in folded)
     return ops
 
 
@@ -399,6 +402,8 @@ def rule_of(members: list[OpInfo], recomputed: bool = False) -> str:
     rules = group_rules([m.op for m in members], recomputed)
     if any(m.horizontal for m in members):
         rules = (rules or [anchor_rule([m.op for m in members])]) + ["HorizontalFusion"]
+    if any(m.folded for m in members):
+        rules = (rules or [anchor_rule([m.op for m in members])]) + ["BatchNormFolding"]
     return "+".join(rules) or "single-op"
 
 

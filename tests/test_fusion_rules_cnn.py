@@ -1,0 +1,81 @@
+"""The CNN fusion rules one by one: each must fuse what it names when on, must not when off
+(switch file), says which rule kept an edge apart, and the model still matches onnxruntime."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tvm_ascend
+from conftest import run_onnxruntime
+from onnx_models import ModelBuilder
+from test_conv import CONV_TOL, _conv_bn
+
+
+@pytest.fixture(scope="module")
+def block():
+    """Conv -> BatchNorm -> ReLU, then Conv -> BatchNorm -> residual Add -> ReLU."""
+    b = ModelBuilder("float32", seed=11)
+    x = b.input("x", (1, 8, 10, 10))
+    y = _conv_bn(b, x, 8, 8)
+    b.output(_conv_bn(b, y, 8, 8, residual=x), (1, 8, 10, 10))
+    return b
+
+
+def _build(builder, tmp_path=None, switch: str = "", **config):
+    if switch:
+        path = tmp_path / "fusion_switch.cfg"
+        path.write_text(switch)
+        config["fusion_switch_file"] = str(path)
+    model = builder.model()
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(**config))
+    np.testing.assert_allclose(lib.run(builder.feeds)[0],
+                               run_onnxruntime(model, builder.feeds)[0], **CONV_TOL["float32"])
+    return lib.fusion_report()
+
+
+def _kinds(group) -> set:
+    return {n.split("_")[0] for n in group["onnx_nodes"]}
+
+
+def _conv_groups(report) -> list[dict]:
+    return [g for g in report["groups"] if "conv" in _kinds(g)]
+
+
+def test_conv_epilogue_and_batchnorm_folding_on(block):
+    report = _build(block)
+    convs = _conv_groups(report)
+    assert [_kinds(g) for g in convs] == [{"conv", "batchnormalization", "relu"},
+                                          {"conv", "batchnormalization", "add", "relu"}]
+    assert all("ConvEpilogueFusion" in g["rules"] and g["on_npu"] for g in convs)
+    assert report["kernels"]["ascend"] == 2
+    stats = report["rule_stats"]
+    assert stats["ConvEpilogueFusion"]["effect_times"] >= 2
+    assert stats["BatchNormFolding"]["effect_times"] == 2
+
+
+def test_conv_epilogue_off_keeps_the_activation_apart(block, tmp_path):
+    report = _build(block, tmp_path, "TbeConvDequantVaddReluQuantFusionPass:off\n")
+    convs = _conv_groups(report)
+    # BatchNorm still folds into the weights (its own rule); ReLU and the residual Add do not
+    # join the conv's kernel
+    assert all(_kinds(g) <= {"conv", "batchnormalization"} for g in convs)
+    assert len(convs) == 2
+    reasons = [e["reason"] + " | " + e["hint"] for e in report["unfused_edges"]]
+    assert any("ConvEpilogueFusion is switched off" in r and "ConvEpilogueFusion:on" in r
+               for r in reasons)
+
+
+def test_batchnorm_folding_off_keeps_batchnorm_out_of_the_weights(block, tmp_path):
+    report = _build(block, tmp_path, "BatchNormBnInferFusionPass:off\n")
+    convs = _conv_groups(report)
+    assert len(convs) == 2
+    # BatchNorm is not folded: its scale and shift are computed as ops after the product
+    # (fused as the conv's epilogue or run apart, but never inside the weights)
+    assert report["rule_stats"].get("BatchNormFolding", {}).get("effect_times", 0) == 0
+    assert any("batchnormalization" in _kinds(g) for g in report["groups"])
+
+
+def test_fusion_off_is_one_kernel_per_node(block):
+    report = _build(block, fusion_level="off")
+    assert all(len(g["onnx_nodes"]) == 1 for g in report["groups"] if g["onnx_nodes"])
+    assert report["rule_stats"] == {}  # no rule matched, none took effect
