@@ -4,6 +4,15 @@
     python -m benchmarks --model bert_base --baseline conservative --dtype float16
     python -m benchmarks --render-only                  # tables and charts from results.json
 
+The configurations users quote (BERT-base b1_s128 and b16_s512, ResNet-50 b1/b32 at 224,
+GPT-2 medium b1/b8 s512, each in float16 and float32) are in the default list; above
+``--run-limit-macs`` they are compiled and estimated but never run on the CPU emulator:
+
+    python -m benchmarks --model gpt2_medium --config b1_s512 --dtype float16
+
+A run merges into ``--output``: it replaces the records it re-measures (same model, config,
+baseline, dtype) and keeps the others; ``--fresh`` overwrites the file instead.
+
 Example
 -------
 >>> main(["--quick", "--model", "bert_base", "--baseline", "conservative"])   # doctest: +SKIP
@@ -12,12 +21,11 @@ Example
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 
-from . import harness
+from . import harness, results_file
 
 HERE = Path(__file__).resolve().parent
 
@@ -46,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="run and compare with onnxruntime up to this many MatMul/Conv MACs")
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="start no new configuration after this many minutes")
+    parser.add_argument("--fresh", action="store_true",
+                        help="overwrite --output instead of merging this run's records into it")
     parser.add_argument("--render-only", action="store_true",
                         help="only rewrite BENCHMARKS.md and the charts from --output")
     parser.add_argument("--list", action="store_true", help="list the configurations and exit")
@@ -70,9 +80,9 @@ def main(argv=None) -> int:
             print(f"error: {path} does not exist; run the benchmarks first", file=sys.stderr)
             return 2
         try:
-            results = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            print(f"error: {path} is not valid JSON ({err})", file=sys.stderr)
+            results = results_file.load_results(path)
+        except results_file.ResultsFileError as err:
+            print(f"error: {err}", file=sys.stderr)
             return 2
         for item in render(results, args.markdown, args.charts_dir):
             print(item)
@@ -88,12 +98,20 @@ def main(argv=None) -> int:
             print(config.key, dict(config.knobs))
         return 0
     baselines = args.baseline or list(harness.BASELINES)
-    results = harness.run_benchmarks(configs, baselines, args.output,
-                                     run_limit_macs=int(args.run_limit_macs),
-                                     max_minutes=args.max_minutes)
+    try:
+        results = harness.run_benchmarks(configs, baselines, args.output,
+                                         run_limit_macs=int(args.run_limit_macs),
+                                         max_minutes=args.max_minutes, merge=not args.fresh)
+    except results_file.ResultsFileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     for item in [args.output] + render(results, args.markdown, args.charts_dir):
         print(item)
-    failed = [r for r in results["records"] if r["status"] == "failed"]
+    ran = {results_file.record_key(r) for r in results["records"]
+           if r.get("commit") == results["header"].get("commit")
+           and r.get("date") == results["header"].get("date")}
+    failed = [r for r in results["records"] if r["status"] == "failed"
+              and results_file.record_key(r) in ran]
     for record in failed:
         print(f"FAILED {record['model']}/{record['config']}/{record['dtype']} "
               f"{record['baseline']}: {record['error'].splitlines()[0]}", file=sys.stderr)

@@ -97,6 +97,7 @@ def write_text_atomic(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; tables and charts are for everyone
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

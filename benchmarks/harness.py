@@ -35,6 +35,7 @@ import onnx
 
 from tvm_ascend.errors import FusionConfigError
 
+from . import results_file
 from .graph_bytes import graph_references
 from .models import bert, gpt2, resnet50
 
@@ -67,7 +68,8 @@ RESULT_KEYS = ("model", "config", "baseline", "dtype", "style", "status", "error
                "npu_gm_bytes", "emulator_gm_bytes", "compulsory_bytes", "matmul_boundary_bytes",
                "matmul_macs", "est_latency_us", "roofline_us", "peak_memory_bytes",
                "compile_s_cold", "compile_s_warm", "max_abs_err", "max_rel_err", "ref_max_abs",
-               "stage_s")
+               "nonfinite_outputs",
+               "stage_s", "commit", "date")
 # Environment variables that would silently override a baseline's CompileConfig.
 _OVERRIDING_ENV = ("AUTOFUSION_ENABLE", "TVM_ASCEND_SOC_VERSION", "DUMP_GRAPH")
 
@@ -210,21 +212,43 @@ def _pinned_environment(cache_dir: str):
 
 
 def error_metrics(outputs, reference) -> dict:
-    """``max_abs_err`` = max |a - b| over all outputs; ``max_rel_err`` = the largest, over the
+    """Errors of ``outputs`` against ``reference`` (lists of arrays, one per model output).
+
+    ``max_abs_err`` = max |a - b| over all outputs; ``max_rel_err`` = the largest, over the
     outputs, of max |a - b| / max |b| (relative to each output's scale, so values near zero
-    do not blow it up); ``ref_max_abs`` = the largest |b|."""
+    do not blow it up); ``ref_max_abs`` = the largest finite |b|; ``nonfinite_outputs`` = how
+    many values are NaN or infinite in one but not equal in the other. Any such value makes
+    both errors ``inf``: a NaN must never compare as "no error" (``max(0.0, nan)`` is 0.0,
+    which is how GPT-2 once reported errors of exactly 0).
+
+    Example
+    -------
+    >>> m = error_metrics([np.array([1.0, 2.5])], [np.array([1.0, 2.0])])
+    >>> m["max_abs_err"], m["max_rel_err"], m["nonfinite_outputs"]
+    (0.5, 0.25, 0)
+    """
     if len(outputs) != len(reference):
         raise ValueError(f"{len(outputs)} outputs against {len(reference)} reference outputs")
     abs_err = rel_err = scale = 0.0
-    for got, want in zip(outputs, reference):
+    nonfinite = 0
+    for index, (got, want) in enumerate(zip(outputs, reference)):
         got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
         if got.shape != want.shape:
-            raise ValueError(f"output shape {got.shape} differs from the reference {want.shape}")
-        diff = float(np.max(np.abs(got - want))) if got.size else 0.0
-        peak = float(np.max(np.abs(want))) if want.size else 0.0
+            raise ValueError(f"output {index}: shape {got.shape} differs from the reference "
+                             f"{want.shape}")
+        finite = np.isfinite(got) & np.isfinite(want)
+        # the same inf, or NaN in both, is agreement (e.g. a masked row both compute as -inf)
+        agree = ~finite & ((got == want) | (np.isnan(got) & np.isnan(want)))
+        nonfinite += int(np.count_nonzero(~finite & ~agree))
+        diff = float(np.max(np.abs(got[finite] - want[finite]))) if finite.any() else 0.0
+        finite_want = want[np.isfinite(want)]
+        peak = float(np.max(np.abs(finite_want))) if finite_want.size else 0.0
         abs_err, scale = max(abs_err, diff), max(scale, peak)
         rel_err = max(rel_err, diff / peak if peak else diff)
-    return {"max_abs_err": abs_err, "max_rel_err": rel_err, "ref_max_abs": scale}
+    if nonfinite:
+        abs_err = rel_err = float("inf")
+    return {"max_abs_err": abs_err, "max_rel_err": rel_err, "ref_max_abs": scale,
+            "nonfinite_outputs": nonfinite}
 
 
 def run_onnxruntime(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
@@ -408,13 +432,27 @@ def run_header(run_limit_macs: int = RUN_LIMIT_MACS) -> dict:
     }
 
 
+def _merged(out_path, merge: bool, existing: dict | None, results: dict) -> dict:
+    """``results`` merged into the file as it is now: re-read, so that a run of other
+    configurations that wrote it meanwhile keeps its records (the file itself was checked
+    before the run started: ``existing``)."""
+    if merge and out_path is not None:
+        existing = results_file.load_results(out_path) or existing
+    return results_file.merge_results(existing, results)
+
+
 def run_benchmarks(configs, baselines, out_path=None, run_limit_macs: int = RUN_LIMIT_MACS,
-                   measure_cold: bool = True, max_minutes: float | None = None) -> dict:
-    """Benchmark every configuration under every baseline; returns ``{"header", "records"}``.
+                   measure_cold: bool = True, max_minutes: float | None = None,
+                   merge: bool = True) -> dict:
+    """Benchmark every configuration under every baseline; returns ``{"header", "records"}``,
+    every record stamped with this run's ``commit`` and ``date``.
 
     With ``out_path``, the results are written there (atomically) after each configuration,
-    so an interrupted run keeps what it measured. Configurations not started within
-    ``max_minutes`` get records with ``status="skipped"``.
+    so an interrupted run keeps what it measured. With ``merge`` (the default) the records
+    already in ``out_path`` are kept except those this run re-measures (same model, config,
+    baseline and dtype), and the returned results are the merged file; without it the file is
+    overwritten. Configurations not started within ``max_minutes`` get records with
+    ``status="skipped"``, which replace no earlier measurement.
 
     Example
     -------
@@ -422,12 +460,12 @@ def run_benchmarks(configs, baselines, out_path=None, run_limit_macs: int = RUN_
     >>> results["records"][0]["status"]                                    # doctest: +SKIP
     'ok'
     """
-    from tvm_ascend.partition.report import write_json_atomic
-
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
         raise FusionConfigError(f"unknown baseline(s) {', '.join(unknown)}; known: "
                        f"{', '.join(BASELINES)}")
+    # read before measuring anything: a corrupt file fails now, not after an hour of builds
+    existing = results_file.load_results(out_path) if merge and out_path is not None else None
     results = {"header": run_header(run_limit_macs), "records": []}
     start = time.perf_counter()
     for config in configs:
@@ -446,7 +484,8 @@ def run_benchmarks(configs, baselines, out_path=None, run_limit_macs: int = RUN_
                                                    measure_cold))
         results["header"]["wall_s"] = time.perf_counter() - start
         if out_path is not None:
-            write_json_atomic(str(out_path), results)
+            results_file.write_results(out_path, _merged(out_path, merge, existing, results))
+    merged = _merged(out_path, merge, existing, results)
     if out_path is not None:
-        write_json_atomic(str(out_path), results)
-    return results
+        results_file.write_results(out_path, merged)
+    return merged

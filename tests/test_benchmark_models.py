@@ -184,3 +184,17 @@ def test_graph_references_on_the_models_order_the_references():
     # ResNet-50 at 224: 4.09 GMACs, the published figure
     macs = graph_references(resnet50.resnet50_model())["matmul_macs"]
     assert 4.08e9 < macs < 4.12e9
+
+
+@pytest.mark.xfail(strict=True, reason="tvm-ascend bug (issue #7, found by the benchmarks): the "
+                   "row_reduce kernel of GPT-2's causal Where(bool[1,1,8,8], scores[1,12,8,8], "
+                   "min) writes NaN to every odd row at seq 8, so GPT-2 small b1_s8 outputs "
+                   "only NaN; remove this mark when it is fixed")
+def test_gpt2_block_at_seq_8_with_12_heads_matches_onnxruntime():
+    shape = dict(batch=1, seq=8, hidden=96, heads=12)
+    model = gpt2.decoder_layer_model(style="torchscript", **shape)
+    feeds = gpt2.decoder_layer_inputs(style="torchscript", batch=1, seq=8, hidden=96)
+    (got,) = tvm_ascend.build(model).run(feeds)
+    (want,) = run_onnxruntime(model, feeds)
+    assert np.isfinite(got).all()
+    assert_close(got, want, "float32_model")

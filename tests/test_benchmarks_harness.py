@@ -11,7 +11,7 @@ import pytest
 
 import tvm_ascend
 from benchmarks import __main__ as cli
-from benchmarks import charts, harness, markdown
+from benchmarks import charts, harness, markdown, results_file
 from benchmarks.models import bert
 from conftest import TOLERANCES
 
@@ -32,7 +32,14 @@ def _record(results, model):
     return next(r for r in results["records"] if r["model"] == model)
 
 
-@pytest.mark.parametrize("model", MODELS)
+# The torchscript GPT-2 (causal Where + additive mask) comes out all NaN from tvm-ascend today;
+# the old error metric reported that as an error of 0 (issue #7). Strict: drop the mark once fixed.
+_GPT2_NAN = pytest.mark.xfail(strict=True, reason="tvm-ascend bug: the torchscript GPT-2 "
+                              "outputs NaN (see test_benchmark_models, seq 8 Where repro)")
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=_GPT2_NAN) if m == "gpt2_small"
+                                   else m for m in MODELS])
 def test_tiny_configuration_runs_through_the_harness(quick_results, model):
     record = _record(quick_results[0], model)
     assert set(harness.RESULT_KEYS) <= set(record)
@@ -163,3 +170,158 @@ def test_cli_lists_and_filters_configurations(capsys):
     assert cli.main(["--list", "--config", "no_such_config"]) == 2
     with pytest.raises(SystemExit):
         cli.main(["--baseline", "fastest"])
+
+
+# ---- partial reruns merge into results.json --------------------------------------------------
+def _fake_record(model, config, baseline, dtype="float32", **fields):
+    record = dict.fromkeys(harness.RESULT_KEYS)
+    record.update(model=model, config=config, baseline=baseline, dtype=dtype,
+                  style="torchscript", status="ok", onnx_nodes=3, kernels=2, kernels_ascend=2,
+                  kernels_host=0, gm_bytes=1000, compulsory_bytes=500,
+                  matmul_boundary_bytes=800, matmul_macs=10, stage_s={},
+                  est_latency_us=dict.fromkeys(harness.SOCS),
+                  roofline_us=dict.fromkeys(harness.SOCS))
+    record.update(fields)
+    return record
+
+
+def test_a_partial_rerun_replaces_only_its_own_records(tmp_path):
+    out = tmp_path / "results.json"
+    first = {"header": {"commit": "c1" * 20, "date": "2026-11-29T10:00:00+00:00"},
+             "records": [_fake_record("bert_base", "b1_s8", b, kernels=k)
+                         for b, k in (("op_by_op", 50), ("conservative", 20))]
+             + [_fake_record("resnet50", "b1_64", "conservative", kernels=56)]}
+    results_file.write_results(out, results_file.merge_results(None, first))
+    # a rerun of one baseline of one configuration, at a later commit
+    second = {"header": {"commit": "c2" * 20, "date": "2026-11-29T12:00:00+00:00"},
+              "records": [_fake_record("bert_base", "b1_s8", "conservative", kernels=18),
+                          _fake_record("bert_base", "b1_s8", "conservative", "float16",
+                                       kernels=17)]}
+    merged = results_file.merge_results(results_file.load_results(out), second)
+    results_file.write_results(out, merged)
+    on_disk = json.loads(out.read_text())
+    rows = {results_file.record_key(r): (r["kernels"], r["commit"][:2])
+            for r in on_disk["records"]}
+    assert rows == {("bert_base", "b1_s8", "op_by_op", "float32"): (50, "c1"),
+                    ("bert_base", "b1_s8", "conservative", "float32"): (18, "c2"),
+                    ("resnet50", "b1_64", "conservative", "float32"): (56, "c1"),
+                    ("bert_base", "b1_s8", "conservative", "float16"): (17, "c2")}
+    # replaced in place, new keys appended; the header lists both runs, oldest first
+    assert [r["baseline"] for r in on_disk["records"]][:2] == ["op_by_op", "conservative"]
+    assert [run["commit"][:2] for run in on_disk["header"]["runs"]] == ["c1", "c2"]
+    text = markdown.render_markdown(on_disk)
+    assert f"`{'c1' * 20}` 2026-11-29T10:00:00+00:00: bert_base b1_s8 float32 (op_by_op)" in text
+    assert f"`{'c2' * 20}` 2026-11-29T12:00:00+00:00: bert_base b1_s8 float32 (conservative)" \
+        in text
+    assert "records by commit (2 runs)" in text
+    # a run that re-measures everything the first run owned drops it from the header
+    third = {"header": {"commit": "c3" * 20, "date": "2026-11-29T13:00:00+00:00"},
+             "records": [_fake_record("bert_base", "b1_s8", "op_by_op"),
+                         _fake_record("resnet50", "b1_64", "conservative")]}
+    again = results_file.merge_results(on_disk, third)
+    assert [run["commit"][:2] for run in again["header"]["runs"]] == ["c2", "c3"]
+
+
+def test_a_skipped_record_keeps_the_earlier_measurement():
+    old = {"header": {"commit": "a", "date": "d1"},
+           "records": [_fake_record("m", "c", "conservative", kernels=7)]}
+    new = {"header": {"commit": "b", "date": "d2"},
+           "records": [_fake_record("m", "c", "conservative", status="skipped", kernels=None),
+                       _fake_record("m", "c2", "conservative", status="skipped")]}
+    merged = results_file.merge_results(old, new)["records"]
+    assert [(r["config"], r["status"], r["kernels"], r["commit"]) for r in merged] == [
+        ("c", "ok", 7, "a"), ("c2", "skipped", 2, "b")]
+
+
+def test_run_benchmarks_merges_into_an_existing_file_and_refuses_a_corrupt_one(tmp_path):
+    out = tmp_path / "results.json"
+    kept = _fake_record("resnet50", "b1_64", "aggressive", kernels=56)
+    results_file.write_results(out, {"header": {"commit": "old", "date": "d0"},
+                                     "records": [kept]})
+    results = harness.run_benchmarks(harness.QUICK_CONFIGS[:1], ["op_by_op"], out,
+                                     max_minutes=0)  # skipped: no build, still merged
+    on_disk = json.loads(out.read_text())
+    assert on_disk == json.loads(json.dumps(results))
+    assert [(r["baseline"], r["commit"]) for r in on_disk["records"]] == [
+        ("aggressive", "old"), ("op_by_op", results["header"]["commit"])]
+    fresh = harness.run_benchmarks(harness.QUICK_CONFIGS[:1], ["op_by_op"], out,
+                                   max_minutes=0, merge=False)
+    assert [r["baseline"] for r in fresh["records"]] == ["op_by_op"]
+    assert not list(tmp_path.glob(".tmp_*"))  # atomic writes leave no temporary file behind
+    out.write_text('{"header": {},\n "records": [oops]}')
+    with pytest.raises(results_file.ResultsFileError, match=r"results.json: line 2"):
+        harness.run_benchmarks(harness.QUICK_CONFIGS[:1], ["op_by_op"], out, max_minutes=0)
+    assert cli.main(["--quick", "--model", "resnet50", "--baseline", "op_by_op",
+                     "--max-minutes", "0", "--output", str(out), "--markdown",
+                     str(tmp_path / "B.md"), "--charts-dir", str(tmp_path)]) == 2
+    assert "oops" in out.read_text()  # the corrupt file is left for the person to fix
+
+
+# ---- the error metric -----------------------------------------------------------------------
+def test_a_known_perturbation_gives_the_expected_error():
+    rng = np.random.default_rng(0)
+    logits = (rng.standard_normal((1, 8, 50)) * 40).astype(np.float32)
+    hidden = rng.standard_normal((1, 8, 16)).astype(np.float32)
+    got = [logits.copy(), hidden.copy()]
+    got[0][0, 3, 7] += 0.5  # one logit off by 0.5
+    got[1][0, 0, 0] -= 0.25
+    metrics = harness.error_metrics(got, [logits, hidden])
+    want_rel = max(0.5 / np.abs(logits).max(), 0.25 / np.abs(hidden).max())
+    assert metrics["max_abs_err"] == pytest.approx(0.5, rel=1e-6)  # float32 rounding of +0.5
+    assert metrics["max_rel_err"] == pytest.approx(want_rel, rel=1e-5)
+    assert metrics["ref_max_abs"] == pytest.approx(np.abs(logits).max())
+    assert metrics["nonfinite_outputs"] == 0
+    assert harness.error_metrics([logits], [logits])["max_abs_err"] == 0.0
+
+
+def test_nan_or_inf_in_the_output_is_an_infinite_error_not_zero():
+    ref = [np.array([[1.0, -2.0], [3.0, -np.inf]], np.float32)]
+    got = [ref[0].copy()]
+    assert harness.error_metrics(got, ref)["max_rel_err"] == 0.0  # the same -inf agrees
+    got[0][0, 1] = np.nan
+    got[0][1, 0] = np.inf
+    metrics = harness.error_metrics(got, ref)
+    assert metrics["max_abs_err"] == metrics["max_rel_err"] == float("inf")
+    assert metrics["nonfinite_outputs"] == 2 and metrics["ref_max_abs"] == 3.0
+    record = _fake_record("gpt2_small", "b1_s8", "conservative", **metrics)
+    row = next(line for line in markdown.render_markdown({"records": [record]}).splitlines()
+               if line.startswith("| conservative"))
+    assert "inf (2 NaN/inf values)" in row
+
+
+# ---- large configurations: compiled and estimated, never run on the emulator ----------------
+ISSUE_CONFIGS = {("bert_base", "b1_s128"), ("bert_base", "b16_s512"), ("resnet50", "b1_224"),
+                 ("resnet50", "b32_224"), ("gpt2_medium", "b1_s512"),
+                 ("gpt2_medium", "b8_s512")}
+
+
+def test_the_issue_configurations_are_listed_in_both_dtypes():
+    listed = {(c.model, c.name, c.dtype) for c in harness.FULL_CONFIGS}
+    assert {(m, n, d) for m, n in ISSUE_CONFIGS for d in ("float16", "float32")} <= listed
+    chosen = harness.select_configs(harness.FULL_CONFIGS, ["gpt2_medium"], ["b8_s512"],
+                                    ["float16"])
+    assert [c.key for c in chosen] == ["gpt2_medium/b8_s512/float16"]
+    assert dict(chosen[0].knobs) == {"batch": 8, "seq": 512}
+
+
+def test_the_size_threshold_decides_whether_the_emulator_runs(quick_results):
+    config = next(c for c in harness.QUICK_CONFIGS if c.model == "bert_base")
+    ran = _record(quick_results[0], "bert_base")  # under the default threshold: run, compared
+    assert ran["matmul_macs"] <= harness.RUN_LIMIT_MACS and ran["max_abs_err"] is not None
+    (record,) = harness.benchmark_config(config, ["conservative"],
+                                         run_limit_macs=ran["matmul_macs"] - 1,
+                                         measure_cold=False)
+    assert record["status"] == "ok", record["error"]
+    assert record["kernels"] == ran["kernels"] and record["gm_bytes"] == ran["gm_bytes"]
+    assert record["max_abs_err"] is None and record["emulator_gm_bytes"] is None
+    assert "run" not in record["stage_s"] and "onnxruntime" not in record["stage_s"]
+
+
+@pytest.mark.slow  # builds the full-size ONNX models (GPT-2 medium: 1.4 GB of weights)
+def test_every_issue_configuration_is_above_the_run_threshold():
+    from benchmarks.graph_bytes import graph_references
+
+    for config in harness.FULL_CONFIGS:
+        if (config.model, config.name) in ISSUE_CONFIGS and config.dtype == "float16":
+            macs = graph_references(config.onnx_model())["matmul_macs"]
+            assert macs > harness.RUN_LIMIT_MACS, config.key
