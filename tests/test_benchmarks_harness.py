@@ -32,14 +32,7 @@ def _record(results, model):
     return next(r for r in results["records"] if r["model"] == model)
 
 
-# The torchscript GPT-2 (causal Where + additive mask) comes out all NaN from tvm-ascend today;
-# the old error metric reported that as an error of 0 (issue #7). Strict: drop the mark once fixed.
-_GPT2_NAN = pytest.mark.xfail(strict=True, reason="tvm-ascend bug: the torchscript GPT-2 "
-                              "outputs NaN (see test_benchmark_models, seq 8 Where repro)")
-
-
-@pytest.mark.parametrize("model", [pytest.param(m, marks=_GPT2_NAN) if m == "gpt2_small"
-                                   else m for m in MODELS])
+@pytest.mark.parametrize("model", MODELS)
 def test_tiny_configuration_runs_through_the_harness(quick_results, model):
     record = _record(quick_results[0], model)
     assert set(harness.RESULT_KEYS) <= set(record)

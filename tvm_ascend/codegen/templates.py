@@ -54,12 +54,21 @@ __aicore__ inline void CopyUbToGm(AscendC::GlobalTensor<T> dst,
 # Rows of ``cols`` elements between GM (contiguous) and UB (each row 32-byte aligned, ``stride``
 # elements apart): one multi-burst DataCopyPad; UB bursts land on 32-byte boundaries by design.
 ROW_COPY_HELPERS_PAD = """\
+// UB rows are ``stride`` elements apart; a burst fills its row rounded up to 32 bytes, so the
+// rest of the row is a gap in 32-byte blocks (rows of a narrower dtype in the same program
+// make ``stride`` longer than one burst, e.g. bool masks beside float rows)
+template <typename T>
+__aicore__ inline uint32_t RowGapBlocks(uint32_t cols, uint32_t stride) {
+  return (stride * sizeof(T) - (cols * sizeof(T) + 31) / 32 * 32) / 32;
+}
+
 template <typename T>
 __aicore__ inline void CopyRowsIn(const AscendC::LocalTensor<T>& dst,
                                   const AscendC::GlobalTensor<T>& src, uint32_t rows,
                                   uint32_t cols, uint32_t stride) {
   AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows),
-                                    static_cast<uint32_t>(cols * sizeof(T)), 0, 0, 0};
+                                    static_cast<uint32_t>(cols * sizeof(T)), 0,
+                                    RowGapBlocks<T>(cols, stride), 0};
   AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, static_cast<T>(0)};
   AscendC::DataCopyPad(dst, src, params, pad);
 }
@@ -69,7 +78,8 @@ __aicore__ inline void CopyRowsOut(const AscendC::GlobalTensor<T>& dst,
                                    const AscendC::LocalTensor<T>& src, uint32_t rows,
                                    uint32_t cols, uint32_t stride) {
   AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows),
-                                    static_cast<uint32_t>(cols * sizeof(T)), 0, 0, 0};
+                                    static_cast<uint32_t>(cols * sizeof(T)),
+                                    RowGapBlocks<T>(cols, stride), 0, 0};
   AscendC::DataCopyPad(dst, src, params);
 }
 """
