@@ -185,3 +185,26 @@ def test_cost_model_refuses_a_slower_merge(model, monkeypatch):
     reasons = [e[2] for e in result.edges]
     assert any("cost model says the fused kernel is slower" in r and "estimate" in r
                for r in reasons)
+
+
+def test_atc_style_forms_no_group_of_two_patterns():
+    """ATC's MatMul fusion takes elementwise epilogues and its LayerNormFusionPass makes its
+    own kernel: the emulation never puts a projection and the LayerNorm after it in one
+    group (a whole-row MatMul re-reads its weights per row tile: more GM traffic, not less),
+    and the edge says why; tvm_ascend's cost-checked rules may."""
+    from benchmarks.models.bert import encoder_layer_model
+    from tvm_ascend.frontend import load_model
+    from tvm_ascend.pipeline import fusion_policy, plan_fusion
+
+    model = load_model(encoder_layer_model(style="torchscript", batch=2, seq=16, hidden=64,
+                                           heads=2))
+    found = {}
+    for rule_set in ("atc_style", "tvm_ascend"):
+        config = tvm_ascend.CompileConfig(rule_set=rule_set)
+        found[rule_set] = plan_fusion(model, fusion_policy(config, model), config.soc)
+    atc = found["atc_style"]
+    both = {"MatMulEpilogueFusion", "LayerNormFusion"}
+    assert not any(both <= set(g.rules) for g in atc.groups)
+    assert any("ATC's fixed passes form no group of two patterns" in reason
+               for _, _, reason, _ in atc.edges)
+    assert any(both <= set(g.rules) for g in found["tvm_ascend"].groups)

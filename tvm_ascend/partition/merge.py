@@ -245,6 +245,9 @@ def _legal(producer: Site, consumer: Site, policy) -> str:
 _PATTERN_RULES = ("LayerNormFusion", "SoftmaxFusion")
 _PARTIAL_RULES = frozenset({"ReductionFusion", "ElementwiseFusion"})
 _ANCHOR_OPS = ("matmul", "conv", "pool")
+# each is one fixed pass in ATC: a group matching two of them is no ATC group
+_ATC_PATTERN_RULES = frozenset({"MatMulEpilogueFusion", "ConvEpilogueFusion", "LayerNormFusion",
+                                "SoftmaxFusion", "PoolingFusion", "AttentionFusion"})
 
 
 def _vector_region_rule(producer: Site, consumer: Site, region) -> str | None:
@@ -274,6 +277,10 @@ def _candidate(producer: Site, consumer: Site, policy, cost, matches, recomputed
             rules = [pattern] + [r for r in rules if r not in _PARTIAL_RULES]
             off = policy.switched_off(rules)
     matches.update(rules)
+    patterns = [r for r in rules if r in _ATC_PATTERN_RULES]
+    if policy.rule_set == "atc_style" and len(patterns) > 1:
+        return (f"ATC's fixed passes form no group of two patterns ({' and '.join(patterns)}), "
+                "so the atc_style emulation keeps them apart")
     if off:
         return (f"rule {off[0]} is switched off (fusion level {policy.level!r}, rule set "
                 f"{policy.rule_set!r} or the fusion switch file)")
