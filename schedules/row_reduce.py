@@ -7,7 +7,15 @@ cores, ``rows_per_tile`` rows share one UB tile (each row padded to 32 bytes), a
 blocks are computed at the row loop, in order. The row program (``row_program``) is shared with
 the printer so UB sizing and the printed kernel agree.
 
-Rows longer than the UB (a multi-pass / online kernel) are refused with a reason for now.
+A row longer than the UB runs in passes over column chunks (``row_passes``, ``_plan_chunked``):
+each pass streams the row's inputs from GM chunk by chunk, recomputes the full-row steps it needs
+from them, and accumulates its reductions; row values (a mean, an rsqrt) are computed once per row
+between passes; the last pass writes the output chunk by chunk. Softmax is therefore three passes
+(max, sum of exp(x - max), the output), not the two of an "online" max/sum pair: the passes fall
+out of the row program's own dependencies for every chain (LogSoftmax, LayerNorm, ...) instead
+of a softmax-specific rewrite, and each value is computed exactly as the one-pass kernel does
+(no exp(m_old - m_new) rescaling of partial sums, which adds rounding per chunk), for one more
+read of the row from GM. Rows that fit keep the one-pass kernel.
 """
 from __future__ import annotations
 
@@ -29,6 +37,9 @@ from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling
 from .tir_walk import BufferLoad, expr_dtype, load_buffer, param_buffers
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
+# default chunks are whole multiples of this many columns: whole 256-byte Compare repeats in
+# float32 and float16, and 32-byte DataCopy blocks for every dtype
+CHUNK_UNIT = 128
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,9 @@ class RowReduceKnobs:
     cores: int | None = None          # None: every vector block that gets a row
     rows_per_tile: int | None = None  # None: as many rows as fit the UB
     double_buffer: bool = True
+    # columns per chunk of a multi-pass row: None gives the largest that fits the UB, for rows
+    # longer than the UB only; a value below C forces chunks on a row that would fit
+    chunk_cols: int | None = None
 
 
 class RowAccessKind(enum.Enum):
@@ -181,7 +195,18 @@ class RowReduceSchedule:
 
     @staticmethod
     def schedule(func, soc, knobs: RowReduceKnobs | None = None):
-        """(scheduled PrimFunc, Tiling); ``knobs`` (RowReduceKnobs) as the search chose."""
+        """(scheduled PrimFunc, Tiling); ``knobs`` (RowReduceKnobs) as the search chose.
+
+        A row longer than the UB (or a ``chunk_cols`` knob below C) gets the multi-pass plan:
+        one row per step, ``params`` = {passes, chunk_cols, chunks_per_row}; a row that fits
+        keeps the one-pass plan (empty ``params``).
+
+        Example
+        -------
+        >>> _, tiling = RowReduceSchedule.schedule(softmax_100k, soc)   # doctest: +SKIP
+        >>> tiling.params["passes"]   # max, sum of exp, output
+        3
+        """
         knobs = knobs or RowReduceKnobs()
         decision = RowReduceSchedule.applies(func)
         if not decision:
@@ -209,19 +234,28 @@ class RowReduceSchedule:
     @staticmethod
     def knob_space(func, soc) -> list[RowReduceKnobs]:
         """Candidate knobs, the default first: core counts halving from every vector block,
-        rows per tile shrinking from the most that fit by powers of two, single and double
-        buffering. ``schedule`` may still refuse one (TilingError); searches drop it."""
+        rows per tile (rows longer than the UB: columns per chunk) shrinking from the most that
+        fit by powers of two, single and double buffering. ``schedule`` may still refuse one
+        (TilingError); searches drop it."""
         _, default = RowReduceSchedule.schedule(func, soc)
         cores = sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)}, reverse=True)
-        rows = [None] + sorted({default.tile_len // d for d in (2, 4, 8)
-                                if default.tile_len // d >= 1}, reverse=True)
+        rows, chunks = [None], [None]
+        chunk = default.params.get("chunk_cols")
+        if chunk:
+            chunks += sorted({chunk // d // CHUNK_UNIT * CHUNK_UNIT for d in (2, 4, 8)
+                              if chunk // d >= CHUNK_UNIT}, reverse=True)
+        else:
+            rows += sorted({default.tile_len // d for d in (2, 4, 8)
+                            if default.tile_len // d >= 1}, reverse=True)
         space = [RowReduceKnobs()]
         for double in (True, False):
             for n in cores:
                 for tile in rows:
-                    knobs = RowReduceKnobs(None if n == soc.vector_blocks else n, tile, double)
-                    if knobs not in space:
-                        space.append(knobs)
+                    for cols in chunks:
+                        knobs = RowReduceKnobs(None if n == soc.vector_blocks else n, tile,
+                                               double, cols)
+                        if knobs not in space:
+                            space.append(knobs)
         return space
 
 
@@ -405,11 +439,22 @@ def input_dtypes(program: RowProgram) -> dict:
 def row_layout(program: RowProgram) -> tuple[int, int]:
     """(ROW_STRIDE in elements, bytes per element of a row slot): every row of every dtype in
     the UB starts 32-byte aligned, and a slot holds a row of the widest value."""
+    sizes = _elem_sizes(program)
+    stride = round_up(program.cols, BLOCK_BYTES // min(sizes))
+    return stride, max(sizes)
+
+
+def _elem_sizes(program: RowProgram) -> set:
     sizes = {dtype_bytes(d) for d in program_dtypes(program)}
     sizes.update(dtype_bytes(step.buffer.dtype) for step in program.steps)
     sizes.update(dtype_bytes(d) for d in input_dtypes(program).values())
-    stride = round_up(program.cols, BLOCK_BYTES // min(sizes))
-    return stride, max(sizes)
+    return sizes
+
+
+def chunk_align(program: RowProgram) -> int:
+    """Columns per 32-byte block of the narrowest value: chunks of a multiple of it keep every
+    chunk slot of every dtype 32-byte aligned."""
+    return BLOCK_BYTES // min(_elem_sizes(program))
 
 
 def _footprint(program: RowProgram, rows_per_tile: int, buffer_num: int = 2) -> int:
@@ -439,9 +484,8 @@ def _plan(program: RowProgram, soc, rows: int, cols: int, knobs: RowReduceKnobs)
     budget = soc.ub_bytes - UB_RESERVED_BYTES
     nbuf = 2 if knobs.double_buffer else 1
     one_row = _footprint(program, 1, nbuf)
-    if one_row > budget:
-        raise TilingError(f"one row of {cols} elements needs {one_row} UB bytes; "
-                          f"rows longer than {soc.name}'s UB need a multi-pass kernel (not yet)")
+    if one_row > budget or (knobs.chunk_cols is not None and knobs.chunk_cols < cols):
+        return _plan_chunked(program, soc, knobs, budget)
     per_row = _footprint(program, 2, nbuf) - one_row
     max_rows = min(MAX_BURSTS, 1 + (budget - one_row) // max(per_row, 1))
     if knobs.rows_per_tile is not None:
@@ -476,5 +520,131 @@ def _row_reads(program: RowProgram, rows, cols, cores) -> int:
     return read
 
 
+# inputs a multi-pass kernel copies in chunk by chunk: a broadcast column is as long as a row
+CHUNK_STREAMED = (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE, RowAccessKind.COLUMN)
+
+
+@dataclass(frozen=True)
+class RowPasses:
+    """The passes of a row longer than the UB, derived from the row program's dependencies.
+
+    A reduction runs in the pass after the last pass that makes a row value it depends on
+    (through full steps, which are recomputed chunk by chunk wherever they are needed); a row
+    step is computed once, right after the pass that completes its inputs (0: at the row's
+    start); a full output is written by the pass after its row values are known.
+    """
+
+    count: int
+    reduce_pass: dict   # reduce step index -> the pass (1-based) that accumulates it
+    row_after: dict     # row step index -> the pass after which it is computed
+    out_pass: int       # the pass writing a full output chunk by chunk (0: a row-valued output)
+    computed: tuple     # per pass: indices of the steps computed on each chunk, in order
+    streamed: tuple     # per pass: inputs copied in chunk by chunk, in program.inputs order
+
+
+def row_passes(program: RowProgram) -> RowPasses:
+    """The passes of ``program`` (see RowPasses); shared by the plan and the printer.
+
+    Example
+    -------
+    >>> row_passes(softmax_program).count   # max, sum of exp, output  # doctest: +SKIP
+    3
+    """
+    need, avail, deps = {}, {}, {}
+    for step in program.steps:
+        deps[step.index] = [program.loads[key] for key in step.plan.accesses]
+        ready = 0
+        for kind, _, producer in deps[step.index]:
+            if kind is RowAccessKind.REDUCED:
+                ready = max(ready, avail[producer])
+            elif kind is RowAccessKind.INTERMEDIATE:
+                ready = max(ready, need[producer])
+        need[step.index] = ready
+        avail[step.index] = ready + 1 if step.kind == "reduce" else ready
+    out = program.steps[-1]
+    reduce_pass = {s.index: avail[s.index] for s in program.steps if s.kind == "reduce"}
+    out_pass = need[out.index] + 1 if out.kind == "full" else 0
+    count = max([1, out_pass] + list(reduce_pass.values()))
+    computed, streamed = [], []
+    for p in range(1, count + 1):
+        todo = [i for i, q in reduce_pass.items() if q == p] + ([out.index] if out_pass == p
+                                                              else [])
+        steps = set()
+        while todo:
+            index = todo.pop()
+            if index not in steps:
+                steps.add(index)
+                todo += [producer for kind, _, producer in deps[index]
+                         if kind is RowAccessKind.INTERMEDIATE]
+        names = {buffer.name for i in steps for kind, buffer, _ in deps[i]
+                 if kind in CHUNK_STREAMED}
+        computed.append(tuple(sorted(steps)))
+        streamed.append(tuple(n for n in program.inputs if n in names))
+    row_after = {s.index: need[s.index] for s in program.steps if s.kind == "row"}
+    return RowPasses(count, reduce_pass, row_after, out_pass, tuple(computed), tuple(streamed))
+
+
+def _chunked_footprint(program: RowProgram, chunk: int, buffer_num: int) -> int:
+    """UB bytes a multi-pass kernel reserves: a queue per streamed input and the output, and
+    the row program's slots, each ``chunk`` columns (a multiple of ``chunk_align``)."""
+    _, slot_bytes = row_layout(program)
+    dtypes = input_dtypes(program)
+    streamed = sum(dtype_bytes(dtypes[name]) for name, k in program.inputs.items()
+                   if k in CHUNK_STREAMED)
+    out_elem = dtype_bytes(program.out_buffer.dtype)
+    out_tile = chunk * out_elem if program.out_full else round_up(out_elem, BLOCK_BYTES)
+    row_slots = len(program.intermediates) + program.temp_slots
+    return (buffer_num * (streamed * chunk + out_tile)
+            + (row_slots + 1) * chunk * slot_bytes + BLOCK_BYTES)  # + work + the reduced value
+
+
+def _largest_chunk(program: RowProgram, budget: int, buffer_num: int, soc) -> int:
+    fixed = _chunked_footprint(program, 0, buffer_num)
+    per_col = _chunked_footprint(program, 1, buffer_num) - fixed
+    chunk = (budget - fixed) // per_col // CHUNK_UNIT * CHUNK_UNIT
+    if chunk < CHUNK_UNIT:
+        raise TilingError(f"a chunk of {CHUNK_UNIT} columns needs "
+                          f"{_chunked_footprint(program, CHUNK_UNIT, buffer_num)} UB bytes, more "
+                          f"than {soc.name}'s {budget}")
+    return chunk
+
+
+def _plan_chunked(program: RowProgram, soc, knobs: RowReduceKnobs, budget: int) -> Tiling:
+    """The multi-pass plan of a row longer than the UB (or of a row chunked by the knob): one
+    row per step, ``passes`` sweeps of ``chunk_cols`` columns each; the GM bytes count every
+    pass's reads."""
+    rows, cols = program.rows, program.cols
+    streamed = sum(1 for k in program.inputs.values() if k in CHUNK_STREAMED)
+    if streamed > soc.max_live_buffers_per_position:
+        raise TilingError(f"{streamed} streamed inputs of a multi-pass row exceed "
+                          f"{soc.max_live_buffers_per_position} live VECIN buffers")
+    if knobs.rows_per_tile not in (None, 1):
+        raise TilingError(f"rows_per_tile={knobs.rows_per_tile}: a row longer than the UB "
+                          "is one row per step (rows_per_tile 1)")
+    nbuf = 2 if knobs.double_buffer else 1
+    largest = _largest_chunk(program, budget, nbuf, soc)
+    chunk = knobs.chunk_cols or largest
+    align = chunk_align(program)
+    if chunk % align or not align <= chunk <= largest:
+        raise TilingError(f"chunk_cols={chunk} must be a multiple of {align} in {align}.."
+                          f"{largest} for rows of {cols} on {soc.name}")
+    passes = row_passes(program)
+    cores = max(1, min(knobs.cores or soc.vector_blocks, soc.vector_blocks, rows))
+    per_core = ceil_div(rows, cores)
+    cores = ceil_div(rows, per_core)
+    dtypes = input_dtypes(program)
+    read = sum(rows * cols * dtype_bytes(dtypes[name]) for names in passes.streamed
+               for name in names)
+    read += sum((rows if kind is RowAccessKind.ROW_SCALAR else cores) * dtype_bytes(dtypes[name])
+                for name, kind in program.inputs.items()
+                if kind in (RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR))
+    write = (rows * cols if program.out_full else rows) * dtype_bytes(program.out_buffer.dtype)
+    return Tiling("row_reduce", rows, cores, per_core, 1, per_core, nbuf, program.temp_slots,
+                  _chunked_footprint(program, chunk, nbuf), soc.ub_bytes, read, write, cols,
+                  {"passes": passes.count, "chunk_cols": chunk,
+                   "chunks_per_row": ceil_div(cols, chunk)})
+
+
 __all__ = ["RowReduceSchedule", "RowReduceKnobs", "RowProgram", "RowStep", "RowAccessKind",
-           "row_program", "row_layout", "input_dtypes", "check_program_dtypes"]
+           "row_program", "row_layout", "input_dtypes", "check_program_dtypes", "RowPasses",
+           "row_passes", "chunk_align", "CHUNK_STREAMED", "CHUNK_UNIT"]

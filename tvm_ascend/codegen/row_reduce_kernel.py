@@ -4,12 +4,18 @@ Rows are split over the cores; ``tileRows`` rows are copied in at once (each row
 aligned, ``ROW_STRIDE`` elements apart); then each row runs the row program: reductions into one
 value (ReduceSum/ReduceMax/ReduceMin, read back on the scalar unit), full-row steps as vector
 instructions with the row values as scalar operands, and the row's output.
+
+A row longer than the UB (a Tiling with ``params["passes"]``) is printed by
+``ChunkedRowKernelPrinter``: each pass sweeps the row in chunks of ``chunkCols`` columns
+(CopyIn/Compute[/CopyOut] per chunk), reductions add up chunk by chunk on the scalar unit, and
+row values are computed between passes (``schedules/row_reduce.py``, ``row_passes``).
 """
 from __future__ import annotations
 
 
 from ..errors import CodegenError
-from ..schedules.row_reduce import RowAccessKind, input_dtypes, row_layout, row_program
+from ..schedules.row_reduce import (CHUNK_STREAMED, RowAccessKind, input_dtypes, row_layout,
+                                   row_passes, row_program)
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
@@ -24,6 +30,12 @@ REDUCE_API = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
 
 class RowReduceKernelPrinter:
     """Prints one row-reduction kernel (class + extern "C" entry)."""
+
+    def __new__(cls, symbol: str, func, tiling):
+        # a multi-pass plan (rows longer than the UB) is printed as another kernel shape
+        if cls is RowReduceKernelPrinter and tiling.params.get("passes"):
+            cls = ChunkedRowKernelPrinter
+        return super().__new__(cls)
 
     def __init__(self, symbol: str, func, tiling):
         self.symbol, self.func, self.tiling = symbol, func, tiling
@@ -284,4 +296,267 @@ class RowReduceKernelPrinter:
         return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
 
 
-__all__ = ["RowReduceKernelPrinter"]
+# accumulating one chunk's partial ``part`` into ``acc``; the first chunk starts it
+ACCUMULATE = {"sum": "c0 == 0 ? part : {acc} + part",
+              "max": "(c0 == 0 || part > {acc}) ? part : {acc}",
+              "min": "(c0 == 0 || part < {acc}) ? part : {acc}"}
+
+
+class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
+    """Prints the multi-pass kernel of rows longer than the UB: per row, ``passes`` sweeps over
+    chunks of ``chunkCols`` columns; every UB slot holds one chunk (``CHUNK_STRIDE``)."""
+
+    def __init__(self, symbol: str, func, tiling):
+        super().__init__(symbol, func, tiling)
+        self.passes = row_passes(self.program)
+        if self.passes.count != tiling.params["passes"]:
+            raise CodegenError(f"{symbol}: the row program needs {self.passes.count} passes, "
+                               f"the tiling planned {tiling.params['passes']}")
+        self.chunk = tiling.params["chunk_cols"]
+        self.out_index = self.program.steps[-1].index
+
+    def _row_slot(self, k, dtype: str) -> str:
+        return (f"rowBuf.GetWithOffset<{cpp_type(dtype)}>(CHUNK_STRIDE, {k} * CHUNK_STRIDE * "
+                "SLOT_BYTES)")
+
+    def _chunk_streamed(self, p: int) -> list:
+        """Inputs pass ``p`` copies in chunk by chunk."""
+        return list(self.passes.streamed[p - 1])
+
+    def emit_tiling_struct(self, buf):
+        with buf.indent("struct TilingData {", "};"):
+            buf.line("uint64_t rows;       // rows of the output")
+            buf.line("uint64_t blockRows;  // rows per core (the last core takes the rest)")
+            buf.line("uint32_t cols;       // elements per row")
+            buf.line("uint32_t chunkCols;  // elements per chunk: each pass sweeps the row")
+        buf.line(f"// {self.passes.count} pass(es) per row over chunks of {self.chunk} columns")
+        buf.line(f"constexpr uint32_t CHUNK_STRIDE = {self.chunk};  // a chunk slot, 32-byte "
+                 "aligned")
+        buf.line(f"constexpr uint32_t SLOT_BYTES = {self.slot_bytes};  // per element, row slots")
+        buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
+        buf.line()
+
+    def emit_init(self, buf):
+        t = self.ctype
+        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
+        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& tiling) {{"):
+            buf.line("cols = tiling.cols;")
+            buf.line("chunkCols = tiling.chunkCols;")
+            buf.line("rowStart = tiling.blockRows * AscendC::GetBlockIdx();")
+            buf.line("uint64_t rowEnd = rowStart + tiling.blockRows;")
+            buf.line("if (rowEnd > tiling.rows) rowEnd = tiling.rows;")
+            buf.line("blockRows = rowEnd > rowStart ? rowEnd - rowStart : 0;")
+            for name, kind in self.program.inputs.items():
+                n, ct = self.names[name], self._ctype(name)
+                size = buffer_size(next(p for p in self.params if p.name == name))
+                if kind is RowAccessKind.ROWS:
+                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n} + rowStart * cols, "
+                             "blockRows * cols);")
+                elif kind is RowAccessKind.SCALAR:
+                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, 1);")
+                    buf.line(f"{n}Val = {n}Gm.GetValue(0);")
+                else:
+                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, {size});")
+                if kind in CHUNK_STREAMED:
+                    buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, CHUNK_STRIDE * "
+                             f"sizeof({ct}));")
+            out = self.names[self.program.out_buffer.name]
+            if self.program.out_full:
+                buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart * cols, "
+                         "blockRows * cols);")
+                buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, CHUNK_STRIDE * sizeof({t}));")
+            else:
+                buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart, blockRows);")
+                buf.line("pipe.InitBuffer(outQue, BUFFER_NUM, 32);")
+            slots = self.slot_base + self.program.temp_slots
+            if slots:
+                buf.line(f"pipe.InitBuffer(rowBuf, {slots} * CHUNK_STRIDE * SLOT_BYTES);")
+            buf.line("pipe.InitBuffer(workBuf, CHUNK_STRIDE * SLOT_BYTES);")
+            buf.line("pipe.InitBuffer(reducedBuf, 32);")
+
+    def _step_names(self, indices) -> str:
+        return ", ".join(f"{s.kind} {s.buffer.name}" for s in self.program.steps
+                         if s.index in indices)
+
+    def emit_process(self, buf):
+        passes = self.passes
+        with buf.indent("__aicore__ inline void Process() {"):
+            with buf.indent("for (uint64_t k = 0; k < blockRows; ++k) {"):
+                buf.line("BeginRow(k);")
+                for p in range(1, passes.count + 1):
+                    buf.line(f"// pass {p} of {passes.count}: "
+                             f"{self._step_names(passes.computed[p - 1])}")
+                    with buf.indent("for (uint32_t c0 = 0; c0 < cols; c0 += chunkCols) {"):
+                        buf.line("uint32_t n = cols - c0 < chunkCols ? cols - c0 : chunkCols;")
+                        if self._chunk_streamed(p):
+                            buf.line(f"CopyIn{p}(k, c0, n);")
+                        buf.line(f"Compute{p}(c0, n);")
+                        if passes.out_pass == p:
+                            buf.line("CopyOut(k, c0, n);")
+                    buf.line(f"EndPass{p}();")
+                if not self.program.out_full:
+                    buf.line("WriteRowValue(k);")
+
+    def emit_copy_in(self, buf):
+        with buf.indent("__aicore__ inline void BeginRow(uint64_t k) {"):
+            # one GM read per row of each per-row value, whatever the passes that use it
+            if self._inputs(RowAccessKind.ROW_SCALAR):
+                buf.line("uint64_t row = rowStart + k;")
+            for name in self._inputs(RowAccessKind.ROW_SCALAR):
+                n_ = self.names[name]
+                buf.line(f"{n_}RowVal = {n_}Gm.GetValue({self._base(name)});")
+            self._emit_row_steps(buf, 0)
+        for p in range(1, self.passes.count + 1):
+            if not self._chunk_streamed(p):
+                continue
+            with buf.indent(f"__aicore__ inline void CopyIn{p}(uint64_t k, uint32_t c0, "
+                            "uint32_t n) {"):
+                if any(self.program.inputs[name] is RowAccessKind.ROW_SLICE
+                       for name in self._chunk_streamed(p)):
+                    buf.line("uint64_t row = rowStart + k;")
+                for name in self._chunk_streamed(p):
+                    n_, t = self.names[name], self._ctype(name)
+                    kind = self.program.inputs[name]
+                    at = {RowAccessKind.ROWS: "k * cols + c0", RowAccessKind.COLUMN: "c0"}.get(
+                        kind) or f"{self._base(name)} + c0"
+                    buf.line(f"AscendC::LocalTensor<{t}> {n_}Tile = {n_}Que.AllocTensor<{t}>();")
+                    buf.line(f"CopyGmToUb({n_}Tile, {n_}Gm[{at}], n);")
+                    buf.line(f"{n_}Que.EnQue({n_}Tile);")
+
+    def emit_compute(self, buf):
+        t = self.ctype
+        for p in range(1, self.passes.count + 1):
+            with buf.indent(f"__aicore__ inline void Compute{p}(uint32_t c0, uint32_t n) {{"):
+                for name in self._chunk_streamed(p):
+                    n_, ct = self.names[name], self._ctype(name)
+                    buf.line(f"AscendC::LocalTensor<{ct}> {n_}Tile = {n_}Que.DeQue<{ct}>();")
+                writes = self.passes.out_pass == p
+                if writes:
+                    buf.line(f"AscendC::LocalTensor<{t}> outTile = outQue.AllocTensor<{t}>();")
+                for step in self.program.steps:
+                    if step.index in self.passes.computed[p - 1]:
+                        self._emit_chunk_step(buf, step)
+                if writes:
+                    buf.line("outQue.EnQue(outTile);")
+                for name in self._chunk_streamed(p):
+                    buf.line(f"{self.names[name]}Que.FreeTensor({self.names[name]}Tile);")
+            with buf.indent(f"__aicore__ inline void EndPass{p}() {{"):
+                for step in self.program.steps:
+                    if self.passes.reduce_pass.get(step.index) == p:
+                        buf.line(f"rowValue{step.index} = static_cast<"
+                                 f"{cpp_type(str(step.buffer.dtype))}>(acc{step.index});")
+                self._emit_row_steps(buf, p)
+
+    def _leaves(self) -> tuple[dict, dict]:
+        tiles, scalars = {}, {}
+        for key, (kind, buffer, step) in self.program.loads.items():
+            n_ = self.names.get(buffer.name, ident(buffer.name))
+            dtype = str(buffer.dtype)
+            if kind in CHUNK_STREAMED:
+                tiles[key] = Operand(f"{n_}Tile", True, dtype)
+            elif kind is RowAccessKind.INTERMEDIATE:
+                tiles[key] = Operand(self._row_slot(self.program.intermediate_slot(step), dtype),
+                                     True, dtype, mask=dtype == "bool")
+            elif kind is RowAccessKind.ROW_SCALAR:
+                scalars[key] = f"{n_}RowVal"
+            elif kind is RowAccessKind.SCALAR:
+                scalars[key] = f"{n_}Val"
+            else:  # a row value computed before this pass
+                scalars[key] = f"rowValue{step}"
+        return tiles, scalars
+
+    def _emit_row_steps(self, buf, after: int) -> None:
+        """The row steps whose inputs are complete after pass ``after`` (0: the row start)."""
+        _, scalar_names = self._leaves()
+        scalars = ScalarPrinter(scalar_names, expr_key)
+        for step in self.program.steps:
+            if self.passes.row_after.get(step.index) == after:
+                buf.line(f"rowValue{step.index} = {scalars.print(step.expr)};")
+
+    def _emit_chunk_step(self, buf, step) -> None:
+        """One reduction or full step of the row program on the chunk ``[c0, c0 + n)``."""
+        tiles, scalar_names = self._leaves()
+        printer = TileProgramPrinter(self.symbol, ScalarPrinter(scalar_names, expr_key))
+
+        def slot(k, node):
+            return self._row_slot(self.slot_base + k, expr_dtype(node))
+
+        if step.kind == "reduce":
+            temp = slot(step.plan.n_slots, step.expr) if step.plan.order else None
+            operand = printer.emit(buf, step.plan, tiles, temp or "", slot, "n")
+            if not operand.is_tile:
+                raise CodegenError(f"{self.symbol}: reduction of a row scalar")
+            acc = cpp_type(operand.dtype)
+            with buf.indent("{", "}"):
+                buf.line(f"AscendC::{REDUCE_API[step.reducer]}(reducedBuf.Get<{acc}>(), "
+                         f"{operand.text}, workBuf.Get<{acc}>(), n);")
+                buf.line("AscendC::SetFlag<AscendC::HardEvent::V_S>(0);")
+                buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
+                # partial results add up in float: fp16 chunk sums lose no more bits
+                buf.line(f"float part = static_cast<float>(reducedBuf.Get<{acc}>()"
+                         ".GetValue(0));")
+                rule = ACCUMULATE[step.reducer].format(acc=f"acc{step.index}")
+                buf.line(f"acc{step.index} = {rule};")
+            return
+        if step.is_output:
+            dst = "outTile"
+        else:
+            dst = self._row_slot(self.program.intermediate_slot(step.index),
+                                 str(step.buffer.dtype))
+        root = printer.emit(buf, step.plan, tiles, dst, slot, "n")
+        if root.text != dst:
+            printer.emit_copy(buf, dst, root, "n")
+
+    def emit_copy_out(self, buf):
+        t = self.ctype
+        if self.program.out_full:
+            with buf.indent("__aicore__ inline void CopyOut(uint64_t k, uint32_t c0, "
+                            "uint32_t n) {"):
+                buf.line(f"AscendC::LocalTensor<{t}> outTile = outQue.DeQue<{t}>();")
+                buf.line("CopyUbToGm(outGm[k * cols + c0], outTile, n);")
+                buf.line("outQue.FreeTensor(outTile);")
+            return
+        with buf.indent("__aicore__ inline void WriteRowValue(uint64_t k) {"):
+            buf.line(f"AscendC::LocalTensor<{t}> outTile = outQue.AllocTensor<{t}>();")
+            buf.line(f"outTile.SetValue(0, static_cast<{t}>(rowValue{self.out_index}));")
+            buf.line("outQue.EnQue(outTile);")
+            buf.line(f"outTile = outQue.DeQue<{t}>();")
+            # the row value was written on the scalar unit: S before MTE3
+            buf.line("AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(0);")
+            buf.line("AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(0);")
+            buf.line("CopyUbToGm(outGm[k], outTile, 1);")
+            buf.line("outQue.FreeTensor(outTile);")
+
+    def emit_members(self, buf):
+        buf.line("AscendC::TPipe pipe;")
+        for name, kind in self.program.inputs.items():
+            n_, t = self.names[name], self._ctype(name)
+            buf.line(f"AscendC::GlobalTensor<{t}> {n_}Gm;")
+            if kind in CHUNK_STREAMED:
+                buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {n_}Que;")
+            elif kind is RowAccessKind.SCALAR:
+                buf.line(f"{t} {n_}Val;")
+            else:
+                buf.line(f"{t} {n_}RowVal;")
+        buf.line(f"AscendC::GlobalTensor<{self.ctype}> outGm;")
+        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
+        if self.slot_base + self.program.temp_slots:
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
+        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> workBuf;")
+        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> reducedBuf;")
+        for step in self.program.steps:
+            if step.kind == "reduce":
+                buf.line(f"float acc{step.index} = 0;  // partial {step.reducer}")
+            if step.kind != "full":
+                buf.line(f"{cpp_type(str(step.buffer.dtype))} rowValue{step.index};")
+        buf.line("uint64_t rowStart = 0;")
+        buf.line("uint64_t blockRows = 0;")
+        buf.line("uint32_t cols = 0;")
+        buf.line("uint32_t chunkCols = 0;")
+
+    def tiling_values(self) -> dict:
+        return {"rows": self.tiling.total, "blockRows": self.tiling.block_len,
+                "cols": self.tiling.cols, "chunkCols": self.chunk}
+
+
+__all__ = ["RowReduceKernelPrinter", "ChunkedRowKernelPrinter"]

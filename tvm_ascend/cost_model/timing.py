@@ -113,7 +113,9 @@ def _steps_per_core(tiling) -> int:
         p = tiling.params
         pieces = -(-p["single_m"] // p["base_m"]) * -(-p["single_n"] // p["base_n"])
         return max(1, tiling.tiles_per_core * pieces)
-    return max(1, tiling.tiles_per_core)
+    # a row longer than the UB is streamed in chunks, once per pass: each chunk is one step
+    chunks = tiling.params.get("passes", 1) * tiling.params.get("chunks_per_row", 1)
+    return max(1, tiling.tiles_per_core * chunks)
 
 
 def _vector_instructions(tiling, work: VectorWork) -> int:
