@@ -4,11 +4,13 @@ A template recognises a fused PrimFunc of its class, plans a ``Tiling`` for a So
 with TVM's TIR schedule primitives. Templates know TIR and the SoC profile, never ONNX.
 """
 from .attention import AttentionKnobs, AttentionSchedule
+from .axis_reduce import AxisReduceKnobs, AxisReduceSchedule
 from .conv2d import Conv2dSchedule
 from .data_movement import DataMovementKnobs, DataMovementSchedule
 from .elementwise import ElementwiseKnobs, ElementwiseSchedule
 from .matmul import MatmulKnobs, MatmulSchedule
 from .matmul_rows import MatmulRowsKnobs, MatmulRowsSchedule
+from .pool2d import Pool2dKnobs, Pool2dSchedule
 from .row_reduce import RowReduceKnobs, RowReduceSchedule
 from .tiling import Tiling
 from .tile_values import AccessKind, classify_load, plan_tile_values
@@ -22,17 +24,24 @@ from .tile_values import AccessKind, classify_load, plan_tile_values
 # product's N axis after the product, which MatmulSchedule refuses, and MatmulSchedule takes
 # only groups without one, so the two never both take a group; it refuses a second product
 # (attention's PV reduces into whole rows, not one value per row), which AttentionSchedule takes.
+# Pool2dSchedule last: it only takes a reduction over a 2-D (kh, kw) window, which every other
+# template refuses (row-reduce wants one reduced axis, conv three, matmul a product).
 # DataMovementSchedule before RowReduceSchedule: it refuses groups whose every operand is whole
 # rows read at fixed bases (a Transpose that keeps the last axis, a slice of outer axes), which
 # stay row copies; it takes rows gathered by an index tensor (Gather), which the row template
 # would read as row slices it cannot print.
-TEMPLATES = (ElementwiseSchedule, DataMovementSchedule, RowReduceSchedule, MatmulSchedule,
-             MatmulRowsSchedule, Conv2dSchedule, AttentionSchedule)
+# AxisReduceSchedule right after RowReduceSchedule: it takes only reductions whose reduced axes
+# have inner axes after them (I > 1), which the row template refuses (it reduces the last axis),
+# and refuses the last-axis ones, so the two never both take a group.
+TEMPLATES = (ElementwiseSchedule, DataMovementSchedule, RowReduceSchedule, AxisReduceSchedule,
+             MatmulSchedule, MatmulRowsSchedule, Conv2dSchedule, AttentionSchedule, Pool2dSchedule)
 
 __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "MatmulSchedule",
            "Conv2dSchedule", "AttentionSchedule", "AttentionKnobs",
            "DataMovementSchedule", "DataMovementKnobs",
-           "RowReduceKnobs", "MatmulKnobs", "MatmulRowsSchedule", "MatmulRowsKnobs",
+           "RowReduceKnobs", "AxisReduceSchedule", "AxisReduceKnobs",
+           "MatmulKnobs", "MatmulRowsSchedule", "MatmulRowsKnobs",
+           "Pool2dSchedule", "Pool2dKnobs",
            "Tiling", "AccessKind", "classify_load",
            "plan_tile_values", "TEMPLATES", "plan_template", "select_template", "template_by_name",
            "supports"]

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 
 from ..errors import CodegenError
 from .attention_kernel import AttentionKernelPrinter
+from .axis_reduce_kernel import AxisReduceKernelPrinter
 from .code_buffer import CodeBuffer
 from .conv_kernel import ConvKernelPrinter
 from .data_movement_kernel import DataMovementKernelPrinter
 from .elementwise_kernel import ElementwiseKernelPrinter
 from .matmul_kernel import MatmulKernelPrinter
 from .matmul_rows_kernel import MatmulRowsKernelPrinter
+from .pool_kernel import PoolKernelPrinter
 from .row_reduce_kernel import RowReduceKernelPrinter
 from .launcher import emit_launcher
 from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE,
@@ -26,7 +28,8 @@ KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter, "row_reduce": RowRed
                    "matmul": MatmulKernelPrinter, "conv2d": ConvKernelPrinter,
                    "attention": AttentionKernelPrinter,
                    "data_movement": DataMovementKernelPrinter,
-                   "matmul_rows": MatmulRowsKernelPrinter}
+                   "matmul_rows": MatmulRowsKernelPrinter,
+                   "axis_reduce": AxisReduceKernelPrinter, "pool2d": PoolKernelPrinter}
 METADATA_DELIMITER = "ascendmeta"
 
 

@@ -12,14 +12,17 @@ import logging
 from ..errors import TilingError
 from ..schedules import (AttentionKnobs, DataMovementKnobs, ElementwiseKnobs, MatmulKnobs,
                          RowReduceKnobs)
+from ..schedules.axis_reduce import AxisReduceKnobs
 from ..schedules.matmul_rows import MatmulRowsKnobs
+from ..schedules.pool2d import Pool2dKnobs
 from .database import workload_of
 
 logger = logging.getLogger("tvm_ascend.cost_model")
 
 KNOB_CLASSES = {"elementwise": ElementwiseKnobs, "row_reduce": RowReduceKnobs,
                 "matmul": MatmulKnobs, "matmul_rows": MatmulRowsKnobs,
-                "attention": AttentionKnobs, "data_movement": DataMovementKnobs}
+                "attention": AttentionKnobs, "data_movement": DataMovementKnobs,
+                "axis_reduce": AxisReduceKnobs, "pool2d": Pool2dKnobs}
 
 
 def knobs_from_json(template_name: str, values: dict):

@@ -130,7 +130,8 @@ def rules_for_level(level: str, rule_set: str = "tvm_ascend") -> frozenset[str]:
 
 _MATMUL = ("matmul", "linear", "dense", "batch_matmul")
 _CONV = ("conv1d", "conv2d", "conv3d")
-_POOL = ("pool",)
+# relax names pooling ops max_pool2d / avg_pool2d / adaptive_avg_pool2d: match the suffix
+_POOL = ("pool1d", "pool2d", "pool3d")
 _SOFTMAX = ("softmax", "log_softmax")
 _NORM = ("layer_norm", "rms_norm", "group_norm")
 _REDUCE = ("sum", "mean", "max", "min", "prod", "variance", "std", "argmax", "argmin")

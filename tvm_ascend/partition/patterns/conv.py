@@ -1,9 +1,11 @@
 """Conv2D on the cube (img2col + Matmul API; the conv2d template) and pooling.
 
 Only ``relax.nn.conv2d`` is claimed here: its bias, folded BatchNorm, activation and residual
-Add join it through FuseOps as the elementwise epilogue. MaxPool / AveragePool have no Ascend
-kernel yet and are answered here so the report says so; GlobalAveragePool is rewritten into a
-last-axis mean by ``tvm_ascend.prepare_passes`` and runs on the row-reduce kernel.
+Add join it through FuseOps as the elementwise epilogue. MaxPool / AveragePool (NCHW, static
+shapes, float16/float32) run on the vector pooling kernel (the pool2d template); adaptive
+average pooling other than global has no kernel and is answered here so the report says so;
+GlobalAveragePool is rewritten into a last-axis mean by ``tvm_ascend.prepare_passes`` and runs
+on the row-reduce kernel.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from ..decision import Decision
 from .elementwise import SUPPORTED_DTYPES, _static_shape, _tensor_type
 
 POOL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+WINDOW_POOL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
 
 
 def make_conv2d_pattern():
@@ -39,14 +42,35 @@ def _check_conv2d(call) -> Decision:
                         "vector unit")
 
 
+def _check_pool2d(call) -> Decision:
+    op = call.op.name.split(".")[-1]
+    if call.op.name not in WINDOW_POOL_OPS:
+        return Decision.no(f"{op} has no Ascend kernel (only global average pooling and "
+                           "max/avg pooling over fixed windows have one); it runs on the host")
+    data, out = _tensor_type(call.args[0]), _tensor_type(call)
+    if None in (data, out) or not all(_static_shape(t) for t in (data, out)):
+        return Decision.no(f"{op} with a dynamic shape runs on the host")
+    if data.dtype != out.dtype or out.dtype not in SUPPORTED_DTYPES:
+        return Decision.no(f"{op} of {data.dtype} -> {out.dtype}: the vector pooling kernel "
+                           "takes float16 or float32; it runs on the host")
+    layouts = (str(call.attrs.layout), str(call.attrs.out_layout))
+    if layouts != ("NCHW", "NCHW"):
+        return Decision.no(f"{op} in layouts {layouts}: the kernel takes NCHW; it runs on the "
+                           "host")
+    if len(data.shape.values) != 4:
+        return Decision.no(f"{op} of a tensor that is not 4-D runs on the host")
+    kh, kw = (int(k) for k in call.attrs.pool_size)
+    return Decision.yes(f"{op} {kh}x{kw}: vector kernel (rows reduced, then a Gather of the "
+                        "window columns)")
+
+
 def check_conv_call(call) -> Decision | None:
     """Decision for a conv2d or pooling op, or None when ``call`` is neither."""
     name = getattr(getattr(call, "op", None), "name", None)
     if name == "relax.nn.conv2d":
         return _check_conv2d(call)
     if name in POOL_OPS:
-        return Decision.no(f"{name.split('.')[-1]} has no Ascend kernel yet (the vector pooling "
-                           "kernel is not written); it runs on the host")
+        return _check_pool2d(call)
     return None
 
 

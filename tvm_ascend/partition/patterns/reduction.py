@@ -1,4 +1,5 @@
-"""Reductions over the last axis and the normalisations built on them (row-reduce template)."""
+"""Reductions and the normalisations built on them: over the last axis (row-reduce template), and
+plain ReduceSum/Mean/Max/Min over adjacent non-last axes (axis-reduce template)."""
 from __future__ import annotations
 
 from tvm.relax.dpl.pattern import is_op, wildcard
@@ -13,6 +14,9 @@ REDUCTION_OPS = {
     "relax.nn.log_softmax": (1, "axis"), "relax.nn.layer_norm": (3, "axes"),
     "relax.nn.rms_norm": (2, "axes"),
 }
+# Reductions the axis-reduce template also takes over adjacent axes that are not the last one
+# (softmax and the normalisations read their reduced values back per element: two passes).
+AXIS_REDUCTION_OPS = ("relax.sum", "relax.mean", "relax.max", "relax.min")
 
 
 def make_reduction_pattern(op_name: str, arity: int):
@@ -41,10 +45,20 @@ def check_reduction_call(call) -> Decision | None:
                            "input; it runs on the host")
     rank = len(data.shape.values)
     axes = _axes(call, REDUCTION_OPS[name][1])
-    if axes is None or sorted(a % rank for a in axes) != [rank - 1]:
-        return Decision.no(f"{_short(name)} over axes {axes}: the row-reduce kernel reduces the "
-                           "last axis only; it runs on the host")
-    return Decision.yes(f"{_short(name)} over the last axis: row-reduce kernel")
+    if axes is not None and sorted(a % rank for a in axes) == [rank - 1]:
+        return Decision.yes(f"{_short(name)} over the last axis: row-reduce kernel")
+    if axes is not None and name in AXIS_REDUCTION_OPS and _adjacent_not_last(axes, rank):
+        return Decision.yes(f"{_short(name)} over axes {axes}: axis-reduce kernel")
+    return Decision.no(f"{_short(name)} over axes {axes}: the row-reduce kernel reduces the "
+                       "last axis only, the axis-reduce kernel adjacent axes before it "
+                       "(ReduceSum/Mean/Max/Min); it runs on the host")
+
+
+def _adjacent_not_last(axes: list[int], rank: int) -> bool:
+    """Whether ``axes`` are one run of adjacent axes that ends before the last axis."""
+    found = sorted({a % rank for a in axes})
+    return bool(found) and found == list(range(found[0], found[-1] + 1)) and \
+        found[-1] < rank - 1
 
 
 def _registry_check(context) -> bool:
