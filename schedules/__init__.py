@@ -57,7 +57,7 @@ def plan_template(func, soc):
 
     reasons, fits = [], []
     for template in TEMPLATES:
-        decision = template.applies(func)
+        decision = _applies(template, func)
         if not decision:
             reasons.append(f"{template.name}: {decision.reason}")
             continue
@@ -79,6 +79,18 @@ def plan_template(func, soc):
     return best, tiling, Decision.yes(f"{best.name} template tiles it on {soc.name}")
 
 
+def _applies(template, func):
+    """``template.applies(func)``; an analysis that raises (an index TVM's arithmetic cannot
+    bound, ...) is a refusal with its reason, never a crash of the build."""
+    from tvm_ascend.decision import Decision
+
+    try:
+        return template.applies(func)
+    except Exception as err:  # noqa: BLE001 - any analysis failure means "not this template"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return Decision.no(f"{type(err).__name__} while analysing ({first})")
+
+
 def select_template(func, soc):
     """(template, Decision) for ``func`` on ``soc``, as ``plan_template`` chooses."""
     template, _, decision = plan_template(func, soc)
@@ -98,7 +110,7 @@ def supports(func):
 
     reasons = []
     for template in TEMPLATES:
-        decision = template.applies(func)
+        decision = _applies(template, func)
         if decision:
             return decision
         reasons.append(decision.reason)

@@ -183,7 +183,8 @@ class AscendModule:
             values = list(inputs)
             if len(values) != len(names):
                 raise ValueError(f"expected {len(names)} inputs {names}, got {len(values)}")
-        return [tvm.runtime.tensor(np.ascontiguousarray(v)) for v in values]
+        # np.ascontiguousarray would make a 0-d input 1-d (a scalar Clip bound, a Gemm bias)
+        return [tvm.runtime.tensor(np.asarray(v, order="C")) for v in values]
 
     def run(self, inputs) -> list[np.ndarray]:
         """Run the model; ``inputs`` is {name: array} or a list in input order."""
