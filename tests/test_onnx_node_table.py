@@ -1,0 +1,127 @@
+"""ONNX's backend node tests: a fixed sample agrees with the committed table (ONNX_NODE_TESTS.md);
+the whole table is rebuilt under ``-m slow``."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+import onnx_node_table as table
+from conftest import run_onnxruntime
+
+# Node test -> the onnx.backend.test.case.node module that exports it: one or two per op class,
+# in two opsets (two builds): elementwise on the NPU, an integer compare on the host, a
+# last-axis log-softmax (NPU) and one over another axis (host), the cube (MatMul, Gemm with its
+# epilogue, Conv), data movement (Gather with index fix-up on the host, Concat), LRN (its 3-D
+# window pool on the host), and three not-applicable reasons (claim, frontend, string values).
+SAMPLE = {
+    "test_abs": "abs",
+    "test_greater_uint8": "greater",
+    "test_logsoftmax_default_axis": "logsoftmax",
+    "test_logsoftmax_axis_1": "logsoftmax",
+    "test_matmul_2d": "matmul",
+    "test_gemm_all_attributes": "gemm",
+    "test_gather_0": "gather",
+    "test_concat_2d_axis_1": "concat",
+    "test_lrn": "lrn",
+    "test_conv_with_strides_padding": "conv",
+    "test_argmax_default_axis_example": "argmax",
+    "test_bernoulli": "bernoulli",
+    "test_string_concat": "string_concat",
+}
+
+
+@pytest.fixture(scope="module")
+def sample_cases():
+    return table.load_cases(list(SAMPLE), set(SAMPLE.values()))
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return table.committed_rows()
+
+
+def test_sample_agrees_with_committed_table(sample_cases, committed):
+    """Each sample test, built here as the table built it, ends as the table says."""
+    batches: dict = {}
+    for name, case in sample_cases.items():
+        batches.setdefault(table.batch_key(case), []).append(case)
+    rows = [row for cases in batches.values() for row in table.run_batch(cases)]
+    assert len(rows) == len(SAMPLE)
+    for row in rows:
+        expected = committed[row["test"]]
+        assert (row["result"], row["where"]) == (expected["result"], expected["where"]), row
+    by_name = {row["test"]: row for row in rows}
+    # what the sample is there to show; if one changes, the committed table changes with it
+    assert by_name["test_abs"]["where"] == "npu"
+    assert by_name["test_greater_uint8"]["where"] == "host" and "uint8" in by_name[
+        "test_greater_uint8"]["reason"]
+    assert "argmax" in by_name["test_argmax_default_axis_example"]["reason"]
+    assert "frontend" in by_name["test_bernoulli"]["reason"]
+    assert "string" in by_name["test_string_concat"]["reason"]
+
+
+def test_merged_batch_is_the_same_graphs(sample_cases):
+    """A batch is the tests' graphs side by side: onnxruntime gives each its expected outputs."""
+    names = ("test_abs", "test_greater_uint8", "test_gemm_all_attributes")
+    cases = [sample_cases[n] for n in names]
+    assert len({table.batch_key(c) for c in cases}) == 1
+    model = table.merge_cases(cases)
+    onnx.checker.check_model(model)
+    feeds = {value.name: np.asarray(array) for value, array in
+             zip(model.graph.input, [a for c in cases for a in c["inputs"]])}
+    outputs = run_onnxruntime(model, feeds)
+    expected = [o for c in cases for o in c["outputs"]]
+    assert len(outputs) == len(expected) == 3
+    for actual, want in zip(outputs, expected):
+        assert table.compare(actual, want) == ""
+
+
+def test_compare_is_nan_aware_and_exact_for_integers():
+    nan = float("nan")
+    assert table.compare(np.array([1.0, nan, np.inf], "float32"),
+                         np.array([1.0 + 1e-7, nan, np.inf], "float32")) == ""
+    assert "NaN" in table.compare(np.array([1.0, 2.0], "float32"), np.array([1.0, nan], "float32"))
+    assert "values off" in table.compare(np.array([1.0, 2.1], "float32"),
+                                         np.array([1.0, 2.0], "float32"))
+    assert "values off" in table.compare(np.array([np.inf], "float32"),
+                                         np.array([-np.inf], "float32"))
+    assert "differ" in table.compare(np.array([3], "int64"), np.array([4], "int64"))
+    assert "shape" in table.compare(np.zeros((2, 3), "float32"), np.zeros((3, 2), "float32"))
+    # float16 is compared at its own tolerance, float64 tighter than float32
+    assert table.compare(np.array([1.005], "float16"), np.array([1.0], "float16")) == ""
+    assert table.compare(np.array([1 + 1e-6]), np.array([1.0])) != ""
+
+
+def test_committed_table_is_consistent(committed):
+    """Summary counts, Markdown twin and KNOWN_LIMITS agree with the rows."""
+    with open(table.TABLE_JSON, encoding="utf-8") as handle:
+        data = json.load(handle)
+    assert data["summary"] == table.summarize(data["rows"])
+    assert data["command"] == table.COMMAND and data["tvm_ascend_version"]
+    markdown = table.TABLE_MD.read_text(encoding="utf-8")
+    assert markdown == table.render_markdown(data)
+    assert set(r["result"] for r in data["rows"]) <= set(table.RESULTS)
+    for name, reason in table.KNOWN_LIMITS.items():
+        assert committed[name]["result"] == "known_limit" and reason in committed[name]["reason"]
+    for row in data["rows"]:
+        if row["result"] == "known_limit":
+            assert row["test"] in table.KNOWN_LIMITS
+        if row["result"] in ("failed", "not_applicable", "known_limit"):
+            assert row["reason"], row
+        if row["result"] == "passed":
+            assert row["where"] in ("npu", "npu+host", "host", "none")
+
+
+@pytest.mark.slow
+def test_full_node_table_matches_committed(committed):
+    """Every node test ends as the committed table says (about an hour on 2 busy cores)."""
+    rows = table.run_node_tests(jobs=2)
+    assert {r["test"] for r in rows} == set(committed)
+    changed = [(r["test"], committed[r["test"]]["result"], r["result"], r["reason"])
+               for r in rows
+               if (r["result"], r["where"]) != (committed[r["test"]]["result"],
+                                                committed[r["test"]]["where"])]
+    assert not changed, changed[:20]
