@@ -79,3 +79,26 @@ def test_fusion_off_is_one_kernel_per_node(block):
     report = _build(block, fusion_level="off")
     assert all(len(g["onnx_nodes"]) == 1 for g in report["groups"] if g["onnx_nodes"])
     assert report["rule_stats"] == {}  # no rule matched, none took effect
+
+
+@pytest.fixture(scope="module")
+def pooled():
+    """ReLU -> MaxPool -> Sigmoid: pooling with an elementwise prologue and epilogue."""
+    b = ModelBuilder("float32", seed=12)
+    x = b.input("x", (1, 6, 9, 9))
+    y = b.node("MaxPool", [b.node("Relu", [x])], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 1, 1])
+    b.output(b.node("Sigmoid", [y]), (1, 6, 5, 5))
+    return b
+
+
+def test_pooling_fusion_on_and_off(pooled, tmp_path):
+    fused = _build(pooled)
+    groups = [g for g in fused["groups"] if g["onnx_nodes"]]
+    assert len(groups) == 1 and _kinds(groups[0]) == {"relu", "maxpool", "sigmoid"}
+    assert groups[0]["rules"] == ["PoolingFusion"] and groups[0]["on_npu"]
+    apart = _build(pooled, tmp_path, "PoolingFusionPass:off\n")
+    pools = [g for g in apart["groups"] if "maxpool" in _kinds(g)]
+    assert [_kinds(g) for g in pools] == [{"maxpool"}] and pools[0]["on_npu"]
+    reasons = [e["reason"] + " | " + e["hint"] for e in apart["unfused_edges"]]
+    assert any("PoolingFusion is switched off" in r for r in reasons), reasons
