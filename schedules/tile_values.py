@@ -60,11 +60,22 @@ def classify_load(load: BufferLoad, analyzer: Analyzer, flat: tirx.Var,
     """Classify ``load`` as FULL, SCALAR or GATHER against the flat output index."""
     buffer = load_buffer(load)
     offset = analyzer.simplify(flat_offset(buffer, load.indices))
+    if _reads_memory(offset):
+        # ids read per element (a Gather whose ids vary along the output): neither a fixed
+        # scalar nor an affine gather; the data-movement template gathers whole rows by ids
+        from tvm_ascend.errors import TilingError
+        raise TilingError(f"{buffer.name} is read at an index loaded from memory ({offset})")
     if buffer_size(buffer) == total and analyzer.can_prove_equal(offset, flat):
         return Access(AccessKind.FULL, buffer, offset)
     if not uses_var(offset, flat):
         return Access(AccessKind.SCALAR, buffer, offset)
     return Access(AccessKind.GATHER, buffer, offset)
+
+
+def _reads_memory(expr) -> bool:
+    if isinstance(expr, BufferLoad):
+        return True
+    return any(_reads_memory(child) for child in _children(expr))
 
 
 def uses_var(expr, var) -> bool:

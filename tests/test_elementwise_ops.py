@@ -161,11 +161,7 @@ def test_gm_bytes_of_a_gathered_operand_read_twice():
     check(b, kernels=1)
 
 
-@pytest.mark.parametrize("shape", [
-    pytest.param((5,), marks=pytest.mark.xfail(
-        strict=True, reason="schedules/data_movement.py applies() lets DataDependent escape on "
-        "a Select whose condition reads a tensor (not this file's code)")),
-    (2, 300, 129)])
+@pytest.mark.parametrize("shape", [(5,), (2, 300, 129)])
 def test_tiny_and_large_tiles_compare_every_tail(shape):
     b = OpsBuilder("float32", seed=14)
     x, y = b.input("x", shape), b.input("y", shape)

@@ -135,3 +135,16 @@ def test_a_schedule_primitive_refusing_is_a_refusal_not_a_crash(monkeypatch):
     template, tiling, decision = plan_template(func, soc)
     assert template is None and tiling is None and not decision
     assert "while scheduling (ScheduleError: transform_block_layout failed)" in decision.reason
+
+
+def test_ids_read_per_element_are_refused_not_printed_wrong():
+    """``out[i] = data[ids[i]]`` (ONNX Gather of a 1-D table): no template prints a gather
+    whose ids vary along the output row; it is refused with the reason (the host runs it)."""
+    from tvm import te
+
+    data = te.placeholder((10,), "float32", "data")
+    ids = te.placeholder((3,), "int64", "ids")
+    func = te.create_prim_func([data, ids, te.compute((3,), lambda i: data[ids[i]])])
+    template, decision = select_template(func, get_soc("Ascend910B1"))
+    assert template is None, template
+    assert "index loaded from memory" in decision.reason
