@@ -187,9 +187,10 @@ def group_rules(ops: Iterable[str], recomputed: bool = False) -> list[str]:
         return ["DataMovementFusion"] + (["RecomputeFusion"] if recomputed else [])
     rules = [anchor_rule(work)]
     if rules[0] in ("MatMulEpilogueFusion", "ConvEpilogueFusion"):
-        # a LayerNorm or Softmax in a MatMul's epilogue is that rule's group too
+        # a LayerNorm, Softmax or other reduction in a MatMul's epilogue is that rule's group
+        # too (a part of a LayerNorm, mean and subtract, is a reduction until it completes)
         rest = [op for op in work if not _has([op], _MATMUL + _CONV)]
-        if anchor_rule(rest) in ("LayerNormFusion", "SoftmaxFusion"):
+        if anchor_rule(rest) in ("LayerNormFusion", "SoftmaxFusion", "ReductionFusion"):
             rules.append(anchor_rule(rest))
     if moves:
         rules.append("DataMovementFusion")
