@@ -59,24 +59,34 @@ def plan_template(func, soc):
     for template in TEMPLATES:
         decision = _applies(template, func)
         if not decision:
-            reasons.append(f"{template.name}: {decision.reason}")
+            reasons.append(f"{template.name}: {_one_line(decision.reason)}")
             continue
         try:
             _, tiling = template.schedule(func, soc)
         except TilingError as err:
-            reasons.append(f"{template.name}: {err}")
+            reasons.append(f"{template.name}: {_one_line(err)}")
             continue
         except Exception as err:  # noqa: BLE001 - a schedule primitive refusing is a refusal
             # (TVM's ScheduleError and the like): the group goes to another template or the
             # host with the reason, never a crash of the build
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            reasons.append(f"{template.name}: {type(err).__name__} while scheduling ({first})")
+            reasons.append(f"{template.name}: {type(err).__name__} while scheduling "
+                           f"({_one_line(err)})")
             continue
         fits.append((tiling.params.get("scalar_gather_elems", 0), len(fits), template, tiling))
     if not fits:
         return None, None, Decision.no("no schedule template fits (" + "; ".join(reasons) + ")")
     _, _, best, tiling = min(fits, key=lambda fit: fit[:2])
     return best, tiling, Decision.yes(f"{best.name} template tiles it on {soc.name}")
+
+
+def _one_line(err) -> str:
+    """An error as one report line: TVM's schedule errors print the whole function between
+    their first line and the ``Error message:`` that says what went wrong; keep those two."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    detail = next((line for line in lines[1:] if "Error message:" in line), "")
+    return f"{lines[0]} {detail}".strip()
 
 
 def _applies(template, func):
@@ -87,8 +97,7 @@ def _applies(template, func):
     try:
         return template.applies(func)
     except Exception as err:  # noqa: BLE001 - any analysis failure means "not this template"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        return Decision.no(f"{type(err).__name__} while analysing ({first})")
+        return Decision.no(f"{type(err).__name__} while analysing ({_one_line(err)})")
 
 
 def select_template(func, soc):
