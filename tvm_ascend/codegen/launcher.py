@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..errors import CodegenError
 from .code_buffer import CodeBuffer
 from .cpp_types import dtype_bytes
+from .templates import CHECK_ARG
 
 
 def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None:
@@ -69,17 +70,7 @@ namespace tvm_ascend_acl {
 // ACL_ERROR_REPEAT_INITIALIZE: aclInit already ran in this process (another library did it).
 constexpr aclError kRepeatInitialize = 100002;
 
-inline void CheckArg(const tvm::ffi::TensorView& t, const char* kernel, const char* name,
-                     int64_t numel, int bits) {
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim(); ++i) n *= t.shape()[i];
-  if (n != numel || t.dtype().bits != bits) {
-    TVM_FFI_THROW(ValueError) << kernel << ": argument " << name << " has " << n
-                              << " elements of " << t.dtype().bits << " bits, expected " << numel
-                              << " of " << bits;
-  }
-}
-
+""" + CHECK_ARG + """
 inline void ThrowIfFailed(const char* kernel, aclError status, const char* failed) {
   if (status != ACL_SUCCESS) {
     TVM_FFI_THROW(RuntimeError) << kernel << ": " << failed << " returned ACL error " << status;

@@ -103,6 +103,20 @@ __aicore__ inline void CopyRowsOut(const AscendC::GlobalTensor<T>& dst,
 
 # Host side of the CPU-emulated build: CANN's CPU twin-debug entry points (GmAlloc, ICPU_RUN_KF)
 # behind tvm-ffi exported functions, plus the profile and the embedded metadata.
+# The launchers' argument check, shared by the emulator and the ACL host runtimes.
+CHECK_ARG = """\
+inline void CheckArg(const tvm::ffi::TensorView& t, const char* kernel, const char* name,
+                     int64_t numel, int bits) {
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim(); ++i) n *= t.shape()[i];
+  if (n != numel || t.dtype().bits != bits) {
+    TVM_FFI_THROW(ValueError) << kernel << ": argument " << name << " has " << n
+                              << " elements of " << t.dtype().bits << " bits, expected " << numel
+                              << " of " << bits;
+  }
+}
+"""
+
 HOST_RUNTIME = """\
 #include "tikicpulib.h"
 #include <tvm/ffi/function.h>
@@ -116,17 +130,7 @@ namespace tvm_ascend_rt {
 static std::mutex g_profile_mutex;
 static std::vector<std::string> g_profile;
 
-inline void CheckArg(const tvm::ffi::TensorView& t, const char* kernel, const char* name,
-                     int64_t numel, int bits) {
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim(); ++i) n *= t.shape()[i];
-  if (n != numel || t.dtype().bits != bits) {
-    TVM_FFI_THROW(ValueError) << kernel << ": argument " << name << " has " << n
-                              << " elements of " << t.dtype().bits << " bits, expected " << numel
-                              << " of " << bits;
-  }
-}
-
+""" + CHECK_ARG + """
 inline uint8_t* ToGm(const tvm::ffi::TensorView& t, size_t bytes, bool copy) {
   uint8_t* gm = static_cast<uint8_t*>(AscendC::GmAlloc(bytes == 0 ? 32 : bytes));
   if (copy && bytes) std::memcpy(gm, static_cast<const uint8_t*>(t.data_ptr()), bytes);
