@@ -31,12 +31,7 @@ def find_regions(sites: list, outside: dict) -> list[tuple[list, list]]:
     """(units, edges) per region with two or more units, in program order; edges are
     (producer index, consumer index) into ``units``, in the order the consumers read them."""
     live = [s for s in sites if s.absorbed_into is None and s.eligible and not s.fence]
-    readers: dict = {}
-    for site in live:
-        for arg in site.args:
-            if isinstance(arg, relax.Var):
-                readers.setdefault(arg, []).append(site)
-    all_readers = {}
+    all_readers: dict = {}  # var -> every live site reading it (host sites too)
     for site in sites:
         if site.absorbed_into is None:
             for arg in site.args:
