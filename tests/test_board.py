@@ -17,6 +17,7 @@ import tvm_ascend
 from tvm_ascend import ir_attrs
 from tvm_ascend.codegen.ascendc_printer import ScheduledKernel, _printer
 from tvm_ascend.codegen.code_buffer import CodeBuffer
+from tvm_ascend.codegen.npu_unit import npu_kernel_mode, npu_unit_source
 from tvm_ascend.codegen.launcher import (ACL_TIME_SUFFIX, emit_acl_launcher,
                                          emit_host_launcher)
 from tvm_ascend.cost_model import RPCRunner
@@ -204,8 +205,8 @@ def test_acl_unit_passes_a_gpp_syntax_check_against_stub_acl_declarations(reques
     emulator's kernel_operator.h): the <<<>>> launch, which g++ cannot parse, is rewritten as a
     call of the kernel with the same arguments. It does not show the unit runs on a device."""
     kernel = request.getfixturevalue(which)
-    unit = cann.npu_unit_source(kernel, SOC)
-    assert cann.npu_core_kind(kernel) == kind and '#include "acl/acl.h"' in unit
+    unit = npu_unit_source(kernel, SOC)
+    assert cann.core_kind([npu_kernel_mode(kernel)]) == kind and '#include "acl/acl.h"' in unit
     rewritten, launches = re.subn(r"(\w+)<<<([^>]*)>>>\(", r"tvm_ascend_stub_launch(\2), \1(",
                                   unit)
     assert launches == 3

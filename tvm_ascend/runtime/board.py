@@ -253,7 +253,8 @@ def acl_time_kernel(lib_path: str, kernel: str, repeats: int) -> float:
     if timer is None:
         raise AscendError(f"time_kernel: {path.name} has no {kernel + ACL_TIME_SUFFIX}: it was "
                           "built for the CPU emulator; build the kernel for the NPU "
-                          "(tvm_ascend.runtime.cann.npu_unit_source + build_device_library)")
+                          "(codegen.npu_unit.npu_unit_source + "
+                          "runtime.cann.build_device_library)")
     return float(timer(int(repeats)))
 
 

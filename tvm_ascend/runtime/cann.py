@@ -245,7 +245,8 @@ def build_device_library(source_text: str, soc, kind: str = "vector", toolkit=No
     soc : SocProfile
         Target SoC; its ``npu_arch`` picks the arch flags.
     kind : str
-        ``"vector"``, ``"cube"`` or ``"mix"`` (``core_kind`` of the unit's kernel modes).
+        ``"vector"``, ``"cube"`` or ``"mix"`` (``core_kind`` of the unit's kernel modes,
+        ``codegen.npu_unit.npu_kernel_mode`` per kernel).
     toolkit : CannToolkit, optional
         Defaults to ``require()`` (ToolchainError naming the missing piece when absent).
     cache_dir : path, optional
@@ -279,47 +280,3 @@ def build_device_library(source_text: str, soc, kind: str = "vector", toolkit=No
                                  done.stdout + done.stderr)
         os.replace(built, target)
     return target
-
-
-def npu_unit_source(kernel, soc, timed: bool = True) -> str:
-    """The unit bisheng builds for one scheduled kernel: the standalone AscendC kernel (as
-    ``kernel_source`` prints it), the ACL host runtime and the kernel's ACL launcher.
-
-    Parameters
-    ----------
-    kernel : codegen.ascendc_printer.ScheduledKernel
-        The kernel as codegen receives it (``codegen.ext_codegen.scheduled_kernels``).
-    soc : SocProfile
-        Target SoC.
-    timed : bool
-        Also export ``<symbol>__acl_time_us(repeats)`` (ACL-event timing for boards).
-
-    Example
-    -------
-    >>> text = npu_unit_source(kernel, get_soc("Ascend910B1"))           # doctest: +SKIP
-    >>> path = build_device_library(text, get_soc("Ascend910B1"))         # doctest: +SKIP
-    """
-    from ..codegen.ascendc_printer import _printer, kernel_source
-    from ..codegen.code_buffer import CodeBuffer
-    from ..codegen.launcher import ACL_HOST_RUNTIME, emit_acl_launcher
-
-    buf = CodeBuffer()
-    buf.lines(kernel_source(kernel, soc))
-    buf.lines(ACL_HOST_RUNTIME)
-    printer = _printer(kernel)
-    printer.print(CodeBuffer())  # printers fill what the launcher reads while printing
-    emit_acl_launcher(buf, kernel.symbol, printer, kernel.tiling.cores, timed=timed)
-    return buf.text()
-
-
-def npu_core_kind(kernel) -> str:
-    """The core kind (``core_kind``) of one scheduled kernel, from its printer's mode.
-
-    Example
-    -------
-    >>> npu_core_kind(kernel)                                          # doctest: +SKIP
-    'mix'
-    """
-    from ..codegen.ascendc_printer import _printer
-
-    return core_kind([getattr(_printer(kernel), "kernel_mode", "AIV_MODE")])
