@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
@@ -97,11 +98,107 @@ def test_a_person_pins_a_group_by_editing_the_file(demo, tmp_path):
     assert [g.pinned for g in plan.groups] == [False, False, True]
 
 
-def test_a_node_in_two_report_groups_cannot_be_exported(tmp_path):
+def test_a_node_in_two_report_groups_needs_recompute_to_be_exported(tmp_path):
     report = {"soc_version": "Ascend910B1", "groups": [
-        {"id": "G0", "rule": "r", "nodes": ["a"]}, {"id": "G1", "rule": "r", "nodes": ["a"]}]}
-    with pytest.raises(FusionConfigError, match="'a' is in groups G0 and G1"):
+        {"id": "G0", "rule": "r", "nodes": ["a"]},
+        {"id": "G1", "rules": ["RecomputeFusion"], "nodes": ["a"]}]}
+    with pytest.raises(FusionConfigError, match="'a' is in groups G0, G1, not all of which "
+                                                "recompute it"):
         export_plan(report, str(tmp_path / "p.json"))
+
+
+def _shared_producer_model():
+    """x -> Mul -> Exp ('shared'), read by an Add and a Sub that are both outputs: the
+    aggressive level recomputes the shared pair inside both readers."""
+    from onnx_models import ModelBuilder
+
+    b = ModelBuilder("float32", seed=5)
+    x = b.input("x", (6, 40))
+    shared = b.node("Exp", [b.node("Mul", [x, b.const(np.array(0.25), "q")])])
+    b.output(b.node("Add", [shared, b.const(np.ones(40), "one")]), (6, 40))
+    b.output(b.node("Sub", [shared, b.const(np.array(0.5), "h")]), (6, 40))
+    return b
+
+
+def _names(builder, *ops):
+    return [next(n.name for n in builder.nodes if n.op_type == op) for op in ops]
+
+
+def test_a_recomputing_build_exports_and_reimports(tmp_path):
+    from conftest import assert_close, run_onnxruntime
+
+    builder = _shared_producer_model()
+    model = builder.model()
+    config = dict(fusion_level="aggressive")
+    report = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(**config)).fusion_report()
+    recomputing = [g for g in report["groups"] if "RecomputeFusion" in g["rules"]]
+    assert len(recomputing) == 2
+    path = str(tmp_path / "fusion_plan.json")
+    export_plan(report, path)
+    written = json.loads(Path(path).read_text())
+    mul, exp = _names(builder, "Mul", "Exp")
+    assert [sorted(g["recomputes"]) for g in written["groups"]] == [sorted([mul, exp])] * 2
+    plan = load_plan(path, *onnx_node_graph(model))
+    assert len(plan.groups_of(exp)) == 2
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(fusion_plan_file=path,
+                                                                  **config))
+    again = lib.fusion_report()
+    assert [sorted(g["nodes"]) for g in again["groups"]] == \
+        [sorted(g["nodes"]) for g in report["groups"]]
+    for out, ref in zip(lib.run(builder.feeds), run_onnxruntime(model, builder.feeds)):
+        assert_close(out, ref, "float32")
+    # a plan that keeps the shared pair in one group of its own: no recomputation
+    single = _doc([("S", [mul, exp])])
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        fusion_plan_file=_write(tmp_path / "single.json", single), **config))
+    groups = lib.fusion_report()["groups"]
+    assert not any("RecomputeFusion" in g["rules"] for g in groups)
+    assert [g["nodes"] for g in groups if exp in g["nodes"]] == [[mul, exp]]
+
+
+def _write(path, document) -> str:
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def test_recompute_errors():
+    builder = _shared_producer_model()
+    model = builder.model()
+    mul, exp, add, sub = _names(builder, "Mul", "Exp", "Add", "Sub")
+
+    def doc(groups, recomputes):
+        document = _doc(groups)
+        for group, names in zip(document["groups"], recomputes):
+            group["recomputes"] = names
+        return document
+
+    both = [("A", [mul, exp, add]), ("B", [mul, exp, sub])]
+    plan = plan_from_json(doc(both, [[mul, exp], [mul, exp]]), *onnx_node_graph(model))
+    assert plan.groups_of(exp) == ("A", "B") and plan.shared_group([exp, sub]) == "B"
+    assert plan.shared_group([add, sub]) is None
+    message = _error(doc(both, [[mul, exp], []]), model)
+    assert f"'{mul}' is in two groups" in message and "recomputes" in message
+    message = _error(doc([("A", [mul, exp, add]), ("B", [mul, exp])],
+                         [[mul, exp], [mul, exp]]), model)
+    assert f"node '{sub}' reads '{exp}'" in message and "'A', 'B' recompute" in message
+    message = _error(doc([("A", [exp, add])], [[mul]]), model)
+    assert f"names '{mul}', which is not in its \"nodes\"" in message
+    message = _error(doc([("A", [exp, add])], ["x"]), model)
+    assert "\"recomputes\" must be a list of ONNX node names" in message
+
+
+def test_split_and_merge_keep_recomputes():
+    builder = _shared_producer_model()
+    model = builder.model()
+    mul, exp, add, sub = _names(builder, "Mul", "Exp", "Add", "Sub")
+    document = _doc([("A", [mul, exp, add]), ("B", [mul, exp, sub])])
+    for group in document["groups"]:
+        group["recomputes"] = [mul, exp]
+    plan = plan_from_json(document, *onnx_node_graph(model))
+    merged = merge_groups(plan, "A", "B")
+    assert merged.groups[0].nodes == (mul, exp, add, sub) and merged.groups[0].recomputes == ()
+    with pytest.raises(FusionConfigError, match=f"'{add}' reads '{exp}'"):
+        split_group(plan, "A", [add])  # the Add would read a value that is in GM nowhere
 
 
 def test_unknown_node_suggests_close_names(demo):

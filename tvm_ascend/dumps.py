@@ -45,12 +45,6 @@ def _script(mod) -> str:
     return stripped.script(show_meta=False)
 
 
-def _one_group_per_node(report: dict) -> bool:
-    """A plan lists each node once; a build that recomputes a node in two kernels has none."""
-    nodes = [n for g in report["groups"] for n in g["nodes"]]
-    return len(nodes) == len(set(nodes))
-
-
 class Dumper:
     """Writes the dumps of one build when ``enabled``; does nothing otherwise."""
 
@@ -77,8 +71,7 @@ class Dumper:
             write_json_atomic(os.path.join(self.folder, "fusion_report.json"), report)
             _write_text(os.path.join(self.folder, "fusion_report.txt"), report_table(report))
             write_fusion_result(report, os.path.join(self.folder, "fusion_result.json"))
-            if _one_group_per_node(report):
-                export_plan(report, os.path.join(self.folder, "fusion_plan.json"))
+            export_plan(report, os.path.join(self.folder, "fusion_plan.json"))
 
     def kernels(self, sources: dict) -> None:
         if self.enabled:

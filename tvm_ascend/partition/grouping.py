@@ -291,8 +291,8 @@ def _split_reason(infos, rules, policy: FusionPolicy) -> str:
                 f"{policy.rule_set!r} or the fusion switch file)")
     plan = policy.plan
     if plan is not None:
-        owners = {plan.group_of(n) for info in infos for n in info.nodes}
-        if len(owners) > 1:
+        nodes = [n for info in infos for n in info.nodes]
+        if len({plan.group_of(n) for n in nodes}) > 1 and plan.shared_group(nodes) is None:
             return "the imported fusion plan puts these ops in different groups"
     return ""
 

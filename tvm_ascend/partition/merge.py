@@ -236,8 +236,8 @@ def _legal(producer: Site, consumer: Site, policy) -> str:
             return site.fence
     plan = policy.plan
     if plan is not None:
-        owners = {plan.group_of(n) for m in producer.members + consumer.members for n in m.nodes}
-        if len(owners) != 1 or None in owners:
+        nodes = [n for m in producer.members + consumer.members for n in m.nodes]
+        if plan.shared_group(nodes) is None:
             return "the imported fusion plan keeps them in different groups"
     return ""
 

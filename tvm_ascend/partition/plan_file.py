@@ -5,7 +5,11 @@
     {"format": "tvm_ascend.fusion_plan", "version": 1, "soc_version": "Ascend910B1",
      "groups": [{"id": "G0", "rules": ["ElementwiseFusion"], "nodes": ["add", "relu"],
                  "kernel": "ascend_k0_fused_add_relu", "tiling": {...}, "on_npu": true,
-                 "pinned": false}, ...]}
+                 "pinned": false, "recomputes": []}, ...]}
+
+A node computed again inside each of its readers (RecomputeFusion) is in the ``nodes`` of every
+reader's group, and in each of those groups' ``recomputes``: that is how a plan says "recompute
+it here" rather than "read it from GM".
 
 A person edits it (move a node, split or merge groups, set ``pinned``), or a script does with
 ``split_group`` / ``merge_groups``. The planner reads it as constraints: the nodes of one plan
@@ -15,7 +19,8 @@ and ``tiling`` are what the exporting build made of the group, for the reader; t
 constraints, and editing helpers clear them on the groups they change.
 
 Loading checks the plan against the model: the version, every node exists (closest names
-suggested), no node is in two groups, each group's nodes are connected (except a
+suggested), a node in two groups is recomputed by each of them and by every group that reads
+it, each group's nodes are connected (except a
 ``HorizontalFusion`` group, whose parallel ops need not be), and no cycle appears once each
 group is contracted to one node (the groups on the cycle are named). Every failure is a
 FusionConfigError naming the file and the group or node at fault.
@@ -40,7 +45,7 @@ from .report import write_json_atomic
 
 PLAN_FORMAT = "tvm_ascend.fusion_plan"
 PLAN_VERSION = 1
-_GROUP_KEYS = {"id", "rules", "nodes", "kernel", "tiling", "on_npu", "pinned"}
+_GROUP_KEYS = {"id", "rules", "nodes", "kernel", "tiling", "on_npu", "pinned", "recomputes"}
 _ALSO_ACCEPTED = {"rule", "comment"}  # the report's spelling; a person's note
 
 
@@ -55,6 +60,7 @@ class PlanGroup:
     kernel: str | None = None
     tiling: dict | None = field(default=None, compare=False, hash=False)
     on_npu: bool | None = None
+    recomputes: tuple[str, ...] = ()  # nodes of ``nodes`` that other groups compute as well
 
     def to_json(self) -> dict:
         """The group as written in ``fusion_plan.json``.
@@ -66,7 +72,7 @@ class PlanGroup:
         """
         return {"id": self.id, "rules": list(self.rules), "nodes": list(self.nodes),
                 "kernel": self.kernel, "tiling": self.tiling, "on_npu": self.on_npu,
-                "pinned": self.pinned}
+                "pinned": self.pinned, "recomputes": list(self.recomputes)}
 
 
 @dataclass(frozen=True)
@@ -88,10 +94,35 @@ class FusionPlan:
         >>> plan.group_of("relu")                                   # doctest: +SKIP
         'G0'
         """
-        for group in self.groups:
-            if node in group.nodes:
-                return group.id
-        return None
+        ids = self.groups_of(node)
+        return ids[0] if ids else None
+
+    def groups_of(self, node: str) -> tuple[str, ...]:
+        """Ids of every plan group holding ``node``: several when they all recompute it.
+
+        Example
+        -------
+        >>> plan.groups_of("scale")                                 # doctest: +SKIP
+        ('G1', 'G2')
+        """
+        return tuple(g.id for g in self.groups if node in g.nodes)
+
+    def shared_group(self, nodes) -> str | None:
+        """The id of a plan group holding every node of ``nodes`` (None when none does): the
+        planner may put them in one kernel only then.
+
+        Example
+        -------
+        >>> plan.shared_group(["add_bias", "relu"])                 # doctest: +SKIP
+        'G0'
+        """
+        common = None
+        for node in nodes:
+            ids = set(self.groups_of(node))
+            common = ids if common is None else common & ids
+            if not common:
+                return None
+        return min(common) if common else None
 
     def group(self, group_id: str) -> PlanGroup:
         """The group called ``group_id`` (FusionConfigError naming the known ids otherwise)."""
@@ -150,19 +181,23 @@ def plan_from_report(report: dict) -> dict:
     >>> plan_from_report(lib.fusion_report())["groups"][0]["pinned"]   # doctest: +SKIP
     False
     """
-    groups, owner = [], {}
+    groups, owners = [], {}
+    for entry in report["groups"]:
+        for node in dict.fromkeys(entry.get("nodes", [])):
+            owners.setdefault(node, []).append(entry["id"])
+    for node, ids in owners.items():
+        if len(ids) > 1 and not all("RecomputeFusion" in _rules_of(e) for e in report["groups"]
+                                    if e["id"] in ids):
+            raise FusionConfigError(
+                f"fusion report: ONNX node {node!r} is in groups {', '.join(ids)}, not all of "
+                "which recompute it (RecomputeFusion); a plan cannot say that")
     for entry in report["groups"]:
         nodes = list(dict.fromkeys(entry.get("nodes", [])))
-        for node in nodes:
-            if node in owner:
-                raise FusionConfigError(
-                    f"fusion report: ONNX node {node!r} is in groups {owner[node]} and "
-                    f"{entry['id']}; a plan cannot say that (one node, one group)")
-            owner[node] = entry["id"]
         if nodes:
             groups.append({"id": entry["id"], "rules": _rules_of(entry), "nodes": nodes,
                            "kernel": entry.get("kernel"), "tiling": entry.get("tiling"),
-                           "on_npu": entry.get("on_npu"), "pinned": False})
+                           "on_npu": entry.get("on_npu"), "pinned": False,
+                           "recomputes": [n for n in nodes if len(owners[n]) > 1]})
     return {"format": PLAN_FORMAT, "version": PLAN_VERSION,
             "soc_version": report.get("soc_version"), "groups": groups}
 
@@ -208,8 +243,9 @@ def load_plan(path: str, model_nodes: set[str],
     ------
     FusionConfigError
         Naming the file and what is wrong: JSON syntax (line, column), version, a field of the
-        wrong type, an unknown node (closest names), a node in two groups, a group whose
-        nodes are not connected, a cycle between groups (the groups on it).
+        wrong type, an unknown node (closest names), a node in two groups that do not both
+        recompute it (or read by a group that does not), a group whose nodes are not
+        connected, a cycle between groups (the groups on it).
 
     Example
     -------
@@ -275,8 +311,16 @@ def _group(entry, index: int, source: str) -> PlanGroup:
     on_npu = entry.get("on_npu")
     if on_npu is not None and not isinstance(on_npu, bool):
         raise FusionConfigError(f"{where}: \"on_npu\" must be true, false or null")
+    recomputes = entry.get("recomputes", [])
+    if not isinstance(recomputes, list) or not all(isinstance(n, str) for n in recomputes):
+        raise FusionConfigError(f"{where}: \"recomputes\" must be a list of ONNX node names")
+    stray = [n for n in recomputes if n not in nodes]
+    if stray:
+        raise FusionConfigError(f"{where}: \"recomputes\" names {stray[0]!r}, which is not in "
+                                "its \"nodes\" (a group recomputes only its own nodes)")
     return PlanGroup(id=group_id, nodes=tuple(nodes), pinned=pinned, rules=tuple(rules),
-                     kernel=entry.get("kernel"), tiling=entry.get("tiling"), on_npu=on_npu)
+                     kernel=entry.get("kernel"), tiling=entry.get("tiling"), on_npu=on_npu,
+                     recomputes=tuple(recomputes))
 
 
 def validate_plan(plan: FusionPlan) -> None:
@@ -299,13 +343,34 @@ def validate_plan(plan: FusionPlan) -> None:
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
                 raise FusionConfigError(f"{source}: group {group.id!r} names node {node!r}, "
                                         f"which the model does not have{hint}")
-            if node in owner:
-                raise FusionConfigError(f"{source}: node {node!r} is in two groups, "
-                                        f"{owner[node]!r} and {group.id!r}")
-            owner[node] = group.id
+            owner.setdefault(node, []).append(group)
+    for node, groups in owner.items():
+        if len(groups) > 1 and not all(node in g.recomputes for g in groups):
+            raise FusionConfigError(
+                f"{source}: node {node!r} is in two groups, {groups[0].id!r} and "
+                f"{groups[1].id!r}; list it under \"recomputes\" in each to compute it in "
+                "both, or keep it in one")
+    _check_recompute_readers(plan, owner)
     for group in plan.groups:
         _check_connected(plan, group)
-    _check_acyclic(plan, owner)
+    _check_acyclic(plan, {node: groups[0].id for node, groups in owner.items()},
+                   {node: [g.id for g in groups] for node, groups in owner.items()
+                    if len(groups) > 1})
+
+
+def _check_recompute_readers(plan: FusionPlan, owner: dict) -> None:
+    """A recomputed node is in GM nowhere: every node reading it must sit in a group that
+    recomputes it."""
+    for src, dst in plan.node_edges:
+        groups = owner.get(src, [])
+        if not any(src in g.recomputes for g in groups):
+            continue
+        if not any(src in g.recomputes for g in owner.get(dst, [])):
+            raise FusionConfigError(
+                f"{plan.source}: node {dst!r} reads {src!r}, which groups "
+                f"{', '.join(repr(g.id) for g in groups)} recompute, but {dst!r} is in no "
+                f"group recomputing it; add {src!r} to {dst!r}'s group (and its "
+                "\"recomputes\") or give it a group of its own")
 
 
 def _check_connected(plan: FusionPlan, group: PlanGroup) -> None:
@@ -330,16 +395,21 @@ def _check_connected(plan: FusionPlan, group: PlanGroup) -> None:
             "(or mark it \"rules\": [\"HorizontalFusion\"] for parallel ops)")
 
 
-def _check_acyclic(plan: FusionPlan, owner: dict) -> None:
-    """Contract every group to one node; a cycle means a group would wait on itself."""
+def _check_acyclic(plan: FusionPlan, owner: dict, copies: dict | None = None) -> None:
+    """Contract every group to one node; a cycle means a group would wait on itself.
+    ``copies`` maps a recomputed node to every group computing it: its inputs feed each."""
     def unit(node):
         return owner.get(node, node)
 
+    copies = copies or {}
     succ: dict[str, list[str]] = {}
     for src, dst in plan.node_edges:
-        a, b = unit(src), unit(dst)
-        if a != b:
-            succ.setdefault(a, []).append(b)
+        if src in copies:
+            continue  # its readers recompute it: the edge is inside each of their groups
+        for b in copies.get(dst, [unit(dst)]):
+            a = unit(src)
+            if a != b:
+                succ.setdefault(a, []).append(b)
     state, stack = {}, []  # state: 1 on the DFS path, 2 done
 
     def visit(start):
@@ -393,9 +463,10 @@ def split_group(plan: FusionPlan, group_id: str, nodes) -> FusionPlan:
     while f"{group_id}_{count}" in ids:
         count += 1
     kept = replace(group, nodes=tuple(n for n in group.nodes if n not in nodes), kernel=None,
-                   tiling=None)
+                   tiling=None, recomputes=tuple(n for n in group.recomputes if n not in nodes))
     moved = replace(group, id=f"{group_id}_{count}",
-                    nodes=tuple(n for n in group.nodes if n in nodes), kernel=None, tiling=None)
+                    nodes=tuple(n for n in group.nodes if n in nodes), kernel=None, tiling=None,
+                    recomputes=tuple(n for n in group.recomputes if n in nodes))
     groups = []
     for g in plan.groups:
         groups += [kept, moved] if g.id == group_id else [g]
@@ -415,8 +486,12 @@ def merge_groups(plan: FusionPlan, first: str, second: str) -> FusionPlan:
     a, b = plan.group(first), plan.group(second)
     if a.id == b.id:
         raise FusionConfigError(f"{plan.source}: cannot merge group {first!r} with itself")
-    merged = replace(a, nodes=a.nodes + b.nodes, rules=tuple(dict.fromkeys(a.rules + b.rules)),
-                     pinned=a.pinned or b.pinned, kernel=None, tiling=None, on_npu=None)
+    # a node both recomputed stays recomputed only if a third group still computes it too
+    elsewhere = {n for g in plan.groups if g.id not in (a.id, b.id) for n in g.nodes}
+    recomputes = tuple(n for n in dict.fromkeys(a.recomputes + b.recomputes) if n in elsewhere)
+    merged = replace(a, nodes=tuple(dict.fromkeys(a.nodes + b.nodes)),
+                     rules=tuple(dict.fromkeys(a.rules + b.rules)), pinned=a.pinned or b.pinned,
+                     kernel=None, tiling=None, on_npu=None, recomputes=recomputes)
     groups = [merged if g.id == a.id else g for g in plan.groups if g.id != b.id]
     return _revalidated(plan, groups)
 
