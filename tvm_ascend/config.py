@@ -56,6 +56,8 @@ ENV_OVERRIDES = (
     EnvOverride("TVM_ASCEND_SOC_VERSION", "soc_version", str,
                 "SoC to compile for, e.g. Ascend910B1"),
     EnvOverride("TVM_ASCEND_CACHE_DIR", "cache_dir", str, "folder of the compiled-kernel cache"),
+    EnvOverride("TVM_ASCEND_BUILD_CACHE", "build_cache", bool,
+                "1/0: reuse (or not) a whole earlier build of the same model and configuration"),
 )
 
 
@@ -100,6 +102,11 @@ class CompileConfig:
         ONNX node names computed in their original dtype whatever the precision mode.
     cache_dir : str or None
         Folder of the compile cache (default ``~/.cache/tvm_ascend``).
+    build_cache : bool
+        Return an earlier build of the same ONNX model with the same configuration by the same
+        compiler from the compile cache, without planning it again
+        (``tvm_ascend/runtime/build_cache.py`` says what the key covers). Builds that write
+        dumps are never cached.
     search_width : int
         Beam width of the grouping search over each region of mergeable kernels (partitions
         kept per step; 1 merges pairwise greedily). Wider explores more partitions for more
@@ -124,6 +131,7 @@ class CompileConfig:
     tuning_database: str | None = None
     keep_dtype: tuple = ()
     search_width: int = 4
+    build_cache: bool = True
 
     def __post_init__(self):
         if not isinstance(self.search_width, int) or isinstance(self.search_width, bool) \

@@ -22,7 +22,7 @@ from . import ir_attrs
 from .codegen import metadata_from_source, register_codegen, unit_module
 from .config import CompileConfig
 from .errors import CodegenError
-from .frontend import load_model
+from .frontend import load_model, read_model
 from .partition.grouping import node_graph, partition
 from .partition.policy import FusionPolicy
 from .dumps import Dumper
@@ -31,6 +31,8 @@ from .precision import apply_precision_mode
 from .horizontal_fusion import merge_parallel_elementwise
 from .prepare_passes import merge_parallel_matmuls, prepare_cnn
 from .runtime import AscendModule
+from .runtime.build_cache import build_key, lookup
+from .runtime.toolchain import default_cache_dir
 from .scheduling import schedule_groups
 from .target import resolve_target
 
@@ -155,6 +157,13 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
         config = config.replace(soc_version=target_soc)
     soc = config.soc
     register_codegen()
+    mod = read_model(mod)
+    key = build_key(mod, params, config)
+    cache_dir = config.cache_dir or default_cache_dir()
+    earlier = lookup(key, cache_dir)
+    if earlier is not None:
+        logger.info("build cache hit %s: the library of an earlier identical build", key)
+        return AscendModule(metadata=earlier[1], library_path=earlier[0], cache_dir=cache_dir)
     dumps = Dumper(config.dump_graph, config.dump_path)
     imported = apply_precision_mode(load_model(mod, config.input_shape),
                                     config.precision_mode, config.keep_dtype)
@@ -176,7 +185,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     logger.info("built: %d NPU kernel(s), %d host group(s)", report["npu_kernels"],
                 report["host_groups"])
     return AscendModule(executable, metadata, cache_key=_cache_key(lowered, source),
-                        cache_dir=config.cache_dir)
+                        cache_dir=config.cache_dir, build_key=key)
 
 
 def _input_names(imported: tvm.IRModule, scheduled: tvm.IRModule) -> list[str]:

@@ -77,6 +77,20 @@ def _read_onnx(path: str):
     return model
 
 
+def read_model(model):
+    """``model`` as ``build`` takes it, with a file path read into an ``onnx.ModelProto`` (a
+    ModelProto or IRModule comes back as it is), so the file is read once per build.
+
+    Example
+    -------
+    >>> read_model("model.onnx").graph.node[0].op_type           # doctest: +SKIP
+    'Conv'
+    """
+    if isinstance(model, (str, os.PathLike)):
+        return _read_onnx(os.fspath(model))
+    return model
+
+
 def _input_shapes(model, shape_dict: dict) -> tuple[dict, dict]:
     """(shapes for the importer, {dimension name: upper bound}) of the graph inputs.
 

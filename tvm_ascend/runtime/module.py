@@ -22,6 +22,7 @@ import tvm
 from tvm import relax
 
 from ..errors import DeviceRuleError, ModelLoadError, ToolchainError
+from . import build_cache
 from .toolchain import default_cache_dir, emulator_compile_options
 
 logger = logging.getLogger("tvm_ascend.runtime")
@@ -63,11 +64,12 @@ class AscendModule:
     """A compiled model: host code (TVM VM) plus AscendC kernels (CPU-emulated here)."""
 
     def __init__(self, executable=None, metadata: dict | None = None, library_path=None,
-                 cache_key: str | None = None, cache_dir=None):
+                 cache_key: str | None = None, cache_dir=None, build_key: str | None = None):
         self._executable = executable
         self.metadata = dict(metadata or {})
         self._library_path = Path(library_path) if library_path else None
         self._cache_key = cache_key
+        self._build_key = build_key  # runtime/build_cache.py: recorded once the library exists
         self._cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self._lib = None
         self._vm = None
@@ -111,6 +113,7 @@ class AscendModule:
             tmp = path.with_name(f".{path.name}.tmp")
             shutil.copyfile(cached, tmp)
             os.replace(tmp, path)
+            build_cache.record(self._build_key, cached, self.metadata, self._cache_dir)
         else:
             _atomic_export(self._executable, path, self._compile_options())
             self._store_in_cache(path)
@@ -138,6 +141,8 @@ class AscendModule:
             os.replace(tmp, path)
         except OSError as err:  # a read-only cache must not break a build
             logger.warning("compile cache %s not written: %s", path, err)
+            return
+        build_cache.record(self._build_key, path, self.metadata, self._cache_dir)
 
     def _ensure_loaded(self):
         if self._vm is not None:
@@ -147,6 +152,8 @@ class AscendModule:
             if cached is None:
                 workdir = Path(tempfile.mkdtemp(prefix="tvm_ascend_"))
                 cached = Path(self.export_library(workdir / "model.so"))
+            else:
+                build_cache.record(self._build_key, cached, self.metadata, self._cache_dir)
             self._library_path = cached
         self._lib = tvm.runtime.load_module(str(self._library_path))
         self._vm = relax.VirtualMachine(self._lib, tvm.cpu())
