@@ -5,6 +5,22 @@ elementwise over C (bias, activation, residual) and are inlined into one epilogu
 output is cut into ``singleM x singleN`` tiles per batch, spread over the AI cores in contiguous
 ranges; on a core the high-level Matmul API computes a tile as ``baseM x baseN`` pieces, each
 fetched into the UB, where the epilogue runs row by row before the single write to GM.
+
+Every SoC profile takes it: where DataCopyPad exists (910B, 310B) a tile moves between GM and
+the UB as one multi-burst copy; without it (310P, 910A) each row moves its whole 32-byte blocks
+by DataCopy and its tail element by element on the scalar unit, so no block reaches into
+another core's columns. The GM bytes are the same either way (the emulator counts a scalar
+GetValue/SetValue as its element's bytes); ``params["scalar_gather_elems"]`` counts the tail
+elements for the timing model, ``params["data_copy_pad"]`` tells the printer which path to
+print. On coupled chips (310P, 910A) the product reaches the UB on chip; on 910B it goes
+through the GM workspace and those bytes are in the plan.
+
+Example
+-------
+>>> from tvm_ascend.soc import get_soc                                     # doctest: +SKIP
+>>> _, tiling = MatmulSchedule.schedule(func, get_soc("Ascend310P3"))     # doctest: +SKIP
+>>> tiling.params["data_copy_pad"], tiling.cores                          # doctest: +SKIP
+(False, 8)
 """
 from __future__ import annotations
 
@@ -135,9 +151,6 @@ class MatmulSchedule:
         decision = MatmulSchedule.applies(func)
         if not decision:
             raise TilingError(f"matmul template does not apply: {decision.reason}")
-        if not soc.has_data_copy_pad:
-            raise TilingError(f"the matmul epilogue writes tiles with DataCopyPad, which "
-                              f"{soc.name} lacks (a strided DataCopy path is not written yet)")
         shape = matmul_shape(func)
         sch = tvm.s_tir.Schedule(func)
         block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
@@ -228,6 +241,9 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
               "single_m": single_m, "single_n": single_n, "align_n": align_n, "slots": slots,
               "slot_bytes": slot_bytes,
+              "data_copy_pad": bool(soc.has_data_copy_pad),
+              "scalar_gather_elems": scalar_tail_elems(shape, program, soc, base_m, base_n,
+                                                       single_m, single_n, used),
               "cube_macs": shape.batch * round_up(shape.m, FRACTAL)
               * round_up(shape.n, FRACTAL) * round_up(shape.k, c0)}
     return Tiling("matmul", total, used, per_core, 1, per_core, 1,
@@ -235,14 +251,35 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
                   shape.n, params)
 
 
+def _base_tiles(shape, base_m, base_n, single_m, single_n) -> list[tuple[int, int]]:
+    """(rows, columns) of every base tile of one batch's C, as the cores compute them."""
+    return [(m, n) for m_single in _singles(shape.m, single_m)
+            for n_single in _singles(shape.n, single_n)
+            for m in _singles(m_single, base_m) for n in _singles(n_single, base_n)]
+
+
+def scalar_tail_elems(shape, program, soc, base_m, base_n, single_m, single_n, cores) -> int:
+    """Elements the kernel moves on the scalar unit because ``soc`` lacks DataCopyPad: the
+    tail of every row (past its whole 32-byte blocks) of the output tile and of each streamed
+    epilogue operand's tile, and of each resident column per core; 0 with DataCopyPad."""
+    if soc.has_data_copy_pad:
+        return 0
+    c0 = 32 // dtype_bytes(shape.dtype)
+    tails = shape.batch * sum(m * (n % c0) for m, n in
+                              _base_tiles(shape, base_m, base_n, single_m, single_n))
+    kinds = list(program.inputs.values()) if program is not None else []
+    streamed = sum(1 for k in kinds if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
+    columns = sum(1 for k in kinds if k is RowAccessKind.COLUMN)
+    return tails * (1 + streamed) + columns * cores * (shape.n % c0)
+
+
 def _traffic(shape, program, soc, base_m, base_n, single_m, single_n, cores):
     """GM bytes as the Matmul API moves them (emulator README): every base tile of C reads its
     rows of A and columns of B once (K steps), the tile goes AIC -> GM -> UB on split chips,
-    and the epilogue's inputs and the output are moved once."""
+    and the epilogue's inputs and the output are moved once (with or without DataCopyPad:
+    a tail element read or written on the scalar unit counts its bytes too)."""
     elem = dtype_bytes(shape.dtype)
-    pairs = [(m, n) for m_single in _singles(shape.m, single_m)
-             for n_single in _singles(shape.n, single_n)
-             for m in _singles(m_single, base_m) for n in _singles(n_single, base_n)]
+    pairs = _base_tiles(shape, base_m, base_n, single_m, single_n)
     read = shape.batch * sum((m + n) * shape.k * elem for m, n in pairs)
     out = shape.batch * shape.m * shape.n * elem
     round_trip = out if soc.npu_arch == 2201 else 0

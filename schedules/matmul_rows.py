@@ -7,7 +7,9 @@ tile spans every column (``baseN = N`` rounded up to 16), the cube accumulates i
 (``baseM x baseN`` float32), and ``GetTensorC`` brings it to the UB, where the row program of
 ``schedules/row_reduce.py`` (mean, variance, rsqrt, scale, shift, ...) runs row by row before
 the single write to GM. Rows too wide for L0C or the UB are refused with the numbers; the
-planner then keeps the matmul and the row kernel apart.
+planner then keeps the matmul and the row kernel apart. SoCs without DataCopyPad (310P, 910A)
+take it too: the tiles move as the matmul template's do there (whole blocks, then the tails
+on the scalar unit), and 310P's 256 KB L0C holds twice the rows of 910B's.
 
 The Tiling is a matmul tiling in every field (the timing model, features and tuning read it as
 one; ``params["row_epilogue"]`` marks it), so the printer dispatch picks
@@ -32,7 +34,7 @@ from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
 from .matmul import (FRACTAL, MatmulShape, _singles,
-                     _traffic, epilogue_program, matmul_shape)
+                     _traffic, epilogue_program, matmul_shape, scalar_tail_elems)
 from .row_reduce import (RowAccessKind, _blocks, _inline, _is_full, _prod, _reduce_vars, _reducer,
                          check_program_dtypes, input_dtypes, program_dtypes)
 from .tile_values import unsupported_construct
@@ -126,9 +128,6 @@ class MatmulRowsSchedule:
         decision = MatmulRowsSchedule.applies(func)
         if not decision:
             raise TilingError(f"matmul-rows template does not apply: {decision.reason}")
-        if not soc.has_data_copy_pad:
-            raise TilingError(f"the matmul epilogue writes tiles with DataCopyPad, which "
-                              f"{soc.name} lacks (a strided DataCopy path is not written yet)")
         shape = matmul_shape(func)
         sch = tvm.s_tir.Schedule(func)
         # the row template's inlining: row values and single-use full rows join their reader;
@@ -289,7 +288,9 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
               "single_m": single_m, "single_n": shape.n, "align_n": base_n, "slots": slots,
               "slot_bytes": slot_bytes, "cube_macs": cube_macs, "row_epilogue": True,
-              "max_base_m": top}
+              "max_base_m": top, "data_copy_pad": bool(soc.has_data_copy_pad),
+              "scalar_gather_elems": scalar_tail_elems(shape, program, soc, base_m, base_n,
+                                                       single_m, shape.n, used)}
     return Tiling("matmul", total, used, per_core, 1, per_core, 1, program.temp_slots, ub,
                   soc.ub_bytes, gm_read, gm_write, shape.n, params)
 

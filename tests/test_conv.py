@@ -1,4 +1,5 @@
-"""Conv2D groups on the cube (img2col + Matmul API) with fused epilogues; BatchNorm folding.
+"""Conv2D groups on the cube (img2col + Matmul API) with fused epilogues; BatchNorm folding; on
+SoCs with DataCopyPad (910B) and without it (310P3).
 
 Several independent convolutions share one model so that one g++ build covers the sweep; every
 kernel's GM bytes and cube MACs from its tiling plan must EQUAL the emulator's counters.
@@ -177,16 +178,41 @@ def test_fold_batch_norm_leaves_no_batch_norm():
     assert "nn.batch_norm(" not in text and "conv2d" in text
 
 
-def test_soc_without_datacopypad_keeps_conv_on_the_host():
-    b = ModelBuilder("float32", seed=9)
-    _add_conv(b, SWEEP[0], 0)
+# Ascend310P3 (no DataCopyPad, coupled cores): (case, dtype) built into one model per dtype
+SWEEP_310P = [
+    (1, 3, 11, 13, 5, 3, 1, 1, 1, 1, "bias_relu"),      # 143 pixels: row tails in both dtypes
+    (1, 6, 10, 10, 6, 3, 1, 2, 2, 6, "sigmoid"),        # depthwise, dilation 2
+    (1, 16, 15, 15, 40, 3, 1, 1, 1, 1, "relu_residual"),  # residual read with tails; cores
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv_sweep_on_soc_without_datacopypad(dtype):
+    """310P3: each output row (and residual row) of a tile moves as whole 32-byte blocks plus
+    an element-wise tail, so no block reaches into the pixels another core writes; every conv
+    with its epilogue is one NPU kernel whose plan equals the emulator's counters. The float32
+    model adds a Conv + folded BatchNorm + ReLU over 121 pixels (4-byte row tails)."""
+    b = ModelBuilder(dtype, seed=12)
+    for index, case in enumerate(SWEEP_310P):
+        _add_conv(b, case, index)
+    if dtype == "float32":
+        b.output(_conv_bn(b, b.input("xbn", (1, 8, 11, 11)), 8, 12), (1, 12, 11, 11))
     model = b.model()
     lib = tvm_ascend.build(model, target="ascend/310p3")
-    np.testing.assert_allclose(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0],
-                               **CONV_TOL["float32"])
-    groups = lib.report.to_json()["groups"]
-    conv = next(g for g in groups if any(o["op"] == "relax.nn.conv2d" for o in g["ops"]))
-    assert not conv["on_npu"] and "DataCopyPad" in conv["reason"]
+    outs, refs = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
+    assert len(outs) == len(refs) == len(SWEEP_310P) + (dtype == "float32")
+    for index, (out, ref) in enumerate(zip(outs, refs)):
+        np.testing.assert_allclose(out.astype(np.float64), ref, **CONV_TOL[dtype],
+                                   err_msg=f"output {index}")
+    convs = _check_counters(lib)
+    report = lib.report.to_json()
+    assert len(convs) == len(outs) and report["kernels"] == {"ascend": len(outs), "host": 0}
+    assert all(g["tiling"]["params"]["data_copy_pad"] is False for g in convs)
+    assert max(g["tiling"]["cores"] for g in convs) > 1
+    assert all("DataCopyPad" not in src for src in lib.kernel_sources().values())
+    if dtype == "float32":  # the BatchNorm folded into the conv, the ReLU fused after it
+        kinds = [{n.split("_")[0] for n in g["onnx_nodes"]} for g in convs]
+        assert {"conv", "batchnormalization", "relu"} in kinds
 
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")

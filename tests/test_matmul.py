@@ -1,12 +1,16 @@
-"""MatMul groups on the cube with their epilogue: numerics, exact GM bytes and MACs, fallbacks."""
+"""MatMul groups on the cube with their epilogue: numerics, exact GM bytes and MACs, on SoCs
+with DataCopyPad (910B) and without it (310P3)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from tvm import te, topi
 
 import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
+from tvm_ascend.schedules import MatmulSchedule
+from tvm_ascend.soc import get_soc
 
 CASES = [  # (A shape, W shape, dtype, residual)
     ((37, 70), (70, 50), "float32", False),          # tails in M, N and K; one core
@@ -56,16 +60,83 @@ def test_batched_matmul_of_two_activations():
     assert lib.report.to_json()["kernels"] == {"ascend": 1, "host": 0}
 
 
-def test_soc_without_datacopypad_keeps_matmul_on_the_host():
-    b = _mlp((16, 32), (32, 16), "float32", False)
+CASES_310P = {  # dtype: [(A shape, W shape, residual)]; Ascend310P3 has no DataCopyPad
+    "float32": [((2, 100, 64), (64, 93), True)],   # batch, several cores, 20-byte row tails
+    "float16": [((300, 128), (128, 200), False),   # several cores split along N, 16-byte tails
+                ((1, 8, 33), (33, 7), True)],      # rows shorter than one block: all tail
+}
+
+
+def _add_mlp(b, index, a_shape, w_shape, residual):
+    """MatMul -> bias -> ReLU (-> residual Add) on inputs of its own, as one more output."""
+    x = b.input(f"x{index}", a_shape)
+    w = b.const(b.rng.standard_normal(w_shape) * 0.1, "w")
+    bias = b.const(b.rng.standard_normal(w_shape[-1]), "bias")
+    y = b.node("Relu", [b.node("Add", [b.node("MatMul", [x, w]), bias])])
+    out_shape = tuple(a_shape[:-1]) + (w_shape[-1],)
+    if residual:
+        y = b.node("Add", [y, b.input(f"r{index}", out_shape)])
+    b.output(y, out_shape)
+
+
+@pytest.mark.parametrize("dtype", list(CASES_310P))
+def test_matmul_on_soc_without_datacopypad(dtype):
+    """310P3: rows go out (and the residual in) as whole 32-byte blocks plus element-wise
+    tails; every MatMul with its epilogue is one cube kernel, the plan's GM bytes exactly the
+    emulator's counters (tails counted as the scalar unit moves them), no block written into
+    another core's columns (the emulator fails a launch whose blocks' GM writes overlap)."""
+    cases = CASES_310P[dtype]
+    b = ModelBuilder(dtype, seed=3)
+    for index, case in enumerate(cases):
+        _add_mlp(b, index, *case)
     model = b.model()
     lib = tvm_ascend.build(model, target="ascend/310p3")
-    assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], "float32")
-    # FuseOps' MatMul + bias group tiles in no template there: the MatMul stays on the host
-    # with the reason, and its epilogue still runs on the NPU
-    groups = lib.report.to_json()["groups"]
-    matmul = next(g for g in groups if "relax.matmul" in [op["op"] for op in g["ops"]])
-    assert not matmul["on_npu"] and "DataCopyPad" in matmul["reason"]
+    for out, ref in zip(lib.run(b.feeds), run_onnxruntime(model, b.feeds)):
+        assert_close(out, ref, dtype)
+    report = lib.report.to_json()
+    assert report["kernels"] == {"ascend": len(cases), "host": 0}
+    assert all("DataCopyPad" not in src for src in lib.kernel_sources().values())
+    launches = {p["kernel"]: p for p in lib.profile()}
+    c0 = 32 // np.dtype(dtype).itemsize
+    for (a_shape, w_shape, residual), group in zip(cases, report["groups"]):
+        tiling, launch = group["tiling"], launches[group["kernel"]]
+        assert group["on_npu"] and tiling["template"] == "matmul"
+        assert tiling["params"]["data_copy_pad"] is False and launch["soc"] == "Ascend310P3"
+        assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
+        assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
+        assert launch["cube_macs"] == tiling["params"]["cube_macs"]
+        assert launch["peak_ub_bytes"] == tiling["ub_bytes"]
+        assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
+        # every row of the output (and of the residual) has a tail past its whole blocks,
+        # and so has the bias column each core reads
+        rows, tail = int(np.prod(a_shape[:-1])), w_shape[1] % c0
+        assert tiling["params"]["scalar_gather_elems"] == \
+            rows * tail * (2 if residual else 1) + tiling["cores"] * tail
+    assert max(g["tiling"]["cores"] for g in report["groups"]) > 1
+
+
+def _te_matmul_bias_relu(m, k, n, dtype):
+    """The PrimFunc FuseTIR makes of MatMul -> Add(bias) -> Relu, from TE/TOPI."""
+    a, w = te.placeholder((m, k), dtype, "a"), te.placeholder((k, n), dtype, "w")
+    bias = te.placeholder((n,), dtype, "bias")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * w[r, j], axis=r), name="matmul")
+    return te.create_prim_func([a, w, bias, topi.nn.relu(topi.add(c, bias))])
+
+
+def test_matmul_plan_on_310p3_has_no_workspace_round_trip():
+    """Coupled cube and vector cores: the product reaches the UB on chip, so the same group
+    reads and writes fewer GM bytes on 310P3 than on 910B1 (where it goes through GM); the
+    bias column's tail is read element by element on each core."""
+    func = _te_matmul_bias_relu(300, 128, 200, "float16")
+    _, t910 = MatmulSchedule.schedule(func, get_soc("Ascend910B1"))
+    _, t310 = MatmulSchedule.schedule(func, get_soc("Ascend310P3"))
+    out_bytes = 300 * 200 * 2
+    assert t910.gm_write_bytes == 2 * out_bytes and t310.gm_write_bytes == out_bytes
+    assert t910.gm_read_bytes - t310.gm_read_bytes == out_bytes
+    assert 1 < t310.cores <= 8 and t310.params["data_copy_pad"] is False
+    assert t310.params["scalar_gather_elems"] == 300 * (200 % 16) + t310.cores * (200 % 16)
+    assert t910.params["scalar_gather_elems"] == 0 and t910.params["data_copy_pad"] is True
 
 
 def test_four_dimensional_batched_matmul_with_mask_epilogue():

@@ -62,11 +62,11 @@ def _linear_norm(a_shape, n, dtype, norm, residual=True, seed=7):
     return b
 
 
-def _check_one_kernel(b, dtype, config=None):
-    """Build (default config unless given): one NPU kernel of the matmul-rows kind whose plan
-    figures are the emulator's, and the same numbers as onnxruntime."""
+def _check_one_kernel(b, dtype, config=None, target="ascend"):
+    """Build (default config and SoC unless given): one NPU kernel of the matmul-rows kind
+    whose plan figures are the emulator's, and the same numbers as onnxruntime."""
     model = b.model()
-    lib = tvm_ascend.build(model, config=config)
+    lib = tvm_ascend.build(model, target=target, config=config)
     report = lib.fusion_report()
     assert report["kernels"] == {"ascend": 1, "host": 0}, report["unfused_edges"]
     (group,) = report["groups"]
@@ -95,6 +95,45 @@ CASES = [  # (A shape, N, dtype, norm): shapes where the timing model estimates 
 @pytest.mark.parametrize("a_shape,n,dtype,norm", CASES)
 def test_matmul_with_row_epilogue_is_one_kernel(a_shape, n, dtype, norm):
     _check_one_kernel(_linear_norm(a_shape, n, dtype, norm), dtype)
+
+
+@pytest.mark.parametrize("a_shape,n,dtype,norm", [
+    ((37, 48), 100, "float32", "op"),       # 100 % 8: 16-byte tails of the output and residual
+    pytest.param((3, 11, 40), 100, "float16", "rms",  # 8-byte tails; batch folded into M
+                 marks=pytest.mark.slow),
+])
+def test_matmul_with_row_epilogue_on_soc_without_datacopypad(a_shape, n, dtype, norm):
+    """310P3 (no DataCopyPad, coupled cores): the row tails move element by element, counted
+    exactly; several cores write neighbouring rows without overlap (the emulator checks)."""
+    b = _linear_norm(a_shape, n, dtype, norm)
+    lib, tiling = _check_one_kernel(b, dtype, target="ascend/310p3")
+    lib.run(b.feeds)
+    (launch,) = lib.profile()  # the check above took the first launch's
+    assert launch["soc"] == "Ascend310P3" and tiling["cores"] > 1
+    assert tiling["params"]["data_copy_pad"] is False
+    assert all("DataCopyPad" not in src for src in lib.kernel_sources().values())
+    c0 = 32 // np.dtype(dtype).itemsize
+    rows = int(np.prod(a_shape[:-1]))
+    # output and residual rows, and the resident gamma/beta/bias columns on every core
+    columns = {"op": 3, "rms": 2}[norm]
+    assert tiling["params"]["scalar_gather_elems"] == \
+        2 * rows * (n % c0) + columns * tiling["cores"] * (n % c0)
+
+
+def test_plan_of_rows_on_310p3_uses_its_larger_l0c_and_ub():
+    """310P3's 256 KB L0C and UB hold more rows of 768 than 910B1's 128 KB / 192 KB, and no
+    product goes through the GM workspace (coupled cores)."""
+    func = _te_func(128, 768, 768, residual=True)
+    soc310 = get_soc("Ascend310P3")
+    _, t310 = MatmulRowsSchedule.schedule(func, soc310)
+    _, t910 = MatmulRowsSchedule.schedule(func, SOC)
+    p = t310.params
+    assert p["max_base_m"] > t910.params["max_base_m"] == 16
+    assert p["max_base_m"] * p["base_n"] * 4 <= soc310.l0c_bytes
+    assert t310.ub_bytes <= soc310.ub_bytes - UB_RESERVED_BYTES
+    out_bytes = 128 * 768 * 4
+    assert t910.gm_write_bytes == 2 * out_bytes and t310.gm_write_bytes == out_bytes
+    assert p["data_copy_pad"] is False and p["scalar_gather_elems"] == 0  # 768 % 8 == 0
 
 
 def test_matmul_softmax_over_n_is_one_kernel():

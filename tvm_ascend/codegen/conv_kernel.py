@@ -5,7 +5,17 @@ Each core takes a contiguous range of ``baseM x baseN`` output tiles (image, gro
 pixel tile). For every K chunk the tile's img2col rows are gathered into ``colBuf`` and given
 to the Matmul object as its UB operand B; the product comes back into the UB (rows padded to 32
 bytes) and chunks after the first are added on the vector unit. The epilogue runs row by row
-(one output channel per row) before one DataCopyPad to GM. MIX mode (cube + vector).
+(one output channel per row) before one write to GM. Streamed epilogue operands and the output
+tile move with ``CopyTileIn`` / ``CopyTileOut`` (``templates.py``): one multi-burst DataCopyPad
+where the SoC has it, else per row whole 32-byte blocks by DataCopy and the tail element by
+element (310P, 910A: the tiling's ``params["data_copy_pad"]``). MIX mode (cube + vector).
+
+Example
+-------
+>>> printer = ConvKernelPrinter("k0", scheduled_func, tiling)            # doctest: +SKIP
+>>> buf = CodeBuffer(); printer.print(buf)                               # doctest: +SKIP
+>>> "Gather(col" in buf.text()                                          # doctest: +SKIP
+True
 """
 from __future__ import annotations
 
@@ -17,8 +27,9 @@ from ..schedules.tir_walk import expr_dtype
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
 from .kernel_parts import emit_cube_entry, ident
-from .matmul_kernel import CUBE_FIELDS
+from .matmul_kernel import CUBE_FIELDS, data_copy_pad
 from .scalar_printer import ScalarPrinter
+from .templates import tile_copy_helpers
 from .tile_program import TileProgramPrinter
 from .vector_emitters import Operand
 
@@ -47,6 +58,7 @@ class ConvKernelPrinter:
         self.x_name = self.names[self.shape.x_name]
         self.w_name = self.names[self.shape.w_name]
         self.out_name = self.names[self.params[-1].name]
+        self.data_copy_pad = data_copy_pad(symbol, self.p)
 
     def _inputs(self, kind):
         if self.program is None:
@@ -56,6 +68,8 @@ class ConvKernelPrinter:
     # ---- printing ---------------------------------------------------------------------------
     def print(self, buf: CodeBuffer) -> None:
         with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
+            buf.lines(tile_copy_helpers(self.data_copy_pad))
+            buf.line()
             self.emit_types(buf)
             self.emit_class(buf)
         self.emit_entry(buf)
@@ -182,14 +196,12 @@ class ConvKernelPrinter:
                     buf.line("}")
                 else:
                     buf.line("mm.template GetTensorC<true, true>(acc, 0, true, curM, curN);")
-            buf.line(f"AscendC::DataCopyExtParams rows{{static_cast<uint16_t>(curM), "
-                     f"static_cast<uint32_t>(curN * sizeof({t})), 0, "
-                     f"static_cast<uint32_t>((P - curN) * sizeof({t})), 0}};")
             if self.program is not None:
                 self.emit_epilogue(buf)
             buf.line("outQue.EnQue(acc);")
             buf.line(f"acc = outQue.DeQue<{t}>();")
-            buf.line(f"AscendC::DataCopyPad({self.out_name}Gm[rowOff * P + p0], acc, rows);")
+            buf.line(f"CopyTileOut({self.out_name}Gm[rowOff * P + p0], acc, curM, curN, stride, "
+                     "P);")
             buf.line("outQue.FreeTensor(acc);")
 
     def emit_epilogue(self, buf):
@@ -197,12 +209,7 @@ class ConvKernelPrinter:
         streamed = [self.names[n] for n in self._inputs(RowAccessKind.ROWS)]
         for n in streamed:
             buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
-            buf.line(f"AscendC::DataCopyExtParams {n}Rows{{static_cast<uint16_t>(curM), "
-                     f"static_cast<uint32_t>(curN * sizeof({t})), "
-                     f"static_cast<uint32_t>((P - curN) * sizeof({t})), 0, 0}};")
-            buf.line(f"AscendC::DataCopyPadExtParams<{t}> {n}Pad{{false, 0, 0, "
-                     f"static_cast<{t}>(0)}};")
-            buf.line(f"AscendC::DataCopyPad({n}Tile, {n}Gm[rowOff * P + p0], {n}Rows, {n}Pad);")
+            buf.line(f"CopyTileIn({n}Tile, {n}Gm[rowOff * P + p0], curM, curN, stride, P);")
             buf.line(f"{n}Que.EnQue({n}Tile);")
             buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
         with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):

@@ -3,7 +3,18 @@
 Each core takes a contiguous range of ``singleM x singleN`` output tiles (batch outermost); the
 Matmul object computes a tile as ``baseM x baseN`` pieces (Iterate), each fetched into the UB
 with GetTensorC (rows padded to 32 bytes), where the epilogue runs row by row before one
-DataCopyPad to GM. A kernel and its host launcher use MIX mode (cube + vector).
+write to GM. Tiles of GM tensors (the epilogue's row operands, the output) move with the
+``CopyTileIn`` / ``CopyTileOut`` helpers of ``templates.py``: one multi-burst DataCopyPad where
+the SoC has it (910B, 310B), else per row the whole 32-byte blocks by DataCopy and the tail
+element by element (310P, 910A; the tiling's ``params["data_copy_pad"]`` says which). A kernel
+and its host launcher use MIX mode (cube + vector).
+
+Example
+-------
+>>> printer = MatmulKernelPrinter("k0", scheduled_func, tiling)         # doctest: +SKIP
+>>> buf = CodeBuffer(); printer.print(buf)                              # doctest: +SKIP
+>>> "CopyTileOut(" in buf.text()                                        # doctest: +SKIP
+True
 """
 from __future__ import annotations
 
@@ -16,12 +27,22 @@ from .code_buffer import CodeBuffer
 from .kernel_parts import emit_cube_entry, emit_resident_columns, ident
 from .cpp_types import cpp_type
 from .scalar_printer import ScalarPrinter
+from .templates import tile_copy_helpers
 from .tile_program import TileProgramPrinter
 from .vector_emitters import Operand
 
 CUBE_FIELDS = ("usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN", "singleCoreK",
                "baseM", "baseN", "baseK", "depthA1", "depthB1", "stepM", "stepN", "stepKa",
                "stepKb", "isBias", "iterateOrder", "dbL0A", "dbL0B", "dbL0C")
+
+
+def data_copy_pad(symbol: str, params: dict) -> bool:
+    """Whether the kernel's SoC has DataCopyPad, as its tiling planned it (the printer never
+    looks at the SoC itself)."""
+    if "data_copy_pad" not in params:
+        raise CodegenError(f"{symbol}: the tiling has no params['data_copy_pad'] (planned by an "
+                           "older tvm-ascend); schedule the group again")
+    return bool(params["data_copy_pad"])
 
 
 class MatmulKernelPrinter:
@@ -45,6 +66,7 @@ class MatmulKernelPrinter:
         self.ctype = cpp_type(self.shape.dtype)
         self.a_name, self.b_name = self.names[self.params[0].name], self.names[self.params[1].name]
         self.out_name = self.names[self.params[-1].name]
+        self.data_copy_pad = data_copy_pad(symbol, self.p)
 
     def _inputs(self, *kinds):
         if self.program is None:
@@ -54,6 +76,8 @@ class MatmulKernelPrinter:
     # ---- printing ---------------------------------------------------------------------------
     def print(self, buf: CodeBuffer) -> None:
         with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
+            buf.lines(tile_copy_helpers(self.data_copy_pad))
+            buf.line()
             self.emit_types(buf)
             self.emit_class(buf)
         self.emit_entry(buf)
@@ -160,15 +184,12 @@ class MatmulKernelPrinter:
             buf.line("uint32_t colOff = nOff + nIdx * tiling.cube.baseN;")
             buf.line(f"AscendC::LocalTensor<{t}> cTile = outQue.AllocTensor<{t}>();")
             buf.line("mm.template GetTensorC<true, true>(cTile, 0, true, curM, curN);")
-            buf.line(f"AscendC::DataCopyExtParams rows{{static_cast<uint16_t>(curM), "
-                     f"static_cast<uint32_t>(curN * sizeof({t})), 0, "
-                     f"static_cast<uint32_t>((tiling.cube.N - curN) * sizeof({t})), 0}};")
             if self.program is not None:
                 self.emit_epilogue(buf)
             buf.line("outQue.EnQue(cTile);")
             buf.line(f"cTile = outQue.DeQue<{t}>();")
-            buf.line(f"AscendC::DataCopyPad({self.out_name}Gm[rowOff * tiling.cube.N + colOff], "
-                     "cTile, rows);")
+            buf.line(f"CopyTileOut({self.out_name}Gm[rowOff * tiling.cube.N + colOff], cTile, "
+                     "curM, curN, stride, tiling.cube.N);")
             buf.line("outQue.FreeTensor(cTile);")
 
     def emit_epilogue(self, buf):
@@ -176,13 +197,8 @@ class MatmulKernelPrinter:
         for name in self._inputs(RowAccessKind.ROWS):
             n = self.names[name]
             buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
-            buf.line(f"AscendC::DataCopyExtParams {n}Rows{{static_cast<uint16_t>(curM), "
-                     f"static_cast<uint32_t>(curN * sizeof({t})), "
-                     f"static_cast<uint32_t>((tiling.cube.N - curN) * sizeof({t})), 0, 0}};")
-            buf.line(f"AscendC::DataCopyPadExtParams<{t}> {n}Pad{{false, 0, 0, "
-                     f"static_cast<{t}>(0)}};")
-            buf.line(f"AscendC::DataCopyPad({n}Tile, {n}Gm[rowOff * tiling.cube.N + colOff], "
-                     f"{n}Rows, {n}Pad);")
+            buf.line(f"CopyTileIn({n}Tile, {n}Gm[rowOff * tiling.cube.N + colOff], curM, curN, "
+                     "stride, tiling.cube.N);")
             buf.line(f"{n}Que.EnQue({n}Tile);")
             buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
         for name in self._inputs(RowAccessKind.ROW_SLICE):  # a broadcast mask: a slice per row

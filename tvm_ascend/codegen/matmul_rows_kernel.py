@@ -5,7 +5,8 @@ base tile of C is ``baseM`` rows by all N columns, fetched into the UB with GetT
 epilogue differs: instead of one elementwise step per row it runs the row program of
 ``schedules/row_reduce.py`` on each row of the tile: reductions (ReduceSum/Max/Min, read back
 on the scalar unit), row values as scalars, full-row steps as vector instructions, the last
-written over C's row in place before the tile's single DataCopyPad to GM.
+written over C's row in place before the tile's single write to GM (``CopyTileOut``: one
+DataCopyPad, or on SoCs without it whole blocks per row and the tails element by element).
 
 Example
 -------

@@ -101,6 +101,95 @@ __aicore__ inline void CopyRowsOut(const AscendC::GlobalTensor<T>& dst,
 }
 """
 
+# A tile of ``rows`` x ``cols`` elements between a GM matrix whose rows are ``pitch`` elements
+# apart and UB rows ``stride`` elements apart (32-byte aligned): the cube kernels' epilogue
+# operands and output tiles. Printed inside a kernel's namespace, the flavour chosen by the
+# tiling's ``data_copy_pad``. With DataCopyPad: one multi-burst copy, the GM gap between bursts.
+TILE_COPY_HELPERS_PAD = """\
+template <typename T>
+__aicore__ inline void CopyTileIn(const AscendC::LocalTensor<T>& dst,
+                                  const AscendC::GlobalTensor<T>& src, uint32_t rows,
+                                  uint32_t cols, uint32_t stride, uint64_t pitch) {
+  uint32_t burst = (cols * sizeof(T) + 31) / 32 * 32;
+  AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows),
+                                    static_cast<uint32_t>(cols * sizeof(T)),
+                                    static_cast<uint32_t>((pitch - cols) * sizeof(T)),
+                                    static_cast<uint32_t>((stride * sizeof(T) - burst) / 32), 0};
+  AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, static_cast<T>(0)};
+  AscendC::DataCopyPad(dst, src, params, pad);
+}
+
+template <typename T>
+__aicore__ inline void CopyTileOut(const AscendC::GlobalTensor<T>& dst,
+                                   const AscendC::LocalTensor<T>& src, uint32_t rows,
+                                   uint32_t cols, uint32_t stride, uint64_t pitch) {
+  uint32_t burst = (cols * sizeof(T) + 31) / 32 * 32;
+  AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows),
+                                    static_cast<uint32_t>(cols * sizeof(T)),
+                                    static_cast<uint32_t>((stride * sizeof(T) - burst) / 32),
+                                    static_cast<uint32_t>((pitch - cols) * sizeof(T)), 0};
+  AscendC::DataCopyPad(dst, src, params);
+}
+"""
+
+# The same without DataCopyPad (310P, 910A): per row one DataCopy of the whole 32-byte blocks,
+# then the tail element by element on the scalar unit. A block copy to GM never reaches past
+# the row's own columns: the elements after them may belong to another core's tile. The scalar
+# unit and the vector unit hand the tails over with flags (destinations by value: SetValue is
+# not const).
+TILE_COPY_HELPERS_LOOP = """\
+template <typename T>
+__aicore__ inline void CopyTileIn(AscendC::LocalTensor<T> dst,
+                                  const AscendC::GlobalTensor<T>& src, uint32_t rows,
+                                  uint32_t cols, uint32_t stride, uint64_t pitch) {
+  uint32_t aligned = cols / (32 / sizeof(T)) * (32 / sizeof(T));
+  for (uint32_t r = 0; aligned > 0 && r < rows; ++r) {
+    AscendC::DataCopy(dst[r * stride], src[r * pitch], aligned);
+  }
+  if (aligned == cols) return;
+  for (uint32_t r = 0; r < rows; ++r) {
+    for (uint32_t k = aligned; k < cols; ++k) {
+      dst.SetValue(r * stride + k, src.GetValue(r * pitch + k));
+    }
+  }
+  // vector instructions read the tails next
+  AscendC::SetFlag<AscendC::HardEvent::S_V>(0);
+  AscendC::WaitFlag<AscendC::HardEvent::S_V>(0);
+}
+
+template <typename T>
+__aicore__ inline void CopyTileOut(AscendC::GlobalTensor<T> dst,
+                                   const AscendC::LocalTensor<T>& src, uint32_t rows,
+                                   uint32_t cols, uint32_t stride, uint64_t pitch) {
+  uint32_t aligned = cols / (32 / sizeof(T)) * (32 / sizeof(T));
+  for (uint32_t r = 0; aligned > 0 && r < rows; ++r) {
+    AscendC::DataCopy(dst[r * pitch], src[r * stride], aligned);
+  }
+  if (aligned == cols) return;
+  // the scalar unit reads the tails the vector unit wrote
+  AscendC::SetFlag<AscendC::HardEvent::V_S>(0);
+  AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);
+  for (uint32_t r = 0; r < rows; ++r) {
+    for (uint32_t k = aligned; k < cols; ++k) {
+      dst.SetValue(r * pitch + k, src.GetValue(r * stride + k));
+    }
+  }
+}
+"""
+
+
+def tile_copy_helpers(data_copy_pad: bool) -> str:
+    """The ``CopyTileIn`` / ``CopyTileOut`` helpers of a cube kernel for a SoC with or without
+    DataCopyPad (the tiling's ``params["data_copy_pad"]``).
+
+    Example
+    -------
+    >>> "DataCopyPad" in tile_copy_helpers(False)
+    False
+    """
+    return TILE_COPY_HELPERS_PAD if data_copy_pad else TILE_COPY_HELPERS_LOOP
+
+
 # Host side of the CPU-emulated build: CANN's CPU twin-debug entry points (GmAlloc, ICPU_RUN_KF)
 # behind tvm-ffi exported functions, plus the profile and the embedded metadata.
 # The launchers' argument check, shared by the emulator and the ACL host runtimes.
