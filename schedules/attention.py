@@ -16,6 +16,14 @@ the vector unit rescales and accumulates the output rows, divides by the running
 writes them. The seq x seq scores never go to GM as a tensor. On split 2201 chips (910B) the
 cube (AIC) and vector (AIV) exchange tiles through the GM workspace (L2), as CANN's fused
 attention kernels do; the plan counts those bytes apart (``workspace_*_bytes`` in the params).
+On coupled chips (310P) the tiles stay on chip, and without DataCopyPad the mask and output
+rows move as whole 32-byte blocks plus scalar tails (``params["data_copy_pad"]``).
+
+K and V are read once per query block (``seq_q / base_q`` times in all): the FlashAttention
+I/O bound, Theta(S^2 d^2 / M) for on-chip memory M. Keeping a head's K and V resident in L1
+across query blocks needs an AIC-side program that owns L1 beside the AIV's (CANN's fused
+attention kernels are written that way); the Matmul API this kernel uses reloads its operands
+per call, and the emulator models no cross-core programs, so that is not done here.
 """
 from __future__ import annotations
 
@@ -354,9 +362,6 @@ class AttentionSchedule:
         decision = AttentionSchedule.applies(func)
         if not decision:
             raise TilingError(f"attention template does not apply: {decision.reason}")
-        if not soc.has_data_copy_pad:
-            raise TilingError(f"the attention kernel writes rows with DataCopyPad, which "
-                              f"{soc.name} lacks (the same rule keeps MatMul on the host there)")
         shape = attention_shape(func)
         tiling = plan_attention(shape, soc, knobs or AttentionKnobs())
         sch = tvm.s_tir.Schedule(func)
@@ -445,11 +450,27 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     params = {"batch": shape.batch, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv,
               "head_dim": shape.head_dim, "base_q": base_q, "base_kv": base_kv,
               "base_k_qk": base_k_qk, "d16": d16, "blocks_q": blocks_q,
-              "scale": shape.scale, "mask_coef": shape.mask_coef, **traffic}
+              "scale": shape.scale, "mask_coef": shape.mask_coef,
+              "data_copy_pad": bool(soc.has_data_copy_pad),
+              "scalar_gather_elems": _scalar_tails(shape, soc, base_q, base_kv), **traffic}
     return Tiling("attention", total, used, per_core, 1, per_core, 1, 0, ub, soc.ub_bytes,
                   traffic["tensor_read_bytes"] + traffic["workspace_read_bytes"],
                   traffic["tensor_write_bytes"] + traffic["workspace_write_bytes"],
                   shape.head_dim, params)
+
+
+def _scalar_tails(shape, soc, base_q, base_kv) -> int:
+    """Elements moved on the scalar unit where ``soc`` lacks DataCopyPad: each output row's
+    and each mask block row's part past its whole 32-byte blocks (0 with DataCopyPad)."""
+    if soc.has_data_copy_pad:
+        return 0
+    c0 = 32 // dtype_bytes(shape.dtype)
+    tails = shape.seq_q * (shape.head_dim % c0)
+    if shape.mask is not None:
+        for q in _pieces(shape.seq_q, base_q):
+            rows = 1 if shape.mask.row_stride == 0 else q
+            tails += sum(rows * (kv % c0) for kv in _pieces(shape.seq_kv, base_kv))
+    return shape.batch * tails
 
 
 def _pieces(extent: int, size: int) -> list[int]:

@@ -122,15 +122,13 @@ def test_template_reads_the_head_transposes_as_strides(proj, mask):
     assert tiling.template == "attention" and tiling.total == 2 * 3  # one query block each
 
 
-def test_template_refuses_other_groups_and_soc_without_datacopypad():
+def test_template_refuses_other_groups_and_bad_knobs():
     mb = ModelBuilder("float32")
     x = mb.input("x", [4, 32])
     mb.output(mb.node("Softmax", [x], axis=-1), [4, 32])
     decision = AttentionSchedule.applies(fused_prim_func(mb.model()))
     assert not decision and "matmul" in decision.reason
     func = fused_prim_func(attention_model(seq=16).model())
-    with pytest.raises(tvm_ascend.TilingError, match="DataCopyPad"):
-        AttentionSchedule.schedule(func, get_soc("Ascend310P3"))
     with pytest.raises(tvm_ascend.TilingError, match="multiple of 16"):
         AttentionSchedule.schedule(func, get_soc("Ascend910B1"), AttentionKnobs(base_q=24))
 
@@ -182,6 +180,32 @@ def test_attention_is_one_kernel_matching_onnxruntime(case):
     assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
     assert launch["cube_macs"] == tiling["params"]["cube_macs"]
     assert launch["peak_ub_bytes"] == tiling["ub_bytes"] and launch["warnings"] == []
+
+
+@pytest.mark.parametrize("case", [
+    dict(proj=True, mask="row", dtype="float32", dim=20, seq=37),
+    dict(proj=False, mask="full", dtype="float16", dim=40, seq=50),
+], ids=["proj-row-d20-fp32", "full-d40-fp16"])
+def test_attention_on_a_soc_without_datacopypad(case):
+    """Ascend310P3: coupled cores (no workspace bytes), mask and output rows as whole 32-byte
+    blocks plus scalar tails; head dims and key blocks that are not multiples of 32 bytes."""
+    mb = attention_model(batch=2, heads=2, **case)
+    lib = tvm_ascend.build(mb.model(), target="ascend/310p3",
+                           config=tvm_ascend.CompileConfig(fusion_level="aggressive"))
+    group = _attention_group(lib)
+    assert lib.fusion_report()["kernels"]["host"] == 0
+    (out,) = lib.run(mb.feeds)
+    (ref,) = run_onnxruntime(mb.model(), mb.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
+                               **ATTENTION_TOL[case["dtype"]])
+    params = group["tiling"]["params"]
+    assert not params["data_copy_pad"] and params["scalar_gather_elems"] > 0
+    assert params["workspace_read_bytes"] == params["workspace_write_bytes"] == 0
+    (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
+    assert launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]
+    assert launch["gm_write_bytes"] == group["tiling"]["gm_write_bytes"]
+    assert launch["warnings"] == []
+    assert "DataCopyPad" not in lib.kernel_sources()[group["kernel"]]
 
 
 def _tensor_bytes(batch_heads, seq, dim, base, elem=4):

@@ -16,7 +16,8 @@ from ..schedules.tile_values import buffer_size
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
 from .kernel_parts import emit_cube_entry, ident
-from .matmul_kernel import CUBE_FIELDS
+from .matmul_kernel import CUBE_FIELDS, data_copy_pad
+from .templates import tile_copy_helpers
 
 SYNC = ("AscendC::SetFlag<AscendC::HardEvent::{0}>(0); "
         "AscendC::WaitFlag<AscendC::HardEvent::{0}>(0);")
@@ -44,6 +45,7 @@ class AttentionKernelPrinter:
         self.ctype = cpp_type(self.shape.dtype)
         self.elem = 2 if self.shape.dtype == "float16" else 4
         self.layout = ub_layout(self.shape, self.p["base_q"], self.p["base_kv"])
+        self.data_copy_pad = data_copy_pad(symbol, self.p)
 
     def _n(self, operand) -> str:
         return self.names[operand.param]
@@ -51,6 +53,8 @@ class AttentionKernelPrinter:
     # ---- printing ---------------------------------------------------------------------------
     def print(self, buf: CodeBuffer) -> None:
         with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
+            buf.lines(tile_copy_helpers(self.data_copy_pad))
+            buf.line()
             self.emit_types(buf)
             self.emit_class(buf)
         self.emit_entry(buf)
@@ -144,20 +148,19 @@ class AttentionKernelPrinter:
             with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
                 buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], "
                          "1.0f / rowSum.GetValue(r), HEAD_DIM);")
-            src = "acc"
+            src, src_pitch = "acc", "PITCH_D"
             if self.elem == 2:
                 out_pitch = -(-s.head_dim // 16) * 16
+                src_pitch = str(out_pitch)
                 buf.line(f"AscendC::LocalTensor<{t}> outT = outBuf.Get<{t}>();")
                 with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
                     buf.line(f"AscendC::Cast(outT[r * {out_pitch}], acc[r * PITCH_D], "
                              "AscendC::RoundMode::CAST_ROUND, HEAD_DIM);")
                 src = "outT"
             _sync(buf, "V_MTE3", "output rows complete before they leave")
-            buf.line(f"AscendC::DataCopyExtParams rows{{static_cast<uint16_t>(curQ), "
-                     f"HEAD_DIM * sizeof({t}), 0, {(s.out.row_stride - s.head_dim) * self.elem}"
-                     f", 0}};")
-            buf.line(f"AscendC::DataCopyPad({self._n(s.out)}Gm[outBase + "
-                     f"static_cast<uint64_t>(qOff) * {s.out.row_stride}], {src}, rows);")
+            buf.line(f"CopyTileOut({self._n(s.out)}Gm[outBase + static_cast<uint64_t>(qOff) * "
+                     f"{s.out.row_stride}], {src}, curQ, HEAD_DIM, {src_pitch}, "
+                     f"{s.out.row_stride});")
             _sync(buf, "MTE3_V", "the next item overwrites the rows")
 
     def emit_key_block(self, buf):
@@ -239,12 +242,8 @@ class AttentionKernelPrinter:
         buf.line("uint32_t maskPitch = (curKv + C0 - 1) / C0 * C0;")
         at = "maskBase + kvOff" + (f" + static_cast<uint64_t>(qOff) * {m.row_stride}"
                                     if full else "")
-        gap = f"static_cast<uint32_t>(({m.row_stride} - curKv) * sizeof({t}))" if full else "0"
-        buf.line(f"AscendC::DataCopyExtParams maskRows{{static_cast<uint16_t>({rows}), "
-                 f"static_cast<uint32_t>(curKv * sizeof({t})), {gap}, 0, 0}};")
-        buf.line(f"AscendC::DataCopyPadExtParams<{t}> maskPad{{false, 0, 0, "
-                 f"static_cast<{t}>(0)}};")
-        buf.line(f"AscendC::DataCopyPad(maskT, {self._n(m)}Gm[{at}], maskRows, maskPad);")
+        buf.line(f"CopyTileIn(maskT, {self._n(m)}Gm[{at}], {rows}, curKv, maskPitch, "
+                 f"{m.row_stride if full else 'curKv'});")
         _sync(buf, "MTE2_V", "the mask block is in the UB")
         source = "maskT"
         if self.elem == 2:
