@@ -208,21 +208,9 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     base_m = min(knobs.base_m or (128 if elem == 2 else 64), round_up(shape.m, FRACTAL))
     base_n = min(knobs.base_n or (128 if elem == 2 else 64), round_up(shape.n, FRACTAL))
     base_k = min(64, round_up(shape.k, c0))
-    # singleM x singleN tiles per batch: halve the larger side until every core has work
-    single_m, single_n = round_up(shape.m, FRACTAL), round_up(shape.n, FRACTAL)
     cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
-
-    def tiles(sm, sn):
-        return shape.batch * ceil_div(shape.m, sm) * ceil_div(shape.n, sn)
-
-    while tiles(single_m, single_n) < cores:
-        if single_m >= single_n and single_m > base_m:
-            single_m = round_up(ceil_div(single_m, 2), base_m)
-        elif single_n > base_n:
-            single_n = round_up(ceil_div(single_n, 2), base_n)
-        else:
-            break
-    total = tiles(single_m, single_n)
+    single_m, single_n = _balanced_singles(shape, base_m, base_n, cores)
+    total = shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n)
     per_core = ceil_div(total, min(cores, total))
     used = ceil_div(total, per_core)
     align_n = round_up(base_n * elem, 32) // elem
@@ -249,6 +237,37 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     return Tiling("matmul", total, used, per_core, 1, per_core, 1,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
                   shape.n, params)
+
+
+def _balanced_singles(shape, base_m, base_n, cores) -> tuple[int, int]:
+    """(singleM, singleN): the per-core tile that gives the busiest core the least work.
+
+    The cores take contiguous ranges of ``ceil(tiles / cores)`` tiles, so the busiest core
+    computes that many ``singleM x singleN`` tiles; the GM traffic does not depend on the
+    choice (every ``baseM x baseN`` tile reads its rows of A and columns of B once whatever
+    single tile holds it). Among equal loads the larger tile wins: fewer tiles, less set-up per
+    tile. (Halving the larger side until every core had a tile left cores idle: 128 x 2304 in
+    36 tiles on 24 cores runs two tiles per core on 18 cores, 72 tiles of 64 x 64 three
+    smaller ones on all 24, a quarter less work on the busiest.)"""
+    def choices(extent, base):
+        # one single size per distinct tile count: the smallest multiple of base giving it
+        found = {}
+        for count in range(1, ceil_div(extent, base) + 1):
+            size = round_up(ceil_div(extent, count), base)
+            found.setdefault(ceil_div(extent, size), size)
+        return sorted(set(found.values()))
+
+    best = None
+    for sm in choices(shape.m, base_m):
+        for sn in choices(shape.n, base_n):
+            total = shape.batch * ceil_div(shape.m, sm) * ceil_div(shape.n, sn)
+            per_core = ceil_div(total, min(cores, total))
+            work = per_core * min(sm, round_up(shape.m, FRACTAL)) * \
+                min(sn, round_up(shape.n, FRACTAL))
+            key = (work, total)
+            if best is None or key < best[0]:
+                best = (key, sm, sn)
+    return best[1], best[2]
 
 
 def _base_tiles(shape, base_m, base_n, single_m, single_n) -> list[tuple[int, int]]:
