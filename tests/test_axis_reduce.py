@@ -132,21 +132,24 @@ def test_reduce_ops_over_other_axes_and_fused_chains_fp32():
         assert line in source
 
 
-def test_reduce_ops_over_other_axes_fp16_and_what_stays_on_the_host():
-    """fp16 kernels; reductions over non-adjacent axes and a Softmax over another axis stay on
-    the host (correct, with a reason)."""
+def test_reduce_ops_over_other_axes_fp16_and_the_prepare_rewrites():
+    """fp16 kernels; a reduction over non-adjacent axes and a Softmax over another axis reach
+    the NPU through the prepare rewrites (a transpose moves the axes last: row kernels), with
+    a report record each."""
     b = ModelBuilder("float16", seed=51)
     for k, (op, shape, axes, keep) in enumerate(CASES_FP32[:4]):
         _add_reduction(b, op, shape, axes, keep, f"c{k}")
     _add_reduction(b, "ReduceSum", (4, 5, 6), [0, 2], 0, "split")
     y = b.input("y", (3, 8, 5))
     b.output(b.node("Softmax", [y], axis=1), (3, 8, 5))
-    _, report = _build_and_check(b, host_groups=2)
-    assert report["npu_kernels"] == 4
+    _, report = _build_and_check(b, templates=("axis_reduce", "row_reduce", "data_movement"))
+    axis_groups = [g for g in report["groups"]
+                   if g["on_npu"] and g["tiling"]["template"] == "axis_reduce"]
+    assert len(axis_groups) == 4
     # fp16 rows are 16 elements per 32 bytes
-    assert {g["tiling"]["params"]["align"] for g in report["groups"] if g["on_npu"]} == {16}
-    reasons = " ".join(op["why"] for op in report["host_ops"])
-    assert "adjacent axes before it" in reasons and "softmax" in reasons
+    assert {g["tiling"]["params"]["align"] for g in axis_groups} == {16}
+    applied = {r["rewrite"] for r in report["prepare_rewrites"] if r["applied"]}
+    assert applied == {"ReductionAxesToRows", "SoftmaxAxisToLast"}
 
 
 def test_ascend310p3_without_datacopypad():

@@ -9,4 +9,6 @@ TILING = "ascend.tiling"           # the Tiling JSON the printer obeys (schedule
 MODEL_OP = "ascend.model_op"       # on a copied PrimFunc: the binding it was copied for
 HORIZONTAL = "ascend.horizontal"   # on main: binding vars made by merging parallel ops (prepare)
 ONNX_INPUTS = "ascend.onnx_inputs"  # on main: the ONNX graph input names, in parameter order
-FOLDED_BATCH_NORM = "ascend.folded_batch_norm"  # on main: convs that took a BatchNorm in (prepare)
+FOLDED_BATCH_NORM = "ascend.folded_batch_norm"  # on main: convs that took a BatchNorm in, and
+# the Multiplies standalone BatchNorms were lowered to (prepare)
+PREPARE_REWRITES = "ascend.prepare_rewrites"  # on main: JSON records of prepare rewrites (prepare)

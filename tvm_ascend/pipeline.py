@@ -29,7 +29,8 @@ from .dumps import Dumper
 from .partition.report import fusion_report
 from .precision import apply_precision_mode
 from .horizontal_fusion import merge_parallel_elementwise
-from .prepare_passes import merge_parallel_matmuls, prepare_cnn
+from .prepare_passes import merge_parallel_matmuls
+from .prepare_stage import prepare_graph
 from .runtime import AscendModule
 from .runtime.build_cache import build_key, lookup
 from .runtime.toolchain import default_cache_dir
@@ -43,7 +44,7 @@ def prepare(mod: tvm.IRModule, params=None, fold_batchnorm: bool = True) -> tvm.
     """Bind weights, fold constants (and BatchNorm into Conv weights) before grouping."""
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
-    return prepare_cnn(relax.transform.FoldConstant()(mod), fold_batchnorm)
+    return prepare_graph(relax.transform.FoldConstant()(mod), fold_batchnorm)
 
 
 def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None):

@@ -6,111 +6,50 @@ bias Add) is folded into the conv at compile time: ``W' = W * s`` per output cha
 ``conv2d(x, W') + b'``, one kernel with its bias in the epilogue. Only constant weights and
 statistics fold; anything else is left as it is.
 
-``global_pool_to_rows``: a mean over the two spatial axes (what GlobalAveragePool imports as)
-becomes reshape -> mean over the last axis -> reshape, which the row-reduce kernel runs.
-
 ``stack_sum_to_adds``: ONNX Sum, imported as broadcast_to + stack + sum(axis 0), becomes Adds.
 
 Example
 -------
 >>> mod = fold_batch_norm(mod)            # doctest: +SKIP
->>> mod = global_pool_to_rows(mod)        # doctest: +SKIP
 """
 from __future__ import annotations
 
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from . import ir_attrs
-
-
-def _call_name(expr) -> str | None:
-    op = getattr(expr, "op", None) if isinstance(expr, relax.Call) else None
-    return getattr(op, "name", None)
-
-
-def _const(expr, values: dict):
-    """The numpy value of ``expr`` (a constant, or a var bound to one), else None."""
-    if isinstance(expr, relax.Var) and expr in values:
-        expr = values[expr]
-    return expr.value.numpy() if isinstance(expr, Constant) else None
-
-
-def _bindings(func):
-    for block in func.body.blocks:
-        yield from block.bindings
-
-
-def _use_counts(func) -> dict:
-    counts: dict = {}
-
-    def visit(expr):
-        if isinstance(expr, relax.Var):
-            counts[expr] = counts.get(expr, 0) + 1
-
-    relax.analysis.post_order_visit(func.body, visit)
-    return counts
-
-
-class _NamedRewrite:
-    """New bindings get unique names and inherit the ONNX node of the binding they replace, so
-    the fusion report still names the model's nodes."""
-
-    def _setup(self, func, stem: str):
-        self.stem, self.count, self.current, self.new_nodes = stem, 0, None, {}
-        attrs = func.attrs
-        self.nodes = dict(attrs[ir_attrs.ONNX_NODES]) if attrs and \
-            ir_attrs.ONNX_NODES in attrs else {}
-        self.taken = {b.var.name for b in _bindings(func)}
-
-    def _emit(self, expr, node_of=None):
-        self.count += 1
-        name = f"{self.stem}{self.count}"
-        while name in self.taken:
-            name += "_"
-        self.taken.add(name)
-        node = self.nodes.get(node_of or self.current)
-        if node is not None:
-            self.new_nodes[name] = str(node)
-        return self.builder_.emit(expr, name)
-
-    def _with_nodes(self, func):
-        if not self.new_nodes:
-            return func
-        return func.with_attr(ir_attrs.ONNX_NODES, {**{str(k): str(v) for k, v in
-                                                      self.nodes.items()}, **self.new_nodes})
+from .relax_rewrite import NamedRewrite, bindings, call_name, const_value, use_counts
 
 
 @mutator
-class _BatchNormFolder(PyExprMutator, _NamedRewrite):
+class _BatchNormFolder(PyExprMutator, NamedRewrite):
     """Rewrites ``batch_norm(conv2d(x, W) [+ b])[0]`` with constant operands."""
 
     def __init__(self, mod, func):
         super().__init__(mod)
         self._setup(func, "bn_folded_conv")
-        self.values = {b.var: b.value for b in _bindings(func)}
-        self.names = {b.value: b.var.name for b in _bindings(func)}
-        self.uses = _use_counts(func)
+        self.values = {b.var: b.value for b in bindings(func)}
+        self.names = {b.value: b.var.name for b in bindings(func)}
+        self.uses = use_counts(func)
         self.folded = 0
         self.folded_vars: list[str] = []  # the convs that took a BatchNorm in, for the report
 
     def _conv_and_bias(self, expr):
         """(conv2d call, bias as [C] numpy or None) that ``expr`` computes, or None."""
         value = self.values.get(expr, expr)
-        if _call_name(value) == "relax.nn.conv2d":
+        if call_name(value) == "relax.nn.conv2d":
             return value, None
-        if _call_name(value) != "relax.add":
+        if call_name(value) != "relax.add":
             return None
         for conv_var, bias_expr in ((value.args[0], value.args[1]),
                                     (value.args[1], value.args[0])):
             conv = self.values.get(conv_var)
-            bias = _const(bias_expr, self.values)
-            if bias_expr in self.values and _call_name(self.values[bias_expr]) == "relax.reshape":
-                bias = _const(self.values[bias_expr].args[0], self.values)
-            if _call_name(conv) == "relax.nn.conv2d" and bias is not None and \
+            bias = const_value(bias_expr, self.values)
+            if bias_expr in self.values and call_name(self.values[bias_expr]) == "relax.reshape":
+                bias = const_value(self.values[bias_expr].args[0], self.values)
+            if call_name(conv) == "relax.nn.conv2d" and bias is not None and \
                     self.uses.get(conv_var, 0) == 1:
                 channels = int(conv.ty.shape.values[1])
                 if bias.size == channels:
@@ -119,15 +58,15 @@ class _BatchNormFolder(PyExprMutator, _NamedRewrite):
 
     def visit_tuple_getitem_(self, op):
         bn = self.values.get(op.tuple_value, op.tuple_value)
-        if op.index != 0 or _call_name(bn) != "relax.nn.batch_norm" or bn.attrs.training \
+        if op.index != 0 or call_name(bn) != "relax.nn.batch_norm" or bn.attrs.training \
                 or int(bn.attrs.axis) != 1:
             return super().visit_tuple_getitem_(op)
         found = self._conv_and_bias(bn.args[0])
-        stats = [_const(a, self.values) for a in bn.args[1:5]]
+        stats = [const_value(a, self.values) for a in bn.args[1:5]]
         if found is None or any(s is None for s in stats):
             return super().visit_tuple_getitem_(op)
         conv, bias = found
-        weight = _const(conv.args[1], self.values)
+        weight = const_value(conv.args[1], self.values)
         if weight is None or str(conv.attrs.kernel_layout) != "OIHW" or \
                 str(conv.attrs.out_layout) != "NCHW":
             return super().visit_tuple_getitem_(op)
@@ -172,52 +111,7 @@ def fold_batch_norm(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 @mutator
-class _GlobalPoolRewriter(PyExprMutator, _NamedRewrite):
-    """mean(x [N, C, H, W], axis=[2, 3], keepdims=True) -> rows of H * W."""
-
-    def __init__(self, mod, func):
-        super().__init__(mod)
-        self._setup(func, "pool_rows")
-
-    def visit_var_binding_(self, binding):
-        self.current = binding.var.name
-        super().visit_var_binding_(binding)
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if _call_name(call) != "relax.mean" or call.attrs.axis is None:
-            return call
-        ty = call.args[0].ty
-        if not isinstance(ty, relax.TensorType) or ty.ndim != 4:
-            return call
-        try:
-            n, c, h, w = (int(d) for d in ty.shape.values)
-        except (TypeError, AttributeError):
-            return call
-        if sorted(int(a) % 4 for a in call.attrs.axis) != [2, 3] or not call.attrs.keepdims:
-            return call
-        rows = self._emit(relax.op.reshape(call.args[0], (n, c, h * w)))
-        mean = self._emit(relax.op.mean(rows, axis=[-1], keepdims=True))
-        return relax.op.reshape(mean, (n, c, 1, 1))
-
-
-def global_pool_to_rows(mod: tvm.IRModule) -> tvm.IRModule:
-    """Rewrite spatial means (GlobalAveragePool) into last-axis means over ``H * W`` rows.
-
-    Example
-    -------
-    >>> rows = global_pool_to_rows(prepared_module)   # doctest: +SKIP
-    """
-    rewriter = _GlobalPoolRewriter(mod, mod["main"])
-    new_func = rewriter.visit_expr(mod["main"])
-    if not rewriter.count:
-        return mod
-    rewriter.builder_.update_func(mod.get_global_var("main"), rewriter._with_nodes(new_func))
-    return rewriter.builder_.get()
-
-
-@mutator
-class _StackSumRewriter(PyExprMutator, _NamedRewrite):
+class _StackSumRewriter(PyExprMutator, NamedRewrite):
     """sum(stack([broadcast_to(a, s), broadcast_to(b, s), ...]), axis=0) -> a + b + ...
 
     The ONNX importer spells a variadic Sum (ResNet's residual joins) that way; as Adds the
@@ -227,18 +121,18 @@ class _StackSumRewriter(PyExprMutator, _NamedRewrite):
     def __init__(self, mod, func):
         super().__init__(mod)
         self._setup(func, "sum_add")
-        self.values = {b.var: b.value for b in _bindings(func)}
+        self.values = {b.var: b.value for b in bindings(func)}
 
     def visit_var_binding_(self, binding):
         self.current = binding.var.name
         super().visit_var_binding_(binding)
 
     def visit_call_(self, call):
-        if _call_name(call) != "relax.sum" or call.attrs.axis is None or \
+        if call_name(call) != "relax.sum" or call.attrs.axis is None or \
                 [int(a) for a in call.attrs.axis] != [0] or call.attrs.keepdims:
             return super().visit_call_(call)
         stacked = self.values.get(call.args[0])
-        if _call_name(stacked) != "relax.stack" or int(stacked.attrs.axis) != 0:
+        if call_name(stacked) != "relax.stack" or int(stacked.attrs.axis) != 0:
             return super().visit_call_(call)
         fields = self.values.get(stacked.args[0], stacked.args[0])
         if not isinstance(fields, relax.Tuple) or len(fields.fields) < 2:
@@ -246,7 +140,7 @@ class _StackSumRewriter(PyExprMutator, _NamedRewrite):
         terms = []
         for field in fields.fields:
             value = self.values.get(field, field)
-            terms.append(value.args[0] if _call_name(value) == "relax.broadcast_to" else field)
+            terms.append(value.args[0] if call_name(value) == "relax.broadcast_to" else field)
         out = self.visit_expr(terms[0])
         for term in terms[1:-1]:
             out = self._emit(relax.op.add(out, self.visit_expr(term)))
@@ -266,16 +160,7 @@ def stack_sum_to_adds(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.DeadCodeElimination(["main"])(rewriter.builder_.get())
 
 
-def prepare_cnn(mod: tvm.IRModule, fold_batchnorm: bool = True) -> tvm.IRModule:
-    """The rewrites above, in the order the prepare stage runs them; BatchNorm folding is a
-    fusion rule (BatchNormFolding), so fusion off keeps each BatchNorm its own kernel."""
-    mod = hoist_matmul_scales(split_as_slices(stack_sum_to_adds(mod)))
-    if fold_batchnorm:
-        mod = fold_batch_norm(mod)
-    return global_pool_to_rows(mod)
-
-
-__all__ = ["fold_batch_norm", "global_pool_to_rows", "stack_sum_to_adds", "prepare_cnn",
+__all__ = ["fold_batch_norm", "stack_sum_to_adds",
            "merge_parallel_matmuls", "split_as_slices", "hoist_matmul_scales"]
 
 
@@ -283,16 +168,16 @@ class _ParallelMatmuls:
     """MatMuls of one input by constant weights (and their constant bias Adds), as found."""
 
     def __init__(self, func):
-        self.values = {b.var: b.value for b in _bindings(func)}
-        self.uses = _use_counts(func)
+        self.values = {b.var: b.value for b in bindings(func)}
+        self.uses = use_counts(func)
         users: dict = {}
-        for binding in _bindings(func):
+        for binding in bindings(func):
             for arg in getattr(binding.value, "args", []):
                 if isinstance(arg, relax.Var):
                     users.setdefault(arg, []).append(binding)
         self.groups = []
         by_input: dict = {}
-        for binding in _bindings(func):
+        for binding in bindings(func):
             member = self._member(binding, users)
             if member is not None:
                 by_input.setdefault(member[0], []).append(member[1:])
@@ -307,17 +192,17 @@ class _ParallelMatmuls:
 
     def _member(self, binding, users):
         value = binding.value
-        if _call_name(value) != "relax.matmul" or not isinstance(value.args[0], relax.Var):
+        if call_name(value) != "relax.matmul" or not isinstance(value.args[0], relax.Var):
             return None
-        weight = _const(value.args[1], self.values)
+        weight = const_value(value.args[1], self.values)
         if weight is None or weight.ndim != 2:
             return None
         add, bias = None, None
         readers = users.get(binding.var, [])
         if len(readers) == 1 and self.uses.get(binding.var) == 1 and \
-                _call_name(readers[0].value) == "relax.add":
+                call_name(readers[0].value) == "relax.add":
             other = [a for a in readers[0].value.args if not a.same_as(binding.var)]
-            found = _const(other[0], self.values) if len(other) == 1 else None
+            found = const_value(other[0], self.values) if len(other) == 1 else None
             if found is not None and found.size == weight.shape[1]:
                 add, bias = readers[0], found.reshape(-1)
         key = (value.args[0], weight.shape[0], str(weight.dtype), str(value.attrs.out_dtype))
@@ -325,7 +210,7 @@ class _ParallelMatmuls:
 
 
 @mutator
-class _HorizontalMerger(PyExprMutator, _NamedRewrite):
+class _HorizontalMerger(PyExprMutator, NamedRewrite):
     """Rewrites each group of parallel MatMuls as one MatMul by the concatenated weights (plus
     one bias Add) and a last-axis slice per original result."""
 
@@ -418,12 +303,12 @@ class _SplitAsSlices(PyExprMutator):
 
     def __init__(self, mod, func):
         super().__init__(mod)
-        self.values = {b.var: b.value for b in _bindings(func)}
+        self.values = {b.var: b.value for b in bindings(func)}
         self.rewritten = 0
 
     def visit_tuple_getitem_(self, op):
         split = self.values.get(op.tuple_value)
-        if _call_name(split) != "relax.split" or not isinstance(split.args[0], relax.Var):
+        if call_name(split) != "relax.split" or not isinstance(split.args[0], relax.Var):
             return super().visit_tuple_getitem_(op)
         source = split.args[0]
         rank = len(source.ty.shape.values)
@@ -449,7 +334,7 @@ def split_as_slices(mod: tvm.IRModule) -> tvm.IRModule:
     >>> mod = split_as_slices(mod)                          # doctest: +SKIP
     """
     func = mod["main"]
-    if not any(_call_name(b.value) == "relax.split" for b in _bindings(func)):
+    if not any(call_name(b.value) == "relax.split" for b in bindings(func)):
         return mod
     rewriter = _SplitAsSlices(mod, func)
     new = rewriter.visit_expr(func)
@@ -459,7 +344,7 @@ def split_as_slices(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 @mutator
-class _MatmulScaleHoister(PyExprMutator, _NamedRewrite):
+class _MatmulScaleHoister(PyExprMutator, NamedRewrite):
     """``matmul(a * c1, b * c2)`` -> ``matmul(a, b) * (c1 * c2)`` for scalar constants: the
     scaled-dot-product export scales Q and K separately; one scale on the scores is what the
     attention kernel applies, and it saves two passes over Q and K."""
@@ -467,8 +352,8 @@ class _MatmulScaleHoister(PyExprMutator, _NamedRewrite):
     def __init__(self, mod, func):
         super().__init__(mod)
         self._setup(func, "hoisted_scale")
-        self.values = {b.var: b.value for b in _bindings(func)}
-        self.uses = _use_counts(func)
+        self.values = {b.var: b.value for b in bindings(func)}
+        self.uses = use_counts(func)
         self.hoisted = 0
 
     def visit_var_binding_(self, binding):
@@ -478,16 +363,16 @@ class _MatmulScaleHoister(PyExprMutator, _NamedRewrite):
     def _scaled(self, expr):
         """(unscaled operand, scale) if ``expr`` is a single-use ``x * scalar constant``."""
         value = self.values.get(expr)
-        if _call_name(value) != "relax.multiply" or self.uses.get(expr, 0) != 1:
+        if call_name(value) != "relax.multiply" or self.uses.get(expr, 0) != 1:
             return expr, None
         for data, scale in ((value.args[0], value.args[1]), (value.args[1], value.args[0])):
-            found = _const(scale, self.values)
+            found = const_value(scale, self.values)
             if found is not None and found.size == 1 and isinstance(data, relax.Var):
                 return data, float(found.reshape(-1)[0])
         return expr, None
 
     def visit_call_(self, call):
-        if _call_name(call) != "relax.matmul":
+        if call_name(call) != "relax.matmul":
             return super().visit_call_(call)
         (a, sa), (b, sb) = self._scaled(call.args[0]), self._scaled(call.args[1])
         if sa is None and sb is None:

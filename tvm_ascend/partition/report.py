@@ -8,6 +8,7 @@ import tempfile
 import tvm
 from tvm import relax
 
+from .. import ir_attrs
 from ..errors import FusionConfigError
 from .rules import RULES
 
@@ -56,9 +57,26 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
         "rules_on": sorted(result.policy.rules),
         "rule_stats": rule_stats(result),
         "horizontal_fusion": result.horizontal,
+        "prepare_rewrites": prepare_rewrites(result.mod, groups),
         "peak_memory_bytes": peak_memory_bytes(result.mod),
         "estimate": model_estimate(groups, config.soc_version),
     }
+
+
+def prepare_rewrites(mod, groups: list) -> list:
+    """The prepare stage's rewrites (Dropout removed, BatchNorm lowered, Softmax axis moved,
+    multi-axis reductions as rows),
+    applied or refused, each with the ids of the groups that now compute its ONNX node and
+    whether every one of them that launches runs on the NPU (a removed node has no group)."""
+    attrs = mod["main"].attrs
+    key = ir_attrs.PREPARE_REWRITES
+    records = [json.loads(str(r)) for r in attrs[key]] if attrs and key in attrs else []
+    for record in records:
+        mine = [g for g in groups if record["node"] in g["nodes"]]
+        launched = [g for g in mine if g["launch"]]  # free host views launch nothing
+        record["groups"] = [g["id"] for g in mine]
+        record["on_npu"] = bool(launched) and all(g["on_npu"] for g in launched)
+    return records
 
 
 def rule_stats(result) -> dict:
@@ -143,6 +161,12 @@ def report_table(report: dict) -> str:
         nodes = ", ".join(group["nodes"]) or ", ".join(op["op"] for op in group["ops"])
         lines.append(f"{group['id']:<5}{where:<7}{group['rule']:<26}"
                      f"{group['gm_bytes_saved']:>10}  {nodes}")
+    rewrites = report.get("prepare_rewrites", [])
+    if rewrites:
+        lines += ["", "prepare rewrites:"]
+        for rw in rewrites:
+            done = "applied" if rw["applied"] else "not applied"
+            lines.append(f"  {rw['rewrite']} {rw['node']} ({done}): {rw['reason']}")
     if report["unfused_edges"]:
         lines += ["", "unfused edges:"]
         for edge in report["unfused_edges"]:
@@ -170,6 +194,10 @@ def write_json_atomic(path: str, payload) -> None:
 def explain_node(report: dict, node: str) -> str:
     """Why ONNX node ``node`` is in its group, and why each edge of that group stayed unfused."""
     group = next((g for g in report["groups"] if node in g["nodes"]), None)
+    rewrites = [r for r in report.get("prepare_rewrites", []) if r["node"] == node]
+    if group is None and rewrites:  # a node the prepare stage removed
+        return "\n".join(f"{node} was rewritten before grouping ({r['rewrite']}): {r['reason']}"
+                         for r in rewrites)
     if group is None:
         known = sorted({n for g in report["groups"] for n in g["nodes"]})
         close = [n for n in known if node.lower() in n.lower()][:5]
@@ -179,6 +207,8 @@ def explain_node(report: dict, node: str) -> str:
     lines = [f"{node} is in group {group['id']} ({group['rule']}), which runs {where}.",
              f"  group nodes: {', '.join(group['nodes'])}",
              f"  why: {group['reason']}"]
+    lines += [f"  prepare: {r['rewrite']} {'applied' if r['applied'] else 'not applied'}: "
+              f"{r['reason']}" for r in rewrites]
     for edge in report["unfused_edges"]:
         if group["id"] in (edge["producer"], edge["consumer"]):
             lines.append(f"  edge {edge['producer']} -> {edge['consumer']} not fused: "

@@ -1,0 +1,307 @@
+"""The prepare-stage rewrites that move host ops onto the NPU (prepare_rewrites.py): Dropout
+removed, a BatchNorm with no Conv before it lowered to a scale and shift, Softmax over a
+non-last axis turned to the last. Each model matches onnxruntime (or numpy), runs where the
+report says, and the report names the rewrite (or why it was not made)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm_ffi
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+import tvm_ascend
+from conftest import TOLERANCES, assert_close, run_onnxruntime
+from onnx_models import ModelBuilder
+from test_conv import CONV_TOL
+from tvm_ascend.partition.report import explain_node
+from tvm_ascend.pipeline import prepare
+from tvm_ascend.prepare_rewrites import prepare_rewrites
+
+
+def _build(builder, tol=None, **config):
+    """Build, run and compare every output with onnxruntime; (lib, report)."""
+    model = builder.model()
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(**config))
+    outs = lib.run(builder.feeds)
+    refs = run_onnxruntime(model, builder.feeds)
+    for out, ref in zip(outs, refs):
+        if ref.dtype == np.bool_:
+            continue  # compared by the test itself (the importer's mask is not bool)
+        if tol is None:
+            assert_close(out, ref, builder.dtype)
+        else:
+            np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64), **tol)
+    return lib, lib.fusion_report()
+
+
+def _records(report, rewrite: str) -> dict:
+    return {r["node"]: r for r in report["prepare_rewrites"] if r["rewrite"] == rewrite}
+
+
+def _groups_of(report, node: str) -> list[dict]:
+    return [g for g in report["groups"] if node in g["nodes"]]
+
+
+def _ops(report) -> set:
+    return {op["op"] for g in report["groups"] for op in g["ops"]}
+
+
+def _stats(b, channels: int) -> list[str]:
+    """BatchNorm scale, bias, mean and variance initializers."""
+    return [b.const(b.rng.uniform(0.5, 1.5, channels), "gamma"),
+            b.const(b.rng.standard_normal(channels) * 0.5, "beta"),
+            b.const(b.rng.standard_normal(channels) * 0.5, "mean"),
+            b.const(b.rng.uniform(0.5, 2.0, channels), "var")]
+
+
+# ---- Dropout ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_dropout_is_removed_and_its_neighbours_share_a_kernel(dtype, tmp_path):
+    b = ModelBuilder(dtype, seed=40)
+    x = b.input("x", (2, 7, 13))
+    relu = b.node("Relu", [x])
+    b.nodes.append(helper.make_node("Dropout", [relu, b.const(np.array(0.3), "ratio")],
+                                    ["dropped"], name="drop"))
+    exp = b.node("Exp", ["dropped"])
+    b.output(exp, (2, 7, 13))
+    lib, report = _build(b, dump_graph=True, dump_path=str(tmp_path))
+    assert report["kernels"] == {"ascend": 1, "host": 0}
+    (group,) = [g for g in report["groups"] if g["launch"]]
+    # the removed node is computed by its producer: its group lists it
+    assert group["on_npu"] and group["nodes"] == [relu, "drop", exp]
+    assert "relax.nn.dropout" not in _ops(report)
+    record = _records(report, "DropoutRemoval")["drop"]
+    assert record["applied"] and record["groups"] == [group["id"]] and record["on_npu"]
+    assert "identity" in record["reason"]
+    assert (tmp_path / "graphs").is_dir()  # the fused-graph dump places the removed node
+    assert "DropoutRemoval" in explain_node(report, "drop")
+    assert "DropoutRemoval drop (applied)" in str(lib.report)
+
+
+def test_dropout_as_model_output_and_on_a_graph_input(tmp_path):
+    """Tanh -> Dropout (output and mask are model outputs); graph input -> Dropout -> Sqrt."""
+    b = ModelBuilder("float32", seed=41)
+    x = b.input("x", (3, 5, 7))
+    tanh = b.node("Tanh", [x])
+    b.nodes.append(helper.make_node("Dropout", [tanh], ["out", "mask"], name="drop"))
+    b.outputs += [helper.make_tensor_value_info("out", TensorProto.FLOAT, (3, 5, 7)),
+                  helper.make_tensor_value_info("mask", TensorProto.BOOL, (3, 5, 7))]
+    b.nodes.append(helper.make_node("Dropout", [b.input("y", (4, 9))], ["y_kept"],
+                                    name="drop_in"))
+    root = b.node("Sqrt", ["y_kept"])
+    b.output(root, (4, 9))
+    lib, report = _build(b, dump_graph=True, dump_path=str(tmp_path))
+    out, mask, _ = lib.run(b.feeds)
+    assert_close(out, np.tanh(b.feeds["x"].astype(np.float64)), "float32")
+    # an inference mask keeps everything (the importer types it like the data, not bool)
+    assert np.array_equal(mask.astype(bool), run_onnxruntime(b.model(), b.feeds)[1])
+    assert mask.all()
+    assert report["kernels"] == {"ascend": 2, "host": 0}
+    # the output var now holds Tanh's result; a Dropout of a graph input goes to its reader
+    assert sorted(g["nodes"] for g in report["groups"] if g["launch"]) == [
+        [root, "drop_in"], [tanh, "drop"]]
+    assert all(r["applied"] and r["on_npu"] for r in _records(report, "DropoutRemoval").values())
+
+
+# ---- BatchNorm --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_standalone_batchnorm_runs_on_the_npu_with_its_relu(dtype):
+    """BN -> ReLU -> Conv (DenseNet's pre-activation), 7 channels: BN and ReLU are one kernel."""
+    b = ModelBuilder(dtype, seed=42)
+    x = b.input("x", (1, 7, 5, 6))
+    bn = b.node("BatchNormalization", [x, *_stats(b, 7)], epsilon=1e-3)
+    relu = b.node("Relu", [bn])
+    w = b.const(b.rng.standard_normal((5, 7, 3, 3)) * 0.2, "w")
+    b.output(b.node("Conv", [relu, w], pads=[1, 1, 1, 1]), (1, 5, 5, 6))
+    _, report = _build(b, CONV_TOL[dtype])
+    assert report["kernels"] == {"ascend": 2, "host": 0}
+    (group,) = _groups_of(report, bn)
+    assert group["on_npu"] and relu in group["nodes"]
+    assert "BatchNormFolding" in group["rules"] and "ElementwiseFusion" in group["rules"]
+    assert "relax.nn.batch_norm" not in _ops(report)
+    record = _records(report, "BatchNormLowering")[bn]
+    assert record["applied"] and record["on_npu"] and record["rule"] == "BatchNormFolding"
+    assert report["rule_stats"]["BatchNormFolding"]["effect_times"] == 1
+
+
+def test_conv_batchnorm_folding_still_wins():
+    """Conv -> BN folds into the weights; the BN after the ReLU has no Conv and is lowered."""
+    b = ModelBuilder("float32", seed=43)
+    x = b.input("x", (1, 6, 7, 7))
+    w = b.const(b.rng.standard_normal((7, 6, 3, 3)) * 0.2, "w")
+    conv = b.node("Conv", [x, w], pads=[1, 1, 1, 1])
+    folded = b.node("BatchNormalization", [conv, *_stats(b, 7)])
+    relu = b.node("Relu", [folded])
+    lowered = b.node("BatchNormalization", [relu, *_stats(b, 7)])
+    b.output(lowered, (1, 7, 7, 7))
+    _, report = _build(b, CONV_TOL["float32"])
+    assert report["kernels"]["host"] == 0
+    (conv_group,) = _groups_of(report, conv)
+    assert folded in conv_group["nodes"]
+    assert {"ConvEpilogueFusion", "BatchNormFolding"} <= set(conv_group["rules"])
+    assert list(_records(report, "BatchNormLowering")) == [lowered]  # not the folded one
+    assert all(g["on_npu"] for g in _groups_of(report, lowered))
+    assert "relax.nn.batch_norm" not in _ops(report)
+
+
+def test_batchnorm_of_float16_data_with_float32_statistics():
+    """The importer casts to float32 around the BN; the scale and shift are float32 too."""
+    b = ModelBuilder("float16", seed=44)
+    x = b.input("x", (2, 9, 3, 5))
+    stats = [b.rng.uniform(0.5, 1.5, 9), b.rng.standard_normal(9), b.rng.standard_normal(9),
+             b.rng.uniform(0.5, 2.0, 9)]
+    names = []
+    for index, value in enumerate(stats):
+        names.append(f"stat{index}")
+        b.inits.append(numpy_helper.from_array(value.astype(np.float32), names[-1]))
+    bn = b.node("BatchNormalization", [x, *names], epsilon=1e-4)
+    b.output(bn, (2, 9, 3, 5))
+    lib, report = _build(b)
+    gamma, beta, mean, var = (s.astype(np.float32).astype(np.float64).reshape(1, 9, 1, 1)
+                              for s in stats)
+    ref = (b.feeds["x"].astype(np.float64) - mean) / np.sqrt(var + 1e-4) * gamma + beta
+    (out,) = lib.run(b.feeds)
+    assert_close(out, ref, "float16")
+    assert report["kernels"]["host"] == 0
+    assert _records(report, "BatchNormLowering")[bn]["on_npu"]
+
+
+def test_batchnorm_over_any_relax_axis():
+    """relax.nn.batch_norm over axis 2 and over the last axis (ONNX imports axis 1 only)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3, 5, 4), "float32"))
+    rng = np.random.default_rng(45)
+    refs = []
+
+    def bn(data, axis, channels):
+        stats = [rng.uniform(0.5, 1.5, channels), rng.standard_normal(channels),
+                 rng.standard_normal(channels), rng.uniform(0.5, 2.0, channels)]
+        refs.append((axis, [s.astype(np.float32).astype(np.float64) for s in stats]))
+        call = relax.op.nn.batch_norm(data, *[relax.const(s.astype(np.float32)) for s in stats],
+                                      axis=axis, epsilon=1e-5, training=False)
+        return bb.emit(relax.TupleGetItem(bb.emit(call), 0))
+
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bn(bn(x, 2, 5), 3, 4)
+            out = bb.emit_output(relax.op.exp(y))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    records = prepare_rewrites(prepare(mod))
+    assert [r["applied"] for r in records] == [True, True]
+    lib = tvm_ascend.build(mod)
+    feed = rng.uniform(0.1, 2.0, (2, 3, 5, 4)).astype(np.float32)
+    ref = feed.astype(np.float64)
+    for axis, stats in refs:
+        gamma, beta, mean, var = (s.reshape((-1,) + (1,) * (3 - axis)) for s in stats)
+        ref = (ref - mean) / np.sqrt(var + 1e-5) * gamma + beta
+    np.testing.assert_allclose(lib.run({"x": feed})[0], np.exp(ref),
+                               **TOLERANCES["float32_model"])
+    report = lib.fusion_report()
+    assert report["kernels"] == {"ascend": 1, "host": 0}
+
+
+def test_batchnorm_stays_whole_when_its_rule_is_off(tmp_path):
+    b = ModelBuilder("float32", seed=46)
+    x = b.input("x", (1, 7, 4, 3))
+    bn = b.node("BatchNormalization", [x, *_stats(b, 7)])
+    b.output(b.node("Relu", [bn]), (1, 7, 4, 3))
+    switch = tmp_path / "fusion_switch.cfg"
+    switch.write_text("BatchNormBnInferFusionPass:off\n")
+    lib, report = _build(b, fusion_switch_file=str(switch))
+    record = _records(report, "BatchNormLowering")[bn]
+    assert not record["applied"] and not record["on_npu"]
+    assert "BatchNormFolding:on" in record["reason"]
+    assert "relax.nn.batch_norm" in _ops(report) and report["kernels"]["host"] == 1
+    assert "BatchNormFolding:on" in explain_node(report, bn)
+
+
+def test_batchnorm_with_statistics_from_graph_inputs_is_not_lowered():
+    b = ModelBuilder("float32", seed=47)
+    x = b.input("x", (1, 5, 3, 3))
+    mean = b.input("mean", (5,))
+    gamma, beta, _, var = _stats(b, 5)
+    bn = b.node("BatchNormalization", [x, gamma, beta, mean, var])
+    b.output(bn, (1, 5, 3, 3))
+    mod = prepare(tvm_ascend.frontend.load_model(b.model()))
+    (record,) = prepare_rewrites(mod)
+    assert record["node"] == bn and not record["applied"]
+    assert "not a constant" in record["reason"]
+
+
+def test_training_mode_batchnorm_is_not_lowered():
+    """relax's batch_norm defaults to training=True: batch statistics, nothing to fold."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3, 4), "float32"))
+    stats = [relax.const(np.full(3, v, "float32")) for v in (1.0, 0.0, 0.0, 1.0)]
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            tup = bb.emit(relax.op.nn.batch_norm(x, *stats, axis=1))
+            out = bb.emit_output(relax.op.exp(bb.emit(relax.TupleGetItem(tup, 0))))
+        bb.emit_func_output(out)
+    (record,) = prepare_rewrites(prepare(bb.get()))
+    assert not record["applied"] and "training-mode" in record["reason"]
+
+
+# ---- Softmax over a non-last axis -------------------------------------------------------------
+
+@pytest.mark.parametrize("op,dtype,shape,axis", [
+    ("Softmax", "float32", (2, 7, 5, 6), 1),
+    ("Softmax", "float16", (2, 7, 5, 6), 1),
+    ("LogSoftmax", "float32", (3, 5, 7, 6), -2),
+])
+def test_softmax_over_a_non_last_axis_runs_on_the_npu(op, dtype, shape, axis):
+    b = ModelBuilder(dtype, seed=48)
+    x = b.input("x", shape)
+    node = b.node(op, [x], axis=axis)
+    b.output(node, shape)
+    lib, report = _build(b)
+    record = _records(report, "SoftmaxAxisToLast")[node]
+    assert record["applied"] and record["on_npu"] and "Transpose" in record["reason"]
+    mine = _groups_of(report, node)
+    assert [g["id"] for g in mine] == record["groups"]
+    # the planner fused the transposes with the softmax or left them apart: every kernel of
+    # the model is one of this node's, all on the NPU
+    assert report["kernels"] == {"ascend": len({g["kernel"] for g in mine}), "host": 0}
+    reducing = [g for g in mine if any("softmax" in o["op"] for o in g["ops"])]
+    assert len(reducing) == 1 and "row_reduce" in reducing[0]["reason"]
+    assert f"SoftmaxAxisToLast {node} (applied)" in str(lib.report)
+
+
+def test_softmax_with_unit_trailing_axes_is_reshaped():
+    b = ModelBuilder("float32", seed=49)
+    x = b.input("x", (3, 7, 1, 1))
+    node = b.node("LogSoftmax", [x], axis=1)
+    b.output(node, (3, 7, 1, 1))
+    _, report = _build(b)
+    record = _records(report, "SoftmaxAxisToLast")[node]
+    assert record["applied"] and record["on_npu"] and "Reshape" in record["reason"]
+    assert report["kernels"] == {"ascend": 1, "host": 0}
+    assert "relax.permute_dims" not in _ops(report)
+
+
+def test_softmax_with_a_dynamic_shape_stays_on_the_host_and_says_why():
+    b = ModelBuilder("float32", seed=50)
+    x = b.input("x", (2, 7, 5, 6))
+    node = b.node("Softmax", [x], axis=1)
+    b.output(node, (2, 7, 5, 6))
+    _, report = _build(b, input_shape="x:-1,7,5,6")
+    record = _records(report, "SoftmaxAxisToLast")[node]
+    assert not record["applied"] and not record["on_npu"]
+    assert "dynamic shape" in record["reason"] and "--input_shape" in record["reason"]
+    assert report["kernels"] == {"ascend": 0, "host": 1}
+
+
+def test_rewrites_leave_a_model_without_those_ops_alone():
+    mod = tvm_ascend.frontend.load_model(_relu_model())
+    assert prepare_rewrites(prepare(mod)) == []
+    assert tvm_ffi.structural_equal(prepare(mod)["main"].body, mod["main"].body)
+
+
+def _relu_model():
+    b = ModelBuilder("float32", seed=51)
+    b.output(b.node("Relu", [b.input("x", (4, 6))]), (4, 6))
+    return b.model()
