@@ -37,11 +37,11 @@ from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
 from .matmul import _product_loads
-from .row_reduce import _reduce_vars, _reducer
 from .tile_values import flat_offset
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
-from .tir_walk import BufferLoad, load_buffer, param_buffers, root_blocks
+from .tir_walk import (BufferLoad, load_buffer, param_buffers, reduce_iter_vars, reducer_of,
+                       root_blocks)
 
 FRACTAL = 16
 SCORE_BYTES = 4  # scores, probabilities' statistics and the output accumulator are float
@@ -112,7 +112,7 @@ class _Resolver:
 
     def __init__(self, blocks, params):
         # by identity: pairwise FuseTIR merges may leave intermediates with equal names
-        self.producers = [(b.body.buffer, b) for b in blocks if not _reduce_vars(b)]
+        self.producers = [(b.body.buffer, b) for b in blocks if not reduce_iter_vars(b)]
         self.params = list(params)
 
     def is_param(self, buffer) -> bool:
@@ -171,7 +171,7 @@ def _linear_map(buffer, indices, axes, bounds) -> OperandMap:
 
 
 def _matmul_operands(block):
-    found = _product_loads(block.body) if len(_reduce_vars(block)) == 1 else None
+    found = _product_loads(block.body) if len(reduce_iter_vars(block)) == 1 else None
     if found is None:
         raise _NotAttention(f"block {block.name_hint} is not a matmul C += A * B")
     return found[1], found[2]
@@ -219,12 +219,12 @@ def attention_shape(func) -> AttentionShape:
     if len(outputs) != 1:
         raise _NotAttention("the attention template prints one output")
     resolver = _Resolver(blocks, func.params)
-    matmuls = [b for b in blocks if len(_reduce_vars(b)) == 1 and _product_loads(b.body)]
+    matmuls = [b for b in blocks if len(reduce_iter_vars(b)) == 1 and _product_loads(b.body)]
     if len(matmuls) != 2:
         raise _NotAttention(f"{len(matmuls)} matmul block(s); attention has two (QK^T and PV)")
     qk, pv = matmuls
-    reduces = [b for b in blocks if _reduce_vars(b) and b not in matmuls]
-    if len(reduces) != 2 or [_reducer(b.body)[0] if _reducer(b.body) else None
+    reduces = [b for b in blocks if reduce_iter_vars(b) and b not in matmuls]
+    if len(reduces) != 2 or [reducer_of(b.body)[0] if reducer_of(b.body) else None
                              for b in reduces] != ["max", "sum"]:
         raise _NotAttention("no softmax (row max then row sum) between the two matmuls")
     max_block, sum_block = reduces
@@ -237,7 +237,7 @@ def attention_shape(func) -> AttentionShape:
     if len(spatial) < 3:
         raise _NotAttention("the score matmul has no batch/head dimension")
     *batch, row, col = spatial
-    red = _reduce_vars(qk)[0]
+    red = reduce_iter_vars(qk)[0]
     bounds = {iv.var: int(iv.dom.extent) for iv in qk.iter_vars}
     a_load, b_load = _matmul_operands(qk)
     q_buf, q_idx = resolver.leaf(a_load, {}, bounds, [])
@@ -250,13 +250,13 @@ def attention_shape(func) -> AttentionShape:
     k = _linear_map(k_buf, k_idx, [iv.var for iv in batch] + [col.var, red.var], bounds)
     # softmax: the max block reduces scale * S + mask over the keys
     max_spatial = [iv for iv in max_block.iter_vars if int(iv.iter_type) == 0]
-    m_red = _reduce_vars(max_block)[0]
+    m_red = reduce_iter_vars(max_block)[0]
     if [int(iv.dom.extent) for iv in max_spatial] + [int(m_red.dom.extent)] != \
             [int(iv.dom.extent) for iv in spatial]:
         raise _NotAttention("the softmax does not run over the keys of the scores")
     m_bounds = {iv.var: int(iv.dom.extent) for iv in max_block.iter_vars}
     terms: dict = {}
-    _score_terms(_reducer(max_block.body)[1], resolver, {}, m_bounds, scores, terms)
+    _score_terms(reducer_of(max_block.body)[1], resolver, {}, m_bounds, scores, terms)
     scale = terms.pop("scores", 0.0)
     if scale <= 0.0:
         raise _NotAttention("the softmax input has no positive multiple of the scores")
@@ -274,7 +274,7 @@ def attention_shape(func) -> AttentionShape:
     p_load, v_load = _matmul_operands(pv)
     pv_spatial = [iv for iv in pv.iter_vars if int(iv.iter_type) == 0]
     pv_bounds = {iv.var: int(iv.dom.extent) for iv in pv.iter_vars}
-    pv_red = _reduce_vars(pv)[0]
+    pv_red = reduce_iter_vars(pv)[0]
     if int(pv_red.dom.extent) != int(col.dom.extent) or \
             [int(iv.dom.extent) for iv in pv_spatial[:-1]] != \
             [int(iv.dom.extent) for iv in spatial[:-1]]:
@@ -307,7 +307,7 @@ def _output_map(blocks, pv, out_buffer, resolver) -> OperandMap:
     if pv.body.buffer.same_as(out_buffer):
         return _linear_map(out_buffer, list(pv.body.indices), axes, bounds)
     last = blocks[-1]
-    if not last.body.buffer.same_as(out_buffer) or _reduce_vars(last):
+    if not last.body.buffer.same_as(out_buffer) or reduce_iter_vars(last):
         raise _NotAttention("the output is not written by a copy of the product")
     # The last block copies: out[f(w)] = O[g(w)] with g a map of the block's vars w. Invert g
     # with TVM's iter-map analysis, so out's offset is an expression of O's indices.

@@ -44,11 +44,12 @@ from tvm.sym.analyzer import Analyzer
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .row_reduce import RowAccessKind, _blocks, _reduce_vars, program_dtypes, row_program
+from .row_program import RowAccessKind, program_dtypes, row_program
 from .tile_values import buffer_size, unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
-from .tir_walk import BufferLoad, Call, load_buffer, param_buffers, root_blocks
+from .tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars,
+                       root_blocks, schedule_blocks)
 
 FRACTAL = 16
 EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR)
@@ -106,7 +107,7 @@ def _at(expr, values: dict) -> int | None:
 
 def _conv_block_index(blocks) -> int | None:
     for index, block in enumerate(blocks):
-        if len(_reduce_vars(block)) == 3:
+        if len(reduce_iter_vars(block)) == 3:
             return index
     return None
 
@@ -174,7 +175,7 @@ def conv_shape(func) -> ConvShape | None:
         return None
     groups = cin // cin_g
     spatial = [iv.var for iv in conv.iter_vars if int(iv.iter_type) == 0]
-    rc, ry, rx = (iv.var for iv in _reduce_vars(conv))
+    rc, ry, rx = (iv.var for iv in reduce_iter_vars(conv))
     nn, ff, yy, xx = spatial
     zero = {v: 0 for v in (nn, ff, yy, xx, rc, ry, rx)}
     hi, wi = pad_load.indices[2], pad_load.indices[3]
@@ -227,7 +228,7 @@ class Conv2dSchedule:
             return Decision.no(f"conv2d in {shape.dtype}; the cube kernel takes float16/float32")
         blocks = root_blocks(func)
         for block in blocks[_conv_block_index(blocks) + 1:]:
-            if _reduce_vars(block):
+            if reduce_iter_vars(block):
                 return Decision.no(f"block {block.name_hint} reduces after the conv2d")
             construct = unsupported_construct(block.body.value)
             if construct:
@@ -256,7 +257,7 @@ class Conv2dSchedule:
             raise TilingError(f"conv2d template does not apply: {decision.reason}")
         shape = conv_shape(func)
         sch = tvm.s_tir.Schedule(func)
-        conv_index = _conv_block_index(_blocks(sch))
+        conv_index = _conv_block_index(schedule_blocks(sch))
         block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
         for block_rv in block_rvs[conv_index + 1:-1]:
             sch.compute_inline(block_rv)
@@ -272,7 +273,7 @@ class Conv2dSchedule:
             except Exception as err:  # noqa: BLE001 - TVM's ScheduleError and arity errors
                 raise TilingError(f"the conv epilogue's output block is not (n, c, y, x) rows "
                                   f"the row program can read ({type(err).__name__})") from err
-        program = epilogue_program(_blocks(sch), func, shape, conv_index)
+        program = epilogue_program(schedule_blocks(sch), func, shape, conv_index)
         tiling = plan(shape, program, soc)
         loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[conv_index])
         sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)

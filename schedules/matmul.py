@@ -31,11 +31,12 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .row_reduce import RowAccessKind, _blocks, _reduce_vars, program_dtypes, row_program
+from .row_program import RowAccessKind, program_dtypes, row_program
 from .tile_values import buffer_size, unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
-from .tir_walk import BufferLoad, load_buffer, param_buffers, root_blocks
+from .tir_walk import (BufferLoad, load_buffer, param_buffers, reduce_iter_vars, root_blocks,
+                       schedule_blocks)
 
 FRACTAL = 16
 
@@ -86,12 +87,12 @@ def matmul_shape(func) -> MatmulShape | None:
     """
     blocks = root_blocks(func)
     first = blocks[0]
-    found = _product_loads(first.body) if len(_reduce_vars(first)) == 1 else None
+    found = _product_loads(first.body) if len(reduce_iter_vars(first)) == 1 else None
     if found is None:
         return None
     _, a_load, b_load = found
     spatial = [iv for iv in first.iter_vars if int(iv.iter_type) == 0]
-    k_var = _reduce_vars(first)[0].var
+    k_var = reduce_iter_vars(first)[0].var
     if len(spatial) < 2:
         return None
     batch_vars = [iv.var for iv in spatial[:-2]]
@@ -112,7 +113,7 @@ def matmul_shape(func) -> MatmulShape | None:
     if {dtype, str(load_buffer(a_load).dtype), str(load_buffer(b_load).dtype)} != {dtype}:
         return None
     return MatmulShape(batch, int(spatial[-2].dom.extent), int(spatial[-1].dom.extent),
-                       int(_reduce_vars(first)[0].dom.extent), a_batched, b_batched, dtype)
+                       int(reduce_iter_vars(first)[0].dom.extent), a_batched, b_batched, dtype)
 
 
 class MatmulSchedule:
@@ -128,7 +129,7 @@ class MatmulSchedule:
         if shape.dtype not in SUPPORTED_DTYPES:
             return Decision.no(f"matmul in {shape.dtype}; the cube kernel takes float16/float32")
         for block in root_blocks(func)[1:]:
-            if _reduce_vars(block):
+            if reduce_iter_vars(block):
                 return Decision.no(f"block {block.name_hint} reduces after the matmul")
             construct = unsupported_construct(block.body.value)
             if construct:
@@ -156,7 +157,7 @@ class MatmulSchedule:
         block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
         for block_rv in block_rvs[1:-1]:
             sch.compute_inline(block_rv)
-        program = epilogue_program(_blocks(sch), func, shape)
+        program = epilogue_program(schedule_blocks(sch), func, shape)
         tiling = _plan(shape, program, soc, knobs or MatmulKnobs())
         loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])
         sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)

@@ -26,6 +26,7 @@ Decision(ok=True, reason='matmul 128x768 @ 768x768 with a row epilogue over N=76
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import tvm
@@ -35,13 +36,14 @@ from tvm_ascend.errors import TilingError
 
 from .matmul import (FRACTAL, MatmulShape, _singles,
                      _traffic, epilogue_program, matmul_shape, scalar_tail_elems)
-from .row_reduce import (RowAccessKind, _blocks, _inline, _is_full, _prod, _reduce_vars, _reducer,
-                         check_program_dtypes, input_dtypes, program_dtypes)
+from .row_program import (RowAccessKind, check_program_dtypes, input_dtypes, is_full_row_block,
+                          program_dtypes)
+from .row_reduce import inline_row_blocks
 from .tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling,
                      UB_RESERVED_BYTES)
-from .tir_walk import param_buffers, root_blocks
+from .tir_walk import param_buffers, reduce_iter_vars, reducer_of, root_blocks, schedule_blocks
 
 # L0A/L0B are double-buffered and L0C single (the values the matmul printer's TCubeTiling
 # carries: dbL0A = dbL0B = 2, dbL0C = 1, depthA1 = depthB1 = 2); L0C accumulates in float32.
@@ -72,19 +74,19 @@ def _row_shape_decision(func, shape: MatmulShape) -> Decision:
         if str(store.buffer.dtype) not in SUPPORTED_DTYPES + ("bool",):
             return Decision.no(f"block {block.name_hint} computes in {store.buffer.dtype}")
         extents = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0]
-        reduce_vars = _reduce_vars(block)
+        reduce_vars = reduce_iter_vars(block)
         if reduce_vars:
-            found = _reducer(store)
+            found = reducer_of(store)
             if len(reduce_vars) != 1 or found is None:
                 return Decision.no(f"block {block.name_hint} is not a sum/max/min over one axis")
-            if int(reduce_vars[0].dom.extent) != cols or _prod(extents) != rows:
+            if int(reduce_vars[0].dom.extent) != cols or math.prod(extents) != rows:
                 return Decision.no(f"block {block.name_hint} reduces {extents} over "
                                    f"{int(reduce_vars[0].dom.extent)}, not each of the {rows} "
                                    f"rows of the product over its N={cols}")
             reductions += 1
             expr = found[1]
         else:
-            if _prod(extents) != rows and not _is_full(extents, rows, cols):
+            if math.prod(extents) != rows and not is_full_row_block(extents, rows, cols):
                 return Decision.no(f"block {block.name_hint} iterates {extents}, not {rows} "
                                    f"rows of {cols}")
             expr = store.value
@@ -132,8 +134,8 @@ class MatmulRowsSchedule:
         sch = tvm.s_tir.Schedule(func)
         # the row template's inlining: row values and single-use full rows join their reader;
         # the product (a reduction over K) stays the first block
-        _inline(sch, shape.batch * shape.m, shape.n)
-        program = epilogue_program(_blocks(sch), func, shape)
+        inline_row_blocks(sch, shape.batch * shape.m, shape.n)
+        program = epilogue_program(schedule_blocks(sch), func, shape)
         _check_program(program, shape, soc)
         tiling = _plan(_folded(shape), program, soc, knobs or MatmulRowsKnobs())
         loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])

@@ -4,8 +4,8 @@ Softmax, LayerNorm/RMSNorm written as op chains, ReduceSum/Mean/Max/Min over the
 block works on rows of ``C`` elements. Row-valued blocks (a mean, ``sqrt(var + eps)``) and full
 blocks with one consumer are inlined; each row is one unit of work: rows are split over the AI
 cores, ``rows_per_tile`` rows share one UB tile (each row padded to 32 bytes), and the remaining
-blocks are computed at the row loop, in order. The row program (``row_program``) is shared with
-the printer so UB sizing and the printed kernel agree.
+blocks are computed at the row loop, in order. The row program (``row_program.py``) is shared
+with the printer so UB sizing and the printed kernel agree; this file plans and schedules it.
 
 A row longer than the UB runs in passes over column chunks (``row_passes``, ``_plan_chunked``):
 each pass streams the row's inputs from GM chunk by chunk, recomputes the full-row steps it needs
@@ -19,22 +19,20 @@ read of the row from GM. Rows that fit keep the one-pass kernel.
 """
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 
 import tvm
-import tvm_ffi
-from tvm import tirx
 
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .tile_values import (FLOAT_DTYPES, VECTOR_DTYPES, Access, AccessKind, buffer_size, expr_key,
-                          flat_offset, make_analyzer, plan_tile_values, unsupported_construct,
-                          uses_var)
+from .row_program import (RowAccessKind, RowProgram, check_program_dtypes, input_dtypes,
+                          is_full_row_block, program_dtypes, row_program)
+from .tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
-from .tir_walk import BufferLoad, expr_dtype, load_buffer, param_buffers
+from .tir_walk import param_buffers, reduce_iter_vars, reducer_of, schedule_blocks
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
 # default chunks are whole multiples of this many columns: whole 256-byte Compare repeats in
@@ -54,81 +52,6 @@ class RowReduceKnobs:
     chunk_cols: int | None = None
 
 
-class RowAccessKind(enum.Enum):
-    ROWS = "rows"            # [rows, C] input: streamed row tiles
-    COLUMN = "column"        # [C] input broadcast over rows (gamma, beta): resident in the UB
-    ROW_SCALAR = "row"       # one value per row (any broadcast that does not vary along C)
-    ROW_SLICE = "slice"      # C contiguous elements per row at base(row) (masks [b,1,1,s])
-    SCALAR = "scalar"        # one value for the kernel
-    INTERMEDIATE = "inter"   # a full row computed by an earlier step
-    REDUCED = "reduced"      # a row value computed by an earlier reduction
-
-
-@dataclass
-class RowStep:
-    """One block of the row program: a reduction, a full row, or one value per row."""
-
-    kind: str            # "reduce", "full" or "row"
-    buffer: object       # the buffer it writes (names may repeat: use ``index``)
-    expr: object         # value of a full row, or the operand of the reduction
-    reducer: str = ""    # "sum", "max" or "min"
-    plan: object = None  # TileValuePlan of ``expr``
-    is_output: bool = False
-    index: int = 0       # position in the program; names its row value / row buffer
-
-
-@dataclass
-class RowProgram:
-    """Everything the template sizes and the printer prints, derived from the scheduled TIR."""
-
-    rows: int
-    cols: int
-    steps: list = field(default_factory=list)
-    inputs: dict = field(default_factory=dict)    # input buffer name -> RowAccessKind
-    bases: dict = field(default_factory=dict)     # input name -> element offset of row ``row``
-    row_var: object = None                        # the variable ``row`` in ``bases``
-    loads: dict = field(default_factory=dict)     # load key -> (kind, buffer, producing step)
-    out_buffer: object = None
-    out_full: bool = True
-
-    @property
-    def intermediates(self) -> list:
-        return [s for s in self.steps if s.kind == "full" and not s.is_output]
-
-    @property
-    def temp_slots(self) -> int:
-        """Row buffers for temporaries: a reduction's composite operand needs one more."""
-        return max([0] + [s.plan.n_slots + (1 if s.kind == "reduce" and s.plan.order else 0)
-                          for s in self.steps])
-
-    def intermediate_slot(self, step_index: int) -> int:
-        """Row buffer of the full intermediate made by step ``step_index``."""
-        return [s.index for s in self.intermediates].index(step_index)
-
-
-
-
-def _blocks(sch):
-    return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
-
-
-def _reduce_vars(block) -> list:
-    return [iv for iv in block.iter_vars if int(iv.iter_type) == 2]
-
-
-def _reducer(store) -> tuple[str, object] | None:
-    """(kind, operand) of ``acc = acc + e`` / ``max(acc, e)`` / ``min(acc, e)``."""
-    value, target = store.value, load_buffer
-    kinds = {"Add": "sum", "Max": "max", "Min": "min"}
-    kind = kinds.get(type(value).__name__)
-    if kind is None:
-        return None
-    for mine, other in ((value.a, value.b), (value.b, value.a)):
-        if isinstance(mine, BufferLoad) and target(mine).same_as(store.buffer):
-            return kind, other
-    return None
-
-
 def _row_shape(func) -> tuple[int, int] | None:
     """(rows, C) from the first reduction block: every reduction runs over the last axis.
 
@@ -136,21 +59,16 @@ def _row_shape(func) -> tuple[int, int] | None:
     that keeps the last axis: every row is one contiguous slice of its input).
     """
     sch = tvm.s_tir.Schedule(func)
-    blocks = _blocks(sch)
-    reductions = [b for b in blocks if _reduce_vars(b)]
+    blocks = schedule_blocks(sch)
+    reductions = [b for b in blocks if reduce_iter_vars(b)]
     if not reductions:
         extents = [int(iv.dom.extent) for iv in blocks[-1].iter_vars]
         if len(extents) < 2 or extents[-1] < 2:
             return None
-        return _prod(extents[:-1]), extents[-1]
+        return math.prod(extents[:-1]), extents[-1]
     first = reductions[0]
     spatial = [int(iv.dom.extent) for iv in first.iter_vars if int(iv.iter_type) == 0]
-    return _prod(spatial), int(_reduce_vars(first)[0].dom.extent)
-
-
-def _is_full(extents, rows: int, cols: int) -> bool:
-    """A block over every element of the rows (as opposed to one value per row)."""
-    return bool(extents) and extents[-1] == cols and _prod(extents[:-1]) == rows and cols > 1
+    return math.prod(spatial), int(reduce_iter_vars(first)[0].dom.extent)
 
 
 class RowReduceSchedule:
@@ -165,15 +83,15 @@ class RowReduceSchedule:
             return Decision.no("neither a reduction nor rows of a multi-dimensional output")
         rows, cols = shape
         sch = tvm.s_tir.Schedule(func)
-        for block in _blocks(sch):
+        for block in schedule_blocks(sch):
             store = block.body
             if type(store).__name__ != "BufferStore":
                 return Decision.no(f"block {block.name_hint} is not a single store")
             if str(store.buffer.dtype) not in SUPPORTED_DTYPES + ("bool",):
                 return Decision.no(f"block {block.name_hint} computes in {store.buffer.dtype}")
-            reduce_vars = _reduce_vars(block)
+            reduce_vars = reduce_iter_vars(block)
             if reduce_vars:
-                found = _reducer(store)
+                found = reducer_of(store)
                 if len(reduce_vars) != 1 or found is None:
                     return Decision.no(f"block {block.name_hint} is not a sum/max/min over one "
                                        "axis")
@@ -186,7 +104,7 @@ class RowReduceSchedule:
             if construct:
                 return Decision.no(f"TIR construct {construct} has no vector instruction")
             extents = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0]
-            if _prod(extents) != rows and not _is_full(extents, rows, cols):
+            if math.prod(extents) != rows and not is_full_row_block(extents, rows, cols):
                 return Decision.no(f"block {block.name_hint} iterates {extents}, not "
                                    f"{rows} rows of {cols}")
         if len(param_buffers(func)[1]) != 1:
@@ -213,16 +131,16 @@ class RowReduceSchedule:
             raise TilingError(f"row-reduce template does not apply: {decision.reason}")
         rows, cols = _row_shape(func)
         sch = tvm.s_tir.Schedule(func)
-        _inline(sch, rows, cols)
+        inline_row_blocks(sch, rows, cols)
         block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
         out_block = sch.get(block_rvs[-1])
         extents = [int(iv.dom.extent) for iv in out_block.iter_vars if int(iv.iter_type) == 0]
         loops = sch.get_loops(block_rvs[-1])
-        if _reduce_vars(out_block):
+        if reduce_iter_vars(out_block):
             loops = loops[:-1]  # the reduction loop stays inside the row
-        row_loops = loops[:-1] if _is_full(extents, rows, cols) else loops
+        row_loops = loops[:-1] if is_full_row_block(extents, rows, cols) else loops
         row_loop = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
-        program = row_program(_blocks(sch), func, rows, cols)
+        program = row_program(schedule_blocks(sch), func, rows, cols)
         tiling = _plan(program, soc, rows, cols, knobs)
         core, _, row = sch.split(row_loop, [tiling.cores, tiling.tiles_per_core,
                                             tiling.tile_len])
@@ -259,181 +177,35 @@ class RowReduceSchedule:
         return space
 
 
-def _inline(sch, rows: int, cols: int) -> None:
-    """Inline row-valued elementwise blocks and full blocks read by one consumer."""
+def inline_row_blocks(sch, rows: int, cols: int) -> None:
+    """Inline row-valued elementwise blocks and full blocks read by one consumer, in place in
+    the TIR Schedule ``sch`` over ``rows`` rows of ``cols``: what stays are the reductions, the
+    output and the full rows more than one step reads, the steps of the row program.
+
+    Examples
+    --------
+    >>> sch = tvm.s_tir.Schedule(layernorm_func)   # a TOPI chain  # doctest: +SKIP
+    >>> inline_row_blocks(sch, 128, 768)
+    >>> [b.name_hint for b in schedule_blocks(sch)]  # sum, centred rows, sum of squares, output
+    ['x_red', 'T_subtract', 'T_multiply_red', 'T_multiply_1']
+    """
     changed = True
     while changed:
         changed = False
         block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
         for block_rv in block_rvs[:-1]:
             block = sch.get(block_rv)
-            if _reduce_vars(block):
+            if reduce_iter_vars(block):
                 continue
             consumers = sch.get_consumers(block_rv)
             extents = [int(iv.dom.extent) for iv in block.iter_vars]
-            if not _is_full(extents, rows, cols) or len(consumers) == 1:
+            if not is_full_row_block(extents, rows, cols) or len(consumers) == 1:
                 try:
                     sch.compute_inline(block_rv)
                     changed = True
                     break
                 except Exception:  # noqa: BLE001 - TVM refuses some inlines; keep the block
                     continue
-
-
-def row_program(blocks, func, rows: int, cols: int, given=None) -> RowProgram:
-    """The row program of ``blocks`` (in execution order), from their iteration variables and
-    bodies only, so the inlined schedule and the final scheduled TIR give the same program.
-
-    ``given`` lists buffers already in the UB row by row when the program starts (a matmul's
-    result for its epilogue); loads of them are INTERMEDIATE with step -1.
-    """
-    row, col = tirx.Var("row", "int64"), tirx.Var("col", "int64")
-    _, outputs = param_buffers(func)
-    program = RowProgram(rows, cols, out_buffer=outputs[0], row_var=row)
-    # buffer (by identity) -> (kind of step, step index)
-    produced = {buffer: ("full", -1) for buffer in (given or [])}
-    for index, block in enumerate(blocks):
-        bindings = _row_col_bindings(block, rows, cols, row, col)
-        analyzer = make_analyzer(row, rows, bindings)
-        analyzer.bind(col, tvm.ir.Range(0, cols))
-        store = block.body
-        if _reduce_vars(block):
-            reducer, expr = _reducer(store)
-            kind = "reduce"
-        else:
-            extents = [int(iv.dom.extent) for iv in block.iter_vars]
-            kind = "full" if _is_full(extents, rows, cols) else "row"
-            reducer, expr = "", store.value
-
-        def classify(load, analyzer=analyzer):
-            access, base = _classify_row_load(load, analyzer, row, col, rows, cols, produced)
-            step = produced.get(load_buffer(load), (None, None))[1]
-            program.loads[expr_key(load)] = (access, load_buffer(load), step)
-            if access not in (RowAccessKind.INTERMEDIATE, RowAccessKind.REDUCED):
-                _record_input(program, load_buffer(load).name, access, base)
-            tile = access in (RowAccessKind.ROWS, RowAccessKind.COLUMN, RowAccessKind.ROW_SLICE,
-                              RowAccessKind.INTERMEDIATE)
-            return Access(AccessKind.FULL if tile else AccessKind.SCALAR, load_buffer(load), 0)
-
-        plan = plan_tile_values(expr, classify)
-        is_output = index == len(blocks) - 1
-        program.steps.append(RowStep(kind, store.buffer, expr, reducer, plan, is_output, index))
-        produced[store.buffer] = (kind, index)
-        if is_output:
-            program.out_full = kind == "full"
-    return program
-
-
-def _row_col_bindings(block, rows, cols, row, col) -> dict:
-    """Block iteration variables as functions of (row, col)."""
-    spatial = [iv for iv in block.iter_vars if int(iv.iter_type) == 0]
-    reduce_vars = _reduce_vars(block)
-    extents = [int(iv.dom.extent) for iv in spatial]
-    full = not reduce_vars and _is_full(extents, rows, cols)
-    row_vars = spatial[:-1] if full else spatial
-    bindings = {}
-    stride = 1
-    for iv in reversed(row_vars):
-        extent = int(iv.dom.extent)
-        bindings[iv.var] = tirx.FloorMod(tirx.FloorDiv(row, tirx.IntImm("int64", stride)),
-                                         tirx.IntImm("int64", extent)) if extent > 1 \
-            else tirx.IntImm("int64", 0)
-        stride *= extent
-    if full:
-        bindings[spatial[-1].var] = col
-    if reduce_vars:
-        bindings[reduce_vars[0].var] = col
-    return bindings
-
-
-def _prod(values) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
-
-
-def _record_input(program: RowProgram, name: str, access, base) -> None:
-    known = program.inputs.get(name)
-    if known is not None and (known is not access or (
-            base is not None and not tvm_ffi.structural_equal(program.bases[name], base))):
-        raise TilingError(f"{name} is read in two ways ({known.value}, {access.value}) in one "
-                          "row kernel")
-    program.inputs[name] = access
-    if base is not None:
-        program.bases[name] = base
-
-
-def _classify_row_load(load, analyzer, row, col, rows, cols, produced):
-    """(kind, base offset of the row or None) of one load, relative to (row, col)."""
-    buffer = load_buffer(load)
-    if any(_reads_memory(index) for index in load.indices):
-        # p0[ids[row], col]: which row is read depends on data (an embedding Gather)
-        raise TilingError(f"{buffer.name} is read at indices loaded from memory ({load}): a "
-                          "gather, which the data-movement template prints, not the row one")
-    offset = analyzer.simplify(flat_offset(buffer, load.indices))
-    if buffer in produced:  # computed in this kernel: must be read where it was written
-        full = produced[buffer][0] == "full"
-        where = row * cols + col if full else row
-        if not analyzer.can_prove_equal(offset, where):
-            raise TilingError(f"{buffer.name} is read in another layout than it was computed "
-                              "in (a transpose of an intermediate): not printed yet")
-        return (RowAccessKind.INTERMEDIATE if full else RowAccessKind.REDUCED), None
-    size = buffer_size(buffer)
-    if size == rows * cols and analyzer.can_prove_equal(offset, row * cols + col):
-        return RowAccessKind.ROWS, None
-    if size == cols and analyzer.can_prove_equal(offset, col):
-        return RowAccessKind.COLUMN, None
-    if size == 1:
-        return RowAccessKind.SCALAR, None
-    if not uses_var(offset, col):
-        return RowAccessKind.ROW_SCALAR, offset
-    base = analyzer.simplify(offset - col)
-    if not uses_var(base, col):
-        return RowAccessKind.ROW_SLICE, base
-    raise TilingError(f"{buffer.name} is read as {load}, not along the rows' last axis (as a "
-                      "row, a column, one value per row or a scalar)")
-
-
-def _reads_memory(expr) -> bool:
-    """Whether an index expression loads from a buffer."""
-    if isinstance(expr, BufferLoad):
-        return True
-    children = list(getattr(expr, "args", None) or []) + \
-        [getattr(expr, name) for name in ("a", "b", "value") if hasattr(expr, name)]
-    return any(_reads_memory(c) for c in children if isinstance(c, tvm.ir.Expr))
-
-
-def program_dtypes(program: RowProgram) -> set:
-    """Every dtype a row program touches: loads, the output and every computed value (an fp16
-    erf is computed in float32 by TOPI, for instance)."""
-    dtypes = {str(b.dtype) for _, b, _ in program.loads.values()}
-    dtypes.add(str(program.out_buffer.dtype))
-    for step in program.steps:
-        dtypes.update(expr_dtype(node) for node in step.plan.order)
-    return dtypes
-
-
-def check_program_dtypes(program: RowProgram) -> None:
-    """Refuse dtypes the row kernels cannot print. Each value is computed in its own dtype
-    (a Cast(fp16 -> fp32) before a reduction keeps its accumulation in float32); bool values
-    are masks and bool tensors 0/1 bytes."""
-    dtypes = program_dtypes(program)
-    for step in program.steps:
-        dtypes.add(str(step.buffer.dtype))
-    unsupported = sorted(d for d in dtypes if d not in VECTOR_DTYPES)
-    if unsupported:
-        raise TilingError(f"row kernels compute in {' and '.join(FLOAT_DTYPES)} (with bool "
-                          f"masks); this group uses {', '.join(unsupported)}")
-    for step in program.steps:
-        if step.kind == "reduce" and str(step.buffer.dtype) not in FLOAT_DTYPES:
-            raise TilingError(f"a reduction into {step.buffer.dtype} has no vector instruction")
-
-
-def input_dtypes(program: RowProgram) -> dict:
-    """GM input name -> dtype, for every input the row kernel reads."""
-    return {buffer.name: str(buffer.dtype) for _, buffer, _ in program.loads.values()
-            if buffer.name in program.inputs}
 
 
 def row_layout(program: RowProgram) -> tuple[int, int]:
@@ -645,6 +417,5 @@ def _plan_chunked(program: RowProgram, soc, knobs: RowReduceKnobs, budget: int) 
                    "chunks_per_row": ceil_div(cols, chunk)})
 
 
-__all__ = ["RowReduceSchedule", "RowReduceKnobs", "RowProgram", "RowStep", "RowAccessKind",
-           "row_program", "row_layout", "input_dtypes", "check_program_dtypes", "RowPasses",
-           "row_passes", "chunk_align", "CHUNK_STREAMED", "CHUNK_UNIT"]
+__all__ = ["RowReduceSchedule", "RowReduceKnobs", "inline_row_blocks", "row_layout",
+           "RowPasses", "row_passes", "chunk_align", "CHUNK_STREAMED", "CHUNK_UNIT"]

@@ -1,4 +1,9 @@
-"""A small statement walker: TVM 0.27 exposes no TIR post_order_visit to Python."""
+"""Small TIR helpers every template and printer shares.
+
+A statement walker (TVM 0.27 exposes no TIR post_order_visit to Python), the input and output
+buffers of a PrimFunc, and the blocks under the root with their reductions: what each template's
+recogniser asks of a fused PrimFunc before it decides anything of its own.
+"""
 from __future__ import annotations
 
 from tvm import tirx
@@ -67,8 +72,50 @@ def first_block_realize(stmt) -> SBlockRealize:
     return found[0]
 
 
-__all__ = ["expr_dtype", "BufferLoad", "Call", "load_buffer", "walk", "written_buffers",
-           "param_buffers", "first_block_realize", "SBlock", "SBlockRealize"]
+def schedule_blocks(sch) -> list:
+    """The root's child blocks of the TIR Schedule ``sch`` in order (SBlock statements), as the
+    schedule is now: after the inlines made so far, unlike ``root_blocks`` of the original
+    function.
+
+    Examples
+    --------
+    >>> sch = tvm.s_tir.Schedule(exp_sum_func)   # topi.sum(topi.exp(x), -1)  # doctest: +SKIP
+    >>> [b.name_hint for b in schedule_blocks(sch)]
+    ['compute', 'compute_red']
+    """
+    return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+
+
+def reduce_iter_vars(block) -> list:
+    """The reduction iteration variables (IterVar, CommReduce) of ``block``, in order.
+
+    Examples
+    --------
+    >>> [int(iv.dom.extent) for iv in reduce_iter_vars(sum_block)]  # x: (8, 1024)  # doctest: +SKIP
+    [1024]
+    """
+    return [iv for iv in block.iter_vars if int(iv.iter_type) == 2]
+
+
+def reducer_of(store) -> tuple[str, object] | None:
+    """(kind, operand) of ``acc = acc + e`` / ``max(acc, e)`` / ``min(acc, e)``: kind "sum",
+    "max" or "min" and the operand ``e``; None for any other store.
+
+    Examples
+    --------
+    >>> kind, operand = reducer_of(sum_block.body)                # doctest: +SKIP
+    >>> kind
+    'sum'
+    """
+    value, target = store.value, load_buffer
+    kinds = {"Add": "sum", "Max": "max", "Min": "min"}
+    kind = kinds.get(type(value).__name__)
+    if kind is None:
+        return None
+    for mine, other in ((value.a, value.b), (value.b, value.a)):
+        if isinstance(mine, BufferLoad) and target(mine).same_as(store.buffer):
+            return kind, other
+    return None
 
 
 _ROOT_BLOCKS: dict = {}  # id(func) -> (func, blocks): a few entries, newest last
@@ -90,3 +137,8 @@ def root_blocks(func: tirx.PrimFunc) -> list:
         _ROOT_BLOCKS.pop(next(iter(_ROOT_BLOCKS)))
     _ROOT_BLOCKS[id(func)] = (func, blocks)
     return blocks
+
+
+__all__ = ["expr_dtype", "BufferLoad", "Call", "load_buffer", "walk", "written_buffers",
+           "param_buffers", "first_block_realize", "SBlock", "SBlockRealize", "root_blocks",
+           "schedule_blocks", "reduce_iter_vars", "reducer_of"]

@@ -10,7 +10,8 @@ from onnx import TensorProto, helper
 import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
-from tvm_ascend.schedules.data_movement import DataMovementSchedule, movement_program
+from tvm_ascend.schedules.data_movement import DataMovementSchedule
+from tvm_ascend.schedules.movement_program import movement_program
 
 
 def _relu(b, x):

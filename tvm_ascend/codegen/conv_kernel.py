@@ -20,10 +20,10 @@ True
 from __future__ import annotations
 
 from ..errors import CodegenError
-from ..schedules.conv2d import _blocks, _conv_block_index, conv_shape, epilogue_program
-from ..schedules.row_reduce import RowAccessKind
+from ..schedules.conv2d import _conv_block_index, conv_shape, epilogue_program
+from ..schedules.row_program import RowAccessKind
 from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import expr_dtype
+from ..schedules.tir_walk import expr_dtype, schedule_blocks
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
 from .kernel_parts import emit_cube_entry, ident
@@ -50,7 +50,7 @@ class ConvKernelPrinter:
         self.shape = conv_shape(func)
         if self.shape is None:
             raise CodegenError(f"{symbol}: not a conv2d group")
-        blocks = _blocks(tvm.s_tir.Schedule(func))
+        blocks = schedule_blocks(tvm.s_tir.Schedule(func))
         self.program = epilogue_program(blocks, func, self.shape, _conv_block_index(blocks))
         self.params = list(func.params)
         self.names = {p.name: ident(p.name) for p in self.params}

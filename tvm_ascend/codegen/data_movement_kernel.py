@@ -10,7 +10,7 @@ rows once.
 from __future__ import annotations
 
 from ..errors import CodegenError
-from ..schedules.data_movement import Choice, Leaf, movement_program
+from ..schedules.movement_program import Choice, Leaf, movement_program
 from ..schedules.tile_values import buffer_size, expr_key, flat_offset
 from ..schedules.tir_walk import load_buffer
 from .code_buffer import CodeBuffer

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..errors import CodegenError
 from ..schedules.matmul import epilogue_program, matmul_shape
-from ..schedules.row_reduce import RowAccessKind
+from ..schedules.row_program import RowAccessKind
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer

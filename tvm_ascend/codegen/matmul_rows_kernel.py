@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..errors import CodegenError
 from ..schedules.matmul_rows import row_slots
-from ..schedules.row_reduce import RowAccessKind
+from ..schedules.row_program import RowAccessKind
 from ..schedules.tile_values import expr_key
 from ..schedules.tir_walk import expr_dtype
 from .cpp_types import cpp_type

@@ -13,10 +13,11 @@ from __future__ import annotations
 import tvm
 
 from ..errors import CodegenError
-from ..schedules.pool2d import copied_input, epilogue_program, pool_shape, prologue_program
-from ..schedules.row_reduce import RowAccessKind, _blocks
+from ..schedules.pool2d import copied_input, epilogue_program, prologue_program
+from ..schedules.pool_window import pool_shape
+from ..schedules.row_program import RowAccessKind
 from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import expr_dtype
+from ..schedules.tir_walk import expr_dtype, schedule_blocks
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type, dtype_bytes, float_literal
 from .kernel_parts import emit_vector_kernel, ident
@@ -50,7 +51,7 @@ class PoolKernelPrinter:
         self.shape = pool_shape(func)
         if isinstance(self.shape, str):
             raise CodegenError(f"{symbol}: not a pooling group ({self.shape})")
-        blocks = _blocks(tvm.s_tir.Schedule(func))
+        blocks = schedule_blocks(tvm.s_tir.Schedule(func))
         self.program = epilogue_program(blocks, func, self.shape)
         self.prologue = prologue_program(blocks, func, self.shape)
         self.params = list(func.params)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 
 from ..errors import CodegenError
-from ..schedules.row_reduce import (CHUNK_STREAMED, RowAccessKind, input_dtypes, row_layout,
-                                   row_passes, row_program)
+from ..schedules.row_program import RowAccessKind, input_dtypes, row_program
+from ..schedules.row_reduce import CHUNK_STREAMED, row_layout, row_passes
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
