@@ -2,7 +2,8 @@
 
 Each rewrite lives with its kind (``prepare_passes``: CNN layers and parallel MatMuls;
 ``prepare_rewrites``: ops with no kernel of their own put on kernels that exist;
-``reduction_axes``: multi-axis reductions as rows); this module only orders them.
+``reduction_axes``: multi-axis reductions as rows; ``window_sum``: LRN's channel window as
+shifted slices); this module only orders them.
 
 Example
 -------
@@ -16,6 +17,7 @@ from .prepare_passes import (fold_batch_norm, hoist_matmul_scales, split_as_slic
                              stack_sum_to_adds)
 from .prepare_rewrites import lower_batch_norm, remove_dropout, softmax_axis_to_last
 from .reduction_axes import reductions_to_rows
+from .window_sum import window_sums_to_slices
 
 
 def prepare_graph(mod: tvm.IRModule, fold_batchnorm: bool = True) -> tvm.IRModule:
@@ -32,6 +34,7 @@ def prepare_graph(mod: tvm.IRModule, fold_batchnorm: bool = True) -> tvm.IRModul
         mod = fold_batch_norm(mod)
     # after the folding, so a Conv before a BatchNorm still takes it into its weights
     mod = softmax_axis_to_last(lower_batch_norm(mod, enabled=fold_batchnorm))
+    mod = window_sums_to_slices(mod)  # LRN's channel window
     # GlobalAveragePool's spatial mean among them: rows of H * W
     return reductions_to_rows(mod)
 

@@ -65,7 +65,7 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
 
 def prepare_rewrites(mod, groups: list) -> list:
     """The prepare stage's rewrites (Dropout removed, BatchNorm lowered, Softmax axis moved,
-    multi-axis reductions as rows),
+    multi-axis reductions as rows, window sums as slices),
     applied or refused, each with the ids of the groups that now compute its ONNX node and
     whether every one of them that launches runs on the NPU (a removed node has no group)."""
     attrs = mod["main"].attrs

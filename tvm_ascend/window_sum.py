@@ -1,0 +1,126 @@
+"""A window average along one axis, rewritten as shifted slices added up.
+
+ONNX's LRN imports as ``x / (bias + alpha * avg_pool3d(x^2))^beta`` where the 3-D pool has a
+``[size, 1, 1]`` window over the channels (an axis added in front of them): no pooling kernel
+takes a window along the channel axis, so that pool ran on the host, cutting the LRN in two.
+``window_sums_to_slices`` rewrites such a pool (stride 1, no dilation, padding counted in the
+average, floor mode) as
+
+    padded = concat(zeros, x, zeros along the window axis)
+    out = (padded[0:n] + padded[1:n+1] + ... + padded[size-1:n+size-1]) * (1 / size)
+
+which is data movement and elementwise work that the NPU runs and the planner fuses. A pool
+that is not of that kind is left alone; one of that kind that cannot be rewritten (dynamic
+extents, a dtype the vector unit does not take) stays on the host with the reason in the
+report's ``prepare_rewrites`` (rewrite ``WindowSumAsSlices``).
+
+Example
+-------
+>>> mod = window_sums_to_slices(mod)                             # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from .prepare_rewrites import _record, _replace_main, _static_dims, _with_records
+from .relax_rewrite import NamedRewrite, call_name
+
+WINDOW_SUM_AS_SLICES = "WindowSumAsSlices"
+_VECTOR_DTYPES = ("float16", "float32")
+_MAX_WINDOW = 16  # one Add per window element: wider windows would make long add chains
+
+
+def _window_axis(attrs) -> tuple[int, int, int, int] | None:
+    """(axis of the window in NCDHW, size, padding before, padding after) of a pool3d that is
+    a 1-D window average of the rewritable kind, else None."""
+    if str(attrs.layout) != "NCDHW" or str(attrs.out_layout) != "NCDHW" or attrs.ceil_mode:
+        return None
+    size = [int(v) for v in attrs.pool_size]
+    if [int(v) for v in attrs.strides] != [1, 1, 1] or \
+            [int(v) for v in attrs.dilation] != [1, 1, 1]:
+        return None
+    pad = [int(v) for v in attrs.padding]
+    wide = [k for k in range(3) if size[k] != 1 or pad[k] or pad[k + 3]]
+    if len(wide) != 1:
+        return None
+    k = wide[0]
+    if (pad[k] or pad[k + 3]) and not attrs.count_include_pad:
+        return None  # the average would divide by the in-bounds count instead
+    return 2 + k, size[k], pad[k], pad[k + 3]
+
+
+@mutator
+class _WindowSumRewriter(PyExprMutator, NamedRewrite):
+    def __init__(self, mod, func):
+        super().__init__(mod)
+        self._setup(func, "window")
+        self.records: list[str] = []
+
+    def visit_var_binding_(self, binding):
+        self.current = binding.var.name
+        super().visit_var_binding_(binding)
+
+    def _note(self, applied: bool, reason: str) -> None:
+        node = str(self.nodes.get(self.current, self.current))
+        self.records.append(_record(WINDOW_SUM_AS_SLICES, node, applied, reason))
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if call_name(call) != "relax.nn.avg_pool3d":
+            return call
+        window = _window_axis(call.attrs)
+        if window is None:
+            return call
+        axis, size, before, after = window
+        ty = call.args[0].ty
+        dims = _static_dims(ty)
+        if dims is None:
+            self._note(False, "a window average over a tensor with dynamic extents stays on "
+                              "the host (the slices need static shapes)")
+            return call
+        if str(ty.dtype) not in _VECTOR_DTYPES or size > _MAX_WINDOW:
+            why = (f"in {ty.dtype}: the vector unit takes float16/float32"
+                   if size <= _MAX_WINDOW else f"a window of {size} (> {_MAX_WINDOW}) would be "
+                   f"{size} adds")
+            self._note(False, f"window average along axis {axis} {why}; it stays on the host")
+            return call
+        source = call.args[0]
+        if before or after:
+            # zero padding as a Concat with constant zeros: Concat is data movement the NPU
+            # runs (a Pad op is not claimed)
+            parts = [source]
+            for where, width in ((0, before), (1, after)):
+                if width:
+                    shape = list(dims)
+                    shape[axis] = width
+                    zeros = relax.const(np.zeros(shape, str(ty.dtype)), str(ty.dtype))
+                    parts.insert(0 if where == 0 else len(parts), zeros)
+            source = self._emit(relax.op.concat(parts, axis=axis))
+        extent = dims[axis] + before + after - size + 1
+        total = None
+        for shift in range(size):
+            part = self._emit(relax.op.strided_slice(source, [axis], [shift], [shift + extent]))
+            total = part if total is None else self._emit(relax.op.add(total, part))
+        self._note(True, f"window average of {size} along axis {axis} (padding {before}, "
+                         f"{after}) as {size} shifted slices added up: data movement and "
+                         "elementwise kernels instead of a host pool")
+        return relax.op.multiply(total, relax.const(1.0 / size, str(ty.dtype)))
+
+
+def window_sums_to_slices(mod: tvm.IRModule) -> tvm.IRModule:
+    """Rewrite 1-D window averages (LRN's channel window) of ``main`` as shifted slices added
+    up; see the module docstring.
+
+    Example
+    -------
+    >>> mod = window_sums_to_slices(mod)                         # doctest: +SKIP
+    """
+    rewriter = _WindowSumRewriter(mod, mod["main"])
+    new_func = rewriter.visit_expr(mod["main"])
+    if not rewriter.records:
+        return mod
+    new_func = _with_records(rewriter._with_nodes(new_func), rewriter.records)
+    return _replace_main(mod, new_func)
