@@ -39,17 +39,13 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from . import ir_attrs
-from .relax_rewrite import NamedRewrite, bindings, call_name, const_value
+from .relax_rewrite import (NamedRewrite, RecordedRewrite, bindings, call_name, const_value,
+                            replace_main, rewrite_record, static_dims, with_rewrite_records)
 
 DROPOUT_REMOVAL = "DropoutRemoval"
 BATCH_NORM_LOWERING = "BatchNormLowering"
 SOFTMAX_AXIS_TO_LAST = "SoftmaxAxisToLast"
 _SOFTMAX_OPS = ("relax.nn.softmax", "relax.nn.log_softmax")
-
-
-def _record(rewrite: str, node: str, applied: bool, reason: str, rule: str = "") -> str:
-    return json.dumps({"rewrite": rewrite, "node": node, "applied": applied, "rule": rule,
-                       "reason": reason}, sort_keys=True)
 
 
 def prepare_rewrites(mod: tvm.IRModule) -> list[dict]:
@@ -64,30 +60,6 @@ def prepare_rewrites(mod: tvm.IRModule) -> list[dict]:
     if not attrs or ir_attrs.PREPARE_REWRITES not in attrs:
         return []
     return [json.loads(str(r)) for r in attrs[ir_attrs.PREPARE_REWRITES]]
-
-
-def _with_records(func, records: list[str]):
-    if not records:
-        return func
-    old = [str(r) for r in func.attrs[ir_attrs.PREPARE_REWRITES]] \
-        if func.attrs and ir_attrs.PREPARE_REWRITES in func.attrs else []
-    return func.with_attr(ir_attrs.PREPARE_REWRITES, old + records)
-
-
-def _replace_main(mod: tvm.IRModule, func) -> tvm.IRModule:
-    out = mod.__class__(dict(mod.functions), attrs=mod.attrs)
-    out[mod.get_global_var("main")] = func
-    return out
-
-
-def _static_dims(ty) -> list[int] | None:
-    """The extents of a tensor type, or None when its rank or an extent is not a constant."""
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or ty.ndim < 0:
-        return None
-    try:
-        return [int(d) for d in ty.shape.values]
-    except (TypeError, AttributeError):
-        return None
 
 
 @mutator
@@ -126,7 +98,7 @@ class _DropoutRemover(PyExprMutator):
         if drop is None or op.index != 1:
             return super().visit_tuple_getitem_(op)
         # the mask of an inference Dropout keeps every element: a constant where the shape is
-        dims, dtype = _static_dims(op.ty), str(op.ty.dtype)
+        dims, dtype = static_dims(op.ty), str(op.ty.dtype)
         if dims is not None:
             return relax.const(np.ones(dims, dtype), dtype)
         return relax.op.ones_like(self.visit_expr(drop.args[0]), dtype)
@@ -149,7 +121,7 @@ def remove_dropout(mod: tvm.IRModule) -> tvm.IRModule:
     new = remover.visit_expr(func)
     nodes = {str(k): str(v) for k, v in func.attrs[ir_attrs.ONNX_NODES].items()} \
         if func.attrs and ir_attrs.ONNX_NODES in func.attrs else {}
-    records = [_record(DROPOUT_REMOVAL, nodes.get(b.var.name, b.var.name), True,
+    records = [rewrite_record(DROPOUT_REMOVAL, nodes.get(b.var.name, b.var.name), True,
                        "Dropout is the identity at inference: removed, so its producer and "
                        "consumer can share a kernel")
                for b in bindings(func) if call_name(b.value) == "relax.nn.dropout"]
@@ -158,15 +130,15 @@ def remove_dropout(mod: tvm.IRModule) -> tvm.IRModule:
         for owner in _owners_of(func, item, source):
             if owner in nodes and node not in nodes[owner].split("\n"):
                 nodes[owner] += "\n" + node
-    out = relax.transform.DeadCodeElimination(["main"])(_replace_main(mod, new))
+    out = relax.transform.DeadCodeElimination(["main"])(replace_main(mod, new))
     if remover.aliases:
         out = relax.transform.CanonicalizeBindings()(out)
         # the output var now names its source's computation: it is that ONNX node's result
         nodes.update({out_var: nodes[src] for out_var, src in remover.aliases.items()
                       if src in nodes})
     if nodes:
-        out = _replace_main(out, out["main"].with_attr(ir_attrs.ONNX_NODES, nodes))
-    return _replace_main(out, _with_records(out["main"], records))
+        out = replace_main(out, out["main"].with_attr(ir_attrs.ONNX_NODES, nodes))
+    return replace_main(out, with_rewrite_records(out["main"], records))
 
 
 def _owners_of(func, item, source) -> list[str]:
@@ -201,13 +173,13 @@ class _BatchNormLowering(PyExprMutator, NamedRewrite):
         node = str(self.nodes.get(self.current, self.current))
         found = self._scale_and_shift(bn)
         if isinstance(found, str):
-            self.records.append(_record(BATCH_NORM_LOWERING, node, False, found,
+            self.records.append(rewrite_record(BATCH_NORM_LOWERING, node, False, found,
                                         "BatchNormFolding"))
             return super().visit_tuple_getitem_(op)
         scale, shift = found
         scaled = self._emit(relax.op.multiply(self.visit_expr(bn.args[0]), relax.const(scale)))
         self.lowered_vars.append(scaled.name)
-        self.records.append(_record(
+        self.records.append(rewrite_record(
             BATCH_NORM_LOWERING, node, True,
             f"BatchNorm with no Conv before it lowered to x * scale + shift (per-channel "
             f"constants over axis {int(bn.attrs.axis)}): elementwise ops the NPU runs and fuses "
@@ -231,7 +203,7 @@ class _BatchNormLowering(PyExprMutator, NamedRewrite):
                     "initializers to run it on the NPU")
         axis = int(bn.attrs.axis) % data.ndim
         gamma, beta, mean, var = (s.astype(np.float64).reshape(-1) for s in stats)
-        channels = _static_dims(data)[axis] if _static_dims(data) else gamma.size
+        channels = static_dims(data)[axis] if static_dims(data) else gamma.size
         if not all(s.size == channels for s in (gamma, beta, mean, var)):
             return (f"its statistics do not have one value per channel ({channels}) of axis "
                     f"{axis}; it runs on the host")
@@ -273,7 +245,7 @@ def lower_batch_norm(mod: tvm.IRModule, enabled: bool = True) -> tvm.IRModule:
             marked += [str(v) for v in func.attrs[ir_attrs.FOLDED_BATCH_NORM]]
         # the report names the rule (BatchNormFolding) on the group that computes it
         new = new.with_attr(ir_attrs.FOLDED_BATCH_NORM, marked)
-    out = _replace_main(mod, _with_records(new, lowering.records))
+    out = replace_main(mod, with_rewrite_records(new, lowering.records))
     return relax.transform.DeadCodeElimination(["main"])(out)
 
 
@@ -289,13 +261,14 @@ def _on_npu(exprs) -> str:
 
 
 @mutator
-class _SoftmaxAxisRewriter(PyExprMutator, NamedRewrite):
+class _SoftmaxAxisRewriter(PyExprMutator, RecordedRewrite):
     """``softmax(x, axis=k)`` (k not last) -> permute / softmax(-1) / permute back."""
+
+    REWRITE = SOFTMAX_AXIS_TO_LAST
 
     def __init__(self, mod, func):
         super().__init__(mod)
         self._setup(func, "softmax_last")
-        self.records: list[str] = []
 
     def visit_var_binding_(self, binding):
         self.current = binding.var.name
@@ -310,28 +283,23 @@ class _SoftmaxAxisRewriter(PyExprMutator, NamedRewrite):
         rank = ty.ndim if isinstance(ty, relax.TensorType) else -1
         if rank >= 0 and int(call.attrs.axis) % rank == rank - 1:
             return call
-        node = str(self.nodes.get(self.current, self.current))
         kind = "Softmax" if name == "relax.nn.softmax" else "LogSoftmax"
-        dims = _static_dims(ty)
+        dims = static_dims(ty)
         if dims is None:
-            self.records.append(_record(
-                SOFTMAX_AXIS_TO_LAST, node, False,
-                f"{kind} over a non-last axis of a tensor with a dynamic shape: the transposes "
-                "and the row-reduce kernel need static shapes, so it stays on the host; give "
-                "static dimensions (--input_shape) to run it on the NPU"))
+            self.note(False, f"{kind} over a non-last axis of a tensor with a dynamic shape: the "
+                             "transposes and the row-reduce kernel need static shapes, so it stays "
+                             "on the host; give static dimensions (--input_shape) to run it on "
+                             "the NPU")
             return call
         axis = int(call.attrs.axis) % rank
         plan, how = self._plan(call, dims, axis)
         refusal = _on_npu(self._probe(call, dims, plan))
         if refusal:
-            self.records.append(_record(
-                SOFTMAX_AXIS_TO_LAST, node, False,
-                f"{kind} over axis {axis} of {tuple(dims)} not rewritten: {refusal}"))
+            self.note(False, f"{kind} over axis {axis} of {tuple(dims)} not rewritten: {refusal}")
             return call
-        self.records.append(_record(
-            SOFTMAX_AXIS_TO_LAST, node, True,
-            f"{kind} over axis {axis} of {tuple(dims)} rewritten as {how} so the row-reduce "
-            "kernel takes it; see this node's groups for whether the planner fused them"))
+        self.note(True, f"{kind} over axis {axis} of {tuple(dims)} rewritten as {how} so the "
+                        "row-reduce kernel takes it; see this node's groups for whether the "
+                        "planner fused them")
         return self._rewrite(call, plan)
 
     @staticmethod
@@ -384,10 +352,7 @@ def softmax_axis_to_last(mod: tvm.IRModule) -> tvm.IRModule:
     """
     func = mod["main"]
     rewriter = _SoftmaxAxisRewriter(mod, func)
-    new = rewriter.visit_expr(func)
-    if not rewriter.records:
-        return mod
-    return _replace_main(mod, _with_records(rewriter._with_nodes(new), rewriter.records))
+    return rewriter.finish(mod, rewriter.visit_expr(func))
 
 
 __all__ = ["remove_dropout", "lower_batch_norm", "softmax_axis_to_last", "prepare_rewrites",

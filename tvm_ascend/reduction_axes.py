@@ -27,8 +27,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .relax_rewrite import NamedRewrite, call_name
-from .prepare_rewrites import _record, _replace_main, _static_dims, _with_records
+from .relax_rewrite import RecordedRewrite, call_name, static_dims
 
 REDUCTION_AXES_TO_ROWS = "ReductionAxesToRows"
 _OPS = {"relax.sum": relax.op.sum, "relax.mean": relax.op.mean, "relax.max": relax.op.max,
@@ -56,19 +55,16 @@ def _plan(axes: list[int], rank: int) -> str | None:
 
 
 @mutator
-class _ReductionRowsRewriter(PyExprMutator, NamedRewrite):
+class _ReductionRowsRewriter(PyExprMutator, RecordedRewrite):
+    REWRITE = REDUCTION_AXES_TO_ROWS
+
     def __init__(self, mod, func):
         super().__init__(mod)
         self._setup(func, "reduce_rows")
-        self.records: list[str] = []
 
     def visit_var_binding_(self, binding):
         self.current = binding.var.name
         super().visit_var_binding_(binding)
-
-    def _note(self, applied: bool, reason: str) -> None:
-        node = str(self.nodes.get(self.current, self.current))
-        self.records.append(_record(REDUCTION_AXES_TO_ROWS, node, applied, reason))
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -76,7 +72,7 @@ class _ReductionRowsRewriter(PyExprMutator, NamedRewrite):
         if name not in _OPS:
             return call
         ty = call.args[0].ty
-        dims = _static_dims(ty)
+        dims = static_dims(ty)
         rank = ty.ndim if isinstance(ty, relax.TensorType) else -1
         if rank < 1:
             return call
@@ -86,11 +82,11 @@ class _ReductionRowsRewriter(PyExprMutator, NamedRewrite):
             return call
         op = name.split(".")[-1]
         if dims is None:
-            self._note(False, f"{op} over axes {axes} of a tensor with dynamic extents: the "
+            self.note(False, f"{op} over axes {axes} of a tensor with dynamic extents: the "
                               "reshape to rows needs static shapes; it runs on the host")
             return call
         if str(ty.dtype) not in _ROW_DTYPES:
-            self._note(False, f"{op} over axes {axes} in {ty.dtype}: the row-reduce kernel "
+            self.note(False, f"{op} over axes {axes} in {ty.dtype}: the row-reduce kernel "
                               "takes float16/float32; it runs on the host")
             return call
         source = call.args[0]
@@ -105,7 +101,7 @@ class _ReductionRowsRewriter(PyExprMutator, NamedRewrite):
         reduced = self._emit(_OPS[name](rows, axis=[-1], keepdims=False))
         out_shape = [1 if a in axes else dims[a] for a in range(rank)] if keepdims else \
             [dims[a] for a in kept]
-        self._note(True, f"{op} over axes {axes}: "
+        self.note(True, f"{op} over axes {axes}: "
                          + ("a transpose moves them last, then " if how == "permute" else "")
                          + f"rows of {row} reduced on the last axis (row-reduce kernel)")
         return relax.op.reshape(reduced, out_shape)
@@ -120,8 +116,4 @@ def reductions_to_rows(mod: tvm.IRModule) -> tvm.IRModule:
     >>> mod = reductions_to_rows(mod)                            # doctest: +SKIP
     """
     rewriter = _ReductionRowsRewriter(mod, mod["main"])
-    new_func = rewriter.visit_expr(mod["main"])
-    if not rewriter.records:
-        return mod
-    new_func = _with_records(rewriter._with_nodes(new_func), rewriter.records)
-    return _replace_main(mod, new_func)
+    return rewriter.finish(mod, rewriter.visit_expr(mod["main"]))

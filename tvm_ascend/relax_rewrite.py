@@ -1,6 +1,7 @@
 """Helpers shared by the prepare stage's Relax rewrites (prepare_passes, prepare_rewrites,
-reduction_axes): what a call is, constant values, the bindings of a function, and bindings
-that keep the ONNX node names of what they replace.
+reduction_axes, window_sum): what a call is, constant values, the bindings of a function,
+bindings that keep the ONNX node names of what they replace, and the per-node records
+(``ir_attrs.PREPARE_REWRITES``) the fusion report lists under ``prepare_rewrites``.
 
 Example
 -------
@@ -9,6 +10,9 @@ Example
 """
 from __future__ import annotations
 
+import json
+
+import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
 
@@ -70,3 +74,60 @@ class NamedRewrite:
             return func
         return func.with_attr(ir_attrs.ONNX_NODES, {**{str(k): str(v) for k, v in
                                                       self.nodes.items()}, **self.new_nodes})
+
+
+def rewrite_record(rewrite: str, node: str, applied: bool, reason: str, rule: str = "") -> str:
+    """One ``prepare_rewrites`` record (JSON text, as ``main``'s attribute keeps it)."""
+    return json.dumps({"rewrite": rewrite, "node": node, "applied": applied, "rule": rule,
+                       "reason": reason}, sort_keys=True)
+
+
+def with_rewrite_records(func, records: list[str]):
+    """``func`` with ``records`` appended to its ``PREPARE_REWRITES`` attribute."""
+    if not records:
+        return func
+    old = [str(r) for r in func.attrs[ir_attrs.PREPARE_REWRITES]] \
+        if func.attrs and ir_attrs.PREPARE_REWRITES in func.attrs else []
+    return func.with_attr(ir_attrs.PREPARE_REWRITES, old + records)
+
+
+def replace_main(mod: tvm.IRModule, func) -> tvm.IRModule:
+    """A copy of ``mod`` whose ``main`` is ``func``."""
+    out = mod.__class__(dict(mod.functions), attrs=mod.attrs)
+    out[mod.get_global_var("main")] = func
+    return out
+
+
+def static_dims(ty) -> list[int] | None:
+    """The extents of a tensor type, or None when its rank or an extent is not a constant."""
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or ty.ndim < 0:
+        return None
+    try:
+        return [int(d) for d in ty.shape.values]
+    except (TypeError, AttributeError):
+        return None
+
+
+class RecordedRewrite(NamedRewrite):
+    """A NamedRewrite that says, per ONNX node it looked at, whether it rewrote it and why
+    (``REWRITE`` names the rewrite in the report). A subclass tracks ``self.current`` in its
+    ``visit_var_binding_`` and calls ``note``; ``finish`` puts the records on ``main``."""
+
+    REWRITE = ""
+
+    def _setup(self, func, stem: str):
+        super()._setup(func, stem)
+        self.records: list[str] = []
+
+    def note(self, applied: bool, reason: str, rule: str = "", node: str | None = None) -> None:
+        """Record the decision on the node of the binding being visited (or ``node``)."""
+        node = node or str(self.nodes.get(self.current, self.current))
+        self.records.append(rewrite_record(self.REWRITE, node, applied, reason, rule))
+
+    def finish(self, mod: tvm.IRModule, new_main) -> tvm.IRModule:
+        """``mod`` with the rewritten ``main`` and its records (``mod`` itself if nothing was
+        looked at)."""
+        if not self.records:
+            return mod
+        return replace_main(mod, with_rewrite_records(self._with_nodes(new_main), self.records))
+

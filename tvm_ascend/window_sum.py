@@ -25,8 +25,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .prepare_rewrites import _record, _replace_main, _static_dims, _with_records
-from .relax_rewrite import NamedRewrite, call_name
+from .relax_rewrite import RecordedRewrite, call_name, static_dims
 
 WINDOW_SUM_AS_SLICES = "WindowSumAsSlices"
 _VECTOR_DTYPES = ("float16", "float32")
@@ -53,19 +52,16 @@ def _window_axis(attrs) -> tuple[int, int, int, int] | None:
 
 
 @mutator
-class _WindowSumRewriter(PyExprMutator, NamedRewrite):
+class _WindowSumRewriter(PyExprMutator, RecordedRewrite):
+    REWRITE = WINDOW_SUM_AS_SLICES
+
     def __init__(self, mod, func):
         super().__init__(mod)
         self._setup(func, "window")
-        self.records: list[str] = []
 
     def visit_var_binding_(self, binding):
         self.current = binding.var.name
         super().visit_var_binding_(binding)
-
-    def _note(self, applied: bool, reason: str) -> None:
-        node = str(self.nodes.get(self.current, self.current))
-        self.records.append(_record(WINDOW_SUM_AS_SLICES, node, applied, reason))
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -76,16 +72,16 @@ class _WindowSumRewriter(PyExprMutator, NamedRewrite):
             return call
         axis, size, before, after = window
         ty = call.args[0].ty
-        dims = _static_dims(ty)
+        dims = static_dims(ty)
         if dims is None:
-            self._note(False, "a window average over a tensor with dynamic extents stays on "
+            self.note(False, "a window average over a tensor with dynamic extents stays on "
                               "the host (the slices need static shapes)")
             return call
         if str(ty.dtype) not in _VECTOR_DTYPES or size > _MAX_WINDOW:
             why = (f"in {ty.dtype}: the vector unit takes float16/float32"
                    if size <= _MAX_WINDOW else f"a window of {size} (> {_MAX_WINDOW}) would be "
                    f"{size} adds")
-            self._note(False, f"window average along axis {axis} {why}; it stays on the host")
+            self.note(False, f"window average along axis {axis} {why}; it stays on the host")
             return call
         source = call.args[0]
         if before or after:
@@ -104,7 +100,7 @@ class _WindowSumRewriter(PyExprMutator, NamedRewrite):
         for shift in range(size):
             part = self._emit(relax.op.strided_slice(source, [axis], [shift], [shift + extent]))
             total = part if total is None else self._emit(relax.op.add(total, part))
-        self._note(True, f"window average of {size} along axis {axis} (padding {before}, "
+        self.note(True, f"window average of {size} along axis {axis} (padding {before}, "
                          f"{after}) as {size} shifted slices added up: data movement and "
                          "elementwise kernels instead of a host pool")
         return relax.op.multiply(total, relax.const(1.0 / size, str(ty.dtype)))
@@ -119,8 +115,4 @@ def window_sums_to_slices(mod: tvm.IRModule) -> tvm.IRModule:
     >>> mod = window_sums_to_slices(mod)                         # doctest: +SKIP
     """
     rewriter = _WindowSumRewriter(mod, mod["main"])
-    new_func = rewriter.visit_expr(mod["main"])
-    if not rewriter.records:
-        return mod
-    new_func = _with_records(rewriter._with_nodes(new_func), rewriter.records)
-    return _replace_main(mod, new_func)
+    return rewriter.finish(mod, rewriter.visit_expr(mod["main"]))
