@@ -44,7 +44,33 @@ def prepare(mod: tvm.IRModule, params=None, fold_batchnorm: bool = True) -> tvm.
     """Bind weights, fold constants (and BatchNorm into Conv weights) before grouping."""
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
-    return prepare_graph(relax.transform.FoldConstant()(mod), fold_batchnorm)
+    folded = relax.transform.FoldConstant()(mod)
+    missing = _undefined_callees(folded)
+    if missing:
+        # TVM 0.27's FoldConstant leaks the legalized shape computation of a
+        # dynamic_strided_slice (ONNX Slice with starts/ends as graph inputs) into main as a
+        # call_tir of a PrimFunc it never adds; unfolded, the slice legalizes whole later
+        logger.info("FoldConstant left calls of undefined functions %s; not folding", missing)
+        folded = mod
+    return prepare_graph(folded, fold_batchnorm)
+
+
+def _undefined_callees(mod: tvm.IRModule) -> list[str]:
+    """Names of the functions that ``call_tir`` bindings of ``mod`` call but it does not
+    define."""
+    defined = {gv.name_hint for gv in mod.get_global_vars()}
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    missing = []
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function):
+            continue
+        for block in getattr(func.body, "blocks", []):
+            for binding in block.bindings:
+                value = binding.value
+                if (isinstance(value, relax.Call) and value.op.same_as(call_tir)
+                        and value.args[0].name_hint not in defined):
+                    missing.append(value.args[0].name_hint)
+    return missing
 
 
 def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None):
