@@ -12,7 +12,8 @@ Every case is classified:
   claim), with the reason;
 * ``passed``: built, run, and every output matches within ``TOLERANCES`` of its dtype
   (NaN-aware); ``where`` says whether its ops ran on the NPU, the host, or both;
-* ``known_limit``: failed for a reason recorded in ``KNOWN_LIMITS`` (quoted in the table);
+* ``known_limit``: failed in a way recorded in ``onnx_node_limits`` (a test's entry in
+  ``KNOWN_LIMITS`` or a ``LIMIT_RULES`` family; the reason is quoted in the table);
 * ``failed``: any other mismatch or crash, with the first line of the error;
 * ``not_run``: a table written from an interrupted run's log (``--no-run``) has not built it.
 
@@ -42,6 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
+# KNOWN_LIMITS is re-exported: callers read ``onnx_node_table.KNOWN_LIMITS``
+try:  # ``python -m tests.onnx_node_table`` (a package) or pytest (tests/ on sys.path)
+    from .onnx_node_limits import KNOWN_LIMITS, limits_table, with_known_limit  # noqa: F401
+except ImportError:
+    from onnx_node_limits import KNOWN_LIMITS, limits_table, with_known_limit  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
 TABLE_MD = HERE / "ONNX_NODE_TESTS.md"
 TABLE_JSON = HERE / "ONNX_NODE_TESTS.json"
@@ -57,21 +64,6 @@ TOLERANCES = {
     "float16": {"rtol": 1e-2, "atol": 1e-2},
 }
 EXACT = {"rtol": 0.0, "atol": 0.0}
-
-# test name -> why it fails and is not a bug of tvm-ascend (quoted in the table). Only failures
-# whose cause is understood and lies outside the compiler belong here.
-KNOWN_LIMITS: dict[str, str] = {
-    "test_expand_dim_changed": (
-        "TVM 0.27's ONNX importer expands to a shape given as a graph input without broadcasting "
-        "it with the data's shape ((3, 1) to [2, 1, 6] gives (2, 1, 6), not (2, 3, 6)); TVM's "
-        "own llvm build of from_onnx gives the same wrong shape"),
-    "test_isinf_negative": (
-        "TVM 0.27's ONNX importer ignores IsInf's detect_positive=0 (it flags +inf too); TVM's "
-        "own llvm build of from_onnx gives the same result"),
-    "test_isinf_positive": (
-        "TVM 0.27's ONNX importer ignores IsInf's detect_negative=0 (it flags -inf too); TVM's "
-        "own llvm build of from_onnx gives the same result"),
-}
 
 # seconds one batch may take (build + run) before its worker is stopped and the batch split;
 # a build takes 5-60 s on a loaded 2-core machine, a batch of 24 a few minutes
@@ -261,7 +253,9 @@ def compare(actual, expected) -> str:
     actual = np.asarray(actual)
     if actual.shape != expected.shape:
         return f"shape {actual.shape} != expected {expected.shape}"
-    if expected.dtype.kind in "fc":
+    # ml_dtypes' bfloat16 / float8 / float4 are numpy kind 'V' (but float8_e5m2): floats too,
+    # compared exactly (tolerance) but NaN-aware, since NaN != NaN
+    if expected.dtype.kind in "fc" or str(expected.dtype).startswith(("bfloat", "float")):
         tol = tolerance(expected.dtype)
         a, e = actual.astype(np.float64), expected.astype(np.float64)
         if not np.array_equal(np.isnan(a), np.isnan(e)):
@@ -357,15 +351,6 @@ def run_case(case: dict) -> dict:
         mismatch = _first_line(err)
     row["seconds"] = round(time.time() - start, 1)
     return _finish(row, mismatch, where, why)
-
-
-def with_known_limit(row: dict) -> dict:
-    """``row``, a failure of a test in ``KNOWN_LIMITS`` turned into ``known_limit`` with the
-    recorded reason quoted before the error."""
-    if row["result"] != "failed" or row["test"] not in KNOWN_LIMITS:
-        return row
-    return {**row, "result": "known_limit",
-            "reason": f"{KNOWN_LIMITS[row['test']]} (error: {row['reason']})"}
 
 
 # ---- batches: several tests as disjoint subgraphs of one model (one g++ run) ---------------
@@ -634,7 +619,7 @@ def _header(rows: list) -> dict:
             "tvm_ascend_version": tvm_ascend.__version__, "tvm_version": tvm.__version__,
             "onnx_version": onnx.__version__, "command": COMMAND,
             "tolerances": {**TOLERANCES, "integer and bool": EXACT},
-            "summary": summarize(rows), "known_limits": dict(KNOWN_LIMITS)}
+            "summary": summarize(rows), "known_limits": limits_table()}
 
 
 def _cell(text: str) -> str:
@@ -770,7 +755,7 @@ def main(argv=None) -> int:
 
     rows = (run_node_tests(todo, jobs=args.jobs, progress=log, batch=args.batch)
             if todo else [])
-    # rows from the log are classified again against KNOWN_LIMITS as they stand now
+    # rows from the log are classified again against the known limits as they stand now
     rows = sorted([*(with_known_limit(done[n]) for n in names if n in done), *rows],
                   key=lambda r: r["test"])
     summary = summarize(rows)
