@@ -30,6 +30,7 @@ Example
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 import tvm
@@ -43,12 +44,12 @@ from .tile_values import (FLOAT_DTYPES, Access, AccessKind, _children, buffer_si
                           uses_var)
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, Tiling, UB_RESERVED_BYTES
-from .tir_walk import BufferLoad, expr_dtype, load_buffer, param_buffers
+from .tir_walk import (BufferLoad, expr_dtype, load_buffer, param_buffers, reduce_iter_vars,
+                       reducer_of, schedule_blocks)
 
 MAX_BURSTS = 4095      # DataCopyPad blockCount limit: rows per tile
 REPEAT_BYTES = 256     # one vector repeat: the smallest chunk worth splitting I into
 MIN_TILE_ROWS = 8      # fewer rows per tile than this: halve the chunk instead
-REDUCERS = {"Add": "sum", "Max": "max", "Min": "min"}
 
 
 @dataclass(frozen=True)
@@ -125,34 +126,8 @@ class AxisProgram:
         return max(dtype_bytes(d) for d in self.dtypes())
 
 
-def _blocks(sch):
-    return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
-
-
-def _reduce_vars(block) -> list:
-    return [iv for iv in block.iter_vars if int(iv.iter_type) == 2]
-
-
 def _spatial_vars(block) -> list:
     return [iv for iv in block.iter_vars if int(iv.iter_type) == 0]
-
-
-def _reducer(store) -> tuple[str, object] | None:
-    """(kind, operand) of ``acc = acc + e`` / ``max(acc, e)`` / ``min(acc, e)``."""
-    kind = REDUCERS.get(type(store.value).__name__)
-    if kind is None:
-        return None
-    for mine, other in ((store.value.a, store.value.b), (store.value.b, store.value.a)):
-        if isinstance(mine, BufferLoad) and load_buffer(mine).same_as(store.buffer):
-            return kind, other
-    return None
-
-
-def _prod(values) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
 
 
 def _first_reduced_load(expr, reduce_vars):
@@ -177,8 +152,8 @@ def axis_shape(block) -> tuple[int, int, int]:
     >>> axis_shape(block_reducing_axes_1_2_of_3x5x4x7)             # doctest: +SKIP
     (3, 20, 7)
     """
-    reduce_vars = _reduce_vars(block)
-    found = _reducer(block.body)
+    reduce_vars = reduce_iter_vars(block)
+    found = reducer_of(block.body)
     if found is None:
         raise TilingError(f"block {block.name_hint} is not a sum/max/min")
     load = _first_reduced_load(found[1], reduce_vars)
@@ -190,13 +165,14 @@ def axis_shape(block) -> tuple[int, int, int]:
     if reduced != list(range(reduced[0], reduced[-1] + 1)):
         raise TilingError(f"{load_buffer(load).name} is reduced over axes {reduced}, which are "
                           "not adjacent")
-    outer, red, inner = (_prod(shape[:reduced[0]]), _prod(shape[reduced[0]:reduced[-1] + 1]),
-                         _prod(shape[reduced[-1] + 1:]))
+    outer = math.prod(shape[:reduced[0]])
+    red = math.prod(shape[reduced[0]:reduced[-1] + 1])
+    inner = math.prod(shape[reduced[-1] + 1:])
     if inner == 1:
         raise TilingError(f"{load_buffer(load).name} is reduced over its last axes (the "
                           "row-reduce template's case)")
-    if red != _prod(iv.dom.extent for iv in reduce_vars) or \
-            outer * inner != _prod(iv.dom.extent for iv in _spatial_vars(block)):
+    if red != math.prod(int(iv.dom.extent) for iv in reduce_vars) or \
+            outer * inner != math.prod(int(iv.dom.extent) for iv in _spatial_vars(block)):
         raise TilingError(f"block {block.name_hint} does not reduce {load_buffer(load).name} "
                           "as [outer, reduced, inner]")
     return outer, red, inner
@@ -205,7 +181,7 @@ def axis_shape(block) -> tuple[int, int, int]:
 def _bind_flat(block, flat, reduced=None) -> dict:
     """Block variables as functions of the flat output index ``flat`` (and ``reduced``)."""
     bindings = {}
-    for ivs, value in ((_spatial_vars(block), flat), (_reduce_vars(block), reduced)):
+    for ivs, value in ((_spatial_vars(block), flat), (reduce_iter_vars(block), reduced)):
         stride = 1
         for iv in reversed(ivs):
             extent = int(iv.dom.extent)
@@ -287,12 +263,12 @@ def axis_program(blocks, func) -> AxisProgram:
     >>> program.outer, program.reduce, program.inner, program.reducer
     (4, 9, 10, 'sum')
     """
-    if not blocks or not _reduce_vars(blocks[0]) or len(blocks) > 2 or \
-            any(_reduce_vars(b) for b in blocks[1:]):
+    if not blocks or not reduce_iter_vars(blocks[0]) or len(blocks) > 2 or \
+            any(reduce_iter_vars(b) for b in blocks[1:]):
         raise TilingError("not one reduction followed by at most one elementwise block")
     red_block = blocks[0]
     outer, reduce, inner = axis_shape(red_block)
-    reducer, operand = _reducer(red_block.body)
+    reducer, operand = reducer_of(red_block.body)
     _, outputs = param_buffers(func)
     program = AxisProgram(outer, reduce, inner, reducer, red_block.body.buffer, None,
                           out_buffer=outputs[0])
@@ -304,7 +280,7 @@ def axis_program(blocks, func) -> AxisProgram:
         raise TilingError("the reduction's operand does not depend on its input")
     if len(blocks) == 2:
         epi = blocks[1]
-        if _prod(iv.dom.extent for iv in _spatial_vars(epi)) != outer * inner:
+        if math.prod(int(iv.dom.extent) for iv in _spatial_vars(epi)) != outer * inner:
             raise TilingError(f"block {epi.name_hint} does not iterate the reduced shape")
         epi_analyzer = classifier.analyzer(epi, False)
         program.epilogue = plan_tile_values(
@@ -333,7 +309,7 @@ def _inline(sch) -> None:
         changed = False
         block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
         for block_rv in block_rvs[:-1]:
-            if _reduce_vars(sch.get(block_rv)):
+            if reduce_iter_vars(sch.get(block_rv)):
                 continue
             try:
                 sch.compute_inline(block_rv)
@@ -346,21 +322,21 @@ def _inline(sch) -> None:
 def _legal(func) -> Decision:
     """Hard constraints on the unscheduled function (no tiling)."""
     sch = tvm.s_tir.Schedule(func)
-    reductions = [b for b in _blocks(sch) if _reduce_vars(b)]
+    reductions = [b for b in schedule_blocks(sch) if reduce_iter_vars(b)]
     if len(reductions) != 1:
         return Decision.no(f"{len(reductions)} reductions; the axis-reduce template takes one "
                            "(a softmax over another axis reads its reductions back: two passes)")
     if len(param_buffers(func)[1]) != 1:
         return Decision.no("the axis-reduce template prints one output")
-    for block in _blocks(sch):
+    for block in schedule_blocks(sch):
         store = block.body
         if type(store).__name__ != "BufferStore":
             return Decision.no(f"block {block.name_hint} is not a single store")
         if str(store.buffer.dtype) not in FLOAT_DTYPES:
             return Decision.no(f"block {block.name_hint} computes in {store.buffer.dtype}")
         expr = store.value
-        if _reduce_vars(block):
-            found = _reducer(store)
+        if reduce_iter_vars(block):
+            found = reducer_of(store)
             if found is None:
                 return Decision.no(f"block {block.name_hint} is not a sum/max/min")
             expr = found[1]
@@ -371,7 +347,7 @@ def _legal(func) -> Decision:
         axis_shape(reductions[0])
         inlined = tvm.s_tir.Schedule(func)
         _inline(inlined)
-        check_program(axis_program(_blocks(inlined), func))
+        check_program(axis_program(schedule_blocks(inlined), func))
     except TilingError as err:
         return Decision.no(str(err))
     return Decision.yes("one reduction over adjacent non-last axes with elementwise prologue "
@@ -416,7 +392,7 @@ class AxisReduceSchedule:
             raise TilingError(f"axis-reduce template does not apply: {decision.reason}")
         sch = tvm.s_tir.Schedule(func)
         _inline(sch)
-        program = axis_program(_blocks(sch), func)
+        program = axis_program(schedule_blocks(sch), func)
         check_program(program)
         tiling = _plan(program, soc, knobs)
         _tile_loops(sch, program, tiling)
