@@ -36,7 +36,7 @@ from tvm.sym.analyzer import Analyzer
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import _product_loads
+from .matmul import product_loads
 from .tile_values import flat_offset
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
@@ -171,7 +171,7 @@ def _linear_map(buffer, indices, axes, bounds) -> OperandMap:
 
 
 def _matmul_operands(block):
-    found = _product_loads(block.body) if len(reduce_iter_vars(block)) == 1 else None
+    found = product_loads(block.body) if len(reduce_iter_vars(block)) == 1 else None
     if found is None:
         raise _NotAttention(f"block {block.name_hint} is not a matmul C += A * B")
     return found[1], found[2]
@@ -219,7 +219,7 @@ def attention_shape(func) -> AttentionShape:
     if len(outputs) != 1:
         raise _NotAttention("the attention template prints one output")
     resolver = _Resolver(blocks, func.params)
-    matmuls = [b for b in blocks if len(reduce_iter_vars(b)) == 1 and _product_loads(b.body)]
+    matmuls = [b for b in blocks if len(reduce_iter_vars(b)) == 1 and product_loads(b.body)]
     if len(matmuls) != 2:
         raise _NotAttention(f"{len(matmuls)} matmul block(s); attention has two (QK^T and PV)")
     qk, pv = matmuls

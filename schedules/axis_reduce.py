@@ -39,7 +39,7 @@ from tvm import tirx
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .tile_values import (FLOAT_DTYPES, Access, AccessKind, _children, buffer_size, expr_key,
+from .tile_values import (FLOAT_DTYPES, Access, AccessKind, child_exprs, buffer_size, expr_key,
                           flat_offset, make_analyzer, plan_tile_values, unsupported_construct,
                           uses_var)
 from .tiling import ceil_div, dtype_bytes, round_up
@@ -136,7 +136,7 @@ def _first_reduced_load(expr, reduce_vars):
         if any(uses_var(index, iv.var) for index in expr.indices for iv in reduce_vars):
             return expr
         return None
-    for child in _children(expr):
+    for child in child_exprs(expr):
         found = _first_reduced_load(child, reduce_vars)
         if found is not None:
             return found

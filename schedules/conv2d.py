@@ -96,7 +96,7 @@ class ConvShape:
 
 
 
-def _at(expr, values: dict) -> int | None:
+def access_at(expr, values: dict) -> int | None:
     """``expr`` with the given variables fixed, if that makes it a constant."""
     analyzer = Analyzer()
     for var, value in values.items():
@@ -105,7 +105,7 @@ def _at(expr, values: dict) -> int | None:
     return int(out.value) if type(out).__name__ == "IntImm" else None
 
 
-def _conv_block_index(blocks) -> int | None:
+def conv_block_index(blocks) -> int | None:
     for index, block in enumerate(blocks):
         if len(reduce_iter_vars(block)) == 3:
             return index
@@ -139,11 +139,11 @@ def _pad_source(pad_block):
     if len(ivs) != 4:
         return None
     zero = {v: 0 for v in ivs}
-    offsets = [_at(idx, zero) for idx in value.indices]
+    offsets = [access_at(idx, zero) for idx in value.indices]
     if None in offsets or offsets[0] != 0 or offsets[1] != 0:
         return None
     for axis, idx in enumerate(value.indices):  # x[i0, i1, i2 - top, i3 - left]
-        if _at(idx, {**zero, ivs[axis]: 1}) != offsets[axis] + 1:
+        if access_at(idx, {**zero, ivs[axis]: 1}) != offsets[axis] + 1:
             return None
     return value, (-offsets[2], -offsets[3])
 
@@ -151,7 +151,7 @@ def _pad_source(pad_block):
 def conv_shape(func) -> ConvShape | None:
     """The convolution of ``func`` (pad_temp block, then conv2d_nchw), if the template takes it."""
     blocks = root_blocks(func)
-    index = _conv_block_index(blocks)
+    index = conv_block_index(blocks)
     if index is None or index < 1:
         return None
     pad_block, conv = blocks[index - 1], blocks[index]
@@ -179,8 +179,8 @@ def conv_shape(func) -> ConvShape | None:
     nn, ff, yy, xx = spatial
     zero = {v: 0 for v in (nn, ff, yy, xx, rc, ry, rx)}
     hi, wi = pad_load.indices[2], pad_load.indices[3]
-    sh, dh = _at(hi, {**zero, yy: 1}), _at(hi, {**zero, ry: 1})
-    sw, dw = _at(wi, {**zero, xx: 1}), _at(wi, {**zero, rx: 1})
+    sh, dh = access_at(hi, {**zero, yy: 1}), access_at(hi, {**zero, ry: 1})
+    sw, dw = access_at(wi, {**zero, xx: 1}), access_at(wi, {**zero, rx: 1})
     if None in (sh, dh, sw, dw) or min(sh, dh, sw, dw) < 1:
         return None
     # the whole access must be the convolution's, not just its slopes at the origin
@@ -227,7 +227,7 @@ class Conv2dSchedule:
         if shape.dtype not in SUPPORTED_DTYPES:
             return Decision.no(f"conv2d in {shape.dtype}; the cube kernel takes float16/float32")
         blocks = root_blocks(func)
-        for block in blocks[_conv_block_index(blocks) + 1:]:
+        for block in blocks[conv_block_index(blocks) + 1:]:
             if reduce_iter_vars(block):
                 return Decision.no(f"block {block.name_hint} reduces after the conv2d")
             construct = unsupported_construct(block.body.value)
@@ -257,7 +257,7 @@ class Conv2dSchedule:
             raise TilingError(f"conv2d template does not apply: {decision.reason}")
         shape = conv_shape(func)
         sch = tvm.s_tir.Schedule(func)
-        conv_index = _conv_block_index(schedule_blocks(sch))
+        conv_index = conv_block_index(schedule_blocks(sch))
         block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
         for block_rv in block_rvs[conv_index + 1:-1]:
             sch.compute_inline(block_rv)

@@ -66,7 +66,7 @@ class MatmulShape:
 
 
 
-def _product_loads(store):
+def product_loads(store):
     """(acc, A load, B load) of ``acc = acc + A * B`` or None."""
     value = store.value
     if type(value).__name__ != "Add":
@@ -87,7 +87,7 @@ def matmul_shape(func) -> MatmulShape | None:
     """
     blocks = root_blocks(func)
     first = blocks[0]
-    found = _product_loads(first.body) if len(reduce_iter_vars(first)) == 1 else None
+    found = product_loads(first.body) if len(reduce_iter_vars(first)) == 1 else None
     if found is None:
         return None
     _, a_load, b_load = found
@@ -224,7 +224,8 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
           + columns * round_up(shape.n * elem, 32))
     if ub > soc.ub_bytes - UB_RESERVED_BYTES:
         raise TilingError(f"matmul epilogue needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
-    gm_read, gm_write = _traffic(shape, program, soc, base_m, base_n, single_m, single_n, used)
+    gm_read, gm_write = matmul_traffic(shape, program, soc, base_m, base_n, single_m, single_n,
+                                       used)
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
@@ -273,9 +274,9 @@ def _balanced_singles(shape, base_m, base_n, cores) -> tuple[int, int]:
 
 def _base_tiles(shape, base_m, base_n, single_m, single_n) -> list[tuple[int, int]]:
     """(rows, columns) of every base tile of one batch's C, as the cores compute them."""
-    return [(m, n) for m_single in _singles(shape.m, single_m)
-            for n_single in _singles(shape.n, single_n)
-            for m in _singles(m_single, base_m) for n in _singles(n_single, base_n)]
+    return [(m, n) for m_single in single_sizes(shape.m, single_m)
+            for n_single in single_sizes(shape.n, single_n)
+            for m in single_sizes(m_single, base_m) for n in single_sizes(n_single, base_n)]
 
 
 def scalar_tail_elems(shape, program, soc, base_m, base_n, single_m, single_n, cores) -> int:
@@ -293,7 +294,7 @@ def scalar_tail_elems(shape, program, soc, base_m, base_n, single_m, single_n, c
     return tails * (1 + streamed) + columns * cores * (shape.n % c0)
 
 
-def _traffic(shape, program, soc, base_m, base_n, single_m, single_n, cores):
+def matmul_traffic(shape, program, soc, base_m, base_n, single_m, single_n, cores):
     """GM bytes as the Matmul API moves them (emulator README): every base tile of C reads its
     rows of A and columns of B once (K steps), the tile goes AIC -> GM -> UB on split chips,
     and the epilogue's inputs and the output are moved once (with or without DataCopyPad:
@@ -309,7 +310,7 @@ def _traffic(shape, program, soc, base_m, base_n, single_m, single_n, cores):
     return read, out + round_trip
 
 
-def _singles(extent: int, single: int) -> list[int]:
+def single_sizes(extent: int, single: int) -> list[int]:
     """Sizes of consecutive pieces of ``single`` along an axis of ``extent`` (the last shorter)."""
     return [min(single, extent - start) for start in range(0, extent, single)]
 

@@ -34,8 +34,8 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import (FRACTAL, MatmulShape, _singles,
-                     _traffic, epilogue_program, matmul_shape, scalar_tail_elems)
+from .matmul import (FRACTAL, MatmulShape, single_sizes,
+                     matmul_traffic, epilogue_program, matmul_shape, scalar_tail_elems)
 from .row_program import (RowAccessKind, check_program_dtypes, input_dtypes, is_full_row_block,
                           program_dtypes)
 from .row_reduce import inline_row_blocks
@@ -281,8 +281,9 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     used = ceil_div(total, per_core)
     slots, slot_bytes = _slots(program, elem)
     ub = ub_bytes(program, shape.n, elem, base_m)
-    gm_read, gm_write = _traffic(shape, program, soc, base_m, base_n, single_m, shape.n, used)
-    pieces = [m for m_single in _singles(shape.m, single_m) for m in _singles(m_single, base_m)]
+    gm_read, gm_write = matmul_traffic(shape, program, soc, base_m, base_n, single_m, shape.n, used)
+    pieces = [m for m_single in single_sizes(shape.m, single_m)
+              for m in single_sizes(m_single, base_m)]
     cube_macs = shape.batch * sum(round_up(m, FRACTAL) for m in pieces) * base_n \
         * round_up(shape.k, c0)
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,

@@ -25,7 +25,7 @@ import numpy as np
 import tvm
 from tvm.sym.analyzer import Analyzer
 
-from .conv2d import _at
+from .conv2d import access_at
 from .tile_values import uses_var
 from .tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars, reducer_of,
                        schedule_blocks)
@@ -127,11 +127,11 @@ def _pad_block(block):
     if len(ivs) != 4:
         return "the pad block is not 4-D"
     zero = {v: 0 for v in ivs}
-    offsets = [_at(idx, zero) for idx in value.indices]
+    offsets = [access_at(idx, zero) for idx in value.indices]
     if None in offsets or offsets[0] != 0 or offsets[1] != 0:
         return "the pad block shifts the batch or channel axis"
     for axis, idx in enumerate(value.indices):  # x[i0, i1, i2 - top, i3 - left]
-        if _at(idx, {**zero, ivs[axis]: 1}) != offsets[axis] + 1:
+        if access_at(idx, {**zero, ivs[axis]: 1}) != offsets[axis] + 1:
             return "the pad block is not a shifted copy"
     return value, (-offsets[2], -offsets[3]), pad_value, cond
 
@@ -163,8 +163,8 @@ def _window(pool, source_load):
     ry, rx = reduce_vars
     zero = {v: 0 for v in spatial + reduce_vars}
     idx = source_load.indices
-    sh, dh = _at(idx[2], {**zero, yy: 1}), _at(idx[2], {**zero, ry: 1})
-    sw, dw = _at(idx[3], {**zero, xx: 1}), _at(idx[3], {**zero, rx: 1})
+    sh, dh = access_at(idx[2], {**zero, yy: 1}), access_at(idx[2], {**zero, ry: 1})
+    sw, dw = access_at(idx[3], {**zero, xx: 1}), access_at(idx[3], {**zero, rx: 1})
     if None in (sh, dh, sw, dw) or min(sh, dh, sw, dw) < 1:
         return "the window is not strided over (oh, ow) and (kh, kw)"
     analyzer = Analyzer()

@@ -75,17 +75,17 @@ def classify_load(load: BufferLoad, analyzer: Analyzer, flat: tirx.Var,
 def _reads_memory(expr) -> bool:
     if isinstance(expr, BufferLoad):
         return True
-    return any(_reads_memory(child) for child in _children(expr))
+    return any(_reads_memory(child) for child in child_exprs(expr))
 
 
 def uses_var(expr, var) -> bool:
     """Whether ``var`` occurs in ``expr``."""
     if isinstance(expr, tirx.Var):
         return expr.same_as(var)
-    return any(uses_var(child, var) for child in _children(expr))
+    return any(uses_var(child, var) for child in child_exprs(expr))
 
 
-def _children(expr) -> list:
+def child_exprs(expr) -> list:
     if isinstance(expr, BufferLoad):
         return []
     if isinstance(expr, Call):
@@ -148,7 +148,7 @@ def _unsupported(expr, masks: bool) -> str | None:
         return f"{what} on {dtype}"
     if kind == "Select" and dtype == "bool":
         return "Select between bool values"
-    for child in _children(expr):
+    for child in child_exprs(expr):
         found = _unsupported(child, masks)
         if found:
             return found
@@ -218,7 +218,7 @@ def _bool_behind_int_test(expr):
 def _has_bool(expr) -> bool:
     if str(expr.ty.dtype) == "bool":
         return True
-    return any(_has_bool(child) for child in _children(expr))
+    return any(_has_bool(child) for child in child_exprs(expr))
 
 
 def writes_dst_first(expr, is_tile) -> bool:
@@ -279,7 +279,7 @@ def plan_tile_values(root, classify) -> TileValuePlan:
                 plan.accesses[key] = classify(expr)
             tile = plan.accesses[key].kind is not AccessKind.SCALAR
         else:
-            tile = any([is_tile(child) for child in _children(expr)])
+            tile = any([is_tile(child) for child in child_exprs(expr)])
         if tile:
             plan.tile_keys.add(key)
         return tile
@@ -289,7 +289,7 @@ def plan_tile_values(root, classify) -> TileValuePlan:
         uses[key] = uses.get(key, 0) + 1
         if uses[key] > 1 or isinstance(expr, BufferLoad):
             return
-        for child in _children(expr):
+        for child in child_exprs(expr):
             if is_tile(child):
                 count(child)
 
@@ -304,7 +304,7 @@ def plan_tile_values(root, classify) -> TileValuePlan:
         key = expr_key(expr)
         if key in tile_nodes or isinstance(expr, BufferLoad):
             return
-        tile_children = [c for c in _children(expr) if is_tile(c)]
+        tile_children = [c for c in child_exprs(expr) if is_tile(c)]
         for child in tile_children:
             visit(child)
         dying = []

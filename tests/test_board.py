@@ -15,7 +15,7 @@ import tvm_ffi
 
 import tvm_ascend
 from tvm_ascend import ir_attrs
-from tvm_ascend.codegen.ascendc_printer import ScheduledKernel, _printer
+from tvm_ascend.codegen.ascendc_printer import ScheduledKernel, kernel_printer
 from tvm_ascend.codegen.code_buffer import CodeBuffer
 from tvm_ascend.codegen.npu_unit import npu_kernel_mode, npu_unit_source
 from tvm_ascend.codegen.launcher import (ACL_TIME_SUFFIX, emit_acl_launcher,
@@ -149,7 +149,7 @@ def test_a_failing_device_compile_raises_with_command_and_output(tmp_path):
 
 # ---- the ACL launcher ----------------------------------------------------------------------------
 def _acl_text(kernel, timed=True) -> str:
-    printer = _printer(kernel)
+    printer = kernel_printer(kernel)
     printer.print(CodeBuffer())
     buf = CodeBuffer()
     emit_acl_launcher(buf, kernel.symbol, printer, kernel.tiling.cores, timed=timed)
@@ -228,7 +228,7 @@ def test_acl_unit_passes_a_gpp_syntax_check_against_stub_acl_declarations(reques
 
 
 def test_the_launcher_is_chosen_by_a_flag(scheduled):
-    printer = _printer(scheduled)
+    printer = kernel_printer(scheduled)
     printer.print(CodeBuffer())
     texts = {}
     for kind in ("emulator", "acl"):

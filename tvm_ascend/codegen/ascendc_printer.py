@@ -64,7 +64,7 @@ def _printer_name(tiling) -> str:
     return "matmul_rows" if tiling.params.get("row_epilogue") else tiling.template
 
 
-def _printer(kernel: ScheduledKernel):
+def kernel_printer(kernel: ScheduledKernel):
     try:
         cls = KERNEL_PRINTERS[_printer_name(kernel.tiling)]
     except KeyError as err:
@@ -92,7 +92,7 @@ def kernel_source(kernel: ScheduledKernel, soc) -> str:
     buf = CodeBuffer()
     _provenance(buf, kernel)
     buf.lines(_prelude(soc, [kernel]))
-    _printer(kernel).print(buf)
+    kernel_printer(kernel).print(buf)
     return buf.text()
 
 
@@ -104,7 +104,7 @@ def translation_unit(kernels: list[ScheduledKernel], soc, metadata: dict) -> tup
     buf.lines(_prelude(soc, kernels))
     buf.lines(HOST_RUNTIME)
     for kernel in kernels:
-        printer = _printer(kernel)
+        printer = kernel_printer(kernel)
         buf.line()
         _provenance(buf, kernel)
         printer.print(buf)

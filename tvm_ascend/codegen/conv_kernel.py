@@ -20,7 +20,7 @@ True
 from __future__ import annotations
 
 from ..errors import CodegenError
-from ..schedules.conv2d import _conv_block_index, conv_shape, epilogue_program
+from ..schedules.conv2d import conv_block_index, conv_shape, epilogue_program
 from ..schedules.row_program import RowAccessKind
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import expr_dtype, schedule_blocks
@@ -51,7 +51,7 @@ class ConvKernelPrinter:
         if self.shape is None:
             raise CodegenError(f"{symbol}: not a conv2d group")
         blocks = schedule_blocks(tvm.s_tir.Schedule(func))
-        self.program = epilogue_program(blocks, func, self.shape, _conv_block_index(blocks))
+        self.program = epilogue_program(blocks, func, self.shape, conv_block_index(blocks))
         self.params = list(func.params)
         self.names = {p.name: ident(p.name) for p in self.params}
         self.ctype = cpp_type(self.shape.dtype)

@@ -11,7 +11,7 @@ Example
 """
 from __future__ import annotations
 
-from .ascendc_printer import _printer, kernel_source
+from .ascendc_printer import kernel_printer, kernel_source
 from .code_buffer import CodeBuffer
 from .launcher import ACL_HOST_RUNTIME, emit_acl_launcher
 
@@ -22,7 +22,7 @@ def npu_unit_source(kernel, soc, timed: bool = True) -> str:
     buf = CodeBuffer()
     buf.lines(kernel_source(kernel, soc))
     buf.lines(ACL_HOST_RUNTIME)
-    printer = _printer(kernel)
+    printer = kernel_printer(kernel)
     printer.print(CodeBuffer())  # printers fill what the launcher reads while printing
     emit_acl_launcher(buf, kernel.symbol, printer, kernel.tiling.cores, timed=timed)
     return buf.text()
@@ -30,7 +30,7 @@ def npu_unit_source(kernel, soc, timed: bool = True) -> str:
 
 def npu_kernel_mode(kernel) -> str:
     """``AIV_MODE``, ``AIC_MODE`` or ``MIX_MODE``: the cores ``kernel``'s printer launches on."""
-    return getattr(_printer(kernel), "kernel_mode", "AIV_MODE")
+    return getattr(kernel_printer(kernel), "kernel_mode", "AIV_MODE")
 
 
 __all__ = ["npu_unit_source", "npu_kernel_mode"]

@@ -23,7 +23,7 @@ from tvm import tirx
 from tvm.runtime import DataType
 
 from ..schedules.tir_walk import BufferLoad, Call, walk
-from ..schedules.tile_values import _children
+from ..schedules.tile_values import child_exprs
 
 # Cost of one element of each class relative to one basic op (Add, Mul, ...), in vector passes.
 # basic: one hardware instruction at the full 256 B/cycle rate (ascendc.md 6.2).
@@ -82,7 +82,7 @@ def _count_ops(expr, counts: dict) -> int:
     if cls is not None:
         counts[cls] = counts.get(cls, 0) + 1
         found = 1
-    for child in _children(expr):
+    for child in child_exprs(expr):
         found += _count_ops(child, counts)
     return found
 

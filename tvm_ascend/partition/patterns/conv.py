@@ -12,7 +12,7 @@ from __future__ import annotations
 from tvm.relax.dpl.pattern import is_op, wildcard
 
 from ..decision import Decision
-from .elementwise import SUPPORTED_DTYPES, _static_shape, _tensor_type
+from .elementwise import SUPPORTED_DTYPES, static_shape, tensor_type_of
 
 POOL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
 WINDOW_POOL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
@@ -25,8 +25,8 @@ def make_conv2d_pattern():
 
 
 def _check_conv2d(call) -> Decision:
-    data, weight, out = (_tensor_type(e) for e in (call.args[0], call.args[1], call))
-    if None in (data, weight, out) or not all(_static_shape(t) for t in (data, weight, out)):
+    data, weight, out = (tensor_type_of(e) for e in (call.args[0], call.args[1], call))
+    if None in (data, weight, out) or not all(static_shape(t) for t in (data, weight, out)):
         return Decision.no("conv2d with a dynamic shape runs on the host")
     if {data.dtype, weight.dtype, out.dtype} != {out.dtype} or out.dtype not in SUPPORTED_DTYPES:
         return Decision.no(f"conv2d of {data.dtype} x {weight.dtype} -> {out.dtype}: the cube "
@@ -47,8 +47,8 @@ def _check_pool2d(call) -> Decision:
     if call.op.name not in WINDOW_POOL_OPS:
         return Decision.no(f"{op} has no Ascend kernel (only global average pooling and "
                            "max/avg pooling over fixed windows have one); it runs on the host")
-    data, out = _tensor_type(call.args[0]), _tensor_type(call)
-    if None in (data, out) or not all(_static_shape(t) for t in (data, out)):
+    data, out = tensor_type_of(call.args[0]), tensor_type_of(call)
+    if None in (data, out) or not all(static_shape(t) for t in (data, out)):
         return Decision.no(f"{op} with a dynamic shape runs on the host")
     if data.dtype != out.dtype or out.dtype not in SUPPORTED_DTYPES:
         return Decision.no(f"{op} of {data.dtype} -> {out.dtype}: the vector pooling kernel "

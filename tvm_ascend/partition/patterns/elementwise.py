@@ -37,16 +37,16 @@ def make_elementwise_pattern(op_name: str, arity: int):
     return root, {"root": root}
 
 
-def _short(op_name: str) -> str:
+def short_op_name(op_name: str) -> str:
     return op_name.split(".")[-1]
 
 
-def _tensor_type(expr):
+def tensor_type_of(expr):
     ty = getattr(expr, "ty", None)
     return ty if isinstance(ty, relax.TensorType) else None
 
 
-def _static_shape(ty) -> bool:
+def static_shape(ty) -> bool:
     shape = getattr(ty, "shape", None)
     if shape is None:
         return False
@@ -58,7 +58,7 @@ def _static_shape(ty) -> bool:
 
 def _operand_dtypes(name: str, out_dtype: str, arg_dtypes: list) -> Decision:
     """Whether the operand and result dtypes of op ``name`` have a vector kernel."""
-    short = _short(name)
+    short = short_op_name(name)
     floats = " or ".join(SUPPORTED_DTYPES)
     if name == "relax.astype":
         pair = (arg_dtypes[0], out_dtype)
@@ -100,28 +100,28 @@ def check_elementwise_call(call) -> Decision:
     if name not in ELEMENTWISE_OPS:
         return Decision.no(f"operator {name or type(op).__name__} has no Ascend kernel yet; "
                            "it runs on the host (llvm)")
-    out = _tensor_type(call)
+    out = tensor_type_of(call)
     if out is None:
-        return Decision.no(f"{_short(name)} has no tensor result; it runs on the host")
+        return Decision.no(f"{short_op_name(name)} has no tensor result; it runs on the host")
     # tensor operands come first; attributes held as arguments (clip's PrimValue bounds) after
-    types = [_tensor_type(arg) for arg in call.args[:ELEMENTWISE_OPS[name]]]
+    types = [tensor_type_of(arg) for arg in call.args[:ELEMENTWISE_OPS[name]]]
     if any(ty is None for ty in types):
-        return Decision.no(f"{_short(name)} has a non-tensor operand; it runs on the host")
+        return Decision.no(f"{short_op_name(name)} has a non-tensor operand; it runs on the host")
     decision = _operand_dtypes(name, str(out.dtype), [str(ty.dtype) for ty in types])
     if not decision:
         return decision
     for ty in types:
-        if not _static_shape(ty):
-            return Decision.no(f"{_short(name)} has a dynamic shape {ty.shape}; give static "
+        if not static_shape(ty):
+            return Decision.no(f"{short_op_name(name)} has a dynamic shape {ty.shape}; give static "
                                "shapes with --input_shape")
     if name == "relax.power":
         exponent = types[1]
         if any(int(d) != 1 for d in exponent.shape.values):
             return Decision.no("power with a tensor exponent has no Ascend kernel yet (only a "
                                "constant scalar exponent); it runs on the host")
-    if not _static_shape(out):
-        return Decision.no(f"{_short(name)} has a dynamic output shape; give --input_shape")
-    return Decision.yes(f"{_short(name)} on {out.dtype}: vector unit")
+    if not static_shape(out):
+        return Decision.no(f"{short_op_name(name)} has a dynamic output shape; give --input_shape")
+    return Decision.yes(f"{short_op_name(name)} on {out.dtype}: vector unit")
 
 
 def _registry_check(context) -> bool:
@@ -133,5 +133,5 @@ def elementwise_patterns() -> list:
     entries = []
     for op_name, arity in ELEMENTWISE_OPS.items():
         pattern, annotations = make_elementwise_pattern(op_name, arity)
-        entries.append((f"ascend.{_short(op_name)}", pattern, annotations, _registry_check))
+        entries.append((f"ascend.{short_op_name(op_name)}", pattern, annotations, _registry_check))
     return entries

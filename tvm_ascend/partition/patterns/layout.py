@@ -8,7 +8,7 @@ from __future__ import annotations
 from tvm.relax.dpl.pattern import is_op, wildcard
 
 from ..decision import Decision
-from .elementwise import SUPPORTED_DTYPES, _short, _static_shape, _tensor_type
+from .elementwise import SUPPORTED_DTYPES, short_op_name, static_shape, tensor_type_of
 
 VIEW_OPS = {"relax.reshape": 2, "relax.squeeze": 1, "relax.expand_dims": 1,
             "relax.flatten": 1}
@@ -31,15 +31,15 @@ def check_view_call(call) -> Decision | None:
     if name not in VIEW_OPS and name not in MOVE_OPS:
         return None
     sources = list(call.args[0].fields) if name == "relax.concat" else [call.args[0]]
-    types = [_tensor_type(src) for src in sources]
-    out = _tensor_type(call)
+    types = [tensor_type_of(src) for src in sources]
+    out = tensor_type_of(call)
     if out is None or any(t is None or t.dtype not in SUPPORTED_DTYPES for t in types):
-        return Decision.no(f"{_short(name)} of a non-float tensor runs on the host")
-    if not (all(_static_shape(t) for t in types) and _static_shape(out)):
-        return Decision.no(f"{_short(name)} with a dynamic shape runs on the host")
+        return Decision.no(f"{short_op_name(name)} of a non-float tensor runs on the host")
+    if not (all(static_shape(t) for t in types) and static_shape(out)):
+        return Decision.no(f"{short_op_name(name)} with a dynamic shape runs on the host")
     if name == "relax.take":
-        ids = _tensor_type(call.args[1])
-        if ids is None or ids.dtype not in INDEX_DTYPES or not _static_shape(ids):
+        ids = tensor_type_of(call.args[1])
+        if ids is None or ids.dtype not in INDEX_DTYPES or not static_shape(ids):
             return Decision.no("take with indices that are not int32/int64 of a static shape "
                                "runs on the host")
     if name == "relax.permute_dims":
@@ -51,9 +51,9 @@ def check_view_call(call) -> Decision | None:
         return Decision.yes(f"transpose {perm} moves the last axis: box copies and a vector "
                             "Gather")
     if name in MOVE_OPS:
-        return Decision.yes(f"{_short(name)}: rows copied by DataCopyPad on the data-movement "
-                            "template")
-    return Decision.yes(f"{_short(name)}: a view, free inside a kernel")
+        return Decision.yes(f"{short_op_name(name)}: rows copied by DataCopyPad on the "
+                            "data-movement template")
+    return Decision.yes(f"{short_op_name(name)}: a view, free inside a kernel")
 
 
 def is_view_only(op_names) -> bool:
@@ -67,5 +67,5 @@ def _registry_check(context) -> bool:
 
 def view_patterns() -> list:
     """Entries ``("ascend.<op>", pattern, annotations, check)`` for every layout op."""
-    return [(f"ascend.{_short(op)}", *make_view_pattern(op, arity), _registry_check)
+    return [(f"ascend.{short_op_name(op)}", *make_view_pattern(op, arity), _registry_check)
             for op, arity in {**VIEW_OPS, **MOVE_OPS}.items()]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm.relax.dpl.pattern import is_op, wildcard
 
 from ..decision import Decision
-from .elementwise import SUPPORTED_DTYPES, _static_shape, _tensor_type
+from .elementwise import SUPPORTED_DTYPES, static_shape, tensor_type_of
 
 
 def make_matmul_pattern():
@@ -17,8 +17,8 @@ def check_matmul_call(call) -> Decision | None:
     """Decision for a matmul, or None when ``call`` is not one."""
     if getattr(getattr(call, "op", None), "name", None) != "relax.matmul":
         return None
-    a, b, out = _tensor_type(call.args[0]), _tensor_type(call.args[1]), _tensor_type(call)
-    if None in (a, b, out) or not all(_static_shape(t) for t in (a, b, out)):
+    a, b, out = tensor_type_of(call.args[0]), tensor_type_of(call.args[1]), tensor_type_of(call)
+    if None in (a, b, out) or not all(static_shape(t) for t in (a, b, out)):
         return Decision.no("matmul with a dynamic shape runs on the host")
     if {a.dtype, b.dtype, out.dtype} != {out.dtype} or out.dtype not in SUPPORTED_DTYPES:
         return Decision.no(f"matmul of {a.dtype} x {b.dtype} -> {out.dtype}: the cube kernel "

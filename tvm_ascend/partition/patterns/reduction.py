@@ -5,7 +5,7 @@ from __future__ import annotations
 from tvm.relax.dpl.pattern import is_op, wildcard
 
 from ..decision import Decision
-from .elementwise import SUPPORTED_DTYPES, _short, _static_shape, _tensor_type
+from .elementwise import SUPPORTED_DTYPES, short_op_name, static_shape, tensor_type_of
 
 # relax op -> (operands, name of the axis attribute)
 REDUCTION_OPS = {
@@ -39,17 +39,17 @@ def check_reduction_call(call) -> Decision | None:
     name = getattr(getattr(call, "op", None), "name", None)
     if name not in REDUCTION_OPS:
         return None
-    data = _tensor_type(call.args[0])
-    if data is None or data.dtype not in SUPPORTED_DTYPES or not _static_shape(data):
-        return Decision.no(f"{_short(name)} needs a static {' or '.join(SUPPORTED_DTYPES)} "
+    data = tensor_type_of(call.args[0])
+    if data is None or data.dtype not in SUPPORTED_DTYPES or not static_shape(data):
+        return Decision.no(f"{short_op_name(name)} needs a static {' or '.join(SUPPORTED_DTYPES)} "
                            "input; it runs on the host")
     rank = len(data.shape.values)
     axes = _axes(call, REDUCTION_OPS[name][1])
     if axes is not None and sorted(a % rank for a in axes) == [rank - 1]:
-        return Decision.yes(f"{_short(name)} over the last axis: row-reduce kernel")
+        return Decision.yes(f"{short_op_name(name)} over the last axis: row-reduce kernel")
     if axes is not None and name in AXIS_REDUCTION_OPS and _adjacent_not_last(axes, rank):
-        return Decision.yes(f"{_short(name)} over axes {axes}: axis-reduce kernel")
-    return Decision.no(f"{_short(name)} over axes {axes}: the row-reduce kernel reduces the "
+        return Decision.yes(f"{short_op_name(name)} over axes {axes}: axis-reduce kernel")
+    return Decision.no(f"{short_op_name(name)} over axes {axes}: the row-reduce kernel reduces the "
                        "last axis only, the axis-reduce kernel adjacent axes before it "
                        "(ReduceSum/Mean/Max/Min); it runs on the host")
 
@@ -71,7 +71,7 @@ def reduction_patterns() -> list:
     entries = []
     for op_name, (arity, _) in REDUCTION_OPS.items():
         pattern, annotations = make_reduction_pattern(op_name, arity)
-        entries.append((f"ascend.{_short(op_name)}", pattern, annotations, _registry_check))
+        entries.append((f"ascend.{short_op_name(op_name)}", pattern, annotations, _registry_check))
     return entries
 
 
