@@ -330,6 +330,8 @@ def benchmark_baseline(config: BenchConfig, baseline: str, model: onnx.ModelProt
         return record
     folder = Path(tempfile.mkdtemp(prefix=f"{baseline}_", dir=work_dir))
     stages = record["stage_s"]
+    # compile times on a shared 2-core machine depend on what else runs: say how busy it was
+    record["load_avg_1m"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     try:
         if measure_cold:
             cold_cache = str(folder / "cold_cache")

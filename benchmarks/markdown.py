@@ -87,8 +87,8 @@ def _config_table(records: list[dict], socs: list[str]) -> list[str]:
 def _stage_table(records: list[dict]) -> list[str]:
     """Where compile time goes: the stages of every finished record."""
     lines = ["| configuration | baseline | ONNX model s | build (cold) s | export / g++ (cold) s "
-             "| build (warm) s | export (warm) s | build (warm, replan) s | run s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| build (warm) s | export (warm) s | build (warm, replan) s | run s | load (1 min) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         if r["status"] != "ok":
             continue
@@ -96,7 +96,7 @@ def _stage_table(records: list[dict]) -> list[str]:
         cells = [f"{r['model']} {r['config']} {r['dtype']}", r["baseline"]] + [
             _num(s.get(key)) for key in ("onnx_model", "build_cold", "export_cold",
                                          "build_warm", "export_warm", "build_warm_replan",
-                                         "run")]
+                                         "run")] + [_num(r.get("load_avg_1m"))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
 
