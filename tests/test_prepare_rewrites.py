@@ -219,6 +219,23 @@ def test_batchnorm_stays_whole_when_its_rule_is_off(tmp_path):
     assert "BatchNormFolding:on" in explain_node(report, bn)
 
 
+def test_float16_conv_batchnorm_with_fusion_off_is_lowered_and_unfused():
+    """TVM 0.27 legalizes a float16 batch_norm to float32 outputs (the next Conv then fails
+    its type check), so with fusion off a float16 BatchNorm is still lowered: two unfused
+    elementwise kernels, said in the record."""
+    b = ModelBuilder("float16", seed=48)
+    x = b.input("x", (1, 3, 6, 5))
+    conv = b.node("Conv", [x, b.const(b.rng.standard_normal((7, 3, 1, 1)) * 0.3, "w")])
+    bn = b.node("BatchNormalization", [conv, *_stats(b, 7)])
+    w2 = b.const(b.rng.standard_normal((4, 7, 1, 1)) * 0.3, "w2")
+    b.output(b.node("Conv", [bn, w2]), (1, 4, 6, 5))
+    _, report = _build(b, CONV_TOL["float16"], fusion_level="off")
+    record = _records(report, "BatchNormLowering")[bn]
+    assert record["applied"] and "float16" in record["reason"]
+    assert "relax.nn.batch_norm" not in _ops(report)
+    assert report["kernels"] == {"ascend": 4, "host": 0}  # conv, multiply, add, conv
+
+
 def test_batchnorm_with_statistics_from_graph_inputs_is_not_lowered():
     b = ModelBuilder("float32", seed=47)
     x = b.input("x", (1, 5, 3, 3))

@@ -179,16 +179,19 @@ class _BatchNormLowering(PyExprMutator, NamedRewrite):
         scale, shift = found
         scaled = self._emit(relax.op.multiply(self.visit_expr(bn.args[0]), relax.const(scale)))
         self.lowered_vars.append(scaled.name)
-        self.records.append(rewrite_record(
-            BATCH_NORM_LOWERING, node, True,
-            f"BatchNorm with no Conv before it lowered to x * scale + shift (per-channel "
-            f"constants over axis {int(bn.attrs.axis)}): elementwise ops the NPU runs and fuses "
-            "with their neighbours", "BatchNormFolding"))
+        why = ("BatchNorm with no Conv before it lowered to x * scale + shift (per-channel "
+               f"constants over axis {int(bn.attrs.axis)}): elementwise ops the NPU runs and "
+               "fuses with their neighbours") if self.enabled else (
+            "float16 BatchNorm lowered to x * scale + shift although BatchNormFolding is off: "
+            "TVM 0.27 legalizes a float16 batch_norm to float32 outputs, which breaks the ops "
+            "after it; the two ops are not fused with anything")
+        self.records.append(rewrite_record(BATCH_NORM_LOWERING, node, True, why,
+                                           "BatchNormFolding"))
         return relax.op.add(scaled, relax.const(shift))
 
     def _scale_and_shift(self, bn):
         """(scale, shift) shaped to broadcast against the data, or why there are none."""
-        if not self.enabled:
+        if not self.enabled and str(getattr(bn.args[0].ty, "dtype", "")) != "float16":
             return ("BatchNormFolding is switched off, so this BatchNorm stays one host op; "
                     "switch BatchNormFolding:on to run it on the NPU as a scale and shift")
         if bn.attrs.training:
@@ -227,7 +230,8 @@ def lower_batch_norm(mod: tvm.IRModule, enabled: bool = True) -> tvm.IRModule:
     mod : tvm.IRModule
         The module after ``fold_batch_norm`` (which takes the BatchNorms after Convs).
     enabled : bool
-        Whether the BatchNormFolding rule is on; when off nothing changes, and each
+        Whether the BatchNormFolding rule is on; when off only float16 BatchNorms are lowered
+        (TVM 0.27 cannot legalize them: their outputs come out float32), and each other
         BatchNorm's record says the switch keeps it on the host.
 
     Example
