@@ -4,7 +4,10 @@ The group's first block is ``C[b, i, j] += A[b, i, k] * B[(b,) k, j]``; the bloc
 elementwise over C (bias, activation, residual) and are inlined into one epilogue block. The
 output is cut into ``singleM x singleN`` tiles per batch, spread over the AI cores in contiguous
 ranges; on a core the high-level Matmul API computes a tile as ``baseM x baseN`` pieces, each
-fetched into the UB, where the epilogue runs row by row before the single write to GM.
+fetched into the UB, where the epilogue runs row by row before the single write to GM. The
+Matmul object runs CFG_MDL: L1 keeps as many operand blocks across pieces as ``l1_reuse``
+chooses (the walk order and depths that read the fewest A and B bytes and fit L1), and the
+re-reads left over are counted as L2 traffic when the operands fit in L2.
 
 Every SoC profile takes it: where DataCopyPad exists (910B, 310B) a tile moves between GM and
 the UB as one multi-burst copy; without it (310P, 910A) each row moves its whole 32-byte blocks
@@ -48,6 +51,17 @@ class MatmulKnobs:
     base_m: int | None = None  # None: 128 (fp16) / 64 (fp32), at most M rounded to 16
     base_n: int | None = None  # None: likewise for N
     cores: int | None = None   # None: every AI core
+
+
+@dataclass(frozen=True)
+class L1Reuse:
+    """How the kernel's Matmul object (CFG_MDL) keeps operand blocks in L1 within a single tile:
+    the tile walk and how many base blocks of A and of B L1 holds (TCubeTiling's iterateOrder,
+    depthA1, depthB1). A block still held is not read from GM again (emulator README "Cube")."""
+
+    iterate_order: int  # 0: M fastest (a column's B panel is reused), 1: N fastest (A's row panel)
+    depth_a1: int
+    depth_b1: int
 
 
 @dataclass(frozen=True)
@@ -210,7 +224,8 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     base_n = min(knobs.base_n or (128 if elem == 2 else 64), round_up(shape.n, FRACTAL))
     base_k = min(64, round_up(shape.k, c0))
     cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
-    single_m, single_n = _balanced_singles(shape, base_m, base_n, cores)
+    single_m, single_n = _balanced_singles(shape, base_m, base_n, base_k, cores, soc)
+    reuse = l1_reuse(shape, soc, base_m, base_n, base_k, single_m, single_n)
     total = shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n)
     per_core = ceil_div(total, min(cores, total))
     used = ceil_div(total, per_core)
@@ -224,11 +239,12 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
           + columns * round_up(shape.n * elem, 32))
     if ub > soc.ub_bytes - UB_RESERVED_BYTES:
         raise TilingError(f"matmul epilogue needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
-    gm_read, gm_write = matmul_traffic(shape, program, soc, base_m, base_n, single_m, single_n,
-                                       used)
+    gm_read, gm_write = matmul_traffic(shape, program, soc, base_m, base_n, base_k, single_m,
+                                       single_n, used, reuse)
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
+              **l1_params(shape, soc, base_m, base_n, base_k, single_m, single_n, reuse),
               "single_m": single_m, "single_n": single_n, "align_n": align_n, "slots": slots,
               "slot_bytes": slot_bytes,
               "data_copy_pad": bool(soc.has_data_copy_pad),
@@ -241,16 +257,15 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
                   shape.n, params)
 
 
-def _balanced_singles(shape, base_m, base_n, cores) -> tuple[int, int]:
+def _balanced_singles(shape, base_m, base_n, base_k, cores, soc) -> tuple[int, int]:
     """(singleM, singleN): the per-core tile that gives the busiest core the least work.
 
     The cores take contiguous ranges of ``ceil(tiles / cores)`` tiles, so the busiest core
-    computes that many ``singleM x singleN`` tiles; the GM traffic does not depend on the
-    choice (every ``baseM x baseN`` tile reads its rows of A and columns of B once whatever
-    single tile holds it). Among equal loads the larger tile wins: fewer tiles, less set-up per
-    tile. (Halving the larger side until every core had a tile left cores idle: 128 x 2304 in
-    36 tiles on 24 cores runs two tiles per core on 18 cores, 72 tiles of 64 x 64 three
-    smaller ones on all 24, a quarter less work on the busiest.)"""
+    computes that many ``singleM x singleN`` tiles. Among equal loads the one whose operands
+    L1 reuses best (fewest A and B bytes read, ``l1_reuse``) wins, then the larger tile: fewer
+    tiles, less set-up per tile. (Halving the larger side until every core had a tile left
+    cores idle: 128 x 2304 in 36 tiles on 24 cores runs two tiles per core on 18 cores, 72
+    tiles of 64 x 64 three smaller ones on all 24, a quarter less work on the busiest.)"""
     def choices(extent, base):
         # one single size per distinct tile count: the smallest multiple of base giving it
         found = {}
@@ -266,10 +281,91 @@ def _balanced_singles(shape, base_m, base_n, cores) -> tuple[int, int]:
             per_core = ceil_div(total, min(cores, total))
             work = per_core * min(sm, round_up(shape.m, FRACTAL)) * \
                 min(sn, round_up(shape.n, FRACTAL))
-            key = (work, total)
+            reuse = l1_reuse(shape, soc, base_m, base_n, base_k, sm, sn)
+            reads = operand_reads(shape, base_m, base_n, base_k, sm, sn, reuse)
+            key = (work, reads, total)
             if best is None or key < best[0]:
                 best = (key, sm, sn)
     return best[1], best[2]
+
+
+def _single_counts(extent: int, single: int) -> list[tuple[int, int]]:
+    """(size, how many) of the pieces ``single_sizes`` cuts: the full ones and the tail."""
+    full, tail = divmod(extent, single)
+    return [(size, count) for size, count in ((single, full), (tail, 1)) if count and size]
+
+
+def operand_reads(shape, base_m, base_n, base_k, single_m, single_n, reuse: L1Reuse) -> int:
+    """GM bytes of A and B the Matmul API reads, every single tile of every batch: per round
+    (one single tile) a walk of ``ceil(singleM / baseM) x ceil(singleN / baseN)`` base tiles,
+    each over ``ceil(K / baseK)`` K steps, where a block still among the last ``depth`` loaded
+    is not read again. Over the cyclic walk that is all-or-nothing (emulator README "Cube"):
+    M fastest, A is read once when L1 holds all its blocks of the tile, else once per N tile,
+    and B once when L1 holds a column's K panel, else once per M tile; N fastest swaps them."""
+    k_steps = ceil_div(shape.k, base_k)
+    total = 0
+    for sm, count_m in _single_counts(shape.m, single_m):
+        for sn, count_n in _single_counts(shape.n, single_n):
+            m_iter, n_iter = ceil_div(sm, base_m), ceil_div(sn, base_n)
+            if reuse.iterate_order == 0:
+                a_passes = 1 if reuse.depth_a1 >= m_iter * k_steps else n_iter
+                b_passes = 1 if reuse.depth_b1 >= k_steps else m_iter
+            else:
+                a_passes = 1 if reuse.depth_a1 >= k_steps else n_iter
+                b_passes = 1 if reuse.depth_b1 >= n_iter * k_steps else m_iter
+            total += count_m * count_n * (a_passes * sm + b_passes * sn) * shape.k
+    return shape.batch * total * dtype_bytes(shape.dtype)
+
+
+def _l1_bytes(shape, base_m, base_n, base_k, reuse: L1Reuse) -> int:
+    return (reuse.depth_a1 * base_m + reuse.depth_b1 * base_n) * base_k * dtype_bytes(shape.dtype)
+
+
+def l1_reuse(shape, soc, base_m, base_n, base_k, single_m, single_n,
+             orders=(0, 1)) -> L1Reuse:
+    """The walk order and L1 depths that read the fewest operand bytes and fit ``soc``'s L1.
+
+    An operand is either kept (L1 holds the blocks its reuse needs: M fastest, all of A's
+    blocks of the tile or B's K panel of a column; N fastest, A's K panel of a row or all of
+    B's blocks of the tile) or double-buffered (2 blocks). Ties go to less L1, then M fastest.
+    BERT-base's FFN at 16 x 512 tokens (fp16, 128 x 128 x 64 blocks) reads its weights once per
+    128-row tile instead of once per 128 x 128 output tile: half the bytes."""
+    k_steps = ceil_div(shape.k, base_k)
+    m_iter, n_iter = ceil_div(single_m, base_m), ceil_div(single_n, base_n)
+    needs = {0: (m_iter * k_steps, k_steps), 1: (k_steps, n_iter * k_steps)}
+    best = None
+    for order in orders:
+        need_a, need_b = needs[order]
+        for depth_a in sorted({2, max(2, need_a)}):
+            for depth_b in sorted({2, max(2, need_b)}):
+                reuse = L1Reuse(order, depth_a, depth_b)
+                l1 = _l1_bytes(shape, base_m, base_n, base_k, reuse)
+                if l1 > soc.l1_bytes:
+                    continue
+                key = (operand_reads(shape, base_m, base_n, base_k, single_m, single_n, reuse),
+                       l1, order)
+                if best is None or key < best[0]:
+                    best = (key, reuse)
+    if best is None:
+        raise TilingError(f"matmul blocks {base_m}x{base_k} and {base_k}x{base_n} double-buffered "
+                          f"need {_l1_bytes(shape, base_m, base_n, base_k, L1Reuse(0, 2, 2))} L1 "
+                          f"bytes; {soc.name} has {soc.l1_bytes}")
+    return best[1]
+
+
+def l1_params(shape, soc, base_m, base_n, base_k, single_m, single_n, reuse: L1Reuse) -> dict:
+    """The tiling's L1 fields (printed into TCubeTiling) and the operand re-reads that L2
+    serves: A and B bytes read beyond each operand's size, when both operands and the output
+    fit in ``soc``'s L2 (the second read of a block finds it there; the timing model charges
+    those bytes at L2 speed)."""
+    elem = dtype_bytes(shape.dtype)
+    unique = ((shape.batch if shape.a_batched else 1) * shape.m * shape.k
+              + (shape.batch if shape.b_batched else 1) * shape.k * shape.n) * elem
+    reads = operand_reads(shape, base_m, base_n, base_k, single_m, single_n, reuse)
+    fits_l2 = unique + shape.batch * shape.m * shape.n * elem <= soc.l2_bytes
+    return {"iterate_order": reuse.iterate_order, "depth_a1": reuse.depth_a1,
+            "depth_b1": reuse.depth_b1, "l1_bytes": _l1_bytes(shape, base_m, base_n, base_k, reuse),
+            "l2_reread_bytes": max(0, reads - unique) if fits_l2 else 0}
 
 
 def _base_tiles(shape, base_m, base_n, single_m, single_n) -> list[tuple[int, int]]:
@@ -294,14 +390,14 @@ def scalar_tail_elems(shape, program, soc, base_m, base_n, single_m, single_n, c
     return tails * (1 + streamed) + columns * cores * (shape.n % c0)
 
 
-def matmul_traffic(shape, program, soc, base_m, base_n, single_m, single_n, cores):
-    """GM bytes as the Matmul API moves them (emulator README): every base tile of C reads its
-    rows of A and columns of B once (K steps), the tile goes AIC -> GM -> UB on split chips,
-    and the epilogue's inputs and the output are moved once (with or without DataCopyPad:
-    a tail element read or written on the scalar unit counts its bytes too)."""
+def matmul_traffic(shape, program, soc, base_m, base_n, base_k, single_m, single_n, cores,
+                   reuse: L1Reuse):
+    """GM bytes as the Matmul API moves them (emulator README): A and B as ``operand_reads``
+    counts them with the L1 ``reuse``, the tile goes AIC -> GM -> UB on split chips, and the
+    epilogue's inputs and the output are moved once (with or without DataCopyPad: a tail
+    element read or written on the scalar unit counts its bytes too)."""
     elem = dtype_bytes(shape.dtype)
-    pairs = _base_tiles(shape, base_m, base_n, single_m, single_n)
-    read = shape.batch * sum((m + n) * shape.k * elem for m, n in pairs)
+    read = operand_reads(shape, base_m, base_n, base_k, single_m, single_n, reuse)
     out = shape.batch * shape.m * shape.n * elem
     round_trip = out if soc.npu_arch == 2201 else 0
     read += round_trip

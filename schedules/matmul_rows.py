@@ -34,7 +34,7 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import (FRACTAL, MatmulShape, single_sizes,
+from .matmul import (FRACTAL, MatmulShape, single_sizes, l1_params, l1_reuse,
                      matmul_traffic, epilogue_program, matmul_shape, scalar_tail_elems)
 from .row_program import (RowAccessKind, check_program_dtypes, input_dtypes, is_full_row_block,
                           program_dtypes)
@@ -281,7 +281,10 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     used = ceil_div(total, per_core)
     slots, slot_bytes = _slots(program, elem)
     ub = ub_bytes(program, shape.n, elem, base_m)
-    gm_read, gm_write = matmul_traffic(shape, program, soc, base_m, base_n, single_m, shape.n, used)
+    # one column of tiles: the walk goes down M, where only B's K panel can be reused
+    reuse = l1_reuse(shape, soc, base_m, base_n, base_k, single_m, shape.n, orders=(0,))
+    gm_read, gm_write = matmul_traffic(shape, program, soc, base_m, base_n, base_k, single_m,
+                                       shape.n, used, reuse)
     pieces = [m for m_single in single_sizes(shape.m, single_m)
               for m in single_sizes(m_single, base_m)]
     cube_macs = shape.batch * sum(round_up(m, FRACTAL) for m in pieces) * base_n \
@@ -289,6 +292,7 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
+              **l1_params(shape, soc, base_m, base_n, base_k, single_m, shape.n, reuse),
               "single_m": single_m, "single_n": shape.n, "align_n": base_n, "slots": slots,
               "slot_bytes": slot_bytes, "cube_macs": cube_macs, "row_epilogue": True,
               "max_base_m": top, "data_copy_pad": bool(soc.has_data_copy_pad),

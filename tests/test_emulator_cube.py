@@ -134,6 +134,7 @@ class Case:
         self.base = base
         self.single = single or (m, n)
         self.trans_a, self.trans_b, self.bias, self.order = trans_a, trans_b, bias, order
+        self.depths = ()  # (depthA1, depthB1) for the "mdl" kernel; the host main's 2, 2 if empty
         self.rng = np.random.default_rng(seed)
         in_dt, out_dt, self.tol = DTYPES[dtype]
         self.out_dt = np.dtype(out_dt)
@@ -169,6 +170,7 @@ class Case:
             self.bias,
             self.order,
             folder,
+            *self.depths,
         ]
 
     def reference(self, relu: bool) -> np.ndarray:
@@ -310,6 +312,34 @@ def test_gm_bytes_follow_the_k_loop_model(exe, tmp_path):
     _, st = _launch(exe, tmp_path, Case("f16", m, n, k, (32, 32, 32), bias=1), "relu")
     assert st["gm_read_bytes"] == 2 * (m * k * n_iter + k * n * m_iter) + 4 * n * m_iter + 4 * m * n
     assert st["gm_write_bytes"] == 4 * m * n * 2
+
+
+@pytest.mark.parametrize(
+    "order,depths,a_passes,b_passes",
+    [
+        (0, (9, 3), 1, 1),  # M fastest: all 3 x 3 A blocks and a column's 3 B blocks stay
+        (0, (8, 3), 2, 1),  # one A block short: A is read again for the second N tile
+        (0, (9, 2), 1, 3),  # B's K panel does not fit: B read once per M tile
+        (0, (2, 2), 2, 3),  # CFG_NORM's traffic
+        (1, (3, 6), 1, 1),  # N fastest: a row's A panel and all 2 x 3 B blocks stay
+        (1, (3, 5), 1, 3),
+        (1, (2, 6), 2, 1),
+    ],
+)
+def test_mdl_keeps_blocks_in_l1(exe, tmp_path, order, depths, a_passes, b_passes):
+    """CFG_MDL: an operand block still among the last depthA1 / depthB1 loaded is not read
+    again (README "Cube"). One core, 3 x 2 output tiles of 32 x 32, K = 70 in 3 steps."""
+    m, n, k = 96, 64, 70
+    case = Case("f16", m, n, k, (32, 32, 32), bias=1, order=order)
+    case.depths = depths
+    c, st = _launch(exe, tmp_path, case, "mdl")
+    np.testing.assert_allclose(c.astype(np.float64), case.reference(relu=False), **case.tol)
+    m_iter = 3
+    assert st["warnings"] == []
+    assert st["gm_read_bytes"] == 2 * (a_passes * m * k + b_passes * k * n) + 4 * n * m_iter
+    assert st["gm_write_bytes"] == 4 * m * n
+    bm, bn, bk = case.base
+    assert st["peak_l1_bytes"] == depths[0] * bm * bk * 2 + depths[1] * bk * bn * 2 + bn * 4
 
 
 def test_coupled_chip_moves_tiles_on_chip(exe, tmp_path):

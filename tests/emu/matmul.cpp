@@ -172,7 +172,7 @@ extern "C" __global__ __aicore__ void matmul_relu_bf16(GM_ADDR a, GM_ADDR b, GM_
 }
 
 // ------------------------------------------------------------------ straight to GM
-template <typename aType, typename cType, typename biasType>
+template <typename aType, typename cType, typename biasType, const MatmulConfig& CFG = CFG_NORM>
 __aicore__ inline void RunPlain(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, GM_ADDR tilingGm) {
     TCubeTiling tiling;
     MatmulArgs args;
@@ -191,7 +191,7 @@ __aicore__ inline void RunPlain(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, G
     Matmul<MatmulType<AscendC::TPosition::GM, CubeFormat::ND, aType, true>,
            MatmulType<AscendC::TPosition::GM, CubeFormat::ND, aType, true>,
            MatmulType<AscendC::TPosition::GM, CubeFormat::ND, cType>,
-           MatmulType<AscendC::TPosition::GM, CubeFormat::ND, biasType>>
+           MatmulType<AscendC::TPosition::GM, CubeFormat::ND, biasType>, CFG>
         mm;
     REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm);  // the form without tiling: Init follows
     mm.Init(&tiling);
@@ -213,6 +213,13 @@ extern "C" __global__ __aicore__ void matmul_plain_f32(GM_ADDR a, GM_ADDR b, GM_
 }
 extern "C" __global__ __aicore__ void matmul_plain_f16(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, GM_ADDR, GM_ADDR t) {
     RunPlain<half, float, float>(a, b, bias, c, t);
+}
+// CFG_MDL: L1 keeps operand blocks across the round's tiles (depthA1 / depthB1 from the command line)
+extern "C" __global__ __aicore__ void matmul_mdl_f32(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, GM_ADDR, GM_ADDR t) {
+    RunPlain<float, float, float, CFG_MDL>(a, b, bias, c, t);
+}
+extern "C" __global__ __aicore__ void matmul_mdl_f16(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, GM_ADDR, GM_ADDR t) {
+    RunPlain<half, float, float, CFG_MDL>(a, b, bias, c, t);
 }
 
 // ------------------------------------------------------------------ basic API (one core)
@@ -521,9 +528,9 @@ static int RunMmad(int argc, char** argv) {
 int main(int argc, char** argv) {
     if (argc >= 3 && std::string(argv[1]) == "rule") return RunRules(argv[2]);
     if (argc >= 2 && std::string(argv[1]) == "mmad") return RunMmad(argc, argv);
-    if (argc != 16) {
-        std::fprintf(stderr, "usage: %s <relu|all|gm> <f16|f16h|f32|bf16> M N K baseM baseN baseK singleM singleN "
-                             "transA transB bias order dir\n", argv[0]);
+    if (argc != 16 && argc != 18) {
+        std::fprintf(stderr, "usage: %s <relu|all|gm|mdl> <f16|f16h|f32|bf16> M N K baseM baseN baseK singleM singleN "
+                             "transA transB bias order dir [depthA1 depthB1]\n", argv[0]);
         return 2;
     }
     const std::string kernel = argv[1], dtype = argv[2], dir = argv[15];
@@ -545,7 +552,8 @@ int main(int argc, char** argv) {
     t.singleCoreM = v[6];
     t.singleCoreN = v[7];
     t.usedCoreNum = static_cast<int32_t>(Ceiling(M, v[6]) * Ceiling(N, v[7]));
-    t.depthA1 = t.depthB1 = 2;
+    t.depthA1 = argc == 18 ? std::atoi(argv[16]) : 2;
+    t.depthB1 = argc == 18 ? std::atoi(argv[17]) : 2;
     t.stepM = t.stepN = t.stepKa = t.stepKb = 1;
     t.isBias = v[10];
     t.iterateOrder = v[11];
@@ -575,6 +583,9 @@ int main(int argc, char** argv) {
             else if (dtype == "f16h") ICPU_RUN_KF(matmul_relu_f16h, blockDim, a, b, bias, c, ws, tiling);
             else if (dtype == "f32") ICPU_RUN_KF(matmul_relu_f32, blockDim, a, b, bias, c, ws, tiling);
             else ICPU_RUN_KF(matmul_relu_bf16, blockDim, a, b, bias, c, ws, tiling);
+        } else if (kernel == "mdl") {
+            if (dtype == "f32") ICPU_RUN_KF(matmul_mdl_f32, blockDim, a, b, bias, c, ws, tiling);
+            else ICPU_RUN_KF(matmul_mdl_f16, blockDim, a, b, bias, c, ws, tiling);
         } else if (dtype == "f32") {
             ICPU_RUN_KF(matmul_plain_f32, blockDim, a, b, bias, c, ws, tiling);
         } else {

@@ -1,7 +1,8 @@
 """Prints a MatMul kernel: the cube's high-level Matmul API plus the epilogue on the vector unit.
 
 Each core takes a contiguous range of ``singleM x singleN`` output tiles (batch outermost); the
-Matmul object computes a tile as ``baseM x baseN`` pieces (Iterate), each fetched into the UB
+Matmul object (CFG_MDL, with the tiling's walk order and L1 depths, so operand blocks stay in L1
+across pieces) computes a tile as ``baseM x baseN`` pieces (Iterate), each fetched into the UB
 with GetTensorC (rows padded to 32 bytes), where the epilogue runs row by row before one
 write to GM. Tiles of GM tensors (the epilogue's row operands, the output) move with the
 ``CopyTileIn`` / ``CopyTileOut`` helpers of ``templates.py``: one multi-burst DataCopyPad where
@@ -43,6 +44,20 @@ def data_copy_pad(symbol: str, params: dict) -> bool:
         raise CodegenError(f"{symbol}: the tiling has no params['data_copy_pad'] (planned by an "
                            "older tvm-ascend); schedule the group again")
     return bool(params["data_copy_pad"])
+
+
+def mdl_steps(params: dict) -> dict:
+    """TCubeTiling's step fields for the planned L1 depths, as CFG_MDL reads them (depthA1 =
+    stepM * stepKa, or 2 for double-buffered blocks): a kept operand loads its whole K panel
+    (stepKa = K steps) for ``depth / K steps`` tiles along its other axis."""
+    k_steps = -(-params["k"] // params["base_k"])
+
+    def steps(depth):
+        return (k_steps, max(1, depth // k_steps)) if depth >= k_steps else (1, 1)
+
+    step_ka, step_m = steps(params["depth_a1"])
+    step_kb, step_n = steps(params["depth_b1"])
+    return {"stepM": step_m, "stepN": step_n, "stepKa": step_ka, "stepKb": step_kb}
 
 
 class MatmulKernelPrinter:
@@ -104,7 +119,8 @@ class MatmulKernelPrinter:
             buf.line("__aicore__ inline Kernel() {}")
             self.emit_init(buf)
             self.emit_process(buf)
-            buf.line("matmul::Matmul<AType, AType, CType, AType> mm;")
+            # CFG_MDL: L1 keeps the operand blocks the tiling's depths give it across tiles
+            buf.line("matmul::Matmul<AType, AType, CType, AType, CFG_MDL> mm;")
             buf.line()
             buf.label("private:")
             self.emit_tile(buf)
@@ -170,8 +186,14 @@ class MatmulKernelPrinter:
         t = self.ctype
         with buf.indent("__aicore__ inline void Tile(uint32_t b, uint32_t mOff, uint32_t nOff, "
                         "uint32_t singleM, uint32_t singleN, uint32_t round) {"):
-            buf.line("uint32_t roundM = (singleM + tiling.cube.baseM - 1) / tiling.cube.baseM;")
-            buf.line("uint32_t mIdx = round % roundM, nIdx = round / roundM;  // M fastest")
+            if self.p["iterate_order"] == 0:
+                buf.line("uint32_t roundM = (singleM + tiling.cube.baseM - 1) / "
+                         "tiling.cube.baseM;")
+                buf.line("uint32_t mIdx = round % roundM, nIdx = round / roundM;  // M fastest")
+            else:
+                buf.line("uint32_t roundN = (singleN + tiling.cube.baseN - 1) / "
+                         "tiling.cube.baseN;")
+                buf.line("uint32_t mIdx = round / roundN, nIdx = round % roundN;  // N fastest")
             buf.line("uint32_t restM = singleM - mIdx * tiling.cube.baseM;")
             buf.line("uint32_t restN = singleN - nIdx * tiling.cube.baseN;")
             buf.line("uint32_t curM = restM < static_cast<uint32_t>(tiling.cube.baseM) ? restM : "
@@ -274,9 +296,9 @@ class MatmulKernelPrinter:
         values = {"usedCoreNum": t.cores, "M": p["m"], "N": p["n"], "Ka": p["k"], "Kb": p["k"],
                   "singleCoreM": p["single_m"], "singleCoreN": p["single_n"],
                   "singleCoreK": p["k"], "baseM": p["base_m"], "baseN": p["base_n"],
-                  "baseK": p["base_k"], "depthA1": 2, "depthB1": 2, "stepM": 1, "stepN": 1,
-                  "stepKa": 1, "stepKb": 1, "isBias": 0, "iterateOrder": 0, "dbL0A": 2,
-                  "dbL0B": 2, "dbL0C": 1}
+                  "baseK": p["base_k"], "depthA1": p["depth_a1"], "depthB1": p["depth_b1"],
+                  "isBias": 0, "iterateOrder": p["iterate_order"], "dbL0A": 2, "dbL0B": 2,
+                  "dbL0C": 1, **mdl_steps(p)}
         buf.line(f"{self.symbol}_impl::TilingData {var}{{}};")
         for field in CUBE_FIELDS:
             buf.line(f"{var}.cube.{field} = {values[field]};")

@@ -168,8 +168,11 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     double = tiling.buffer_num >= 2
     read, write = tiling.gm_read_bytes, tiling.gm_write_bytes
     # tiles a mixed kernel passes between its cube and vector cores go through the GM
-    # workspace, which stays in L2: they move at L2 speed, the tensors at HBM speed
-    ws_read = min(read, tiling.params.get("workspace_read_bytes", 0))
+    # workspace, which stays in L2, and a matmul's operand blocks read a second time find
+    # them in L2 when the operands fit there (the plan's l2_reread_bytes): those move at L2
+    # speed, the rest at HBM speed
+    ws_read = min(read, tiling.params.get("workspace_read_bytes", 0)
+                  + tiling.params.get("l2_reread_bytes", 0))
     ws_write = min(write, tiling.params.get("workspace_write_bytes", 0))
     # cores share GM: a core moves at most its MTE rate and at most its part of the bandwidth
     core_bw = bandwidth / clock / cores

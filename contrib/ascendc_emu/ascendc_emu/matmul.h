@@ -8,11 +8,15 @@
  *    rounded once to C's type; bias (float or C's type) starts the accumulator;
  *  - tiles go in tiling.iterateOrder (0: M fastest, 1: N fastest);
  *  - Init reserves the tiling's L1 / L0A / L0B / L0C from the TPipe and fails with the numbers
- *    when they do not fit; cube_macs and GM bytes are counted per K step (see ChargeStep).
+ *    when they do not fit; cube_macs and GM bytes are counted per K step (see Compute);
+ *  - under CFG_MDL (doMultiDataLoad) L1 keeps the last depthA1 A and depthB1 B base blocks of the
+ *    round (L1Blocks): a K step whose GM block is still there reads nothing from GM.
  */
 #ifndef ASCENDC_EMU_MATMUL_H
 #define ASCENDC_EMU_MATMUL_H
 
+#include <algorithm>
+#include <deque>
 #include <exception>
 #include <vector>
 
@@ -33,7 +37,8 @@ enum class IterateMode : uint8_t {
 };
 enum class MatmulConfigMode { CONFIG_NORM, CONFIG_MDL, CONFIG_SPECIALMDL, CONFIG_IBSHARE };
 
-/* Accepted for source compatibility; the emulator models every config with CFG_NORM's traffic. */
+/* Accepted for source compatibility. Traffic: CFG_NORM's for every config, except that a config with
+ * doMultiDataLoad (CFG_MDL) keeps operand blocks in L1 across tiles (MatmulCore::L1Blocks). */
 struct MatmulConfig {
     bool doNorm = true;
     bool doBasicBlock = false;
@@ -255,6 +260,28 @@ struct MatrixOffset {
 
 namespace emu {
 
+/* The GM base blocks one operand has in L1 under CFG_MDL: the last `depth` blocks loaded, oldest
+ * dropped first. A block is named by its first row and column inside the round's operand view.
+ * FIFO over a cyclic walk is all-or-nothing: the blocks of one pass over a panel are reused on the
+ * next pass exactly when the panel has at most `depth` blocks (the tiling sizes depthA1/depthB1
+ * to the panel it wants resident: stepKa * stepM blocks of A, stepKb * stepN of B). */
+struct L1Blocks {
+    std::deque<int64_t> keys;
+    size_t depth = 1;
+    void Reset(int d) {
+        keys.clear();
+        depth = static_cast<size_t>(d < 1 ? 1 : d);
+    }
+    /* Whether block (r, c) is resident; if not, it is loaded (and the oldest dropped). */
+    bool Hit(int r, int c) {
+        const int64_t key = (int64_t(r) << 32) | uint32_t(c);
+        if (std::find(keys.begin(), keys.end(), key) != keys.end()) return true;
+        keys.push_back(key);
+        if (keys.size() > depth) keys.pop_front();
+        return false;
+    }
+};
+
 /* The untyped part of a Matmul object: shapes, the tile walk, the buffers and the checks. */
 struct MatmulCore {
     TCubeTiling t{};
@@ -269,6 +296,7 @@ struct MatmulCore {
     bool tileFetched = true;
     bool used = false;  // Iterate / IterateAll since the last End()
     std::vector<float> acc;  // current tile, curM x curN row-major
+    L1Blocks a1, b1;         // CFG_MDL: the operand blocks L1 holds in this round
     TBuf<TPosition::A1> l1;
     TBuf<TPosition::A2> l0a;
     TBuf<TPosition::B2> l0b;
@@ -391,6 +419,8 @@ inline void MatmulCore::StartRound(const char* api) {
     }
     mIter = (singleM + t.baseM - 1) / t.baseM;
     nIter = (singleN + t.baseN - 1) / t.baseN;
+    a1.Reset(t.depthA1);  // a round starts with new operands (SetTensorA/B, SetTail)
+    b1.Reset(t.depthB1);
     used = true;
 }
 
@@ -462,6 +492,7 @@ class MatmulImpl {
     static_assert(C_TYPE::format == CubeFormat::ND || C_TYPE::format == CubeFormat::ND_ALIGN,
                   "Matmul: the emulator writes ND or ND_ALIGN C only");
     static constexpr int64_t kC0 = emu::C0Of<SrcAT>();
+    static constexpr bool kMdl = MM_CFG.doMultiDataLoad;
 
  public:
     MatmulImpl() = default;
@@ -701,7 +732,11 @@ class MatmulImpl {
             const int64_t bBytes = int64_t(kk) * n * sizeof(SrcBT);
             const bool split = emu::ActiveSoc().npu_arch == 2201;
             const bool stagedA = aFromUb_ && split, staged = bFromUb_ && split;
-            ctx.c.gm_read_bytes += (!aFromUb_ || stagedA ? aBytes : 0) + (!bFromUb_ || staged ? bBytes : 0);
+            // CFG_MDL: a GM block still in L1 from an earlier tile of the round is not read again
+            const bool residentA = kMdl && !aFromUb_ && s_.a1.Hit(row0, k0);
+            const bool residentB = kMdl && !bFromUb_ && s_.b1.Hit(k0, col0);
+            ctx.c.gm_read_bytes += (residentA ? 0 : !aFromUb_ || stagedA ? aBytes : 0) +
+                                   (residentB ? 0 : !bFromUb_ || staged ? bBytes : 0);
             if (stagedA) ctx.c.gm_write_bytes += aBytes;
             if (staged) ctx.c.gm_write_bytes += bBytes;
             emu::CountCube(emu::CubeMacs(m, n, kk, kC0));
