@@ -54,7 +54,8 @@ def _per_soc(values: dict | None, soc: str, digits: int = 1) -> str:
 
 def _config_table(records: list[dict], socs: list[str]) -> list[str]:
     first = records[0]
-    lines = [f"MatMul/Gemm/Conv MACs {first['matmul_macs']:.3g}; compulsory bytes "
+    macs = NA if first["matmul_macs"] is None else f"{first['matmul_macs']:.3g}"
+    lines = [f"MatMul/Gemm/Conv MACs {macs}; compulsory bytes "
              f"{_mb(first['compulsory_bytes'])} MB; matmul-boundary bytes "
              f"{_mb(first['matmul_boundary_bytes'])} MB; {first['onnx_nodes']} ONNX nodes.", ""]
     soc_heads = [f"est. {soc} us (ESTIMATE) / roofline us" for soc in socs]
@@ -178,7 +179,13 @@ def render_markdown(results: dict, charts: list[str] = (), base_dir: str = ".") 
         groups.setdefault((record["model"], record["config"], record["dtype"]), []).append(record)
     current_model = None
     skipped = []
-    for (model, config, dtype), group in groups.items():
+    # one section per model, in the order models first appear: records of a model run in
+    # different sessions are not adjacent in results.json
+    first_seen = {}
+    for model, _, _ in groups:
+        first_seen.setdefault(model, len(first_seen))
+    ordered = sorted(groups.items(), key=lambda item: first_seen[item[0][0]])
+    for (model, config, dtype), group in ordered:
         if all(r["status"] == "skipped" for r in group):
             skipped.append(f"{model} {config} {dtype}")
             continue

@@ -158,6 +158,24 @@ def test_tables_say_na_rather_than_invent_figures():
     assert charts.write_charts({"records": [record]}, "unused") == []  # nothing to draw
 
 
+def test_tables_group_records_by_model():
+    """Records of one model from different runs are not adjacent in results.json; the
+    rendered file still has one section per model, in the order models first appear."""
+    def record(model, config):
+        r = dict.fromkeys(harness.RESULT_KEYS)
+        r.update(model=model, config=config, baseline="conservative", dtype="float32",
+                 style="torchscript", status="ok", kernels=1, kernels_ascend=1, kernels_host=0)
+        return r
+
+    records = [record("bert", "b1"), record("resnet", "b1"), record("bert", "b16")]
+    text = markdown.render_markdown({"header": {"socs": ["Ascend910B1"]}, "records": records})
+    headings = [line for line in text.splitlines() if line.startswith(("## bert", "## resnet",
+                                                                      "### "))]
+    assert headings == ["## bert", "### bert b1 float32 (torchscript export)",
+                        "### bert b16 float32 (torchscript export)", "## resnet",
+                        "### resnet b1 float32 (torchscript export)"]
+
+
 def test_cli_lists_and_filters_configurations(capsys):
     assert cli.main(["--quick", "--list", "--model", "resnet50"]) == 0
     assert capsys.readouterr().out.startswith("resnet50/tiny/float32")
