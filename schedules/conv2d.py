@@ -45,7 +45,8 @@ from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
 from .row_program import RowAccessKind, program_dtypes, row_program
-from .tile_values import buffer_size, unsupported_construct
+from .epilogue_checks import epilogue_refusal
+from .tile_values import buffer_size
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
 from .tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars,
@@ -227,25 +228,16 @@ class Conv2dSchedule:
         if shape.dtype not in SUPPORTED_DTYPES:
             return Decision.no(f"conv2d in {shape.dtype}; the cube kernel takes float16/float32")
         blocks = root_blocks(func)
-        for block in blocks[conv_block_index(blocks) + 1:]:
-            if reduce_iter_vars(block):
-                return Decision.no(f"block {block.name_hint} reduces after the conv2d")
-            construct = unsupported_construct(block.body.value)
-            if construct:
-                return Decision.no(f"TIR construct {construct} has no vector instruction")
-        inputs, outputs = param_buffers(func)
-        if len(outputs) != 1:
-            return Decision.no("the conv2d template prints one output")
+        refusal = epilogue_refusal(func, blocks[conv_block_index(blocks) + 1:], "conv2d",
+                                   "conv2d", shape.dtype)
+        if refusal is not None:
+            return refusal
+        inputs, _ = param_buffers(func)
         if shape.x_name not in {b.name for b in inputs}:
             # img2col gathers the conv's input from GM: a prologue computed in the kernel
             # (a ReLU or residual Add before the conv) has no GM copy to gather from
             return Decision.no("the conv2d input is computed in the group (a prologue); the "
                                "img2col gather reads it from GM")
-        other = [str(b.dtype) for b in list(inputs) + list(outputs)
-                 if str(b.dtype) != shape.dtype]
-        if other:
-            return Decision.no(f"GM tensors in {', '.join(sorted(set(other)))} next to "
-                               f"{shape.dtype} operands: the epilogue writes one dtype")
         return Decision.yes(f"conv2d {shape.cout}x{shape.cin // shape.groups}x{shape.kh}x"
                             f"{shape.kw} (groups {shape.groups}) as img2col + cube")
 

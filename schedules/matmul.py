@@ -34,11 +34,12 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
+from .epilogue_checks import epilogue_refusal
 from .row_program import RowAccessKind, program_dtypes, row_program
-from .tile_values import buffer_size, unsupported_construct
+from .tile_values import buffer_size
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
-from .tir_walk import (BufferLoad, load_buffer, param_buffers, reduce_iter_vars, root_blocks,
+from .tir_walk import (BufferLoad, load_buffer, reduce_iter_vars, root_blocks,
                        schedule_blocks)
 
 FRACTAL = 16
@@ -142,22 +143,10 @@ class MatmulSchedule:
             return Decision.no("first block is not a matmul C += A[i, k] * B[k, j]")
         if shape.dtype not in SUPPORTED_DTYPES:
             return Decision.no(f"matmul in {shape.dtype}; the cube kernel takes float16/float32")
-        for block in root_blocks(func)[1:]:
-            if reduce_iter_vars(block):
-                return Decision.no(f"block {block.name_hint} reduces after the matmul")
-            construct = unsupported_construct(block.body.value)
-            if construct:
-                return Decision.no(f"TIR construct {construct} has no vector instruction")
-        inputs, outputs = param_buffers(func)
-        if len(outputs) != 1:
-            return Decision.no("the matmul template prints one output")
-        # the printed kernel moves every GM tensor in the operands' dtype (a Cast to another
-        # dtype stays outside, as its own kernel or its consumer's prologue)
-        other = [str(b.dtype) for b in list(inputs) + list(outputs)
-                 if str(b.dtype) != shape.dtype]
-        if other:
-            return Decision.no(f"GM tensors in {', '.join(sorted(set(other)))} next to "
-                               f"{shape.dtype} operands: the epilogue writes one dtype")
+        refusal = epilogue_refusal(func, root_blocks(func)[1:], "matmul", "matmul",
+                                   shape.dtype)
+        if refusal is not None:
+            return refusal
         return Decision.yes(f"matmul {shape.m}x{shape.k} @ {shape.k}x{shape.n} on the cube")
 
     @staticmethod

@@ -45,13 +45,13 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
+from .epilogue_checks import epilogue_refusal
 from .pool_window import PoolShape, pool_shape
 from .row_program import RowAccessKind, program_dtypes, row_program
-from .tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, \
     UB_RESERVED_BYTES
-from .tir_walk import param_buffers, reduce_iter_vars, schedule_blocks
+from .tir_walk import schedule_blocks
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per copy
 EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR)
@@ -138,21 +138,10 @@ class Pool2dSchedule:
             return Decision.no(f"pooling in {shape.dtype}; the vector kernel takes "
                                "float16/float32")
         blocks = schedule_blocks(tvm.s_tir.Schedule(func))
-        for block in blocks[:shape.prologue] + blocks[shape.out_index + 1:]:
-            if reduce_iter_vars(block):
-                return Decision.no(f"block {block.name_hint} reduces after the pool")
-            if type(block.body).__name__ != "BufferStore":
-                return Decision.no(f"block {block.name_hint} is not a single store")
-            construct = unsupported_construct(block.body.value)
-            if construct:
-                return Decision.no(f"TIR construct {construct} has no vector instruction")
-        inputs, outputs = param_buffers(func)
-        if len(outputs) != 1:
-            return Decision.no("the pool2d template prints one output")
-        other = sorted({str(b.dtype) for b in list(inputs) + list(outputs)} - {shape.dtype})
-        if other:
-            return Decision.no(f"GM tensors in {', '.join(other)} next to {shape.dtype} "
-                               "operands: the kernel computes in one dtype")
+        refusal = epilogue_refusal(func, blocks[:shape.prologue] + blocks[shape.out_index + 1:],
+                                   "pool", "pool2d", shape.dtype)
+        if refusal is not None:
+            return refusal
         (kh, kw), (sh, sw) = shape.kernel, shape.stride
         return Decision.yes(f"{shape.kind} pool {kh}x{kw} stride {sh}x{sw} on the vector unit "
                             "(vertical Max/Add over rows, horizontal Gather + Max/Add)")

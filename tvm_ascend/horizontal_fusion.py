@@ -3,15 +3,19 @@
 Ops of the same type (Relu, Sigmoid, Cast, Add of a constant, ...), dtype and trailing shape
 that neither reaches the other (Relu(a) and Relu(b) of unrelated inputs; x * c1 and x * c2)
 become ONE op over the concatenation of their inputs along the first axis, followed by one
-first-axis slice per original result::
+first-axis piece per original result::
 
     r_a = relu(a); r_b = relu(b)
       ->  m = relu(concat([a, b], axis=0)); r_a = m[0:n_a]; r_b = m[n_a:n_a + n_b]
 
 FuseOps fuses the concatenation into the op (one kernel reading every input and writing one
-buffer). A slice fuses into an elementwise consumer; a slice that is a model output or a
-MatMul operand is a copy kernel of its own, so such merges usually cost more than they save,
-and ``pipeline.plan_fusion`` keeps the rewrite only when the whole-model estimate is lower.
+buffer). The rows of one member are contiguous in that buffer, so each piece is a view
+(``R.memory.view`` at the member's byte offset): no kernel and no copy, whether it feeds a
+kernel or is a model output. The VM hands such a view on without copying when its offset
+keeps the allocator's 64-byte alignment; where a member starts off that alignment the pieces
+are first-axis slices instead, which fuse into an elementwise consumer but are a copy kernel
+before anything else. ``pipeline.plan_fusion`` keeps the rewrite only when the whole-model
+estimate is lower.
 Constants of a binary op are concatenated the same way (each broadcast to its member's rows).
 A merge whose inputs are exactly the slices of an earlier merge reads the earlier merged
 result itself, so parallel chains stay one kernel.
@@ -344,11 +348,18 @@ class _ElementwiseMerger(PyExprMutator):
         args = list(call.args[:arity]) + [self.visit_expr(e) for e in call.args[arity:]]
         merged = self._emit_named(relax.Call(call.op, args, call.attrs), "horizontal", nodes)
         self.merged_vars.append(merged.name)
+        row_bytes = _row_bytes(merged)
+        as_views = all(start * row_bytes % VIEW_ALIGN_BYTES == 0
+                       for start in _starts(group))
         offset = 0
         for index, m in enumerate(group):
-            piece = self.builder_.emit(
-                relax.op.strided_slice(merged, [0], [offset], [offset + m.rows]),
-                self._name("horizontal_slice"))
+            if as_views:
+                piece = self.builder_.emit(_first_axis_view(merged, offset, m.rows, row_bytes),
+                                           self._name("horizontal_view"))
+            else:
+                piece = self.builder_.emit(
+                    relax.op.strided_slice(merged, [0], [offset], [offset + m.rows]),
+                    self._name("horizontal_slice"))
             offset += m.rows
             self.slices[piece] = (merged, index, len(group))
             self.set_var_remap(m.var, piece)
@@ -357,6 +368,29 @@ class _ElementwiseMerger(PyExprMutator):
     def finished(self, func) -> relax.Function:
         assert not self.waiting, "a merge group was never emitted (cycle check missed one)"
         return func.with_attr(ir_attrs.ONNX_NODES, self.nodes)
+
+
+# The VM hands a view on without a copy when its start keeps the allocator's alignment
+# (vm.builtin.ensure_zero_offset moves the data pointer; otherwise it copies).
+VIEW_ALIGN_BYTES = 64
+
+
+def _row_bytes(var) -> int:
+    shape = _static_shape(var.ty)
+    return int(np.prod(shape[1:], dtype=np.int64)) * tvm.runtime.DataType(var.ty.dtype).bits // 8
+
+
+def _starts(group) -> list[int]:
+    return list(np.cumsum([0] + [m.rows for m in group[:-1]]))
+
+
+def _first_axis_view(merged, start: int, rows: int, row_bytes: int):
+    """Rows ``[start, start + rows)`` of ``merged`` as a view: no kernel, no copy. A first-axis
+    slice of a contiguous tensor is contiguous, so a member's result is the merged buffer
+    from the member's first row on (the kernels read a tensor from its data pointer)."""
+    shape = [rows] + list(_static_shape(merged.ty)[1:])
+    view = relax.op.memory.view(merged, shape, str(merged.ty.dtype), int(start * row_bytes))
+    return relax.op.memory.ensure_zero_offset(view)
 
 
 def merge_parallel_elementwise(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:

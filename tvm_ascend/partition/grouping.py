@@ -462,11 +462,14 @@ def _sites(fused, by_callee, members, split, policy: FusionPolicy, ops) -> list[
 def _builtin_site(binding, info: OpInfo) -> Site:
     """A model op LegalizeOps left as a Relax op (CumSum, ...): the VM runs it as a host builtin,
     so it is a host group like any other, with its edges in the report."""
-    why = info.decision.reason if not info.decision.ok else \
-        "no TIR lowering in TVM; it runs as a host builtin"
     args = [a for a in binding.value.args if isinstance(a, relax.Var)]
+    if is_view_only([binding.value.op.name]):
+        decision = _VIEWS_ON_HOST
+    else:
+        decision = Decision.no(info.decision.reason if not info.decision.ok else
+                               "no TIR lowering in TVM; it runs as a host builtin")
     return Site(binding.var, binding.value, binding.var.name, None, args, [info], "single-op",
-                Decision.no(why))
+                decision)
 
 
 def _check_plan(result: PartitionResult, plan) -> None:

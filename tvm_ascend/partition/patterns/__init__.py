@@ -10,7 +10,7 @@ from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, registe
 from ..decision import Decision
 from .conv import check_conv_call, conv_patterns
 from .elementwise import check_elementwise_call, elementwise_patterns
-from .layout import check_view_call, is_view_only, view_patterns
+from .layout import HOST_VIEW_OPS, check_view_call, is_view_only, view_patterns
 from .matmul import check_matmul_call, matmul_patterns
 from .reduction import check_reduction_call, reduction_patterns
 
@@ -48,4 +48,4 @@ def check_call(call) -> Decision:
 
 
 __all__ = ["pattern_table", "register_ascend_patterns", "ascend_patterns", "check_call",
-           "is_view_only"]
+           "is_view_only", "HOST_VIEW_OPS"]

@@ -17,6 +17,10 @@ VIEW_OPS = {"relax.reshape": 2, "relax.squeeze": 1, "relax.expand_dims": 1,
 MOVE_OPS = {"relax.permute_dims": 1, "relax.strided_slice": 5, "relax.concat": 1,
             "relax.take": 2, "relax.broadcast_to": 2, "relax.tile": 1}
 INDEX_DTYPES = ("int32", "int64")
+# Ops the VM runs on the host without a copy or a kernel: a view of rows of a tensor (the
+# HorizontalFusion results) and the zero-offset check that hands the view on with its data
+# pointer moved (horizontal_fusion.VIEW_ALIGN_BYTES keeps that copy-free).
+HOST_VIEW_OPS = frozenset({"relax.memory.view", "relax.memory.ensure_zero_offset"})
 
 
 def make_view_pattern(op_name: str, arity: int):
@@ -58,7 +62,7 @@ def check_view_call(call) -> Decision | None:
 
 def is_view_only(op_names) -> bool:
     """Whether a group holds nothing but views (on the host these cost no copy at all)."""
-    return all(name in VIEW_OPS for name in op_names)
+    return all(name in VIEW_OPS or name in HOST_VIEW_OPS for name in op_names)
 
 
 def _registry_check(context) -> bool:
