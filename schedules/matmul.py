@@ -2,8 +2,10 @@
 
 The group's first block is ``C[b, i, j] += A[b, i, k] * B[(b,) k, j]``; the blocks after it are
 elementwise over C (bias, activation, residual) and are inlined into one epilogue block. The
-output is cut into ``singleM x singleN`` tiles per batch, spread over the AI cores in contiguous
-ranges; on a core the high-level Matmul API computes a tile as ``baseM x baseN`` pieces, each
+output is cut into ``singleM x singleN`` tiles per batch, spread in contiguous ranges over the
+Matmul clients: on 910B every AIV of a 1:2 mix (``aiv_ratio`` 2: two clients share an AIC's
+cube, L1 and L0, each has its own UB and vector unit for its epilogue), on coupled chips every
+core. On a client the high-level Matmul API computes a tile as ``baseM x baseN`` pieces, each
 fetched into the UB, where the epilogue runs row by row before the single write to GM. The
 Matmul object runs CFG_MDL: L1 keeps as many operand blocks across pieces as ``l1_reuse``
 chooses (the walk order and depths that read the fewest A and B bytes and fit L1), and the
@@ -177,7 +179,7 @@ class MatmulSchedule:
         bases_m = [b for b in (32, 64, 128) if b <= top and b <= round_up(shape.m, FRACTAL)]
         bases_n = [b for b in (32, 64, 128) if b <= top and b <= round_up(shape.n, FRACTAL)]
         space = [MatmulKnobs()]
-        for cores in (None, max(1, soc.ai_cores // 2)):
+        for cores in (None, max(1, aiv_clients(soc) // 2)):
             for base_m in bases_m or [None]:
                 for base_n in bases_n or [None]:
                     knobs = MatmulKnobs(base_m, base_n, cores)
@@ -212,9 +214,11 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     base_m = min(knobs.base_m or (128 if elem == 2 else 64), round_up(shape.m, FRACTAL))
     base_n = min(knobs.base_n or (128 if elem == 2 else 64), round_up(shape.n, FRACTAL))
     base_k = min(64, round_up(shape.k, c0))
-    cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
-    single_m, single_n = _balanced_singles(shape, base_m, base_n, base_k, cores, soc)
-    reuse = l1_reuse(shape, soc, base_m, base_n, base_k, single_m, single_n)
+    ratio = aiv_ratio(soc)
+    cores = max(1, min(knobs.cores or aiv_clients(soc), aiv_clients(soc)))
+    l1_bytes = soc.l1_bytes // ratio  # the two clients of one AIC share its L1
+    single_m, single_n = _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes)
+    reuse = l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n)
     total = shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n)
     per_core = ceil_div(total, min(cores, total))
     used = ceil_div(total, per_core)
@@ -234,6 +238,7 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
               **l1_params(shape, soc, base_m, base_n, base_k, single_m, single_n, reuse),
+              "aiv_ratio": ratio,
               "single_m": single_m, "single_n": single_n, "align_n": align_n, "slots": slots,
               "slot_bytes": slot_bytes,
               "data_copy_pad": bool(soc.has_data_copy_pad),
@@ -246,7 +251,19 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
                   shape.n, params)
 
 
-def _balanced_singles(shape, base_m, base_n, base_k, cores, soc) -> tuple[int, int]:
+def aiv_ratio(soc) -> int:
+    """AIVs per AIC in the template's MIX kernels: 2 on split chips (910B: CANN's default 1:2
+    mix, each AIV a Matmul client with its own tiles and its own UB, the two sharing their
+    AIC's cube, L1 and L0), 1 on coupled chips (one core has both units)."""
+    return 2 if soc.npu_arch == 2201 else 1
+
+
+def aiv_clients(soc) -> int:
+    """Matmul clients a launch can have: one per AIV of a 1:2 mix, one per core otherwise."""
+    return soc.ai_cores * aiv_ratio(soc)
+
+
+def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes) -> tuple[int, int]:
     """(singleM, singleN): the per-core tile that gives the busiest core the least work.
 
     The cores take contiguous ranges of ``ceil(tiles / cores)`` tiles, so the busiest core
@@ -270,7 +287,7 @@ def _balanced_singles(shape, base_m, base_n, base_k, cores, soc) -> tuple[int, i
             per_core = ceil_div(total, min(cores, total))
             work = per_core * min(sm, round_up(shape.m, FRACTAL)) * \
                 min(sn, round_up(shape.n, FRACTAL))
-            reuse = l1_reuse(shape, soc, base_m, base_n, base_k, sm, sn)
+            reuse = l1_reuse(shape, l1_bytes, base_m, base_n, base_k, sm, sn)
             reads = operand_reads(shape, base_m, base_n, base_k, sm, sn, reuse)
             key = (work, reads, total)
             if best is None or key < best[0]:
@@ -310,9 +327,10 @@ def _l1_bytes(shape, base_m, base_n, base_k, reuse: L1Reuse) -> int:
     return (reuse.depth_a1 * base_m + reuse.depth_b1 * base_n) * base_k * dtype_bytes(shape.dtype)
 
 
-def l1_reuse(shape, soc, base_m, base_n, base_k, single_m, single_n,
+def l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n,
              orders=(0, 1)) -> L1Reuse:
-    """The walk order and L1 depths that read the fewest operand bytes and fit ``soc``'s L1.
+    """The walk order and L1 depths that read the fewest operand bytes within ``l1_bytes``
+    (a client's part of its AIC's L1).
 
     An operand is either kept (L1 holds the blocks its reuse needs: M fastest, all of A's
     blocks of the tile or B's K panel of a column; N fastest, A's K panel of a row or all of
@@ -329,7 +347,7 @@ def l1_reuse(shape, soc, base_m, base_n, base_k, single_m, single_n,
             for depth_b in sorted({2, max(2, need_b)}):
                 reuse = L1Reuse(order, depth_a, depth_b)
                 l1 = _l1_bytes(shape, base_m, base_n, base_k, reuse)
-                if l1 > soc.l1_bytes:
+                if l1 > l1_bytes:
                     continue
                 key = (operand_reads(shape, base_m, base_n, base_k, single_m, single_n, reuse),
                        l1, order)
@@ -338,7 +356,7 @@ def l1_reuse(shape, soc, base_m, base_n, base_k, single_m, single_n,
     if best is None:
         raise TilingError(f"matmul blocks {base_m}x{base_k} and {base_k}x{base_n} double-buffered "
                           f"need {_l1_bytes(shape, base_m, base_n, base_k, L1Reuse(0, 2, 2))} L1 "
-                          f"bytes; {soc.name} has {soc.l1_bytes}")
+                          f"bytes; a client has {l1_bytes}")
     return best[1]
 
 
@@ -354,6 +372,7 @@ def l1_params(shape, soc, base_m, base_n, base_k, single_m, single_n, reuse: L1R
     fits_l2 = unique + shape.batch * shape.m * shape.n * elem <= soc.l2_bytes
     return {"iterate_order": reuse.iterate_order, "depth_a1": reuse.depth_a1,
             "depth_b1": reuse.depth_b1, "l1_bytes": _l1_bytes(shape, base_m, base_n, base_k, reuse),
+            "operand_read_bytes": reads,
             "l2_reread_bytes": max(0, reads - unique) if fits_l2 else 0}
 
 

@@ -282,7 +282,8 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     slots, slot_bytes = _slots(program, elem)
     ub = ub_bytes(program, shape.n, elem, base_m)
     # one column of tiles: the walk goes down M, where only B's K panel can be reused
-    reuse = l1_reuse(shape, soc, base_m, base_n, base_k, single_m, shape.n, orders=(0,))
+    reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n,
+                     orders=(0,))
     gm_read, gm_write = matmul_traffic(shape, program, soc, base_m, base_n, base_k, single_m,
                                        shape.n, used, reuse)
     pieces = [m for m_single in single_sizes(shape.m, single_m)
@@ -293,6 +294,8 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
               **l1_params(shape, soc, base_m, base_n, base_k, single_m, shape.n, reuse),
+              # a 1:1 mix: a row of N float32 in L0C needs the whole AIC's L0C per client
+              "aiv_ratio": 1,
               "single_m": single_m, "single_n": shape.n, "align_n": base_n, "slots": slots,
               "slot_bytes": slot_bytes, "cube_macs": cube_macs, "row_epilogue": True,
               "max_base_m": top, "data_copy_pad": bool(soc.has_data_copy_pad),

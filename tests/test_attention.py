@@ -303,7 +303,7 @@ int main() {
   uint8_t* tl = (uint8_t*)AscendC::GmAlloc(sizeof(t));
   std::memcpy(tl, &t, sizeof(t));
   uint8_t* ws = (uint8_t*)AscendC::GmAlloc(1024);
-  AscendC::SetKernelMode(KernelMode::MIX_MODE);
+  AscendC::SetKernelMode(KernelMode::MIX_AIC_1_1);
   ICPU_RUN_KF(ub_a, 1, (uint8_t*)a, (uint8_t*)b, (uint8_t*)c, ws, tl);
   printf("%%s\n", AscendC::emu::ToJson(AscendC::emu::LastLaunch()).c_str());
   for (int i = 0; i < M * N; ++i) printf("%%g ", c[i]);

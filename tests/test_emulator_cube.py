@@ -342,6 +342,31 @@ def test_mdl_keeps_blocks_in_l1(exe, tmp_path, order, depths, a_passes, b_passes
     assert st["peak_l1_bytes"] == depths[0] * bm * bk * 2 + depths[1] * bk * bn * 2 + bn * 4
 
 
+def test_one_to_two_mix_runs_the_kernel_once_per_aiv(exe, tmp_path):
+    """MIX_MODE on 910B is CANN's 1:2 mix: blockDim AIC groups, the kernel body once per AIV
+    (GetBlockIdx 0 .. 2 * blockDim - 1), so 9 blocks of the tiling launch as 5 groups whose
+    tenth AIV has nothing to do; each AIV's counters are those of its block."""
+    case = Case("f16", 300, 200, 100, (64, 32, 32), (128, 96), 0, 1, 1, 0)
+    c, st = _launch(exe, tmp_path, case, "relu", env={"EMU_MIX": "1_2"})
+    np.testing.assert_allclose(c.astype(np.float64), case.reference(relu=True), **case.tol)
+    assert (st["block_dim"], st["task_ratio"], len(st["blocks"])) == (5, 2, 10)
+    expected = case.expected_counts(epilogue=True)
+    assert len(expected) == 9 and st["warnings"] == []
+    assert [{key: b[key] for key in e} for b, e in zip(st["blocks"], expected)] == expected
+    assert st["blocks"][9]["gm_read_bytes"] == st["blocks"][9]["cube_macs"] == 0
+
+
+def test_one_to_two_mix_halves_the_cube_memories_per_aiv(exe, tmp_path):
+    """The two AIVs' Matmul objects share their AIC: each may reserve half of L1 (256 KB on
+    910B1). 100 + 40 blocks of 2 KB fit a 1:1 mix's whole L1, not a 1:2 client's half."""
+    case = Case("f16", 96, 64, 70, (32, 32, 32), bias=0)
+    case.depths = (100, 40)
+    _launch(exe, tmp_path, case, "mdl")
+    case.write_inputs(tmp_path)
+    out = run(exe, *case.args("mdl", tmp_path), env={"EMU_MIX": "1_2"}, rc=3)
+    assert "L1" in error_of(out) and "(half: a 1:2 mix)" in error_of(out)
+
+
 def test_coupled_chip_moves_tiles_on_chip(exe, tmp_path):
     case = Case("f16", 37, 50, 70, (32, 32, 32), bias=1)
     c, st = _launch(exe, tmp_path, case, "relu", env={"ASCENDC_EMU_SOC": "Ascend310P3"})

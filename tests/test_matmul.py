@@ -46,7 +46,10 @@ def test_matmul_bias_relu_is_one_kernel(a_shape, w_shape, dtype, residual):
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
     assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
     assert launch["cube_macs"] == tiling["params"]["cube_macs"]
-    assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
+    # 910B: a 1:2 mix, each AIV a client with its own tiles, two per AIC group launched
+    assert tiling["params"]["aiv_ratio"] == launch["task_ratio"] == 2
+    assert launch["block_dim"] == -(-tiling["cores"] // 2) and launch["warnings"] == []
+    assert "KERNEL_TYPE_MIX_AIC_1_2" in lib.kernel_sources()[group["kernel"]]
 
 
 def test_batched_matmul_of_two_activations():
@@ -106,6 +109,8 @@ def test_matmul_on_soc_without_datacopypad(dtype):
         assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
         assert launch["cube_macs"] == tiling["params"]["cube_macs"]
         assert launch["peak_ub_bytes"] == tiling["ub_bytes"]
+        # coupled cores: one per block (a 1:1 mix)
+        assert tiling["params"]["aiv_ratio"] == launch["task_ratio"] == 1
         assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
         # every row of the output (and of the residual) has a tail past its whole blocks,
         # and so has the bias column each core reads

@@ -488,7 +488,7 @@ static int RunRules(const std::string& which) {
     uint8_t* c = (uint8_t*)AscendC::GmAlloc(100 * 64 * sizeof(float));
     AscendC::SetKernelMode(which == "aiv_mode" ? KernelMode::AIV_MODE
                            : which == "aic_ub" ? KernelMode::AIC_MODE
-                                               : KernelMode::MIX_MODE);
+                                               : KernelMode::MIX_AIC_1_1);
     try {
         ICPU_RUN_KF(cube_rules, 1, a, a, c);
     } catch (const AscendC::emu::DeviceRuleError& e) {
@@ -575,8 +575,13 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "cannot read inputs\n");
         return 2;
     }
-    AscendC::SetKernelMode(KernelMode::MIX_MODE);
-    const int64_t blockDim = t.usedCoreNum;
+    // EMU_MIX=1_2: CANN's default mix on 910B, one AIC per two AIVs, each AIV one block of the
+    // tiling (usedCoreNum counts AIVs, as the Matmul samples launch (usedCoreNum + 1) / 2);
+    // otherwise 1:1, one AIC + AIV pair per block
+    const char* mix = std::getenv("EMU_MIX");
+    const bool oneToTwo = mix != nullptr && std::string(mix) == "1_2";
+    AscendC::SetKernelMode(oneToTwo ? KernelMode::MIX_MODE : KernelMode::MIX_AIC_1_1);
+    const int64_t blockDim = oneToTwo ? (t.usedCoreNum + 1) / 2 : t.usedCoreNum;
     try {
         if (kernel == "relu") {
             if (dtype == "f16") ICPU_RUN_KF(matmul_relu_f16, blockDim, a, b, bias, c, ws, tiling);

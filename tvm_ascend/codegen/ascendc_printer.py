@@ -20,7 +20,7 @@ from .matmul_kernel import MatmulKernelPrinter
 from .matmul_rows_kernel import MatmulRowsKernelPrinter
 from .pool_kernel import PoolKernelPrinter
 from .row_reduce_kernel import RowReduceKernelPrinter
-from .launcher import emit_launcher
+from .launcher import emit_launcher, launch_blocks
 from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE,
                         ROW_COPY_HELPERS_LOOP, ROW_COPY_HELPERS_PAD)
 
@@ -108,7 +108,7 @@ def translation_unit(kernels: list[ScheduledKernel], soc, metadata: dict) -> tup
         buf.line()
         _provenance(buf, kernel)
         printer.print(buf)
-        emit_launcher(buf, kernel.symbol, printer, kernel.tiling.cores)
+        emit_launcher(buf, kernel.symbol, printer, launch_blocks(printer, kernel.tiling))
     meta = json.dumps({**metadata, "kernel_sources": sources}, sort_keys=True)
     if f"){METADATA_DELIMITER}\"" in meta:
         raise CodegenError("metadata contains the raw-string delimiter")

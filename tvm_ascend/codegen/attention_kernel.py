@@ -30,7 +30,7 @@ def _sync(buf: CodeBuffer, event: str, why: str) -> None:
 class AttentionKernelPrinter:
     """Prints one attention kernel and describes its launch."""
 
-    kernel_mode = "MIX_MODE"
+    kernel_mode = "MIX_AIC_1_1"  # one AIV per AIC: the kernel's blocks are its AIC groups
     extra_includes = ('#include "lib/matmul_intf.h"',)
 
     def __init__(self, symbol: str, func, tiling):
@@ -269,7 +269,7 @@ class AttentionKernelPrinter:
 
     def emit_entry(self, buf):
         emit_cube_entry(buf, self.symbol, [self.names[p.name] for p in self.params],
-                        [("qk", "qk"), ("pv", "pv")])
+                        [("qk", "qk"), ("pv", "pv")], self.kernel_mode)
 
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:

@@ -39,7 +39,7 @@ GEOMETRY = ("n", "cin", "h", "w", "cout", "kh", "kw", "oh", "ow", "groups", "k")
 class ConvKernelPrinter:
     """Prints one Conv2D (+ epilogue) kernel and describes its launch."""
 
-    kernel_mode = "MIX_MODE"
+    kernel_mode = "MIX_AIC_1_1"  # one AIV per AIC: the kernel's blocks are its AIC groups
     extra_includes = ('#include "lib/matmul_intf.h"',)
 
     def __init__(self, symbol: str, func, tiling):
@@ -269,7 +269,7 @@ class ConvKernelPrinter:
 
     def emit_entry(self, buf):
         emit_cube_entry(buf, self.symbol, [self.names[p.name] for p in self.params],
-                        [("mm", "cube")])
+                        [("mm", "cube")], self.kernel_mode)
 
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:

@@ -72,15 +72,21 @@ def emit_simple_entry(buf: CodeBuffer, symbol: str, params: list[str]) -> None:
         buf.line("op.Process();")
 
 
+# The task type a MIX kernel declares for the device compiler, per CPU-debug kernel mode.
+TASK_TYPE_OF_MODE = {"MIX_MODE": "KERNEL_TYPE_MIX_AIC_1_2",
+                     "MIX_AIC_1_1": "KERNEL_TYPE_MIX_AIC_1_1"}
+
+
 def emit_cube_entry(buf: CodeBuffer, symbol: str, params: list[str],
-                    matmuls: list[tuple[str, str]]) -> None:
-    """The ``extern "C"`` entry of a kernel that drives Matmul objects: system workspace,
-    tiling from GM, idle cores return, one TPipe, every ``(member, tiling field)`` Matmul
-    registered, then Init and Process."""
+                    matmuls: list[tuple[str, str]], kernel_mode: str) -> None:
+    """The ``extern "C"`` entry of a kernel that drives Matmul objects: its task type (1:2 or
+    1:1 mix, as ``kernel_mode`` says), system workspace, tiling from GM, idle clients return,
+    one TPipe, every ``(member, tiling field)`` Matmul registered, then Init and Process."""
     impl = f"{symbol}_impl"
     args = ", ".join(f"GM_ADDR {p}" for p in params)
     with buf.indent(f'extern "C" __global__ __aicore__ void {symbol}({args}, '
                     "GM_ADDR workspace, GM_ADDR tiling) {"):
+        buf.line(f"KERNEL_TASK_TYPE_DEFAULT({TASK_TYPE_OF_MODE[kernel_mode]});")
         buf.line("AscendC::SetSysWorkspace(workspace);")
         buf.line(f"{impl}::TilingData tilingData = "
                  f"*reinterpret_cast<__gm__ {impl}::TilingData*>(tiling);")

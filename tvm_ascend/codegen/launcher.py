@@ -13,6 +13,12 @@ from .cpp_types import dtype_bytes
 from .templates import CHECK_ARG
 
 
+def launch_blocks(printer, tiling) -> int:
+    """blockDim of a kernel's launch: the printer's ``block_dim`` where it has one (a 1:2 MIX
+    kernel launches AIC groups of two clients), else the plan's cores."""
+    return int(getattr(printer, "block_dim", tiling.cores))
+
+
 def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None:
     """Print the host launcher of ``symbol`` for the kernel ``printer`` printed."""
     params = printer.kernel_params()  # (name, dtype, numel), output last

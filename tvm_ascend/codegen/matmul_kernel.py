@@ -8,7 +8,8 @@ write to GM. Tiles of GM tensors (the epilogue's row operands, the output) move 
 ``CopyTileIn`` / ``CopyTileOut`` helpers of ``templates.py``: one multi-burst DataCopyPad where
 the SoC has it (910B, 310B), else per row the whole 32-byte blocks by DataCopy and the tail
 element by element (310P, 910A; the tiling's ``params["data_copy_pad"]`` says which). A kernel
-and its host launcher use MIX mode (cube + vector).
+is a MIX kernel (cube + vector): on 910B the 1:2 mix (``KERNEL_TYPE_MIX_AIC_1_2``; the plan's
+cores count AIV clients, the launch their AIC groups), on coupled chips 1:1.
 
 Example
 -------
@@ -63,7 +64,6 @@ def mdl_steps(params: dict) -> dict:
 class MatmulKernelPrinter:
     """Prints one MatMul (+ epilogue) kernel and describes its launch."""
 
-    kernel_mode = "MIX_MODE"
     extra_includes = ('#include "lib/matmul_intf.h"',)
 
     def __init__(self, symbol: str, func, tiling):
@@ -82,6 +82,17 @@ class MatmulKernelPrinter:
         self.a_name, self.b_name = self.names[self.params[0].name], self.names[self.params[1].name]
         self.out_name = self.names[self.params[-1].name]
         self.data_copy_pad = data_copy_pad(symbol, self.p)
+
+    @property
+    def kernel_mode(self) -> str:
+        """CANN's CPU-debug kernel mode: MIX_MODE is the 1:2 mix (each AIV a Matmul client),
+        MIX_AIC_1_1 one AIV per AIC; the plan's ``aiv_ratio`` chose."""
+        return "MIX_MODE" if self.p["aiv_ratio"] == 2 else "MIX_AIC_1_1"
+
+    @property
+    def block_dim(self) -> int:
+        """Launch blocks: AIC groups, each running ``aiv_ratio`` of the plan's clients."""
+        return -(-self.tiling.cores // self.p["aiv_ratio"])
 
     def _inputs(self, *kinds):
         if self.program is None:
@@ -288,7 +299,7 @@ class MatmulKernelPrinter:
 
     def emit_entry(self, buf):
         emit_cube_entry(buf, self.symbol, [self.names[p.name] for p in self.params],
-                        [("mm", "cube")])
+                        [("mm", "cube")], self.kernel_mode)
 
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:

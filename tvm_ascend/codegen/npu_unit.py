@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .ascendc_printer import kernel_printer, kernel_source
 from .code_buffer import CodeBuffer
-from .launcher import ACL_HOST_RUNTIME, emit_acl_launcher
+from .launcher import ACL_HOST_RUNTIME, emit_acl_launcher, launch_blocks
 
 
 def npu_unit_source(kernel, soc, timed: bool = True) -> str:
@@ -24,7 +24,8 @@ def npu_unit_source(kernel, soc, timed: bool = True) -> str:
     buf.lines(ACL_HOST_RUNTIME)
     printer = kernel_printer(kernel)
     printer.print(CodeBuffer())  # printers fill what the launcher reads while printing
-    emit_acl_launcher(buf, kernel.symbol, printer, kernel.tiling.cores, timed=timed)
+    emit_acl_launcher(buf, kernel.symbol, printer, launch_blocks(printer, kernel.tiling),
+                      timed=timed)
     return buf.text()
 
 

@@ -183,13 +183,18 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     mte3 = ((write - ws_write) * share / min(soc.mte3_bytes_per_cycle, core_bw)
             + ws_write * share / min(soc.mte3_bytes_per_cycle, l2_bw)
             + steps * soc.mte_latency_cycles)
+    # a 1:2 mix: each client (AIV) shares its AIC with another, whose operand loads and cube
+    # work take the same AIC's MTE2 and cube: per client step, both clients' share of them
+    ratio = tiling.params.get("aiv_ratio", 1)
+    operand = min(read, tiling.params.get("operand_read_bytes", 0))
+    mte2 += (ratio - 1) * operand * share / soc.mte2_bytes_per_cycle
     vec_bytes = work.weighted_ops * work.elem_bytes * share
     vector = (vec_bytes / soc.vector_bytes_per_cycle
               + _vector_instructions(tiling, work) * soc.vector_issue_cycles)
     scalar = tiling.params.get("scalar_gather_elems", 0) * share * soc.scalar_cycles_per_elem
     macs = tiling.params.get("cube_macs", 0)
     cube_rate = soc.cube_macs_per_cycle_fp16 * _elem_rate(work.elem_bytes)
-    cube = macs * share / cube_rate
+    cube = macs * share / cube_rate * ratio
     stages = [mte2, cube, vector + scalar, mte3]
     core_us = _pipeline_cycles(stages, steps, double) / clock * 1e6
     # the roofline of the launch: every core at its peak, GM at its bandwidth

@@ -57,7 +57,8 @@ ARCH_FLAGS = {
 CORE_KINDS = ("vector", "cube", "mix")
 DEVICE_FLAGS = ["-xcce", "-O2", "-std=c++17", "-fPIC", "-shared", "--cce-auto-sync"]
 # the printed kernel modes (codegen printers' ``kernel_mode``) -> the core kind they need
-_KIND_OF_MODE = {"AIV_MODE": "vector", "AIC_MODE": "cube", "MIX_MODE": "mix"}
+_KIND_OF_MODE = {"AIV_MODE": "vector", "AIC_MODE": "cube", "MIX_MODE": "mix",
+                 "MIX_AIC_1_1": "mix"}
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ struct Counters {
 struct LaunchStats {
     std::string kernel;
     int64_t block_dim = 0;
+    int64_t task_ratio = 1;  // kernel body runs per block (2 for MIX_MODE on 910B: per AIV)
     std::string soc;
     Counters total;
     std::vector<Counters> blocks;
@@ -180,6 +181,8 @@ struct BlockCtx {
     std::string kernel = "<no launch>";
     int64_t idx = 0;
     int64_t num = 1;
+    int64_t sub = 0;    // GetSubBlockIdx: which AIV of its AIC (MIX 1:2 on split chips)
+    int64_t ratio = 1;  // GetTaskRation: AIVs per AIC in this launch
     Counters c;
     std::vector<int64_t> warn_repeats;  // parallel to c.warnings
     uint8_t* arena[kMemCount] = {nullptr, nullptr, nullptr, nullptr, nullptr};
@@ -237,9 +240,9 @@ void RecordGmWrite(uintptr_t b, uintptr_t e);
 /* ---------------- kernel-side identity ---------------- */
 inline int64_t GetBlockIdx() { return emu::Ctx().idx; }
 inline int64_t GetBlockNum() { return emu::Ctx().num; }
-inline int64_t GetSubBlockIdx() { return 0; }
-inline int64_t GetTaskRation() { return 1; }
-inline int64_t GetTaskRatio() { return 1; }
+inline int64_t GetSubBlockIdx() { return emu::Ctx().sub; }
+inline int64_t GetTaskRation() { return emu::Ctx().ratio; }
+inline int64_t GetTaskRatio() { return emu::Ctx().ratio; }
 
 }  // namespace AscendC
 

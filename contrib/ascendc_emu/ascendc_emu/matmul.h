@@ -381,13 +381,14 @@ inline void MatmulCore::Reserve(const char* api, size_t sa, size_t sb, size_t sb
     };
     for (const Need& n : needs) {
         const int mi = static_cast<int>(n.mem);
-        const int64_t cap = MemCapacity(n.mem, soc), planned = mi < kMemCount ? c.used[mi] : 0;
+        // the two AIVs of a 1:2 mix share their AIC: each client's objects get half of it
+        const int64_t cap = MemCapacity(n.mem, soc) / c.ratio, planned = mi < kMemCount ? c.used[mi] : 0;
         const bool have = n.mem == Mem::L1 ? Holds(l1) : n.mem == Mem::L0A ? Holds(l0a)
                           : n.mem == Mem::L0B ? Holds(l0b) : Holds(l0c);
         if (!have && n.bytes + planned > cap) {
             Fail(api, Cat("the tiling does not fit ", MemName(n.mem), ": ", n.how, " = ", n.bytes, " B",
                           planned ? Cat(" (+ ", planned, " B already planned)") : std::string(), " > ", cap,
-                          " B of ", soc.name, " ", MemName(n.mem)));
+                          " B of ", soc.name, " ", MemName(n.mem), c.ratio > 1 ? " (half: a 1:2 mix)" : ""));
         }
     }
     auto carve = [&](auto& buf, int64_t bytes) {

@@ -91,7 +91,7 @@ ASCENDC_EMU_RT std::string CountersJson(const Counters& c) {
 /* Compact JSON: kernel, soc, block_dim, the total counters, warnings, and blocks[] (same keys). */
 ASCENDC_EMU_RT std::string ToJson(const LaunchStats& s) {
     std::string o = Cat("{\"kernel\":", JsonStr(s.kernel), ",\"soc\":", JsonStr(s.soc),
-                        ",\"block_dim\":", s.block_dim, ",");
+                        ",\"block_dim\":", s.block_dim, ",\"task_ratio\":", s.task_ratio, ",");
     Counters total = s.total;
     total.warnings = s.warnings;
     o += CountersJson(total) + ",\"blocks\":[";
@@ -179,33 +179,42 @@ ASCENDC_EMU_RT void RunKernelImpl(const char* name, int64_t blockDim, BlockBody 
         throw DeviceRuleError(Cat("ascendc_emu: kernel ", name, ": ICPU_RUN_KF: blockDim ", blockDim,
                                   " is outside [1, 65535]"));
     }
-    std::unique_ptr<BlockCtx[]> ctxs(new BlockCtx[static_cast<size_t>(blockDim)]);
-    for (int64_t b = 0; b < blockDim; ++b) {
+    // MIX_MODE on a split chip (910B/A3) is CANN's default 1:2 mix: each of the blockDim AIC
+    // groups drives two AIVs, and the kernel body runs once per AIV (GetBlockIdx 0 .. 2 *
+    // blockDim - 1, GetSubBlockIdx 0/1). MIX_AIC_1_1 and the coupled chips run one per block.
+    const int64_t ratio = Global().kernel_mode.load() == static_cast<int>(KernelMode::MIX_MODE) &&
+                                  soc.npu_arch == 2201 ? 2 : 1;
+    const int64_t runs = blockDim * ratio;
+    std::unique_ptr<BlockCtx[]> ctxs(new BlockCtx[static_cast<size_t>(runs)]);
+    for (int64_t b = 0; b < runs; ++b) {
         ctxs[b].kernel = name;
         ctxs[b].idx = b;
         ctxs[b].num = blockDim;
+        ctxs[b].sub = b % ratio;
+        ctxs[b].ratio = ratio;
     }
     if (RunOnThreads()) {
-        std::unique_ptr<std::thread[]> threads(new std::thread[static_cast<size_t>(blockDim)]);
-        for (int64_t b = 0; b < blockDim; ++b) threads[b] = std::thread(RunOneBlock, &ctxs[b], body, arg);
-        for (int64_t b = 0; b < blockDim; ++b) threads[b].join();
+        std::unique_ptr<std::thread[]> threads(new std::thread[static_cast<size_t>(runs)]);
+        for (int64_t b = 0; b < runs; ++b) threads[b] = std::thread(RunOneBlock, &ctxs[b], body, arg);
+        for (int64_t b = 0; b < runs; ++b) threads[b].join();
     } else {
-        for (int64_t b = 0; b < blockDim; ++b) {
+        for (int64_t b = 0; b < runs; ++b) {
             RunOneBlock(&ctxs[b], body, arg);
             if (ctxs[b].error) break;
         }
     }
     std::exception_ptr first;
-    for (int64_t b = 0; b < blockDim && !first; ++b) first = ctxs[b].error;
-    std::string overlap = first ? std::string() : FindWriteOverlap(ctxs.get(), blockDim);
+    for (int64_t b = 0; b < runs && !first; ++b) first = ctxs[b].error;
+    std::string overlap = first ? std::string() : FindWriteOverlap(ctxs.get(), runs);
     {
         std::lock_guard<std::mutex> lock(StatsMutex());
         LaunchStats& st = LastLaunchSlot();
         st = LaunchStats();
         st.kernel = name;
         st.block_dim = blockDim;
+        st.task_ratio = ratio;
         st.soc = soc.name;
-        for (int64_t b = 0; b < blockDim; ++b) {
+        for (int64_t b = 0; b < runs; ++b) {
             Merge(st.total, ctxs[b].c);
             st.warnings.insert(st.warnings.end(), ctxs[b].c.warnings.begin(), ctxs[b].c.warnings.end());
             st.blocks.push_back(std::move(ctxs[b].c));
