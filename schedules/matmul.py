@@ -3,11 +3,12 @@
 The group's first block is ``C[b, i, j] += A[b, i, k] * B[(b,) k, j]``; the blocks after it are
 elementwise over C (bias, activation, residual) and are inlined into one epilogue block. The
 output is cut into ``singleM x singleN`` tiles per batch, spread in contiguous ranges over the
-Matmul clients: on 910B every AIV of a 1:2 mix (``aiv_ratio`` 2: two clients share an AIC's
-cube, L1 and L0, each has its own UB and vector unit for its epilogue), on coupled chips every
-core. On a client the high-level Matmul API computes a tile as ``baseM x baseN`` pieces, each
-fetched into the UB, where the epilogue runs row by row before the single write to GM. The
-Matmul object runs CFG_MDL: L1 keeps as many operand blocks across pieces as ``l1_reuse``
+Matmul clients: one per AI core (a 1:1 mix), or on 910B, when the knobs ask for CANN's 1:2 mix
+(``aiv_ratio`` 2), one per AIV (two clients share an AIC's cube, L1 and L0, each has its own UB
+and vector unit for its epilogue). On a client the high-level Matmul API computes a tile as
+``baseM x baseN`` pieces, each fetched into the UB, where the epilogue runs over as many rows a
+vector call as its temporaries fit in the UB (``epilogue_rows``) before the single write to
+GM. The Matmul object runs CFG_MDL: L1 keeps as many operand blocks across pieces as ``l1_reuse``
 chooses (the walk order and depths that read the fewest A and B bytes and fit L1), and the
 re-reads left over are counted as L2 traffic when the operands fit in L2.
 
@@ -53,7 +54,8 @@ class MatmulKnobs:
 
     base_m: int | None = None  # None: 128 (fp16) / 64 (fp32), at most M rounded to 16
     base_n: int | None = None  # None: likewise for N
-    cores: int | None = None   # None: every AI core
+    cores: int | None = None   # None: every Matmul client (AIV of a 1:2 mix, else AI core)
+    aiv_ratio: int | None = None  # 1 or 2 AIVs per AIC on 910B; None: 1
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,8 @@ class MatmulSchedule:
     @staticmethod
     def knob_space(func, soc) -> list[MatmulKnobs]:
         """Candidate knobs, the default first: base tiles of 32..128 (64 for float32) along
-        M and N, all or half the AI cores. ``schedule`` may refuse one (TilingError)."""
+        M and N, all or half the clients, on 910B a 1:1 or 1:2 mix. ``schedule`` may refuse
+        one (TilingError)."""
         shape = matmul_shape(func)
         if shape is None:
             return [MatmulKnobs()]
@@ -179,12 +182,14 @@ class MatmulSchedule:
         bases_m = [b for b in (32, 64, 128) if b <= top and b <= round_up(shape.m, FRACTAL)]
         bases_n = [b for b in (32, 64, 128) if b <= top and b <= round_up(shape.n, FRACTAL)]
         space = [MatmulKnobs()]
-        for cores in (None, max(1, aiv_clients(soc) // 2)):
-            for base_m in bases_m or [None]:
-                for base_n in bases_n or [None]:
-                    knobs = MatmulKnobs(base_m, base_n, cores)
-                    if knobs not in space:
-                        space.append(knobs)
+        ratios = (None, 1, 2) if soc.npu_arch == 2201 else (None,)
+        for ratio in ratios:
+            for cores in (None, max(1, soc.ai_cores * (ratio or 1) // 2)):
+                for base_m in bases_m or [None]:
+                    for base_n in bases_n or [None]:
+                        knobs = MatmulKnobs(base_m, base_n, cores, ratio)
+                        if knobs not in space:
+                            space.append(knobs)
         return space
 
 
@@ -214,8 +219,9 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     base_m = min(knobs.base_m or (128 if elem == 2 else 64), round_up(shape.m, FRACTAL))
     base_n = min(knobs.base_n or (128 if elem == 2 else 64), round_up(shape.n, FRACTAL))
     base_k = min(64, round_up(shape.k, c0))
-    ratio = aiv_ratio(soc)
-    cores = max(1, min(knobs.cores or aiv_clients(soc), aiv_clients(soc)))
+    ratio = aiv_ratio(soc, knobs.aiv_ratio)
+    clients = soc.ai_cores * ratio
+    cores = max(1, min(knobs.cores or clients, clients))
     l1_bytes = soc.l1_bytes // ratio  # the two clients of one AIC share its L1
     single_m, single_n = _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes)
     reuse = l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n)
@@ -228,10 +234,17 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
         if program else 0
     streamed = sum(1 for k in program.inputs.values()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)) if program else 0
-    ub = (base_m * align_n * elem * (1 + streamed) + slots * align_n * slot_bytes
-          + columns * round_up(shape.n * elem, 32))
+    fixed = base_m * align_n * elem * (1 + streamed) + columns * round_up(shape.n * elem, 32)
+
+    def ub_of(rows):  # temporaries hold `rows` rows; a column is repeated over them when > 1
+        return fixed + rows * align_n * (slots * slot_bytes + (columns * elem if rows > 1 else 0))
+
+    ub = ub_of(1)
     if ub > soc.ub_bytes - UB_RESERVED_BYTES:
         raise TilingError(f"matmul epilogue needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
+    rows = epilogue_rows(program, min(base_m, single_m),
+                         lambda r: ub_of(r) <= soc.ub_bytes - UB_RESERVED_BYTES)
+    ub = ub_of(rows)
     gm_read, gm_write = matmul_traffic(shape, program, soc, base_m, base_n, base_k, single_m,
                                        single_n, used, reuse)
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
@@ -240,7 +253,8 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
               **l1_params(shape, soc, base_m, base_n, base_k, single_m, single_n, reuse),
               "aiv_ratio": ratio,
               "single_m": single_m, "single_n": single_n, "align_n": align_n, "slots": slots,
-              "slot_bytes": slot_bytes,
+              "slot_bytes": slot_bytes, "epilogue_rows": rows,
+              "column_fill_rows": columns * min(rows, base_m, single_m) if rows > 1 else 0,
               "data_copy_pad": bool(soc.has_data_copy_pad),
               "scalar_gather_elems": scalar_tail_elems(shape, program, soc, base_m, base_n,
                                                        single_m, single_n, used),
@@ -251,16 +265,32 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
                   shape.n, params)
 
 
-def aiv_ratio(soc) -> int:
-    """AIVs per AIC in the template's MIX kernels: 2 on split chips (910B: CANN's default 1:2
-    mix, each AIV a Matmul client with its own tiles and its own UB, the two sharing their
-    AIC's cube, L1 and L0), 1 on coupled chips (one core has both units)."""
-    return 2 if soc.npu_arch == 2201 else 1
+def epilogue_rows(program, most: int, fits) -> int:
+    """Rows of a base tile each epilogue instruction covers: the most (up to ``most``) whose
+    temporaries ``fits`` the UB. A vector instruction's start-up is paid per call, so one
+    call over R rows (the tile's rows are ``stride`` apart, padding included) costs 1/R of R
+    calls of one row; a broadcast column is first repeated over R rows (one copy a row a
+    tile). A per-row scalar (GetValue of the row) keeps one row per call."""
+    if program is None or any(k is RowAccessKind.ROW_SCALAR for k in program.inputs.values()):
+        return 1
+    return next((rows for rows in range(most, 1, -1) if fits(rows)), 1)
 
 
-def aiv_clients(soc) -> int:
-    """Matmul clients a launch can have: one per AIV of a 1:2 mix, one per core otherwise."""
-    return soc.ai_cores * aiv_ratio(soc)
+def aiv_ratio(soc, knob: int | None = None) -> int:
+    """AIVs per AIC in the template's MIX kernels. On split chips (910B) 2 is CANN's 1:2 mix:
+    each AIV a Matmul client with its own tiles, UB and vector unit, the two sharing their
+    AIC's cube, MTE2, L1 and L0 (half the L1 each: less operand reuse). That pays only where
+    the epilogue's vector work outweighs the operand loads, which the timing model judges,
+    not the template: the default is 1 (one AIV per AIC), ``knob`` (the tuner's) may ask for
+    2. Coupled chips (one core has both units) are always 1.
+
+    BERT/GPT-2 FFN-up + GELU (512 x 1024 x 4096, fp16, 910B1): est. 68.5 us at 1:1 (MTE2
+    bound), 84.8 us at 1:2 (operands re-read for want of L1)."""
+    if soc.npu_arch != 2201:
+        return 1
+    if knob is not None and knob not in (1, 2):
+        raise TilingError(f"aiv_ratio={knob}: a MIX kernel has 1 or 2 AIVs per AIC")
+    return knob or 1
 
 
 def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes) -> tuple[int, int]:

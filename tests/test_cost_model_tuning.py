@@ -78,6 +78,7 @@ def test_default_knobs_give_todays_tiling(template, knobs_cls):
     (_chain_model, ElementwiseKnobs(cores=5, tile_len=256, double_buffer=False)),
     (_softmax_model, RowReduceKnobs(cores=3, rows_per_tile=2, double_buffer=False)),
     (_mlp_model, MatmulKnobs(base_m=32, base_n=32, cores=5)),
+    (_mlp_model, MatmulKnobs(cores=5, aiv_ratio=2)),  # 910B's 1:2 mix: 5 AIV clients, 3 AICs
 ])
 def test_non_default_knobs_print_correct_kernels(monkeypatch, tmp_path, make, knobs):
     builder = make()

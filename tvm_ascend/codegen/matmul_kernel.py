@@ -90,6 +90,15 @@ class MatmulKernelPrinter:
         return "MIX_MODE" if self.p["aiv_ratio"] == 2 else "MIX_AIC_1_1"
 
     @property
+    def rows(self) -> int:
+        """Rows one epilogue instruction covers (the plan's ``epilogue_rows``)."""
+        return int(self.p.get("epilogue_rows", 1))
+
+    def _repeated_columns(self) -> list:
+        """Broadcast columns repeated over ``rows`` rows for multi-row instructions."""
+        return self._inputs(RowAccessKind.COLUMN) if self.rows > 1 else []
+
+    @property
     def block_dim(self) -> int:
         """Launch blocks: AIC groups, each running ``aiv_ratio`` of the plan's clients."""
         return -(-self.tiling.cores // self.p["aiv_ratio"])
@@ -163,8 +172,13 @@ class MatmulKernelPrinter:
                 buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
                 buf.line(f"{n}Val = {n}Gm.GetValue(0);")
             if self.p["slots"]:  # temporaries as wide as the widest dtype computed in
-                buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots']} * tiling.cube.baseN * "
-                         f"{self.p['slot_bytes']});")
+                buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots'] * self.rows} * "
+                         f"tiling.cube.baseN * {self.p['slot_bytes']});")
+            for name in self._repeated_columns():
+                n = self.names[name]
+                buf.line(f"pipe->InitBuffer({n}RepBuf, {self.rows} * tiling.cube.baseN * "
+                         f"sizeof({t}));")
+                buf.line(f"{n}Rep = {n}RepBuf.Get<{t}>();")
 
     def emit_process(self, buf):
         a_batch = "tiling.cube.M * tiling.cube.Ka" if self.shape.a_batched else "0"
@@ -244,13 +258,40 @@ class MatmulKernelPrinter:
                 buf.line(f"CopyGmToUb({n}Tile[r * stride], {n}Gm[{base} + colOff], curN);")
             buf.line(f"{n}Que.EnQue({n}Tile);")
             buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
-        with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
-            buf.line("uint64_t row = rowOff + r;")
-            self.emit_epilogue_row(buf)
+        if self.rows == 1:
+            with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
+                buf.line("uint64_t row = rowOff + r;")
+                self.emit_epilogue_row(buf)
+        else:
+            self.emit_epilogue_chunks(buf)
         for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
             buf.line(f"{self.names[name]}Que.FreeTensor({self.names[name]}Tile);")
 
+    def emit_epilogue_chunks(self, buf):
+        """The epilogue over ``rows`` rows per instruction: the tiles' rows are ``stride``
+        apart, so rows ``r .. r + rows`` are one run of ``rows * stride`` elements (padding
+        columns computed, never written out); broadcast columns are repeated over the rows
+        first, once a tile."""
+        t, rows = self.ctype, self.rows
+        repeated = self._repeated_columns()
+        if repeated:
+            buf.line(f"uint32_t repRows = curM < {rows} ? curM : {rows};")
+            with buf.indent("for (uint32_t q = 0; q < repRows; ++q) {"):
+                for name in repeated:
+                    n = self.names[name]
+                    buf.line(f"AscendC::Adds({n}Rep[q * stride], {n}Col[colOff], "
+                             f"static_cast<{t}>(0), curN);")
+        with buf.indent(f"for (uint32_t r = 0; r < curM; r += {rows}) {{"):
+            buf.line(f"uint32_t count = (curM - r < {rows} ? curM - r : {rows}) * stride;")
+            self.emit_epilogue_step(buf, "count", f"{rows} * tiling.cube.baseN")
+
     def emit_epilogue_row(self, buf):
+        self.emit_epilogue_step(buf, "curN", "tiling.cube.baseN")
+
+    def emit_epilogue_step(self, buf, count: str, slot_elems: str):
+        """One epilogue step over the run of ``count`` elements at row ``r``: one row
+        (``count`` = curN) or several (``count`` = their rows * stride); temporaries are
+        slots of ``slot_elems`` elements."""
         program = self.program
         tiles, scalars = {}, {}
         row_var = {program.row_var.name: "row"}
@@ -261,7 +302,8 @@ class MatmulKernelPrinter:
             elif kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
                 tiles[key] = Operand(f"{n}Tile[r * stride]", True, self.shape.dtype)
             elif kind is RowAccessKind.COLUMN:
-                tiles[key] = Operand(f"{n}Col[colOff]", True, self.shape.dtype)
+                text = f"{n}Rep" if self.rows > 1 else f"{n}Col[colOff]"
+                tiles[key] = Operand(text, True, self.shape.dtype)
             elif kind is RowAccessKind.ROW_SCALAR:
                 base = ScalarPrinter(row_var).print(program.bases[buffer.name])
                 scalars[key] = f"{n}Gm.GetValue({base})"
@@ -274,12 +316,12 @@ class MatmulKernelPrinter:
 
         def slot(k, node):
             ctype = cpp_type(expr_dtype(node))
-            return (f"rowBuf.GetWithOffset<{ctype}>(tiling.cube.baseN, "
-                    f"{k} * tiling.cube.baseN * {self.p['slot_bytes']})")
+            return (f"rowBuf.GetWithOffset<{ctype}>({slot_elems}, "
+                    f"{k} * {slot_elems} * {self.p['slot_bytes']})")
 
-        root = printer.emit(buf, step.plan, tiles, "cTile[r * stride]", slot, "curN")
+        root = printer.emit(buf, step.plan, tiles, "cTile[r * stride]", slot, count)
         if root.text != "cTile[r * stride]":
-            printer.emit_copy(buf, "cTile[r * stride]", root, "curN")
+            printer.emit_copy(buf, "cTile[r * stride]", root, count)
 
     def emit_members(self, buf):
         t = self.ctype
@@ -292,6 +334,9 @@ class MatmulKernelPrinter:
         for name in self._inputs(RowAccessKind.COLUMN):
             buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {self.names[name]}Res;")
             buf.line(f"AscendC::LocalTensor<{t}> {self.names[name]}Col;")
+        for name in self._repeated_columns():
+            buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {self.names[name]}RepBuf;")
+            buf.line(f"AscendC::LocalTensor<{t}> {self.names[name]}Rep;")
         for name in self._inputs(RowAccessKind.SCALAR):
             buf.line(f"{t} {self.names[name]}Val;")
         if self.p["slots"]:

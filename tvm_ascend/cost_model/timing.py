@@ -125,8 +125,16 @@ def _vector_instructions(tiling, work: VectorWork) -> int:
         return work.ops_per_unit * tiling.tiles_per_core
     if tiling.template == "matmul":
         p = tiling.params
-        rows = p["single_m"] * -(-p["single_n"] // p["base_n"])
-        return work.ops_per_unit * rows * tiling.tiles_per_core
+        rows = p.get("epilogue_rows", 1)
+        if rows == 1:  # one call per op per row of every base tile
+            calls = p["single_m"] * -(-p["single_n"] // p["base_n"])
+            return work.ops_per_unit * calls * tiling.tiles_per_core
+        # one call per op per `rows` rows of a base tile, plus the copies that repeat each
+        # broadcast column over those rows
+        pieces = -(-p["single_m"] // p["base_m"]) * -(-p["single_n"] // p["base_n"])
+        steps = -(-min(p["base_m"], p["single_m"]) // rows)
+        return (work.ops_per_unit * steps + p.get("column_fill_rows", 0)) * pieces \
+            * tiling.tiles_per_core
     return work.ops_per_unit * min(tiling.block_len, tiling.total)
 
 
