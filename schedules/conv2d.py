@@ -13,7 +13,8 @@ by row on the tile before the single write to GM.
 
 The gather runs on the scalar unit (GetValue/SetValue, one GM read per in-range element): the
 device's img2col path (Load3D from a 5HD feature map in L1) is not in the CPU emulator, so this
-kernel is correct and its traffic is exact, but it is not the fast path. Depthwise and grouped
+kernel is correct and its traffic is exact, but it is not the fast path; the plan counts the
+gathered elements in ``params["scalar_gather_elems"]``, so the timing model charges them. Depthwise and grouped
 convolutions take the same route with one group per tile (``baseM`` rows of which ``Cout/G`` are
 used): a vector-unit depthwise kernel would waste no cube rows but needs strided window
 gathers the emulator lacks; it is left for later.
@@ -311,7 +312,8 @@ def plan(shape: ConvShape, program, soc) -> Tiling:
               "pad": list(shape.pad), "groups": shape.groups, "k": shape.k,
               "base_m": base_m, "base_n": base_n, "base_k": base_k, "align_n": align_n,
               "k_chunk": k_chunk, "chunks": chunks, "tiles_m": tiles_m, "tiles_n": tiles_n,
-              "slots": slots, "cube_macs": macs, "data_copy_pad": bool(soc.has_data_copy_pad)}
+              "slots": slots, "cube_macs": macs, "data_copy_pad": bool(soc.has_data_copy_pad),
+              "scalar_gather_elems": scalar_elems(shape, program, soc, base_m, base_n)}
     return Tiling("conv2d", total, used, per_core, 1, per_core, 1,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
                   shape.pixels, params)
@@ -359,6 +361,22 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, k_chunk, co
     if program is not None:
         read += sum(cores * dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.SCALAR))
     return read, write, macs
+
+
+def scalar_elems(shape: ConvShape, program, soc, base_m, base_n) -> int:
+    """Elements the kernel moves on the scalar unit: every img2col element of every tile (a
+    SetValue into the UB, after a GetValue from GM where the tap is in range), and, without
+    DataCopyPad, the tail of each row (past its whole 32-byte blocks) of the output tile and of
+    each streamed epilogue operand."""
+    c0 = 32 // dtype_bytes(shape.dtype)
+    streamed = len(_inputs(program, RowAccessKind.ROWS)) if program is not None else 0
+    total = 0
+    for cur_m in _pieces(shape.cout_g, base_m):
+        for cur_n in _pieces(shape.pixels, base_n):
+            total += shape.k * cur_n
+            if not soc.has_data_copy_pad:
+                total += cur_m * (cur_n % c0) * (1 + streamed)
+    return shape.n * shape.groups * total
 
 
 def _inputs(program, kind) -> list:

@@ -77,6 +77,14 @@ def _check_counters(lib) -> list[dict]:
         assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
         assert launch["peak_ub_bytes"] == tiling["ub_bytes"], group["kernel"]
         if tiling["template"] == "conv2d":
+            # every tile gathers its K x curN img2col block on the scalar unit; without
+            # DataCopyPad the row tails of the output (and residual) tiles come on top
+            p = tiling["params"]
+            gather = p["n"] * p["groups"] * p["tiles_m"] * p["k"] * p["oh"] * p["ow"]
+            if p["data_copy_pad"]:
+                assert p["scalar_gather_elems"] == gather, group["kernel"]
+            else:  # rows of P pixels: a tail past the 32-byte blocks unless 8 | P (16 | P fp16)
+                assert p["scalar_gather_elems"] >= gather + (p["oh"] * p["ow"] % 8 != 0)
             convs.append(group)
     return convs
 
