@@ -15,8 +15,9 @@ The gather runs on the scalar unit (GetValue/SetValue, one GM read per in-range 
 device's img2col path (Load3D from a 5HD feature map in L1) is not in the CPU emulator, so this
 kernel is correct and its traffic is exact, but it is not the fast path; the plan counts the
 gathered elements in ``params["scalar_gather_elems"]``, so the timing model charges them.
-Depthwise and grouped convolutions take the same route with one group per tile (``baseM`` rows of which ``Cout/G`` are
-used): a vector-unit depthwise kernel would waste no cube rows but needs strided window
+Depthwise and grouped convolutions take the same route with one group per tile (``baseM``
+rows of which ``Cout/G`` are used): a vector-unit depthwise kernel would waste no cube rows
+but needs strided window
 gathers the emulator lacks; it is left for later.
 
 Every SoC profile takes it. The output tile and streamed epilogue operands (a residual) move
