@@ -17,8 +17,7 @@ kernel is correct and its traffic is exact, but it is not the fast path; the pla
 gathered elements in ``params["scalar_gather_elems"]``, so the timing model charges them.
 Depthwise and grouped convolutions take the same route with one group per tile (``baseM``
 rows of which ``Cout/G`` are used): a vector-unit depthwise kernel would waste no cube rows
-but needs strided window
-gathers the emulator lacks; it is left for later.
+but needs strided window gathers the emulator lacks; it is left for later.
 
 Every SoC profile takes it. The output tile and streamed epilogue operands (a residual) move
 as one multi-burst DataCopyPad where the SoC has it (910B, 310B); on 310P and 910A each row
