@@ -28,6 +28,34 @@ from .vector_emitters import Operand
 REDUCE_API = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
 
 
+def reduced_operand(buf, printer, step, tiles, slot, count: str, symbol: str):
+    """Print what a reduce step reduces (over ``count`` elements); returns its tile operand."""
+    temp = slot(step.plan.n_slots, step.expr) if step.plan.order else None
+    operand = printer.emit(buf, step.plan, tiles, temp or "", slot, count)
+    if not operand.is_tile:
+        raise CodegenError(f"{symbol}: reduction of a row scalar")
+    return operand
+
+
+def emit_reduce_call(buf, step, operand, count: str) -> str:
+    """The reduction of ``operand`` into ``reducedBuf``, made visible to the scalar unit;
+    returns the accumulator's C++ type (the operand's: float32 after a Cast, as the group
+    says)."""
+    acc = cpp_type(operand.dtype)
+    buf.line(f"AscendC::{REDUCE_API[step.reducer]}(reducedBuf.Get<{acc}>(), {operand.text}, "
+             f"workBuf.Get<{acc}>(), {count});")
+    buf.line("AscendC::SetFlag<AscendC::HardEvent::V_S>(0);")
+    buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
+    return acc
+
+
+def emit_full_step(buf, printer, step, tiles, slot, dst: str, count: str) -> None:
+    """A full-row step of the row program over ``count`` elements, landing in ``dst``."""
+    root = printer.emit(buf, step.plan, tiles, dst, slot, count)
+    if root.text != dst:
+        printer.emit_copy(buf, dst, root, count)
+
+
 class RowReduceKernelPrinter:
     """Prints one row-reduction kernel (class + extern "C" entry)."""
 
@@ -218,17 +246,8 @@ class RowReduceKernelPrinter:
                 return self._row_slot(self.slot_base + k, expr_dtype(node))
 
             if step.kind == "reduce":
-                temp = slot(step.plan.n_slots, step.expr) if step.plan.order else None
-                operand = printer.emit(buf, step.plan, tiles, temp or "", slot, "cols")
-                if not operand.is_tile:
-                    raise CodegenError(f"{self.symbol}: reduction of a row scalar")
-                api = REDUCE_API[step.reducer]
-                # accumulate in the operand's dtype (float32 after a Cast, as the group says)
-                acc = cpp_type(operand.dtype)
-                buf.line(f"AscendC::{api}(reducedBuf.Get<{acc}>(), {operand.text}, "
-                         f"workBuf.Get<{acc}>(), cols);")
-                buf.line("AscendC::SetFlag<AscendC::HardEvent::V_S>(0);")
-                buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
+                operand = reduced_operand(buf, printer, step, tiles, slot, "cols", self.symbol)
+                acc = emit_reduce_call(buf, step, operand, "cols")
                 value = f"static_cast<{t}>(reducedBuf.Get<{acc}>().GetValue(0))"
                 if step.is_output:
                     buf.line(f"outTile.SetValue(r, {value});")
@@ -246,9 +265,7 @@ class RowReduceKernelPrinter:
                 else:
                     dst = self._row_slot(self.program.intermediate_slot(step.index),
                                          str(step.buffer.dtype))
-                root = printer.emit(buf, step.plan, tiles, dst, slot, "cols")
-                if root.text != dst:
-                    printer.emit_copy(buf, dst, root, "cols")
+                emit_full_step(buf, printer, step, tiles, slot, dst, "cols")
 
     def emit_copy_out(self, buf):
         t = self.ctype
@@ -482,16 +499,9 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
             return self._row_slot(self.slot_base + k, expr_dtype(node))
 
         if step.kind == "reduce":
-            temp = slot(step.plan.n_slots, step.expr) if step.plan.order else None
-            operand = printer.emit(buf, step.plan, tiles, temp or "", slot, "n")
-            if not operand.is_tile:
-                raise CodegenError(f"{self.symbol}: reduction of a row scalar")
-            acc = cpp_type(operand.dtype)
+            operand = reduced_operand(buf, printer, step, tiles, slot, "n", self.symbol)
             with buf.indent("{", "}"):
-                buf.line(f"AscendC::{REDUCE_API[step.reducer]}(reducedBuf.Get<{acc}>(), "
-                         f"{operand.text}, workBuf.Get<{acc}>(), n);")
-                buf.line("AscendC::SetFlag<AscendC::HardEvent::V_S>(0);")
-                buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
+                acc = emit_reduce_call(buf, step, operand, "n")
                 # partial results add up in float: fp16 chunk sums lose no more bits
                 buf.line(f"float part = static_cast<float>(reducedBuf.Get<{acc}>()"
                          ".GetValue(0));")
@@ -503,9 +513,7 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
         else:
             dst = self._row_slot(self.program.intermediate_slot(step.index),
                                  str(step.buffer.dtype))
-        root = printer.emit(buf, step.plan, tiles, dst, slot, "n")
-        if root.text != dst:
-            printer.emit_copy(buf, dst, root, "n")
+        emit_full_step(buf, printer, step, tiles, slot, dst, "n")
 
     def emit_copy_out(self, buf):
         t = self.ctype
