@@ -15,9 +15,8 @@ from ..schedules.attention import attention_shape, ub_layout
 from ..schedules.tile_values import buffer_size
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
-from .kernel_parts import emit_cube_entry, ident
-from .matmul_kernel import CUBE_FIELDS, data_copy_pad
-from .templates import tile_copy_helpers
+from .kernel_parts import cube_prelude, emit_cube_entry, ident
+from .matmul_kernel import CUBE_FIELDS
 
 SYNC = ("AscendC::SetFlag<AscendC::HardEvent::{0}>(0); "
         "AscendC::WaitFlag<AscendC::HardEvent::{0}>(0);")
@@ -31,7 +30,7 @@ class AttentionKernelPrinter:
     """Prints one attention kernel and describes its launch."""
 
     kernel_mode = "MIX_AIC_1_1"  # one AIV per AIC: the kernel's blocks are its AIC groups
-    extra_includes = ('#include "lib/matmul_intf.h"',)
+    extra_includes = staticmethod(cube_prelude)  # Matmul header + tile copies, once a unit
 
     def __init__(self, symbol: str, func, tiling):
         self.symbol, self.func, self.tiling = symbol, func, tiling
@@ -45,7 +44,6 @@ class AttentionKernelPrinter:
         self.ctype = cpp_type(self.shape.dtype)
         self.elem = 2 if self.shape.dtype == "float16" else 4
         self.layout = ub_layout(self.shape, self.p["base_q"], self.p["base_kv"])
-        self.data_copy_pad = data_copy_pad(symbol, self.p)
 
     def _n(self, operand) -> str:
         return self.names[operand.param]
@@ -53,8 +51,6 @@ class AttentionKernelPrinter:
     # ---- printing ---------------------------------------------------------------------------
     def print(self, buf: CodeBuffer) -> None:
         with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
-            buf.lines(tile_copy_helpers(self.data_copy_pad))
-            buf.line()
             self.emit_types(buf)
             self.emit_class(buf)
         self.emit_entry(buf)

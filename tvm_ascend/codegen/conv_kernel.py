@@ -8,7 +8,7 @@ bytes) and chunks after the first are added on the vector unit. The epilogue run
 (one output channel per row) before one write to GM. Streamed epilogue operands and the output
 tile move with ``CopyTileIn`` / ``CopyTileOut`` (``templates.py``): one multi-burst DataCopyPad
 where the SoC has it, else per row whole 32-byte blocks by DataCopy and the tail element by
-element (310P, 910A: the tiling's ``params["data_copy_pad"]``). MIX mode (cube + vector).
+element (310P, 910A; the unit's prelude holds the helpers for its SoC). A 1:1 MIX kernel.
 
 Example
 -------
@@ -26,10 +26,9 @@ from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import expr_dtype, schedule_blocks
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
-from .kernel_parts import emit_cube_entry, ident
-from .matmul_kernel import CUBE_FIELDS, data_copy_pad
+from .kernel_parts import cube_prelude, emit_cube_entry, ident
+from .matmul_kernel import CUBE_FIELDS
 from .scalar_printer import ScalarPrinter
-from .templates import tile_copy_helpers
 from .tile_program import TileProgramPrinter
 from .vector_emitters import Operand
 
@@ -40,7 +39,7 @@ class ConvKernelPrinter:
     """Prints one Conv2D (+ epilogue) kernel and describes its launch."""
 
     kernel_mode = "MIX_AIC_1_1"  # one AIV per AIC: the kernel's blocks are its AIC groups
-    extra_includes = ('#include "lib/matmul_intf.h"',)
+    extra_includes = staticmethod(cube_prelude)  # Matmul header + tile copies, once a unit
 
     def __init__(self, symbol: str, func, tiling):
         import tvm
@@ -58,7 +57,6 @@ class ConvKernelPrinter:
         self.x_name = self.names[self.shape.x_name]
         self.w_name = self.names[self.shape.w_name]
         self.out_name = self.names[self.params[-1].name]
-        self.data_copy_pad = data_copy_pad(symbol, self.p)
 
     def _inputs(self, kind):
         if self.program is None:
@@ -68,8 +66,6 @@ class ConvKernelPrinter:
     # ---- printing ---------------------------------------------------------------------------
     def print(self, buf: CodeBuffer) -> None:
         with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
-            buf.lines(tile_copy_helpers(self.data_copy_pad))
-            buf.line()
             self.emit_types(buf)
             self.emit_class(buf)
         self.emit_entry(buf)

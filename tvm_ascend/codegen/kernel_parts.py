@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .code_buffer import CodeBuffer
+from .templates import tile_copy_helpers
 
 
 # Tensor names become C++ parameter and member names: these would not compile as such.
@@ -70,6 +71,12 @@ def emit_simple_entry(buf: CodeBuffer, symbol: str, params: list[str]) -> None:
         buf.line(f"{impl}::Kernel op;")
         buf.line(f"op.Init({', '.join(params)}, tilingData);")
         buf.line("op.Process();")
+
+
+def cube_prelude(soc) -> tuple:
+    """What a cube kernel needs once per unit: the Matmul API header and the ``CopyTileIn`` /
+    ``CopyTileOut`` helpers for ``soc`` (with or without DataCopyPad)."""
+    return ('#include "lib/matmul_intf.h"', tile_copy_helpers(soc.has_data_copy_pad))
 
 
 # The task type a MIX kernel declares for the device compiler, per CPU-debug kernel mode.

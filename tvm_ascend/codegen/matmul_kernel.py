@@ -7,7 +7,7 @@ with GetTensorC (rows padded to 32 bytes), where the epilogue runs row by row be
 write to GM. Tiles of GM tensors (the epilogue's row operands, the output) move with the
 ``CopyTileIn`` / ``CopyTileOut`` helpers of ``templates.py``: one multi-burst DataCopyPad where
 the SoC has it (910B, 310B), else per row the whole 32-byte blocks by DataCopy and the tail
-element by element (310P, 910A; the tiling's ``params["data_copy_pad"]`` says which). A kernel
+element by element (310P, 910A); the unit's prelude holds the helpers for its SoC. A kernel
 is a MIX kernel (cube + vector): on 910B the 1:2 mix (``KERNEL_TYPE_MIX_AIC_1_2``; the plan's
 cores count AIV clients, the launch their AIC groups), on coupled chips 1:1.
 
@@ -26,25 +26,15 @@ from ..schedules.row_program import RowAccessKind
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
-from .kernel_parts import emit_cube_entry, emit_resident_columns, ident
+from .kernel_parts import cube_prelude, emit_cube_entry, emit_resident_columns, ident
 from .cpp_types import cpp_type
 from .scalar_printer import ScalarPrinter
-from .templates import tile_copy_helpers
 from .tile_program import TileProgramPrinter
 from .vector_emitters import Operand
 
 CUBE_FIELDS = ("usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN", "singleCoreK",
                "baseM", "baseN", "baseK", "depthA1", "depthB1", "stepM", "stepN", "stepKa",
                "stepKb", "isBias", "iterateOrder", "dbL0A", "dbL0B", "dbL0C")
-
-
-def data_copy_pad(symbol: str, params: dict) -> bool:
-    """Whether the kernel's SoC has DataCopyPad, as its tiling planned it (the printer never
-    looks at the SoC itself)."""
-    if "data_copy_pad" not in params:
-        raise CodegenError(f"{symbol}: the tiling has no params['data_copy_pad'] (planned by an "
-                           "older tvm-ascend); schedule the group again")
-    return bool(params["data_copy_pad"])
 
 
 def mdl_steps(params: dict) -> dict:
@@ -64,7 +54,7 @@ def mdl_steps(params: dict) -> dict:
 class MatmulKernelPrinter:
     """Prints one MatMul (+ epilogue) kernel and describes its launch."""
 
-    extra_includes = ('#include "lib/matmul_intf.h"',)
+    extra_includes = staticmethod(cube_prelude)  # Matmul header + tile copies, once a unit
 
     def __init__(self, symbol: str, func, tiling):
         self.symbol, self.func, self.tiling = symbol, func, tiling
@@ -81,7 +71,6 @@ class MatmulKernelPrinter:
         self.ctype = cpp_type(self.shape.dtype)
         self.a_name, self.b_name = self.names[self.params[0].name], self.names[self.params[1].name]
         self.out_name = self.names[self.params[-1].name]
-        self.data_copy_pad = data_copy_pad(symbol, self.p)
 
     @property
     def kernel_mode(self) -> str:
@@ -111,8 +100,6 @@ class MatmulKernelPrinter:
     # ---- printing ---------------------------------------------------------------------------
     def print(self, buf: CodeBuffer) -> None:
         with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
-            buf.lines(tile_copy_helpers(self.data_copy_pad))
-            buf.line()
             self.emit_types(buf)
             self.emit_class(buf)
         self.emit_entry(buf)

@@ -103,8 +103,8 @@ __aicore__ inline void CopyRowsOut(const AscendC::GlobalTensor<T>& dst,
 
 # A tile of ``rows`` x ``cols`` elements between a GM matrix whose rows are ``pitch`` elements
 # apart and UB rows ``stride`` elements apart (32-byte aligned): the cube kernels' epilogue
-# operands and output tiles. Printed inside a kernel's namespace, the flavour chosen by the
-# tiling's ``data_copy_pad``. With DataCopyPad: one multi-burst copy, the GM gap between bursts.
+# operands and output tiles. Printed once per unit (kernel_parts.cube_prelude), the flavour of
+# the unit's SoC. With DataCopyPad: one multi-burst copy, the GM gap between bursts.
 TILE_COPY_HELPERS_PAD = """\
 template <typename T>
 __aicore__ inline void CopyTileIn(const AscendC::LocalTensor<T>& dst,
