@@ -57,7 +57,9 @@ class KernelEstimate:
 
 
 # L2 over HBM bandwidth. ESTIMATE: CANN's platform ini for 910B lists l2_rate=110 and
-# ddr_rate=32 in unstated (but common) units (shared/reference/performance.md, GM row).
+# ddr_rate=32 in unstated (but common) units (shared/reference/performance.md, GM row). The
+# SoC profiles' per-core MTE rates come from ddr_rate; a byte served by L2 moves at l2_rate,
+# this ratio faster, per core as in aggregate.
 L2_BANDWIDTH_RATIO = 110 / 32
 
 
@@ -186,16 +188,22 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     core_bw = bandwidth / clock / cores
     l2_bw = core_bw * L2_BANDWIDTH_RATIO
     mte2 = ((read - ws_read) * share / min(soc.mte2_bytes_per_cycle, core_bw)
-            + ws_read * share / min(soc.mte2_bytes_per_cycle, l2_bw)
+            + ws_read * share / min(soc.mte2_bytes_per_cycle * L2_BANDWIDTH_RATIO, l2_bw)
             + steps * soc.mte_latency_cycles)
     mte3 = ((write - ws_write) * share / min(soc.mte3_bytes_per_cycle, core_bw)
-            + ws_write * share / min(soc.mte3_bytes_per_cycle, l2_bw)
+            + ws_write * share / min(soc.mte3_bytes_per_cycle * L2_BANDWIDTH_RATIO, l2_bw)
             + steps * soc.mte_latency_cycles)
     # a 1:2 mix: each client (AIV) shares its AIC with another, whose operand loads and cube
     # work take the same AIC's MTE2 and cube: per client step, both clients' share of them
     ratio = tiling.params.get("aiv_ratio", 1)
     operand = min(read, tiling.params.get("operand_read_bytes", 0))
     mte2 += (ratio - 1) * operand * share / soc.mte2_bytes_per_cycle
+    # the matmul's operand loads (GM -> L1 -> L0, part of them L2 hits)
+    l2_operand = min(operand, tiling.params.get("l2_reread_bytes", 0))
+    operand_mte2 = ((operand - l2_operand) * share / min(soc.mte2_bytes_per_cycle, core_bw)
+                    + l2_operand * share / min(soc.mte2_bytes_per_cycle * L2_BANDWIDTH_RATIO,
+                                               l2_bw)
+                    + (ratio - 1) * operand * share / soc.mte2_bytes_per_cycle)
     vec_bytes = work.weighted_ops * work.elem_bytes * share
     vector = (vec_bytes / soc.vector_bytes_per_cycle
               + _vector_instructions(tiling, work) * soc.vector_issue_cycles)
@@ -203,7 +211,13 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     macs = tiling.params.get("cube_macs", 0)
     cube_rate = soc.cube_macs_per_cycle_fp16 * _elem_rate(work.elem_bytes)
     cube = macs * share / cube_rate * ratio
-    stages = [mte2, cube, vector + scalar, mte3]
+    if operand:
+        # the Matmul API double-buffers its operand blocks (dbL0A/dbL0B, L1 depths): the AIC's
+        # loads overlap its cube work; the tile then goes to the AIV in step (GetTensorC),
+        # whose loads, epilogue and copy-out follow it
+        stages = [max(operand_mte2, cube), mte2 - operand_mte2, vector + scalar, mte3]
+    else:
+        stages = [mte2, cube, vector + scalar, mte3]
     core_us = _pipeline_cycles(stages, steps, double) / clock * 1e6
     # the roofline of the launch: every core at its peak, GM at its bandwidth
     workspace = ws_read + ws_write
@@ -216,7 +230,8 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     kernel_us = max(core_us, roofline)
     launch = soc.launch_overhead_us
     if core_us >= roofline:
-        bound = _PIPES[max(range(4), key=lambda i: stages[i])] if core_us > 0 else "launch"
+        busiest = [mte2, cube, vector + scalar, mte3]
+        bound = _PIPES[max(range(4), key=lambda i: busiest[i])] if core_us > 0 else "launch"
     else:
         bound = "roofline"
     return KernelEstimate(
