@@ -46,6 +46,7 @@ from .tir_walk import (BufferLoad, load_buffer, reduce_iter_vars, root_blocks,
                        schedule_blocks)
 
 FRACTAL = 16
+MAX_BASE = 256  # 128 x 256 float32 accumulators fill a 910B L0C (128 KB)
 
 
 @dataclass(frozen=True)
@@ -171,17 +172,37 @@ class MatmulSchedule:
         return sch.mod["main"], tiling
 
     @staticmethod
+    def variants(func, soc) -> list[MatmulKnobs]:
+        """Knobs worth estimating beside the default for every group (the partitioner keeps the
+        fastest; ``schedule`` may refuse one): twice the base tile along M or N (fewer
+        re-reads of the other operand where its K panel does not stay in L1), and on 910B the
+        1:2 mix (twice the vector units for a heavy epilogue, half the L1 each)."""
+        shape = matmul_shape(func)
+        if shape is None:
+            return [MatmulKnobs()]
+        base = 128 if dtype_bytes(shape.dtype) == 2 else 64
+        found = [MatmulKnobs()]
+        if shape.m >= 2 * base:
+            found.append(MatmulKnobs(base_m=2 * base, base_n=base))
+        if shape.n >= 2 * base:
+            found.append(MatmulKnobs(base_m=base, base_n=2 * base))
+        if soc.npu_arch == 2201:
+            found.append(MatmulKnobs(aiv_ratio=2))
+        return found
+
+    @staticmethod
     def knob_space(func, soc) -> list[MatmulKnobs]:
         """Candidate knobs, the default first: base tiles of 32..128 (64 for float32) along
-        M and N, all or half the clients, on 910B a 1:1 or 1:2 mix. ``schedule`` may refuse
-        one (TilingError)."""
+        M and N, plus the default's variants (``variants``), all or half the clients, on 910B
+        a 1:1 or 1:2 mix. ``schedule`` may refuse one (TilingError)."""
         shape = matmul_shape(func)
         if shape is None:
             return [MatmulKnobs()]
         top = 128 if dtype_bytes(shape.dtype) == 2 else 64
         bases_m = [b for b in (32, 64, 128) if b <= top and b <= round_up(shape.m, FRACTAL)]
         bases_n = [b for b in (32, 64, 128) if b <= top and b <= round_up(shape.n, FRACTAL)]
-        space = [MatmulKnobs()]
+        space = [MatmulKnobs()] + [k for k in MatmulSchedule.variants(func, soc)
+                                   if k != MatmulKnobs()]
         ratios = (None, 1, 2) if soc.npu_arch == 2201 else (None,)
         for ratio in ratios:
             for cores in (None, max(1, soc.ai_cores * (ratio or 1) // 2)):
@@ -214,12 +235,13 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     c0 = 32 // elem
     for name in ("base_m", "base_n"):
         value = getattr(knobs, name)
-        if value is not None and (value % FRACTAL or not FRACTAL <= value <= 128):
-            raise TilingError(f"{name}={value} must be a multiple of {FRACTAL} in 16..128")
+        if value is not None and (value % FRACTAL or not FRACTAL <= value <= MAX_BASE):
+            raise TilingError(f"{name}={value} must be a multiple of {FRACTAL} in "
+                              f"{FRACTAL}..{MAX_BASE}")
     base_m = min(knobs.base_m or (128 if elem == 2 else 64), round_up(shape.m, FRACTAL))
     base_n = min(knobs.base_n or (128 if elem == 2 else 64), round_up(shape.n, FRACTAL))
-    base_k = min(64, round_up(shape.k, c0))
     ratio = aiv_ratio(soc, knobs.aiv_ratio)
+    base_k = _base_k(shape, base_m, base_n, soc, ratio)
     clients = soc.ai_cores * ratio
     cores = max(1, min(knobs.cores or clients, clients))
     l1_bytes = soc.l1_bytes // ratio  # the two clients of one AIC share its L1
@@ -263,6 +285,23 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     return Tiling("matmul", total, used, per_core, 1, per_core, 1,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
                   shape.n, params)
+
+
+def _base_k(shape, base_m, base_n, soc, ratio) -> int:
+    """The deepest K step (a multiple of C0, at most 64) whose double-buffered A and B blocks
+    fit L0A and L0B, after checking that the float32 accumulator of a base tile fits L0C (a
+    client of a 1:2 mix has half of each)."""
+    elem = dtype_bytes(shape.dtype)
+    c0 = 32 // elem
+    l0a, l0b, l0c = (soc.l0a_bytes // ratio, soc.l0b_bytes // ratio, soc.l0c_bytes // ratio)
+    if base_m * base_n * 4 > l0c:
+        raise TilingError(f"base tile {base_m}x{base_n} needs {base_m * base_n * 4} L0C bytes "
+                          f"for its float32 accumulator; a client has {l0c}")
+    for base_k in range(min(64, round_up(shape.k, c0)), 0, -c0):
+        if 2 * base_m * base_k * elem <= l0a and 2 * base_k * base_n * elem <= l0b:
+            return base_k
+    raise TilingError(f"base tile {base_m}x{base_n}: no K step of {c0} fits L0A/L0B "
+                      f"({l0a}/{l0b} bytes) twice")
 
 
 def epilogue_rows(program, most: int, fits) -> int:

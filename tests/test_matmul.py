@@ -180,3 +180,23 @@ def test_fp16_matmul_with_gelu_epilogue_computes_erf_in_float32_temporaries():
     assert group["tiling"]["params"]["slot_bytes"] == 4
     (launch,) = lib.profile()
     assert launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]
+
+
+def test_partitioner_keeps_the_faster_tiling_variant_and_the_kernel_obeys_it():
+    """The cost interface estimates the template's variants beside its defaults (here a
+    128 x 256 base tile, which re-reads A half as often on 310P3) and passes the winner's knobs
+    down: the built kernel has that tiling, its counters equal the plan, the report says what
+    the variant beat."""
+    b = ModelBuilder("float16", seed=9)
+    _add_mlp(b, 0, (512, 1024), (1024, 512), False)
+    model = b.model()
+    lib = tvm_ascend.build(model, target="ascend/310p3")
+    assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], "float16")
+    (group,) = lib.report.to_json()["groups"]
+    tiling = group["tiling"]
+    assert (tiling["params"]["base_m"], tiling["params"]["base_n"]) == (128, 256)
+    assert "knobs {'base_m': 128, 'base_n': 256}" in group["reason"]
+    (launch,) = lib.profile()
+    assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
+    assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
+    assert launch["peak_ub_bytes"] == tiling["ub_bytes"] and launch["warnings"] == []

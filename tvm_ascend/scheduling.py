@@ -1,6 +1,7 @@
 """Schedule stage: tile each NPU group's PrimFunc with the template the partitioner chose."""
 from __future__ import annotations
 
+import json
 import logging
 
 import tvm
@@ -16,10 +17,11 @@ def schedule_groups(mod: tvm.IRModule, soc, database=None) -> tuple[tvm.IRModule
     """(module with scheduled PrimFuncs and Tilings on its codegen functions, {symbol: Tiling}).
 
     ``database`` (a tuning database folder or ``TuningDatabase``, or None): kernels whose
-    workload it holds are tiled with the best recorded knobs, the others with the defaults.
+    workload it holds are tiled with the best recorded knobs, the others with the knobs the
+    partitioner's estimate chose (``ir_attrs.KNOBS``), else the defaults.
     """
     from .cost_model.database import open_database
-    from .cost_model.tuned import tuned_schedule
+    from .cost_model.tuned import knobs_from_json, tuned_schedule
 
     database = open_database(database)
     tilings = {}
@@ -28,8 +30,10 @@ def schedule_groups(mod: tvm.IRModule, soc, database=None) -> tuple[tvm.IRModule
                 func.attrs.get("Codegen") != "ascend":
             continue
         template = template_by_name(str(func.attrs[ir_attrs.TEMPLATE]))
+        chosen = func.attrs.get(ir_attrs.KNOBS)
+        knobs = knobs_from_json(template.name, json.loads(str(chosen))) if chosen else None
         scheduled, tiling = tuned_schedule(template, func.attrs[ir_attrs.PRIM_FUNC], soc,
-                                           database, gv.name_hint)
+                                           database, gv.name_hint, knobs)
         tilings[gv.name_hint] = tiling
         mod[gv] = func.with_attrs({ir_attrs.PRIM_FUNC: scheduled,
                                    ir_attrs.TILING: tiling.to_json()})

@@ -4,8 +4,9 @@ Each core takes a contiguous range of ``singleM x singleN`` output tiles (batch 
 Matmul object (CFG_MDL, with the tiling's walk order and L1 depths, so operand blocks stay in L1
 across pieces) computes a tile as ``baseM x baseN`` pieces (Iterate), each fetched into the UB
 with GetTensorC (rows padded to 32 bytes), where the epilogue runs over ``epilogue_rows`` rows
-per vector call (broadcast columns repeated over them) before one write to GM. Tiles of GM tensors (the epilogue's row operands, the output) move with the
-``CopyTileIn`` / ``CopyTileOut`` helpers of ``templates.py``: one multi-burst DataCopyPad where
+per vector call (broadcast columns repeated over them) before one write to GM. Tiles of GM
+tensors (the epilogue's row operands, the output) move with the ``CopyTileIn`` /
+``CopyTileOut`` helpers of ``templates.py``: one multi-burst DataCopyPad where
 the SoC has it (910B, 310B), else per row the whole 32-byte blocks by DataCopy and the tail
 element by element (310P, 910A); the unit's prelude holds the helpers for its SoC. A kernel
 is a MIX kernel (cube + vector): a 1:1 mix, or on 910B the 1:2 mix when the plan's

@@ -35,9 +35,10 @@ def knobs_from_json(template_name: str, values: dict):
     return cls(**values)
 
 
-def tuned_schedule(template, prim_func, soc, database=None, kernel: str = ""):
+def tuned_schedule(template, prim_func, soc, database=None, kernel: str = "", knobs=None):
     """(scheduled PrimFunc, Tiling) with the database's best knobs for this workload when it
-    holds any that still plan, else the template's defaults (logged, never an error)."""
+    holds any that still plan, else ``knobs`` (the partitioner's choice; None: the template's
+    defaults). A recorded choice that no longer plans is logged, never an error."""
     if database is not None:
         record = database.best(workload_of(prim_func, template.name, soc))
         if record is not None:
@@ -50,4 +51,6 @@ def tuned_schedule(template, prim_func, soc, database=None, kernel: str = ""):
             except (TypeError, TilingError) as err:
                 logger.warning("%s: recorded knobs %s not usable (%s); default tiling", kernel,
                                record["knobs"], err)
+    if knobs is not None:
+        return template.schedule(prim_func, soc, knobs)
     return template.schedule(prim_func, soc)

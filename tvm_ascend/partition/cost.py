@@ -14,6 +14,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from tvm.ir.expr import Call, TensorLoad
 from tvm.s_tir.stmt import SBlock
 
 from ..decision import Decision
+from ..errors import TilingError
 from ..schedules import plan_template
 from ..schedules.tir_walk import walk
 
@@ -39,6 +41,7 @@ class KernelPlan:
     time_us: float = float("inf")
     roofline_us: float = 0.0
     source: str = ""  # which model made the estimate
+    knobs: object = None  # the template's knobs the estimate chose (None: its defaults)
 
     @property
     def ok(self) -> bool:
@@ -114,9 +117,33 @@ class GroupCost:
         template, tiling, decision = plan_template(prim, self.soc)
         plan = KernelPlan(template, tiling, decision)
         if template is not None:
-            plan = self._with_estimate(plan, prim)
+            plan = self._fastest_variant(self._with_estimate(plan, prim), prim)
         self._cache.setdefault(key, []).append((prim, plan))
         return plan
+
+    def _fastest_variant(self, plan: KernelPlan, prim) -> KernelPlan:
+        """The template's variants (``template.variants``: knobs worth a look beside its
+        defaults) estimated too; the fastest is kept and its knobs passed down, and the
+        decision says what it beat."""
+        variants = getattr(plan.template, "variants", None)
+        if variants is None or self._estimate is None:
+            return plan
+        best, default_us = plan, plan.time_us
+        for knobs in variants(prim, self.soc)[1:]:
+            try:
+                _, tiling = plan.template.schedule(prim, self.soc, knobs)
+            except TilingError:
+                continue
+            candidate = self._with_estimate(
+                KernelPlan(plan.template, tiling, plan.decision, knobs=knobs), prim)
+            if candidate.time_us < best.time_us:
+                best = candidate
+        if best is plan:
+            return plan
+        changed = {k: v for k, v in dataclasses.asdict(best.knobs).items() if v is not None}
+        reason = (f"{plan.decision.reason}; knobs {changed}: est. {best.time_us:.1f} us "
+                  f"against {default_us:.1f} us with the defaults")
+        return dataclasses.replace(best, decision=Decision.yes(reason))
 
     def _with_estimate(self, plan: KernelPlan, prim) -> KernelPlan:
         tiling = plan.tiling
@@ -124,14 +151,15 @@ class GroupCost:
             try:
                 est = self._estimate(prim, tiling, self.soc)
                 return KernelPlan(plan.template, tiling, plan.decision, est.time_us,
-                                  est.roofline_us, "timing model")
+                                  est.roofline_us, "timing model", plan.knobs)
             except Exception as err:  # noqa: BLE001 - an estimate must never stop a build
                 logger.warning("timing model failed on a %s kernel (%s); using the GM-bytes "
                                "roofline instead", plan.template.name, err)
         gm = tiling.gm_read_bytes + tiling.gm_write_bytes
         roofline = gm / (self.soc.gm_bandwidth_gbps * 1e3)  # GB/s -> bytes per us
         return KernelPlan(plan.template, tiling, plan.decision,
-                          roofline + self.soc.launch_overhead_us, roofline, "GM-bytes roofline")
+                          roofline + self.soc.launch_overhead_us, roofline, "GM-bytes roofline",
+                          plan.knobs)
 
 
 __all__ = ["GroupCost", "KernelPlan", "host_estimate", "tir_flops"]

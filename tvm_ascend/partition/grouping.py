@@ -11,6 +11,7 @@ The result is data (``PartitionResult``) that the schedule stage reads; nothing 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -321,14 +322,15 @@ class _OffloadRewriter(PyExprMutator):
         return super().visit_call_(call)
 
 
-def _codegen_function(prim_gv, prim_func, args, out_ty, symbol, group_json, template):
+def _codegen_function(prim_gv, prim_func, args, out_ty, symbol, group_json, plan):
     params = [relax.Var(f"p{i}", arg.ty) for i, arg in enumerate(args)]
     body = relax.op.call_tir(prim_gv, relax.Tuple(params), out_ty)
     func = relax.Function(params, body, out_ty)
-    return func.with_attrs({"Codegen": "ascend", "global_symbol": symbol,
-                            ir_attrs.PRIM_FUNC: prim_func,
-                            ir_attrs.GROUP: json.dumps(group_json),
-                            ir_attrs.TEMPLATE: template.name})
+    attrs = {"Codegen": "ascend", "global_symbol": symbol, ir_attrs.PRIM_FUNC: prim_func,
+             ir_attrs.GROUP: json.dumps(group_json), ir_attrs.TEMPLATE: plan.template.name}
+    if plan.knobs is not None:  # the schedule stage tiles with the knobs the estimate chose
+        attrs[ir_attrs.KNOBS] = json.dumps(dataclasses.asdict(plan.knobs))
+    return func.with_attrs(attrs)
 
 
 def partition(mod: tvm.IRModule, soc, fuse: bool = True,
@@ -553,7 +555,7 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
         if shared is None:
             prim_gv = builder.add_func(site.prim, site.name)
             func = _codegen_function(prim_gv, site.prim, site.args, site.call.ty_args[0],
-                                     symbol, group.to_json(), plan.template)
+                                     symbol, group.to_json(), plan)
             shared = (site.prim, builder.add_func(func, symbol), symbol, plan)
             kernels.append(shared)
         rewriter.targets.append((site.call, shared[1], site.args))
