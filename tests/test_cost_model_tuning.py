@@ -151,6 +151,10 @@ def test_unusable_recorded_knobs_fall_back_to_the_default(tmp_path, caplog):
     _, tiling = tuned_schedule(template, func, SOC, db, "k")
     assert tiling == template.schedule(func, SOC)[1]
     assert "not usable" in caplog.text
+    # the partitioner's planned knobs, when given, stand in for the defaults
+    planned = ElementwiseKnobs(tile_len=64)
+    _, tiling = tuned_schedule(template, func, SOC, db, "k", planned)
+    assert tiling == template.schedule(func, SOC, planned)[1] != template.schedule(func, SOC)[1]
 
 
 def test_tuning_beats_the_untuned_default_and_is_reused_on_rebuild(tmp_path, monkeypatch):

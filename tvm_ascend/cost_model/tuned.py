@@ -43,14 +43,14 @@ def tuned_schedule(template, prim_func, soc, database=None, kernel: str = "", kn
         record = database.best(workload_of(prim_func, template.name, soc))
         if record is not None:
             try:
-                knobs = knobs_from_json(template.name, record["knobs"])
-                scheduled, tiling = template.schedule(prim_func, soc, knobs)
+                recorded = knobs_from_json(template.name, record["knobs"])
+                scheduled, tiling = template.schedule(prim_func, soc, recorded)
                 logger.info("%s: tuned knobs %s (%.2f us estimated)", kernel, record["knobs"],
                             record["time_us"])
                 return scheduled, tiling
             except (TypeError, TilingError) as err:
-                logger.warning("%s: recorded knobs %s not usable (%s); default tiling", kernel,
-                               record["knobs"], err)
+                logger.warning("%s: recorded knobs %s not usable (%s); %s tiling", kernel,
+                               record["knobs"], err, "the planned" if knobs else "default")
     if knobs is not None:
         return template.schedule(prim_func, soc, knobs)
     return template.schedule(prim_func, soc)
