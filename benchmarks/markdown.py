@@ -26,6 +26,14 @@ NOTES = (
     "against twice with 64x64 tiles) and only M/16 cores work. The cost-checked levels "
     "refuse that merge. ATC's own LayerNormFusionPass keeps LayerNorm a kernel of its own, so "
     "the emulation is pessimistic here (reported to the partitioner, issue #7).",
+    "ResNet-50 estimates are dominated by the conv kernel's img2col gather, which the printed "
+    "kernel does element by element on the scalar unit (the device's Load3D path is not in "
+    "the CPU emulator; issue #5): every baseline pays it alike, so at this stage the CNN "
+    "tables compare launches and GM bytes more than time. Records from commit 8356fac on "
+    "count that scalar work; earlier ones did not.",
+    "Records carry the commit they were measured at (see `benchmarks/results.json`); "
+    "estimates from different commits come from different timing models, so compare "
+    "baselines within one configuration, not configurations across runs.",
 )
 
 
