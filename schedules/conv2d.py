@@ -5,19 +5,35 @@ the product ``C[co, p] = W[co, k] @ col[k, p]`` with ``k = (ci, ky, kx)`` over t
 channels and ``p = (oh, ow)`` over the output pixels: the OIHW weights are already the ND matrix
 A (rows of ``K = Cin/G * kh * kw``), and C's rows are NCHW output rows. The output is cut into
 ``baseM x baseN`` tiles (output channels x pixels) spread over the AI cores in contiguous
-ranges. For each tile the core gathers ``col`` into a UB buffer, ``k_chunk`` rows at a time
-(padding and out-of-range taps read as zero), hands it to the Matmul object as B (a VECOUT
-operand), fetches the product into the UB and adds the K chunks there on the vector unit; the
-elementwise epilogue (bias, a folded BatchNorm's shift, activation, residual Add) then runs row
-by row on the tile before the single write to GM.
+ranges, channel tiles fastest. For each tile the core builds ``col`` in a UB buffer, ``k_chunk``
+rows at a time (padding and out-of-range taps read as zero), hands it to the Matmul object as B
+(a VECOUT operand), fetches the product into the UB and adds the K chunks there on the vector
+unit; the elementwise epilogue (bias, a folded BatchNorm's shift, activation, residual Add) then
+runs row by row on the tile before the single write to GM. When ``col`` is one K chunk it stays
+in the UB for the whole run of channel tiles of its pixel tile, so a core builds it once per
+pixel tile instead of once per tile.
 
-The gather runs on the scalar unit (GetValue/SetValue, one GM read per in-range element): the
-device's img2col path (Load3D from a 5HD feature map in L1) is not in the CPU emulator, so this
-kernel is correct and its traffic is exact, but it is not the fast path; the plan counts the
-gathered elements in ``params["scalar_gather_elems"]``, so the timing model charges them.
+How ``col`` is built (``params["img2col"]``, ``gather_mode``):
+
+* ``rows``: a 1x1 convolution with stride 1 and no padding. Col row ``ci`` is input plane
+  ``ci``'s pixels ``[p0, p0 + curN)``: one multi-row copy (GM -> UB), nothing gathered.
+* ``window``: every other convolution. The input rows under the pixel tile's taps, for the
+  chunk's input channels, go to a UB slab, one multi-row copy per channel; each row is followed
+  by zeros, and so is the slab's start (``WindowLayout``): a tap in the left or right padding
+  reads zeros with no branch. Once per pixel tile, the byte offsets of its pixels' first tap are
+  built on the scalar unit, and each other tap's row of offsets by one vector ``Adds``. Then
+  one vector ``Gather`` per channel writes that channel's col rows, all its taps at once.
+* ``scalar``: the fallback when the window's rows do not fit the UB (very wide images). It is
+  element by element on the scalar unit, one GM read per in-range tap.
+
+The device's own img2col path (Load3D from a 5HD feature map in L1) is not in the CPU emulator.
+The plan counts what the kernel does in ``params``: ``scalar_gather_elems`` (offsets, the
+fallback's elements, row tails without DataCopyPad), ``gather_elems`` / ``gather_calls`` (the
+window's Gathers) and ``img2col_vector_bytes`` / ``_calls`` (its other vector ops). The timing
+model charges them all.
 Depthwise and grouped convolutions take the same route with one group per tile (``baseM``
-rows of which ``Cout/G`` are used): a vector-unit depthwise kernel would waste no cube rows
-but needs strided window gathers the emulator lacks; it is left for later.
+rows of which ``Cout/G`` are used); a vector-unit depthwise kernel (the window's Gathers
+feeding multiply-adds instead of the cube) would waste no cube rows. It is left for later.
 
 Every SoC profile takes it. The output tile and streamed epilogue operands (a residual) move
 as one multi-burst DataCopyPad where the SoC has it (910B, 310B); on 310P and 910A each row
@@ -273,8 +289,128 @@ class Conv2dSchedule:
         return sch.mod["main"], tiling
 
 
+def gather_mode(shape: ConvShape) -> str:
+    """How the kernel builds its img2col block: ``rows`` (a 1x1 convolution with stride 1 and no
+    padding reads its col rows as runs of the input planes), else ``window`` (the tile's input
+    rows in the UB, then one vector Gather per col row); ``scalar`` is the fallback when the
+    window does not fit the UB."""
+    pointwise = (shape.kh, shape.kw, shape.stride, shape.pad) == (1, 1, (1, 1), (0, 0))
+    return "rows" if pointwise else "window"
+
+
+def window_rows(shape: ConvShape, p0: int, cur_n: int) -> tuple[int, int, bool]:
+    """(first input row, rows, reaches the padding) of the taps of output pixels
+    ``[p0, p0 + cur_n)``: the rows clipped to the input, as the kernel computes them."""
+    oh0, oh1 = p0 // shape.ow, (p0 + cur_n - 1) // shape.ow
+    top = oh0 * shape.stride[0] - shape.pad[0]
+    bottom = oh1 * shape.stride[0] + (shape.kh - 1) * shape.dilation[0] - shape.pad[0]
+    lo, hi = max(0, top), min(shape.h - 1, bottom)
+    return lo, max(0, hi - lo + 1), top < 0 or bottom > shape.h - 1
+
+
+@dataclass(frozen=True)
+class WindowLayout:
+    """The UB slab of one input channel: ``lead`` zero elements, then ``rows`` rows of
+    ``row_pitch`` elements, each an input row followed by zeros. A tap left of the input reads
+    the previous row's zeros (``row_pitch - w >= pad_left``), the first row's read the lead; a
+    tap right of it reads its own row's zeros. All three are multiples of 32 bytes, so every
+    copied row starts aligned."""
+
+    lead: int
+    row_pitch: int
+    rows: int
+
+    @property
+    def pitch(self) -> int:
+        return self.lead + self.rows * self.row_pitch
+
+
+def window_layout(shape: ConvShape, base_n: int) -> WindowLayout:
+    """The slab layout that every pixel tile of ``base_n`` pixels fits."""
+    c0 = 32 // dtype_bytes(shape.dtype)
+    pad_l = shape.pad[1]
+    right = (shape.ow - 1) * shape.stride[1] + (shape.kw - 1) * shape.dilation[1] - pad_l + 1
+    rows = 0
+    for p0 in range(0, shape.pixels, base_n):
+        oh0, oh1 = p0 // shape.ow, (p0 + min(base_n, shape.pixels - p0) - 1) // shape.ow
+        rows = max(rows, (oh1 - oh0) * shape.stride[0] + (shape.kh - 1) * shape.dilation[0] + 1)
+    return WindowLayout(round_up(pad_l, c0),
+                        round_up(shape.w + max(pad_l, right - shape.w, 0), c0), rows)
+
+
+def _chunk_channels(shape: ConvShape, k_chunk: int) -> list[int]:
+    """Input channels each K chunk's rows come from (a chunk may start and end mid-channel)."""
+    taps = shape.kh * shape.kw
+    return [(min(shape.k, k0 + k_chunk) - 1) // taps - k0 // taps + 1
+            for k0 in range(0, shape.k, k_chunk)]
+
+
+def _channels_bound(shape: ConvShape, k_chunk: int) -> int:
+    """The most channels ``k_chunk`` consecutive col rows can touch, wherever they start."""
+    taps = shape.kh * shape.kw
+    return min(shape.cin_g, (k_chunk + taps - 2) // taps + 1)
+
+
+def _col_builds(tiles_m, tiles_n, per_core, total, chunks) -> tuple[list[int], list[int]]:
+    """How often the cores build each pixel tile's img2col block and its Gather offsets.
+
+    Channel tiles are the fastest tile index, so a core meets a pixel tile in one run of
+    consecutive tiles: the offsets are built once per run, and so is the whole block when it is
+    one K chunk (it stays in the UB); with several chunks every tile gathers every chunk.
+    """
+    col, offsets = [0] * tiles_n, [0] * tiles_n
+    for first in range(0, total, per_core):
+        last = min(total, first + per_core)
+        for run in range(first // tiles_m, (last - 1) // tiles_m + 1):
+            n_tile = run % tiles_n
+            offsets[n_tile] += 1
+            if chunks == 1:
+                col[n_tile] += 1
+            else:
+                col[n_tile] += min(last, (run + 1) * tiles_m) - max(first, run * tiles_m)
+    return col, offsets
+
+
+@dataclass(frozen=True)
+class Img2colPlan:
+    """How the kernel builds the img2col block B: ``mode`` (``gather_mode``), ``k_chunk`` col
+    rows at a time, and for the window mode the UB slab of input rows (``layout``) for
+    ``slab_channels`` channels, plus one uint32 byte offset per tap and pixel column."""
+
+    mode: str
+    k_chunk: int
+    layout: WindowLayout | None = None
+    slab_channels: int = 0
+
+    def window_bytes(self, shape: ConvShape, align_n: int) -> int:
+        """UB bytes of the slab and the offsets (window mode only)."""
+        if self.mode != "window":
+            return 0
+        return (self.slab_channels * self.layout.pitch * dtype_bytes(shape.dtype)
+                + shape.kh * shape.kw * align_n * 4)
+
+
+def _img2col_plan(shape: ConvShape, align_n: int, base_n: int, budget: int) -> Img2colPlan:
+    """The img2col method and the largest K chunk (a multiple of 32 bytes of rows) whose col
+    buffer, and slab and offsets in the window mode, fit ``budget`` UB bytes."""
+    elem = dtype_bytes(shape.dtype)
+    c0 = 32 // elem
+    row_bytes = align_n * elem
+    upper = min(round_up(shape.k, c0), (budget // row_bytes) // c0 * c0) if budget > 0 else 0
+    if gather_mode(shape) == "rows":
+        return Img2colPlan("rows", upper)
+    layout = window_layout(shape, base_n)
+    offsets = shape.kh * shape.kw * align_n * 4
+    for k_chunk in range(upper, c0 - 1, -c0):
+        slab = _channels_bound(shape, k_chunk) * layout.pitch * elem
+        if k_chunk * row_bytes + slab + offsets <= budget:
+            return Img2colPlan("window", k_chunk, layout, max(_chunk_channels(shape, k_chunk)))
+    return Img2colPlan("scalar", upper)  # the window is wider than the UB: gather by element
+
+
 def plan(shape: ConvShape, program, soc) -> Tiling:
-    """The tiling of ``shape`` on ``soc``: base tiles, K chunk, cores, UB bytes, GM traffic."""
+    """The tiling of ``shape`` on ``soc``: base tiles, img2col method and K chunk, cores, UB
+    bytes, GM traffic, and the work of the scalar unit and of the vector Gathers."""
     elem = dtype_bytes(shape.dtype)
     c0 = 32 // elem
     slot_bytes = max([elem] + [dtype_bytes(d) for d in program_dtypes(program)]) \
@@ -290,22 +426,24 @@ def plan(shape: ConvShape, program, soc) -> Tiling:
     streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS) \
         if program else 0
     fixed = tile_bytes * (2 + streamed) + slots * align_n * elem  # acc, partial, epilogue
-    budget = soc.ub_bytes - UB_RESERVED_BYTES - fixed
-    k_full = round_up(shape.k, c0)
-    k_chunk = min(k_full, (budget // (align_n * elem)) // c0 * c0) if budget > 0 else 0
+    img2col = _img2col_plan(shape, align_n, base_n, soc.ub_bytes - UB_RESERVED_BYTES - fixed)
+    k_chunk = img2col.k_chunk
     if k_chunk < c0:
         raise TilingError(f"conv tile {base_m}x{base_n} leaves no UB for one img2col chunk of "
                           f"{c0} rows on {soc.name}")
     chunks = ceil_div(shape.k, k_chunk)
     if chunks == 1:
         fixed -= tile_bytes  # no partial products to add
-    ub = fixed + k_chunk * align_n * elem
+    ub = fixed + k_chunk * align_n * elem + img2col.window_bytes(shape, align_n)
     base_k = min(64, round_up(min(shape.k, k_chunk), c0))
     tiles_m, tiles_n = ceil_div(shape.cout_g, base_m), ceil_div(shape.pixels, base_n)
     total = shape.n * shape.groups * tiles_m * tiles_n
     per_core = ceil_div(total, min(soc.ai_cores, total))
     used = ceil_div(total, per_core)
-    gm_read, gm_write, macs = _traffic(shape, program, soc, base_m, base_n, base_k, k_chunk, used)
+    builds = _col_builds(tiles_m, tiles_n, per_core, total, chunks)
+    gm_read, gm_write, macs = _traffic(shape, program, soc, base_m, base_n, base_k, img2col,
+                                       builds[0], used)
+    work = _img2col_work(shape, program, soc, base_m, base_n, img2col, builds, used)
     params = {"n": shape.n, "cin": shape.cin, "h": shape.h, "w": shape.w, "cout": shape.cout,
               "kh": shape.kh, "kw": shape.kw, "oh": shape.oh, "ow": shape.ow,
               "stride": list(shape.stride), "dilation": list(shape.dilation),
@@ -313,7 +451,11 @@ def plan(shape: ConvShape, program, soc) -> Tiling:
               "base_m": base_m, "base_n": base_n, "base_k": base_k, "align_n": align_n,
               "k_chunk": k_chunk, "chunks": chunks, "tiles_m": tiles_m, "tiles_n": tiles_n,
               "slots": slots, "cube_macs": macs, "data_copy_pad": bool(soc.has_data_copy_pad),
-              "scalar_gather_elems": scalar_elems(shape, program, soc, base_m, base_n)}
+              "img2col": img2col.mode, "col_builds": sum(builds[0]),
+              "slab_lead": img2col.layout.lead if img2col.layout else 0,
+              "slab_row_pitch": img2col.layout.row_pitch if img2col.layout else 0,
+              "slab_pitch": img2col.layout.pitch if img2col.layout else 0,
+              "slab_channels": img2col.slab_channels, **work}
     return Tiling("conv2d", total, used, per_core, 1, per_core, 1,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
                   shape.pixels, params)
@@ -329,11 +471,21 @@ def _pieces(extent: int, size: int) -> list[int]:
     return [min(size, extent - start) for start in range(0, extent, size)]
 
 
-def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, k_chunk, cores):
+def _build_reads(shape: ConvShape, img2col: Img2colPlan, taps, p0: int, cur_n: int) -> int:
+    """Elements one build of pixel tile ``[p0, p0 + cur_n)``'s img2col block reads from GM."""
+    if img2col.mode == "rows":
+        return shape.k * cur_n
+    if img2col.mode == "window":
+        return window_rows(shape, p0, cur_n)[1] * shape.w * \
+            sum(_chunk_channels(shape, img2col.k_chunk))
+    return int(taps[p0:p0 + cur_n].sum()) * shape.cin_g  # one GetValue per in-range tap
+
+
+def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col, col_builds, cores):
     """(GM bytes read, written, cube MACs) exactly as the printed kernel moves them (emulator
     README "Cube"): per tile and K step the A rows and, on 2201, the UB operand B staged through
-    GM; one GM read per in-range img2col element; the product fetched into the UB (through GM
-    on 2201) once per K chunk; the epilogue's inputs and the output once."""
+    GM; the img2col reads of every block build (``_build_reads``); the product fetched into the
+    UB (through GM on 2201) once per K chunk; the epilogue's inputs and the output once."""
     elem = dtype_bytes(shape.dtype)
     c0 = 32 // elem
     split = soc.npu_arch == 2201
@@ -341,7 +493,7 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, k_chunk, co
                                 shape.pad[0], shape.kh),
                     _valid_taps(shape.ow, shape.w, shape.stride[1], shape.dilation[1],
                                 shape.pad[1], shape.kw)).reshape(-1)
-    chunks = _pieces(shape.k, k_chunk)
+    chunks = _pieces(shape.k, img2col.k_chunk)
     steps = [kk for chunk in chunks for kk in _pieces(chunk, base_k)]
     k_macs = sum(round_up(kk, c0) for kk in steps)
     read = write = macs = 0
@@ -349,34 +501,74 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, k_chunk, co
     for cur_m in _pieces(shape.cout_g, base_m):
         for start in range(0, shape.pixels, base_n):
             cur_n = min(base_n, shape.pixels - start)
-            gathered = int(taps[start:start + cur_n].sum()) * shape.cin_g
-            read += outer * (cur_m * shape.k + gathered) * elem
+            read += outer * cur_m * shape.k * elem
             macs += outer * round_up(cur_m, FRACTAL) * round_up(cur_n, FRACTAL) * k_macs
             if split:
                 staged = (shape.k * cur_n + len(chunks) * cur_m * cur_n) * elem
                 read += outer * staged
                 write += outer * staged
             read += outer * _epilogue_reads(program, cur_m, cur_n)
+    for index, start in enumerate(range(0, shape.pixels, base_n)):
+        cur_n = min(base_n, shape.pixels - start)
+        read += col_builds[index] * _build_reads(shape, img2col, taps, start, cur_n) * elem
     write += shape.n * shape.cout * shape.pixels * elem
     if program is not None:
         read += sum(cores * dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.SCALAR))
     return read, write, macs
 
 
-def scalar_elems(shape: ConvShape, program, soc, base_m, base_n) -> int:
-    """Elements the kernel moves on the scalar unit: every img2col element of every tile (a
-    SetValue into the UB, after a GetValue from GM where the tap is in range), and, without
-    DataCopyPad, the tail of each row (past its whole 32-byte blocks) of the output tile and of
-    each streamed epilogue operand."""
-    c0 = 32 // dtype_bytes(shape.dtype)
+def _img2col_work(shape: ConvShape, program, soc, base_m, base_n, img2col, builds,
+                  cores) -> dict:
+    """The kernel's scalar-unit elements and its img2col vector work.
+
+    ``scalar_gather_elems``: the scalar mode's every img2col element (a SetValue, after a
+    GetValue where the tap is in range); the window mode's first row of offsets (one per pixel
+    column, per build of a pixel tile's offsets); without DataCopyPad, the tails past the whole
+    32-byte blocks of every copied row (col rows, slab rows, output and streamed epilogue rows).
+    ``gather_elems`` / ``gather_calls``: the window mode's vector Gathers, one per channel and
+    chunk, over whole col rows (``align_n`` columns). ``img2col_vector_bytes`` /
+    ``img2col_vector_calls``: its contiguous vector ops: the other taps' offsets (an Adds per
+    tap), and the slab zeroed once per core and before each chunk of a pixel tile whose window
+    reaches the padding rows (the rows of the tile before may be there).
+    """
+    elem = dtype_bytes(shape.dtype)
+    c0 = 32 // elem
+    pad = soc.has_data_copy_pad
     streamed = len(_inputs(program, RowAccessKind.ROWS)) if program is not None else 0
-    total = 0
-    for cur_m in _pieces(shape.cout_g, base_m):
-        for cur_n in _pieces(shape.pixels, base_n):
-            total += shape.k * cur_n
-            if not soc.has_data_copy_pad:
-                total += cur_m * (cur_n % c0) * (1 + streamed)
-    return shape.n * shape.groups * total
+    col_builds, offset_builds = builds
+    align_n = round_up(base_n, c0)
+    scalar = 0
+    if not pad:
+        for cur_m in _pieces(shape.cout_g, base_m):
+            for cur_n in _pieces(shape.pixels, base_n):
+                scalar += shape.n * shape.groups * cur_m * (cur_n % c0) * (1 + streamed)
+    work = {"gather_elems": 0, "gather_calls": 0, "img2col_vector_bytes": 0,
+            "img2col_vector_calls": 0}
+    channels = _chunk_channels(shape, img2col.k_chunk)
+    taps = shape.kh * shape.kw
+    slab = img2col.slab_channels * img2col.layout.pitch if img2col.layout else 0
+    for index, start in enumerate(range(0, shape.pixels, base_n)):
+        cur_n = min(base_n, shape.pixels - start)
+        builds_here = col_builds[index]
+        if img2col.mode == "scalar":
+            scalar += builds_here * shape.k * cur_n
+        elif img2col.mode == "rows":
+            scalar += 0 if pad else builds_here * shape.k * (cur_n % c0)
+        else:
+            _, rows, padded = window_rows(shape, start, cur_n)
+            scalar += offset_builds[index] * align_n
+            if not pad:
+                scalar += builds_here * sum(channels) * rows * (shape.w % c0)
+            work["gather_elems"] += builds_here * shape.k * align_n
+            work["gather_calls"] += builds_here * sum(channels)
+            shifts = offset_builds[index] * (taps - 1)
+            fills = builds_here * len(channels) if padded else 0
+            work["img2col_vector_bytes"] += shifts * align_n * 4 + fills * slab * elem
+            work["img2col_vector_calls"] += shifts + fills
+    if img2col.mode == "window":
+        work["img2col_vector_bytes"] += cores * slab * elem
+        work["img2col_vector_calls"] += cores
+    return {"scalar_gather_elems": scalar, **work}
 
 
 def _inputs(program, kind) -> list:

@@ -33,6 +33,9 @@ SWEEP = [
     (1, 17, 6, 6, 33, 1, 1, 0, 1, 1, "bias"),           # 1x1
     (1, 16, 24, 24, 96, 3, 1, 1, 1, 1, "relu_residual"),  # 18 tiles over several cores
     (1, 288, 6, 6, 16, 3, 1, 1, 1, 1, "none"),          # img2col of K = 2592 > one UB: 3 chunks
+    (1, 24, 27, 29, 150, 1, 1, 0, 1, 1, "bias_relu"),   # 1x1 rows copy, 39 tiles on 24 cores
+    (1, 16, 23, 25, 140, 3, 1, 1, 1, 1, "none"),        # window, 27 tiles: channel tiles share
+    (1, 2, 2, 20000, 3, 3, 1, 1, 1, 1, "bias"),         # window wider than the UB: scalar gather
 ]
 
 
@@ -77,14 +80,20 @@ def _check_counters(lib) -> list[dict]:
         assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
         assert launch["peak_ub_bytes"] == tiling["ub_bytes"], group["kernel"]
         if tiling["template"] == "conv2d":
-            # every tile gathers its K x curN img2col block on the scalar unit; without
-            # DataCopyPad the row tails of the output (and residual) tiles come on top
+            # the scalar unit's elements (Gather offsets, the fallback's img2col, row tails
+            # without DataCopyPad) and the window's vector Gathers: as the kernel did them
             p = tiling["params"]
-            gather = p["n"] * p["groups"] * p["tiles_m"] * p["k"] * p["oh"] * p["ow"]
-            if p["data_copy_pad"]:
-                assert p["scalar_gather_elems"] == gather, group["kernel"]
-            else:  # rows of P pixels: a tail past the 32-byte blocks unless 8 | P (16 | P fp16)
-                assert p["scalar_gather_elems"] >= gather + (p["oh"] * p["ow"] % 8 != 0)
+            assert launch["scalar_writes"] == p["scalar_gather_elems"], group["kernel"]
+            gathered = launch["vector_by_op"].get("Gather", {}).get("elems", 0)
+            assert gathered == p["gather_elems"], group["kernel"]
+            assert (gathered > 0) == (p["img2col"] == "window"), group["kernel"]
+            # no method does more scalar work than gathering every tile's whole img2col block
+            # element by element (the only method before the window and the rows copies)
+            by_element = p["n"] * p["groups"] * p["tiles_m"] * p["k"] * p["oh"] * p["ow"]
+            tails = 0 if p["data_copy_pad"] else launch["scalar_writes"]
+            assert p["scalar_gather_elems"] <= by_element + tails
+            if p["img2col"] != "scalar" and p["data_copy_pad"] and p["k"] > p["kh"] * p["kw"]:
+                assert p["scalar_gather_elems"] < by_element
             convs.append(group)
     return convs
 
@@ -105,6 +114,11 @@ def test_conv_sweep_float32_matches_onnxruntime_and_counters():
     params = [g["tiling"]["params"] for g in convs]
     assert max(p["chunks"] for p in params) > 1        # the K = 2592 case is split
     assert max(g["tiling"]["cores"] for g in convs) > 1
+    assert {p["img2col"] for p in params} == {"rows", "window", "scalar"}
+    # one K chunk: a core builds each pixel tile's block once for its run of channel tiles
+    shared = [p for p in params if p["tiles_m"] > 1 and p["chunks"] == 1]
+    assert all(p["tiles_n"] <= p["col_builds"] <= p["tiles_m"] * p["tiles_n"] for p in shared)
+    assert sum(p["col_builds"] < p["tiles_m"] * p["tiles_n"] for p in shared) >= 2
 
 
 def _numpy_conv(x, w, stride, pad, dil, groups):
@@ -191,6 +205,7 @@ SWEEP_310P = [
     (1, 3, 11, 13, 5, 3, 1, 1, 1, 1, "bias_relu"),      # 143 pixels: row tails in both dtypes
     (1, 6, 10, 10, 6, 3, 1, 2, 2, 6, "sigmoid"),        # depthwise, dilation 2
     (1, 16, 15, 15, 40, 3, 1, 1, 1, 1, "relu_residual"),  # residual read with tails; cores
+    (1, 12, 5, 7, 20, 1, 1, 0, 1, 1, "bias"),           # 1x1 rows copy, 35-pixel row tails
 ]
 
 

@@ -1,23 +1,27 @@
 """Prints a Conv2D kernel: img2col tiles in the UB, the cube's Matmul API, the epilogue on the
 vector unit (method: ``schedules/conv2d.py``).
 
-Each core takes a contiguous range of ``baseM x baseN`` output tiles (image, group, channel tile,
-pixel tile). For every K chunk the tile's img2col rows are gathered into ``colBuf`` and given
-to the Matmul object as its UB operand B; the product comes back into the UB (rows padded to 32
-bytes) and chunks after the first are added on the vector unit. The epilogue runs row by row
-(one output channel per row) before one write to GM. Streamed epilogue operands and the output
-tile move with ``CopyTileIn`` / ``CopyTileOut`` (``templates.py``): one multi-burst DataCopyPad
-where the SoC has it, else per row whole 32-byte blocks by DataCopy and the tail element by
-element (310P, 910A; the unit's prelude holds the helpers for its SoC). A 1:1 MIX kernel.
+Each core takes a contiguous range of ``baseM x baseN`` output tiles (image, group, pixel tile,
+channel tile). For every K chunk the tile's img2col rows are built into ``colBuf``
+(``Img2col``: one copy, a vector Gather per channel from a slab of input rows, or the scalar
+fallback; the plan's ``params["img2col"]``) and given to the Matmul object as its UB operand B;
+the product comes back into the UB (rows padded to 32 bytes) and chunks after the first are
+added on the vector unit. The epilogue runs row by row (one output channel per row) before one
+write to GM. Streamed epilogue operands and the output tile move with ``CopyTileIn`` /
+``CopyTileOut`` (``templates.py``): one multi-burst DataCopyPad where the SoC has it, else per
+row whole 32-byte blocks by DataCopy and the tail element by element (310P, 910A; the unit's
+prelude holds the helpers for its SoC). A 1:1 MIX kernel.
 
 Example
 -------
 >>> printer = ConvKernelPrinter("k0", scheduled_func, tiling)            # doctest: +SKIP
 >>> buf = CodeBuffer(); printer.print(buf)                               # doctest: +SKIP
->>> "Gather(col" in buf.text()                                          # doctest: +SKIP
+>>> "Img2col(col" in buf.text()                                          # doctest: +SKIP
 True
 """
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 from ..errors import CodegenError
 from ..schedules.conv2d import conv_block_index, conv_shape, epilogue_program
@@ -77,6 +81,7 @@ class ConvKernelPrinter:
             fields = ", ".join(GEOMETRY + ("sh", "sw", "dh", "dw", "padT", "padL"))
             buf.line(f"int32_t {fields};")
             buf.line("uint32_t kChunk, tilesM, tilesN, tilesPerCore, totalTiles;")
+            buf.line("uint32_t slabLead, slabRowPitch, slabPitch, slabChannels;  // window mode")
         buf.line(f"using AType = matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, {t}>;")
         buf.line(f"using BType = matmul::MatmulType<AscendC::TPosition::VECOUT, CubeFormat::ND, "
                  f"{t}>;")
@@ -116,6 +121,8 @@ class ConvKernelPrinter:
             if self.p["chunks"] > 1:
                 buf.line(f"pipe->InitBuffer(partBuf, {tile});")
             buf.line(f"pipe->InitBuffer(colBuf, tiling.kChunk * tiling.cube.N * sizeof({t}));")
+            if self.p["img2col"] == "window":
+                self.emit_window_init(buf)
             for name in self._inputs(RowAccessKind.ROWS):
                 buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, {tile});")
             if self.p["slots"]:
@@ -128,34 +135,137 @@ class ConvKernelPrinter:
             buf.line("uint32_t last = first + tiling.tilesPerCore;")
             buf.line("if (last > tiling.totalTiles) last = tiling.totalTiles;")
             with buf.indent("for (uint32_t tile = first; tile < last; ++tile) {"):
-                buf.line("uint32_t nTile = tile % tiling.tilesN;  // pixel tiles fastest")
-                buf.line("uint32_t mTile = tile / tiling.tilesN % tiling.tilesM;")
-                buf.line("uint32_t image = tile / tiling.tilesN / tiling.tilesM;  // n*groups+g")
+                # channel tiles fastest: a core meets each pixel tile in one run of tiles,
+                # which share its img2col block (one K chunk) or its Gather offsets
+                buf.line("uint32_t mTile = tile % tiling.tilesM;")
+                buf.line("uint32_t nTile = tile / tiling.tilesM % tiling.tilesN;")
+                buf.line("uint32_t image = tile / tiling.tilesM / tiling.tilesN;  // n*groups+g")
                 buf.line("Tile(image / tiling.groups, image % tiling.groups, "
                          "mTile * tiling.cube.baseM, nTile * tiling.cube.baseN);")
             buf.line("mm.End();")
 
     def emit_gather(self, buf):
-        """img2col rows [k0, k0 + kc) x pixels [p0, p0 + curN) on the scalar unit; taps outside
-        the input are the padding's zeros."""
+        """``Img2col``: col rows [k0, k0 + kc) x pixels [p0, p0 + curN) by the plan's method."""
         t = self.ctype
-        with buf.indent(f"__aicore__ inline void Gather(const AscendC::LocalTensor<{t}>& col, "
+        with buf.indent(f"__aicore__ inline void Img2col(const AscendC::LocalTensor<{t}>& col, "
                         "uint32_t n, uint32_t g, uint32_t k0, uint32_t kc, uint32_t p0, "
                         "uint32_t curN) {"):
-            buf.line("const uint32_t taps = tiling.kh * tiling.kw;")
-            with buf.indent("for (uint32_t kk = 0; kk < kc; ++kk) {"):
-                buf.line("uint32_t k = k0 + kk, ci = k / taps, ky = k % taps / tiling.kw, "
-                         "kx = k % tiling.kw;")
-                buf.line("uint64_t plane = (static_cast<uint64_t>(n) * tiling.cin + "
-                         "g * (tiling.cin / tiling.groups) + ci) * tiling.h * tiling.w;")
-                with buf.indent("for (uint32_t j = 0; j < curN; ++j) {"):
-                    buf.line("int32_t oh = (p0 + j) / tiling.ow, ow = (p0 + j) % tiling.ow;")
-                    buf.line("int32_t ih = oh * tiling.sh + ky * tiling.dh - tiling.padT;")
-                    buf.line("int32_t iw = ow * tiling.sw + kx * tiling.dw - tiling.padL;")
-                    buf.line(f"{t} v = static_cast<{t}>(0.0f);")
-                    buf.line("if (ih >= 0 && ih < tiling.h && iw >= 0 && iw < tiling.w) "
-                             f"v = {self.x_name}Gm.GetValue(plane + ih * tiling.w + iw);")
-                    buf.line("col.SetValue(kk * tiling.cube.N + j, v);")
+            buf.line("const uint64_t HW = static_cast<uint64_t>(tiling.h) * tiling.w;")
+            buf.line("const uint64_t plane = static_cast<uint64_t>(n) * tiling.cin + "
+                     "g * (tiling.cin / tiling.groups);  // the group's first input channel")
+            {"rows": self.emit_gather_rows, "window": self.emit_gather_window,
+             "scalar": self.emit_gather_scalar}[self.p["img2col"]](buf)
+        if self.p["img2col"] == "window":
+            self.emit_offsets(buf)
+
+    def emit_gather_rows(self, buf):
+        """1x1, stride 1, no padding: col row ``ci`` is input plane ``ci``'s pixels, one copy."""
+        buf.line(f"CopyTileIn(col, {self.x_name}Gm[(plane + k0) * HW + p0], kc, curN, "
+                 "tiling.cube.N, HW);")
+
+    def emit_gather_window(self, buf):
+        """The input rows under the tile's taps, for the chunk's channels, into ``slab`` (one
+        multi-row copy per channel, rows ``slabRowPitch`` apart after ``slabLead`` zeros); then
+        one vector Gather per channel writes that channel's col rows (its taps in the chunk),
+        with the per-tap offsets and the channel's place in ``srcBaseAddr``."""
+        t = self.ctype
+        buf.line("const uint32_t taps = tiling.kh * tiling.kw, N = tiling.cube.N;")
+        buf.line("int32_t top, ihLo, rowsIn;")
+        buf.line("bool padded = WindowRows(p0, curN, top, ihLo, rowsIn);")
+        with buf.indent("if (offsetsFor != p0 + 1) {"):
+            buf.line("BuildOffsets(p0, curN);")
+            buf.line("offsetsFor = p0 + 1;")
+        buf.line("uint32_t ciLo = k0 / taps, ciHi = (k0 + kc - 1) / taps;")
+        buf.line(f"AscendC::LocalTensor<{t}> slab = slabBuf.Get<{t}>();")
+        buf.line("AscendC::LocalTensor<uint32_t> offsets = offsetBuf.Get<uint32_t>();")
+        with buf.indent("if (padded) {"):
+            # rows of the tile before may sit where this window's padding rows are
+            buf.line(f"AscendC::Duplicate(slab, static_cast<{t}>(0.0f), "
+                     "tiling.slabChannels * tiling.slabPitch);")
+        # the previous chunk's Gathers (and the zeros) are done with the slab the copy writes
+        buf.line("AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(0);")
+        buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(0);")
+        with buf.indent("for (uint32_t ci = ciLo; rowsIn > 0 && ci <= ciHi; ++ci) {"):
+            buf.line("CopyTileIn(slab[(ci - ciLo) * tiling.slabPitch + tiling.slabLead + "
+                     "(ihLo - top) * tiling.slabRowPitch], "
+                     f"{self.x_name}Gm[((plane + ci) * tiling.h + ihLo) * tiling.w], rowsIn, "
+                     "tiling.w, tiling.slabRowPitch, tiling.w);")
+        buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
+        buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
+        with buf.indent("for (uint32_t ci = ciLo; ci <= ciHi; ++ci) {"):
+            buf.line("uint32_t kLo = ci * taps > k0 ? ci * taps : k0;")
+            buf.line("uint32_t kHi = (ci + 1) * taps < k0 + kc ? (ci + 1) * taps : k0 + kc;")
+            buf.line("AscendC::Gather(col[(kLo - k0) * N], slab, offsets[(kLo - ci * taps) * N], "
+                     f"(ci - ciLo) * tiling.slabPitch * sizeof({t}), (kHi - kLo) * N);")
+
+    def emit_offsets(self, buf):
+        """``WindowRows`` (the slab's first row ``top``, the input rows a pixel tile's taps read,
+        and whether they reach the padding) and ``BuildOffsets``, once per run of tiles of one
+        pixel tile: per pixel the byte offset of its first tap in a channel's slab (scalar
+        unit; the row's padding columns read offset 0), then each tap's row is that plus the
+        tap's place (vector Adds)."""
+        t = self.ctype
+        with buf.indent("__aicore__ inline bool WindowRows(uint32_t p0, uint32_t curN, "
+                        "int32_t& top, int32_t& ihLo, int32_t& rowsIn) {"):
+            buf.line("int32_t oh0 = p0 / tiling.ow, oh1 = (p0 + curN - 1) / tiling.ow;")
+            buf.line("top = oh0 * tiling.sh - tiling.padT;")
+            buf.line("int32_t bottom = oh1 * tiling.sh + (tiling.kh - 1) * tiling.dh - "
+                     "tiling.padT;")
+            buf.line("ihLo = top < 0 ? 0 : top;")
+            buf.line("int32_t ihHi = bottom > tiling.h - 1 ? tiling.h - 1 : bottom;")
+            buf.line("rowsIn = ihHi >= ihLo ? ihHi - ihLo + 1 : 0;")
+            buf.line("return top < 0 || bottom > tiling.h - 1;")
+        with buf.indent("__aicore__ inline void BuildOffsets(uint32_t p0, uint32_t curN) {"):
+            buf.line("const uint32_t N = tiling.cube.N;")
+            buf.line("AscendC::LocalTensor<uint32_t> offsets = offsetBuf.Get<uint32_t>();")
+            buf.line("uint32_t oh0 = p0 / tiling.ow;")
+            # the last pixel tile's Gathers and Adds are done with the offsets rewritten here
+            buf.line("AscendC::SetFlag<AscendC::HardEvent::V_S>(0);")
+            buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
+            with buf.indent("for (uint32_t j = 0; j < N; ++j) {"):
+                buf.line("uint32_t oh = (p0 + j) / tiling.ow, ow = (p0 + j) % tiling.ow;")
+                buf.line("uint32_t at = j < curN ? tiling.slabLead + (oh - oh0) * tiling.sh * "
+                         "tiling.slabRowPitch + ow * tiling.sw - tiling.padL : 0;")
+                buf.line(f"offsets.SetValue(j, at * sizeof({t}));")
+            # the vector unit reads the first row next
+            buf.line("AscendC::SetFlag<AscendC::HardEvent::S_V>(0);")
+            buf.line("AscendC::WaitFlag<AscendC::HardEvent::S_V>(0);")
+            buf.line("AscendC::LocalTensor<int32_t> shifted = "
+                     "offsets.ReinterpretCast<int32_t>();")
+            with buf.indent("for (uint32_t tap = 1; tap < static_cast<uint32_t>(tiling.kh * "
+                            "tiling.kw); ++tap) {"):
+                buf.line("int32_t shift = (tap / tiling.kw * tiling.dh * tiling.slabRowPitch + "
+                         f"tap % tiling.kw * tiling.dw) * sizeof({t});")
+                buf.line("AscendC::Adds(shifted[tap * N], shifted, shift, N);")
+
+    def emit_window_init(self, buf):
+        """The slab, zero once (its leads and row margins are never copied to) and the
+        offsets (one row per tap)."""
+        t = self.ctype
+        buf.line(f"pipe->InitBuffer(slabBuf, tiling.slabChannels * tiling.slabPitch * "
+                 f"sizeof({t}));")
+        buf.line("pipe->InitBuffer(offsetBuf, tiling.kh * tiling.kw * tiling.cube.N * "
+                 "sizeof(uint32_t));")
+        buf.line(f"AscendC::Duplicate(slabBuf.Get<{t}>(), static_cast<{t}>(0.0f), "
+                 "tiling.slabChannels * tiling.slabPitch);")
+
+    def emit_gather_scalar(self, buf):
+        """The fallback when the window does not fit the UB: element by element on the scalar
+        unit; taps outside the input are the padding's zeros."""
+        t = self.ctype
+        buf.line("const uint32_t taps = tiling.kh * tiling.kw;")
+        with buf.indent("for (uint32_t kk = 0; kk < kc; ++kk) {"):
+            buf.line("uint32_t k = k0 + kk, ci = k / taps, ky = k % taps / tiling.kw, "
+                     "kx = k % tiling.kw;")
+            buf.line("uint64_t base = (plane + ci) * HW;")
+            with buf.indent("for (uint32_t j = 0; j < curN; ++j) {"):
+                buf.line("int32_t oh = (p0 + j) / tiling.ow, ow = (p0 + j) % tiling.ow;")
+                buf.line("int32_t ih = oh * tiling.sh + ky * tiling.dh - tiling.padT;")
+                buf.line("int32_t iw = ow * tiling.sw + kx * tiling.dw - tiling.padL;")
+                buf.line(f"{t} v = static_cast<{t}>(0.0f);")
+                buf.line("if (ih >= 0 && ih < tiling.h && iw >= 0 && iw < tiling.w) "
+                         f"v = {self.x_name}Gm.GetValue(base + ih * tiling.w + iw);")
+                buf.line("col.SetValue(kk * tiling.cube.N + j, v);")
 
     def emit_tile(self, buf):
         t = self.ctype
@@ -170,11 +280,21 @@ class ConvKernelPrinter:
             buf.line("uint64_t rowOff = static_cast<uint64_t>(n) * tiling.cout + g * coutG + co0;")
             buf.line(f"AscendC::LocalTensor<{t}> acc = outQue.AllocTensor<{t}>();")
             buf.line(f"AscendC::LocalTensor<{t}> col = colBuf.Get<{t}>();")
+            one_chunk = self.p["chunks"] == 1
+            if one_chunk:  # the block stays in the UB for the pixel tile's run of tiles
+                buf.line("uint64_t colKey = (static_cast<uint64_t>(n) * tiling.groups + g) * P + "
+                         "p0 + 1;")
             with buf.indent("for (uint32_t k0 = 0; k0 < static_cast<uint32_t>(tiling.k); "
                             "k0 += tiling.kChunk) {"):
                 buf.line("uint32_t kc = tiling.k - k0 < tiling.kChunk ? tiling.k - k0 : "
                          "tiling.kChunk;")
-                buf.line("Gather(col, n, g, k0, kc, p0, curN);")
+                with buf.indent("if (colFor != colKey) {") if one_chunk else nullcontext():
+                    buf.line("Img2col(col, n, g, k0, kc, p0, curN);")
+                    # col is written by MTE2, the vector or the scalar unit (by the method);
+                    # the Matmul's copy of B reads it
+                    buf.line("AscendC::PipeBarrier<PIPE_ALL>();")
+                    if one_chunk:
+                        buf.line("colFor = colKey;")
                 buf.line(f"mm.SetTensorA({self.w_name}Gm[(static_cast<uint64_t>(g) * coutG + co0)"
                          " * tiling.k + k0]);")
                 buf.line("mm.SetTensorB(col);")
@@ -256,6 +376,11 @@ class ConvKernelPrinter:
         if self.p["chunks"] > 1:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf;")
         buf.line("AscendC::TBuf<AscendC::TPosition::VECOUT> colBuf;  // B of the Matmul")
+        buf.line("uint64_t colFor = 0;  // (image, pixel) + 1 of the block in colBuf; 0: none")
+        if self.p["img2col"] == "window":
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> slabBuf;  // input rows")
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> offsetBuf;  // Gather offsets")
+            buf.line("uint32_t offsetsFor = 0;  // p0 + 1 of the offsets in offsetBuf; 0: none")
         for name in self._inputs(RowAccessKind.ROWS):
             buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {self.names[name]}Que;")
         for name in self._inputs(RowAccessKind.SCALAR):
@@ -286,7 +411,10 @@ class ConvKernelPrinter:
                              ("padT", p["pad"][0]), ("padL", p["pad"][1]),
                              ("kChunk", p["k_chunk"]), ("tilesM", p["tiles_m"]),
                              ("tilesN", p["tiles_n"]), ("tilesPerCore", t.block_len),
-                             ("totalTiles", t.total)):
+                             ("totalTiles", t.total), ("slabLead", p["slab_lead"]),
+                             ("slabRowPitch", p["slab_row_pitch"]),
+                             ("slabPitch", p["slab_pitch"]),
+                             ("slabChannels", p["slab_channels"])):
             buf.line(f"{var}.{field} = {value};")
 
     def tiling_values(self) -> dict:

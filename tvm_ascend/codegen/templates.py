@@ -115,7 +115,9 @@ __aicore__ inline void CopyTileIn(const AscendC::LocalTensor<T>& dst,
                                     static_cast<uint32_t>(cols * sizeof(T)),
                                     static_cast<uint32_t>((pitch - cols) * sizeof(T)),
                                     static_cast<uint32_t>((stride * sizeof(T) - burst) / 32), 0};
-  AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, static_cast<T>(0)};
+  // the burst's last block past the row is zeros (the conv's slab rows need them)
+  uint8_t tail = static_cast<uint8_t>((burst - cols * sizeof(T)) / sizeof(T));
+  AscendC::DataCopyPadExtParams<T> pad{true, 0, tail, static_cast<T>(0)};
   AscendC::DataCopyPad(dst, src, params, pad);
 }
 

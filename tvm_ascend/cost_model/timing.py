@@ -62,6 +62,11 @@ class KernelEstimate:
 # this ratio faster, per core as in aggregate.
 L2_BANDWIDTH_RATIO = 110 / 32
 
+# A vector Gather reads each element from its own place in the UB, so it cannot stream whole
+# blocks as a contiguous op does. ESTIMATE: one 32-byte block of output per cycle (no public
+# throughput figure for the gather instruction).
+GATHER_BYTES_PER_CYCLE = 32
+
 
 def _elem_rate(dtype_bytes: int) -> float:
     """Cube MAC rate relative to fp16: float runs at half rate (emulator README, "Cube")."""
@@ -158,7 +163,8 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         The group's PrimFunc (scheduled or not); its TIR gives the vector work.
     tiling : Tiling
         The template's plan (cores, steps, GM bytes, ``params["cube_macs"]``,
-        ``params["scalar_gather_elems"]``).
+        ``params["scalar_gather_elems"]``, ``params["gather_elems"]`` / ``["gather_calls"]``,
+        ``params["img2col_vector_bytes"]`` / ``["img2col_vector_calls"]``).
     soc : SocProfile
         Target SoC.
     work : VectorWork, optional
@@ -205,8 +211,15 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
                                                l2_bw)
                     + (ratio - 1) * operand * share / soc.mte2_bytes_per_cycle)
     vec_bytes = work.weighted_ops * work.elem_bytes * share
+    # vector work the template adds to the TIR's own ops (the conv's img2col: Gathers, and
+    # contiguous ops on its offsets and slab)
+    p = tiling.params
+    gathers = (p.get("gather_elems", 0) * work.elem_bytes / GATHER_BYTES_PER_CYCLE
+               + p.get("img2col_vector_bytes", 0) / soc.vector_bytes_per_cycle
+               + (p.get("gather_calls", 0) + p.get("img2col_vector_calls", 0))
+               * soc.vector_issue_cycles) * share
     vector = (vec_bytes / soc.vector_bytes_per_cycle
-              + _vector_instructions(tiling, work) * soc.vector_issue_cycles)
+              + _vector_instructions(tiling, work) * soc.vector_issue_cycles + gathers)
     scalar = tiling.params.get("scalar_gather_elems", 0) * share * soc.scalar_cycles_per_elem
     macs = tiling.params.get("cube_macs", 0)
     cube_rate = soc.cube_macs_per_cycle_fp16 * _elem_rate(work.elem_bytes)

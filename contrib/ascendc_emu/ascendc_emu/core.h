@@ -41,6 +41,7 @@ struct Counters {
     int64_t vector_instrs = 0;
     int64_t vector_elems = 0;
     std::map<std::string, OpCount> vector_by_op;
+    int64_t scalar_writes = 0;  // SetValue calls (UB or GM): elements moved by the scalar unit
     int64_t cube_macs = 0;
     int64_t peak_ub_bytes = 0;
     int64_t peak_l1_bytes = 0;   // L1 / L0A / L0B / L0C planned by InitBuffer (cube side,

@@ -61,6 +61,7 @@ class LocalTensor {
     }
     void SetValue(uint32_t index, T value) const {
         std::memcpy(Ptr(index, 1, "LocalTensor::SetValue", emu::Access::SCALAR), &value, sizeof(T));
+        ++emu::Ctx().c.scalar_writes;
     }
     T& operator()(uint32_t index) const {
         return *reinterpret_cast<T*>(Ptr(index, 1, "LocalTensor::operator()", emu::Access::SCALAR));
@@ -135,6 +136,7 @@ class GlobalTensor {
     }
     void SetValue(uint64_t offset, T value) {
         uint8_t* p = Check(offset * sizeof(T), sizeof(T), "GlobalTensor::SetValue", "GM");
+        ++emu::Ctx().c.scalar_writes;
         std::memcpy(p, &value, sizeof(T));
         emu::Ctx().c.gm_write_bytes += sizeof(T);
         uintptr_t a = reinterpret_cast<uintptr_t>(p);

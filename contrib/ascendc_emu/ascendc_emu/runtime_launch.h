@@ -74,7 +74,8 @@ ASCENDC_EMU_RT std::string JsonStr(const std::string& s) {
 ASCENDC_EMU_RT std::string CountersJson(const Counters& c) {
     std::string o = Cat("\"gm_read_bytes\":", c.gm_read_bytes, ",\"gm_write_bytes\":", c.gm_write_bytes,
                         ",\"datacopy_calls\":", c.datacopy_calls, ",\"vector_instrs\":", c.vector_instrs,
-                        ",\"vector_elems\":", c.vector_elems, ",\"vector_by_op\":{");
+                        ",\"vector_elems\":", c.vector_elems, ",\"scalar_writes\":", c.scalar_writes,
+                        ",\"vector_by_op\":{");
     bool first = true;
     for (const auto& kv : c.vector_by_op) {
         o += Cat(first ? "" : ",", JsonStr(kv.first), ":{\"instrs\":", kv.second.instrs,
@@ -124,6 +125,7 @@ ASCENDC_EMU_RT void Merge(Counters& t, const Counters& b) {
     t.datacopy_calls += b.datacopy_calls;
     t.vector_instrs += b.vector_instrs;
     t.vector_elems += b.vector_elems;
+    t.scalar_writes += b.scalar_writes;
     for (const auto& kv : b.vector_by_op) {
         t.vector_by_op[kv.first].instrs += kv.second.instrs;
         t.vector_by_op[kv.first].elems += kv.second.elems;
