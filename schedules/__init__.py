@@ -5,7 +5,7 @@ with TVM's TIR schedule primitives. Templates know TIR and the SoC profile, neve
 """
 from .attention import AttentionKnobs, AttentionSchedule
 from .axis_reduce import AxisReduceKnobs, AxisReduceSchedule
-from .conv2d import Conv2dSchedule
+from .conv2d import Conv2dKnobs, Conv2dSchedule
 from .data_movement import DataMovementKnobs, DataMovementSchedule
 from .elementwise import ElementwiseKnobs, ElementwiseSchedule
 from .matmul import MatmulKnobs, MatmulSchedule
@@ -37,7 +37,7 @@ TEMPLATES = (ElementwiseSchedule, DataMovementSchedule, RowReduceSchedule, AxisR
              MatmulSchedule, MatmulRowsSchedule, Conv2dSchedule, AttentionSchedule, Pool2dSchedule)
 
 __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "MatmulSchedule",
-           "Conv2dSchedule", "AttentionSchedule", "AttentionKnobs",
+           "Conv2dSchedule", "Conv2dKnobs", "AttentionSchedule", "AttentionKnobs",
            "DataMovementSchedule", "DataMovementKnobs",
            "RowReduceKnobs", "AxisReduceSchedule", "AxisReduceKnobs",
            "MatmulKnobs", "MatmulRowsSchedule", "MatmulRowsKnobs",

@@ -74,6 +74,15 @@ EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SC
 
 
 @dataclass(frozen=True)
+class Conv2dKnobs:
+    """Tunable choices of the conv template: the output tile (the partitioner's variants and
+    the tuner's space)."""
+
+    base_m: int | None = None  # output channels per tile; None: 128 (fp16) / 64 (fp32)
+    base_n: int | None = None  # output pixels per tile; likewise
+
+
+@dataclass(frozen=True)
 class ConvShape:
     """Sizes of one NCHW convolution ``out[n, co, oh, ow]`` (OIHW weights, ``groups`` groups)."""
 
@@ -259,8 +268,8 @@ class Conv2dSchedule:
                             f"{shape.kw} (groups {shape.groups}) as img2col + cube")
 
     @staticmethod
-    def schedule(func, soc, knobs=None):
-        """(scheduled PrimFunc, Tiling); ``knobs`` is reserved for the cost model."""
+    def schedule(func, soc, knobs: Conv2dKnobs | None = None):
+        """(scheduled PrimFunc, Tiling); ``knobs`` (Conv2dKnobs) as the search chose."""
         decision = Conv2dSchedule.applies(func)
         if not decision:
             raise TilingError(f"conv2d template does not apply: {decision.reason}")
@@ -283,10 +292,58 @@ class Conv2dSchedule:
                 raise TilingError(f"the conv epilogue's output block is not (n, c, y, x) rows "
                                   f"the row program can read ({type(err).__name__})") from err
         program = epilogue_program(schedule_blocks(sch), func, shape, conv_index)
-        tiling = plan(shape, program, soc)
+        tiling = plan(shape, program, soc, knobs or Conv2dKnobs())
         loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[conv_index])
         sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
         return sch.mod["main"], tiling
+
+    @staticmethod
+    def variants(func, soc) -> list[Conv2dKnobs]:
+        """Knobs worth estimating beside the default (the partitioner keeps the fastest): when
+        the default tiles leave AI cores idle (deep layers on small feature maps), smaller tiles
+        along the output channels, the pixels, or both."""
+        shape = conv_shape(func)
+        if shape is None:
+            return [Conv2dKnobs()]
+        cap = _base_cap(shape)
+        found = [Conv2dKnobs()]
+        if _tiles(shape, cap, cap) >= soc.ai_cores:
+            return found
+        for base_m, base_n in ((cap // 2, cap), (cap, cap // 2), (cap // 2, cap // 2),
+                               (cap // 4, cap // 2), (cap // 4, cap // 4)):
+            knobs = Conv2dKnobs(base_m if base_m < round_up(shape.cout_g, FRACTAL) else None,
+                                base_n if base_n < round_up(shape.pixels, FRACTAL) else None)
+            if base_m >= FRACTAL and base_n >= FRACTAL and knobs not in found:
+                found.append(knobs)
+        return found
+
+    @staticmethod
+    def knob_space(func, soc) -> list[Conv2dKnobs]:
+        """Candidate knobs, the default first: the variants, then tiles of 16..128 (64 for
+        float32) output channels by 32..128 pixels. ``schedule`` may refuse one."""
+        shape = conv_shape(func)
+        if shape is None:
+            return [Conv2dKnobs()]
+        cap = _base_cap(shape)
+        space = Conv2dSchedule.variants(func, soc)
+        for base_m in (b for b in (16, 32, 64, 128) if b <= cap):
+            for base_n in (b for b in (32, 64, 128) if b <= cap):
+                knobs = Conv2dKnobs(base_m if base_m < round_up(shape.cout_g, FRACTAL) else None,
+                                    base_n if base_n < round_up(shape.pixels, FRACTAL) else None)
+                if knobs not in space:
+                    space.append(knobs)
+        return space
+
+
+def _base_cap(shape: ConvShape) -> int:
+    """The default and largest tile side: a 128x128 (fp16) or 64x64 (fp32) product."""
+    return 128 if dtype_bytes(shape.dtype) == 2 else 64
+
+
+def _tiles(shape: ConvShape, base_m: int, base_n: int) -> int:
+    return shape.n * shape.groups * ceil_div(shape.cout_g, min(base_m, round_up(
+        shape.cout_g, FRACTAL))) * ceil_div(shape.pixels, min(base_n, round_up(shape.pixels,
+                                                                               FRACTAL)))
 
 
 def gather_mode(shape: ConvShape) -> str:
@@ -408,18 +465,23 @@ def _img2col_plan(shape: ConvShape, align_n: int, base_n: int, budget: int) -> I
     return Img2colPlan("scalar", upper)  # the window is wider than the UB: gather by element
 
 
-def plan(shape: ConvShape, program, soc) -> Tiling:
-    """The tiling of ``shape`` on ``soc``: base tiles, img2col method and K chunk, cores, UB
-    bytes, GM traffic, and the work of the scalar unit and of the vector Gathers."""
+def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> Tiling:
+    """The tiling of ``shape`` on ``soc``: base tiles (``knobs``), img2col method and K chunk,
+    cores, UB bytes, GM traffic, and the work of the scalar unit and of the vector Gathers."""
     elem = dtype_bytes(shape.dtype)
     c0 = 32 // elem
     slot_bytes = max([elem] + [dtype_bytes(d) for d in program_dtypes(program)]) \
         if program is not None else elem
     if program is not None and slot_bytes != elem:
         raise TilingError("the conv epilogue computes in a wider dtype than its output")
-    cap = 128 if elem == 2 else 64
-    base_m = min(cap, round_up(shape.cout_g, FRACTAL))
-    base_n = min(cap, round_up(shape.pixels, FRACTAL))
+    cap = _base_cap(shape)
+    for name in ("base_m", "base_n"):
+        value = getattr(knobs, name)
+        if value is not None and (value % FRACTAL or not FRACTAL <= value <= cap):
+            raise TilingError(f"conv {name}={value} must be a multiple of {FRACTAL} in "
+                              f"{FRACTAL}..{cap} for {shape.dtype}")
+    base_m = min(knobs.base_m or cap, round_up(shape.cout_g, FRACTAL))
+    base_n = min(knobs.base_n or cap, round_up(shape.pixels, FRACTAL))
     align_n = round_up(base_n, c0)
     tile_bytes = base_m * align_n * elem
     slots = (len(program.intermediates) + program.temp_slots) if program else 0
@@ -591,5 +653,5 @@ def _epilogue_reads(program, cur_m, cur_n) -> int:
                       for b in _inputs(program, RowAccessKind.ROW_SCALAR))
 
 
-__all__ = ["Conv2dSchedule", "ConvShape", "conv_shape", "epilogue_program", "plan",
+__all__ = ["Conv2dKnobs", "Conv2dSchedule", "ConvShape", "conv_shape", "epilogue_program", "plan",
            "buffer_size"]

@@ -16,6 +16,7 @@ from onnx import numpy_helper
 import tvm_ascend
 from conftest import run_onnxruntime
 from onnx_models import ModelBuilder
+from tvm_ascend import ir_attrs
 from tvm_ascend.frontend import load_model
 from tvm_ascend.pipeline import prepare
 
@@ -262,3 +263,38 @@ def test_light_resnet50_compiles_and_matches():
     assert len(convs) == 53 and all(g["on_npu"] for g in convs)
     # the 16 residual Sums: bias Add + residual Add + ReLU in the conv's kernel
     assert sum(1 for g in convs if [o["op"] for o in g["ops"]].count("relax.add") == 2) == 16
+
+
+def test_partitioner_takes_smaller_tiles_when_the_default_leaves_cores_idle():
+    """A deep conv on a 7x7 map: the default 64x64 float32 tiles make 2 tiles for 24 cores.
+    The partitioner estimates the template's smaller-tile variants, keeps the fastest, says so
+    in the reason, and the kernel is printed with those tiles (plan == counters)."""
+    b = ModelBuilder("float32", seed=13)
+    _add_conv(b, (1, 96, 7, 7, 128, 3, 1, 1, 1, 1, "bias_relu"), 0)
+    model = b.model()
+    lib = tvm_ascend.build(model)
+    np.testing.assert_allclose(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0],
+                               **CONV_TOL["float32"])
+    (conv,) = _check_counters(lib)
+    p = conv["tiling"]["params"]
+    assert (p["base_m"], p["base_n"]) != (64, 64) and conv["tiling"]["cores"] > 2
+    assert "knobs" in conv["reason"] and "with the defaults" in conv["reason"]
+
+
+def test_conv_knob_space_starts_with_the_defaults():
+    from tvm_ascend.schedules.conv2d import Conv2dKnobs, Conv2dSchedule, conv_shape
+    from tvm_ascend.soc import get_soc
+    b = ModelBuilder("float16", seed=14)
+    _add_conv(b, (1, 32, 14, 14, 256, 3, 1, 1, 1, 1, "none"), 0)
+    soc = get_soc("Ascend910B1")
+    result = tvm_ascend.partition_for_ascend(b.model())
+    (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
+               if f.attrs and f.attrs.get("Codegen") == "ascend"]
+    assert conv_shape(func) is not None
+    space = Conv2dSchedule.knob_space(func, soc)
+    assert space[0] == Conv2dKnobs() and len(space) == len(set(space)) > 4
+    assert Conv2dSchedule.schedule(func, soc)[1] == Conv2dSchedule.schedule(
+        func, soc, Conv2dKnobs())[1]
+    assert len(Conv2dSchedule.variants(func, soc)) > 1  # 2 x 2 default tiles on 24 cores
+    with pytest.raises(tvm_ascend.errors.TilingError, match="base_m=24"):
+        Conv2dSchedule.schedule(func, soc, Conv2dKnobs(base_m=24))

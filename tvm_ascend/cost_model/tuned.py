@@ -10,8 +10,8 @@ import dataclasses
 import logging
 
 from ..errors import TilingError
-from ..schedules import (AttentionKnobs, DataMovementKnobs, ElementwiseKnobs, MatmulKnobs,
-                         RowReduceKnobs)
+from ..schedules import (AttentionKnobs, Conv2dKnobs, DataMovementKnobs, ElementwiseKnobs,
+                         MatmulKnobs, RowReduceKnobs)
 from ..schedules.axis_reduce import AxisReduceKnobs
 from ..schedules.matmul_rows import MatmulRowsKnobs
 from ..schedules.pool2d import Pool2dKnobs
@@ -22,7 +22,7 @@ logger = logging.getLogger("tvm_ascend.cost_model")
 KNOB_CLASSES = {"elementwise": ElementwiseKnobs, "row_reduce": RowReduceKnobs,
                 "matmul": MatmulKnobs, "matmul_rows": MatmulRowsKnobs,
                 "attention": AttentionKnobs, "data_movement": DataMovementKnobs,
-                "axis_reduce": AxisReduceKnobs, "pool2d": Pool2dKnobs}
+                "axis_reduce": AxisReduceKnobs, "pool2d": Pool2dKnobs, "conv2d": Conv2dKnobs}
 
 
 def knobs_from_json(template_name: str, values: dict):
