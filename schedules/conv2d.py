@@ -13,10 +13,16 @@ runs row by row on the tile before the single write to GM. When ``col`` is one K
 in the UB for the whole run of channel tiles of its pixel tile, so a core builds it once per
 pixel tile instead of once per tile.
 
-How ``col`` is built (``params["img2col"]``, ``gather_mode``):
+How ``col`` is built (``params["img2col"]``; the default is ``gather_mode``'s, the
+``Conv2dKnobs.img2col`` knob chooses another):
 
-* ``rows``: a 1x1 convolution with stride 1 and no padding. Col row ``ci`` is input plane
-  ``ci``'s pixels ``[p0, p0 + curN)``: one multi-row copy (GM -> UB), nothing gathered.
+* ``direct``: a 1x1 convolution with stride 1 and no padding (``pointwise``), whose col
+  matrix is the image's input planes, an ND ``K x P`` matrix in GM: the Matmul reads B there,
+  all of K in one go, and nothing is built. The default on split chips (910B), where a UB
+  operand B would pass through GM.
+* ``rows``: the same convolutions, the default on coupled chips (310P): col row ``ci`` is input
+  plane ``ci``'s pixels ``[p0, p0 + curN)``, one multi-row copy (GM -> UB) that stays on chip
+  for every channel tile of its pixel tile.
 * ``window``: every other convolution. The input rows under the pixel tile's taps, for the
   chunk's input channels, go to a UB slab, one multi-row copy per channel; each row is followed
   by zeros, and so is the slab's start (``WindowLayout``): a tap in the left or right padding
@@ -80,6 +86,7 @@ class Conv2dKnobs:
 
     base_m: int | None = None  # output channels per tile; None: 128 (fp16) / 64 (fp32)
     base_n: int | None = None  # output pixels per tile; likewise
+    img2col: str | None = None  # IMG2COL_MODES; None: gather_mode's choice
 
 
 @dataclass(frozen=True)
@@ -299,14 +306,18 @@ class Conv2dSchedule:
 
     @staticmethod
     def variants(func, soc) -> list[Conv2dKnobs]:
-        """Knobs worth estimating beside the default (the partitioner keeps the fastest): when
-        the default tiles leave AI cores idle (deep layers on small feature maps), smaller tiles
-        along the output channels, the pixels, or both."""
+        """Knobs worth estimating beside the default (the partitioner keeps the fastest): for a
+        pointwise conv the other of the ``direct`` and ``rows`` methods; when the default tiles
+        leave AI cores idle (deep layers on small feature maps), smaller tiles along the output
+        channels, the pixels, or both."""
         shape = conv_shape(func)
         if shape is None:
             return [Conv2dKnobs()]
         cap = _base_cap(shape)
         found = [Conv2dKnobs()]
+        if pointwise(shape):
+            other = "rows" if gather_mode(shape, soc) == "direct" else "direct"
+            found.append(Conv2dKnobs(img2col=other))
         if _tiles(shape, cap, cap) >= soc.ai_cores:
             return found
         for base_m, base_n in ((cap // 2, cap), (cap, cap // 2), (cap // 2, cap // 2),
@@ -346,13 +357,21 @@ def _tiles(shape: ConvShape, base_m: int, base_n: int) -> int:
                                                                                FRACTAL)))
 
 
-def gather_mode(shape: ConvShape) -> str:
-    """How the kernel builds its img2col block: ``rows`` (a 1x1 convolution with stride 1 and no
-    padding reads its col rows as runs of the input planes), else ``window`` (the tile's input
-    rows in the UB, then one vector Gather per col row); ``scalar`` is the fallback when the
-    window does not fit the UB."""
-    pointwise = (shape.kh, shape.kw, shape.stride, shape.pad) == (1, 1, (1, 1), (0, 0))
-    return "rows" if pointwise else "window"
+IMG2COL_MODES = ("direct", "rows", "window", "scalar")
+
+
+def pointwise(shape: ConvShape) -> bool:
+    """A 1x1 convolution with stride 1 and no padding: its col matrix is the input planes."""
+    return (shape.kh, shape.kw, shape.stride, shape.pad) == (1, 1, (1, 1), (0, 0))
+
+
+def gather_mode(shape: ConvShape, soc) -> str:
+    """The default img2col method (module docstring): for a pointwise conv ``direct`` on split
+    chips, where a UB operand B would be staged through GM, ``rows`` on coupled chips, where it
+    stays on chip and serves every channel tile of its pixel tile; else ``window``."""
+    if pointwise(shape):
+        return "direct" if soc.npu_arch == 2201 else "rows"
+    return "window"
 
 
 def window_rows(shape: ConvShape, p0: int, cur_n: int) -> tuple[int, int, bool]:
@@ -447,15 +466,20 @@ class Img2colPlan:
                 + shape.kh * shape.kw * align_n * 4)
 
 
-def _img2col_plan(shape: ConvShape, align_n: int, base_n: int, budget: int) -> Img2colPlan:
-    """The img2col method and the largest K chunk (a multiple of 32 bytes of rows) whose col
-    buffer, and slab and offsets in the window mode, fit ``budget`` UB bytes."""
+def _img2col_plan(shape: ConvShape, mode: str, align_n: int, base_n: int,
+                  budget: int) -> Img2colPlan:
+    """The img2col plan for ``mode``: the largest K chunk (a multiple of 32 bytes of rows)
+    whose col buffer, and slab and offsets in the window mode, fit ``budget`` UB bytes (the
+    direct mode reads B from GM: all of K at once, no col buffer). A window too wide for the UB
+    falls back to the scalar mode."""
     elem = dtype_bytes(shape.dtype)
     c0 = 32 // elem
     row_bytes = align_n * elem
     upper = min(round_up(shape.k, c0), (budget // row_bytes) // c0 * c0) if budget > 0 else 0
-    if gather_mode(shape) == "rows":
-        return Img2colPlan("rows", upper)
+    if mode == "direct":
+        return Img2colPlan("direct", shape.k)
+    if mode in ("rows", "scalar"):
+        return Img2colPlan(mode, upper)
     layout = window_layout(shape, base_n)
     offsets = shape.kh * shape.kw * align_n * 4
     for k_chunk in range(upper, c0 - 1, -c0):
@@ -480,6 +504,10 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
         if value is not None and (value % FRACTAL or not FRACTAL <= value <= cap):
             raise TilingError(f"conv {name}={value} must be a multiple of {FRACTAL} in "
                               f"{FRACTAL}..{cap} for {shape.dtype}")
+    mode = knobs.img2col or gather_mode(shape, soc)
+    if mode not in IMG2COL_MODES or (mode in ("direct", "rows")) != pointwise(shape):
+        raise TilingError(f"conv img2col={mode!r}: {IMG2COL_MODES[:2]} are for 1x1 convs with "
+                          f"stride 1 and no padding, {IMG2COL_MODES[2:]} for the others")
     base_m = min(knobs.base_m or cap, round_up(shape.cout_g, FRACTAL))
     base_n = min(knobs.base_n or cap, round_up(shape.pixels, FRACTAL))
     align_n = round_up(base_n, c0)
@@ -488,21 +516,25 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
     streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS) \
         if program else 0
     fixed = tile_bytes * (2 + streamed) + slots * align_n * elem  # acc, partial, epilogue
-    img2col = _img2col_plan(shape, align_n, base_n, soc.ub_bytes - UB_RESERVED_BYTES - fixed)
+    img2col = _img2col_plan(shape, mode, align_n, base_n,
+                            soc.ub_bytes - UB_RESERVED_BYTES - fixed)
     k_chunk = img2col.k_chunk
-    if k_chunk < c0:
+    direct = img2col.mode == "direct"
+    if k_chunk < c0 and not direct:
         raise TilingError(f"conv tile {base_m}x{base_n} leaves no UB for one img2col chunk of "
                           f"{c0} rows on {soc.name}")
     chunks = ceil_div(shape.k, k_chunk)
     if chunks == 1:
         fixed -= tile_bytes  # no partial products to add
-    ub = fixed + k_chunk * align_n * elem + img2col.window_bytes(shape, align_n)
+    ub = fixed + (0 if direct else k_chunk * align_n * elem) + img2col.window_bytes(shape,
+                                                                                 align_n)
     base_k = min(64, round_up(min(shape.k, k_chunk), c0))
     tiles_m, tiles_n = ceil_div(shape.cout_g, base_m), ceil_div(shape.pixels, base_n)
     total = shape.n * shape.groups * tiles_m * tiles_n
     per_core = ceil_div(total, min(soc.ai_cores, total))
     used = ceil_div(total, per_core)
-    builds = _col_builds(tiles_m, tiles_n, per_core, total, chunks)
+    builds = ([0] * tiles_n, [0] * tiles_n) if direct else \
+        _col_builds(tiles_m, tiles_n, per_core, total, chunks)
     gm_read, gm_write, macs = _traffic(shape, program, soc, base_m, base_n, base_k, img2col,
                                        builds[0], used)
     work = _img2col_work(shape, program, soc, base_m, base_n, img2col, builds, used)
@@ -565,8 +597,11 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col, co
             cur_n = min(base_n, shape.pixels - start)
             read += outer * cur_m * shape.k * elem
             macs += outer * round_up(cur_m, FRACTAL) * round_up(cur_n, FRACTAL) * k_macs
-            if split:
-                staged = (shape.k * cur_n + len(chunks) * cur_m * cur_n) * elem
+            direct = img2col.mode == "direct"
+            if direct:  # the Matmul reads B from the input planes
+                read += outer * shape.k * cur_n * elem
+            if split:  # the UB operand B and the product pass through the GM workspace
+                staged = ((0 if direct else shape.k * cur_n) + len(chunks) * cur_m * cur_n) * elem
                 read += outer * staged
                 write += outer * staged
             read += outer * _epilogue_reads(program, cur_m, cur_n)
@@ -616,7 +651,7 @@ def _img2col_work(shape: ConvShape, program, soc, base_m, base_n, img2col, build
             scalar += builds_here * shape.k * cur_n
         elif img2col.mode == "rows":
             scalar += 0 if pad else builds_here * shape.k * (cur_n % c0)
-        else:
+        elif img2col.mode == "window":
             _, rows, padded = window_rows(shape, start, cur_n)
             scalar += offset_builds[index] * align_n
             if not pad:

@@ -34,7 +34,7 @@ SWEEP = [
     (1, 17, 6, 6, 33, 1, 1, 0, 1, 1, "bias"),           # 1x1
     (1, 16, 24, 24, 96, 3, 1, 1, 1, 1, "relu_residual"),  # 18 tiles over several cores
     (1, 288, 6, 6, 16, 3, 1, 1, 1, 1, "none"),          # img2col of K = 2592 > one UB: 3 chunks
-    (1, 24, 27, 29, 150, 1, 1, 0, 1, 1, "bias_relu"),   # 1x1 rows copy, 39 tiles on 24 cores
+    (1, 24, 27, 29, 150, 1, 1, 0, 1, 1, "bias_relu"),   # 1x1: B read from GM; 39 tiles
     (1, 16, 23, 25, 140, 3, 1, 1, 1, 1, "none"),        # window, 27 tiles: channel tiles share
     (1, 2, 2, 20000, 3, 3, 1, 1, 1, 1, "bias"),         # window wider than the UB: scalar gather
 ]
@@ -115,11 +115,12 @@ def test_conv_sweep_float32_matches_onnxruntime_and_counters():
     params = [g["tiling"]["params"] for g in convs]
     assert max(p["chunks"] for p in params) > 1        # the K = 2592 case is split
     assert max(g["tiling"]["cores"] for g in convs) > 1
-    assert {p["img2col"] for p in params} == {"rows", "window", "scalar"}
+    assert {p["img2col"] for p in params} == {"direct", "window", "scalar"}
     # one K chunk: a core builds each pixel tile's block once for its run of channel tiles
-    shared = [p for p in params if p["tiles_m"] > 1 and p["chunks"] == 1]
+    shared = [p for p in params
+              if p["tiles_m"] > 1 and p["chunks"] == 1 and p["img2col"] != "direct"]
     assert all(p["tiles_n"] <= p["col_builds"] <= p["tiles_m"] * p["tiles_n"] for p in shared)
-    assert sum(p["col_builds"] < p["tiles_m"] * p["tiles_n"] for p in shared) >= 2
+    assert sum(p["col_builds"] < p["tiles_m"] * p["tiles_n"] for p in shared) >= 1
 
 
 def _numpy_conv(x, w, stride, pad, dil, groups):
@@ -298,3 +299,26 @@ def test_conv_knob_space_starts_with_the_defaults():
     assert len(Conv2dSchedule.variants(func, soc)) > 1  # 2 x 2 default tiles on 24 cores
     with pytest.raises(tvm_ascend.errors.TilingError, match="base_m=24"):
         Conv2dSchedule.schedule(func, soc, Conv2dKnobs(base_m=24))
+    with pytest.raises(tvm_ascend.errors.TilingError, match="img2col='direct'"):
+        Conv2dSchedule.schedule(func, soc, Conv2dKnobs(img2col="direct"))  # a 3x3 conv
+
+
+def test_pointwise_conv_reads_b_from_gm_on_910b_and_copies_rows_on_310p():
+    """The two methods of a 1x1 conv: on 910B the Matmul reads B from the input planes (no
+    copy, and no B staged through GM, so fewer GM bytes than the rows copy); on 310P the rows
+    copy stays on chip and serves the channel tiles of its pixel tile."""
+    from tvm_ascend.schedules.conv2d import Conv2dKnobs, Conv2dSchedule
+    from tvm_ascend.soc import get_soc
+    b = ModelBuilder("float16", seed=15)
+    _add_conv(b, (1, 64, 28, 28, 256, 1, 1, 0, 1, 1, "none"), 0)
+    result = tvm_ascend.partition_for_ascend(b.model())
+    (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
+               if f.attrs and f.attrs.get("Codegen") == "ascend"]
+    b910, p310 = get_soc("Ascend910B1"), get_soc("Ascend310P3")
+    direct = Conv2dSchedule.schedule(func, b910)[1]
+    rows = Conv2dSchedule.schedule(func, b910, Conv2dKnobs(img2col="rows"))[1]
+    assert direct.params["img2col"] == "direct" and direct.params["chunks"] == 1
+    assert direct.gm_read_bytes + direct.gm_write_bytes < rows.gm_read_bytes + rows.gm_write_bytes
+    assert direct.ub_bytes < rows.ub_bytes  # no col buffer
+    assert Conv2dSchedule.schedule(func, p310)[1].params["img2col"] == "rows"
+    assert Conv2dKnobs(img2col="rows") in Conv2dSchedule.variants(func, b910)

@@ -77,13 +77,15 @@ class ConvKernelPrinter:
     def emit_types(self, buf):
         t = self.ctype
         with buf.indent("struct TilingData {", "};"):
-            buf.line("TCubeTiling cube;  // N is colBuf's row pitch: B's rows in the UB")
+            buf.line("TCubeTiling cube;  // N is B's row pitch: colBuf's, or the input plane's")
             fields = ", ".join(GEOMETRY + ("sh", "sw", "dh", "dw", "padT", "padL"))
             buf.line(f"int32_t {fields};")
+            buf.line("uint32_t pitch;  // UB row pitch of the tiles and of col (baseN to 32 bytes)")
             buf.line("uint32_t kChunk, tilesM, tilesN, tilesPerCore, totalTiles;")
             buf.line("uint32_t slabLead, slabRowPitch, slabPitch, slabChannels;  // window mode")
         buf.line(f"using AType = matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, {t}>;")
-        buf.line(f"using BType = matmul::MatmulType<AscendC::TPosition::VECOUT, CubeFormat::ND, "
+        b_pos = "GM" if self.p["img2col"] == "direct" else "VECOUT"
+        buf.line(f"using BType = matmul::MatmulType<AscendC::TPosition::{b_pos}, CubeFormat::ND, "
                  f"{t}>;")
         buf.line(f"using CType = matmul::MatmulType<AscendC::TPosition::VECIN, "
                  f"CubeFormat::ND_ALIGN, {t}>;")
@@ -99,14 +101,15 @@ class ConvKernelPrinter:
             buf.line("matmul::Matmul<AType, BType, CType, AType> mm;")
             buf.line()
             buf.label("private:")
-            self.emit_gather(buf)
+            if self.p["img2col"] != "direct":
+                self.emit_gather(buf)
             self.emit_tile(buf)
             self.emit_members(buf)
 
     def emit_init(self, buf):
         t = self.ctype
         args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
-        tile = f"tiling.cube.baseM * tiling.cube.N * sizeof({t})"
+        tile = f"tiling.cube.baseM * tiling.pitch * sizeof({t})"
         with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t, "
                         "AscendC::TPipe* pipe) {"):
             buf.line("tiling = t;")
@@ -120,13 +123,15 @@ class ConvKernelPrinter:
             buf.line(f"pipe->InitBuffer(outQue, 1, {tile});")
             if self.p["chunks"] > 1:
                 buf.line(f"pipe->InitBuffer(partBuf, {tile});")
-            buf.line(f"pipe->InitBuffer(colBuf, tiling.kChunk * tiling.cube.N * sizeof({t}));")
+            if self.p["img2col"] != "direct":
+                buf.line(f"pipe->InitBuffer(colBuf, tiling.kChunk * tiling.pitch * "
+                         f"sizeof({t}));")
             if self.p["img2col"] == "window":
                 self.emit_window_init(buf)
             for name in self._inputs(RowAccessKind.ROWS):
                 buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, {tile});")
             if self.p["slots"]:
-                buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots']} * tiling.cube.N * "
+                buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots']} * tiling.pitch * "
                          f"sizeof({t}));")
 
     def emit_process(self, buf):
@@ -161,7 +166,7 @@ class ConvKernelPrinter:
     def emit_gather_rows(self, buf):
         """1x1, stride 1, no padding: col row ``ci`` is input plane ``ci``'s pixels, one copy."""
         buf.line(f"CopyTileIn(col, {self.x_name}Gm[(plane + k0) * HW + p0], kc, curN, "
-                 "tiling.cube.N, HW);")
+                 "tiling.pitch, HW);")
 
     def emit_gather_window(self, buf):
         """The input rows under the tile's taps, for the chunk's channels, into ``slab`` (one
@@ -169,7 +174,7 @@ class ConvKernelPrinter:
         one vector Gather per channel writes that channel's col rows (its taps in the chunk),
         with the per-tap offsets and the channel's place in ``srcBaseAddr``."""
         t = self.ctype
-        buf.line("const uint32_t taps = tiling.kh * tiling.kw, N = tiling.cube.N;")
+        buf.line("const uint32_t taps = tiling.kh * tiling.kw, N = tiling.pitch;")
         buf.line("int32_t top, ihLo, rowsIn;")
         buf.line("bool padded = WindowRows(p0, curN, top, ihLo, rowsIn);")
         with buf.indent("if (offsetsFor != p0 + 1) {"):
@@ -216,7 +221,7 @@ class ConvKernelPrinter:
             buf.line("rowsIn = ihHi >= ihLo ? ihHi - ihLo + 1 : 0;")
             buf.line("return top < 0 || bottom > tiling.h - 1;")
         with buf.indent("__aicore__ inline void BuildOffsets(uint32_t p0, uint32_t curN) {"):
-            buf.line("const uint32_t N = tiling.cube.N;")
+            buf.line("const uint32_t N = tiling.pitch;")
             buf.line("AscendC::LocalTensor<uint32_t> offsets = offsetBuf.Get<uint32_t>();")
             buf.line("uint32_t oh0 = p0 / tiling.ow;")
             # the last pixel tile's Gathers and Adds are done with the offsets rewritten here
@@ -244,7 +249,7 @@ class ConvKernelPrinter:
         t = self.ctype
         buf.line(f"pipe->InitBuffer(slabBuf, tiling.slabChannels * tiling.slabPitch * "
                  f"sizeof({t}));")
-        buf.line("pipe->InitBuffer(offsetBuf, tiling.kh * tiling.kw * tiling.cube.N * "
+        buf.line("pipe->InitBuffer(offsetBuf, tiling.kh * tiling.kw * tiling.pitch * "
                  "sizeof(uint32_t));")
         buf.line(f"AscendC::Duplicate(slabBuf.Get<{t}>(), static_cast<{t}>(0.0f), "
                  "tiling.slabChannels * tiling.slabPitch);")
@@ -265,7 +270,7 @@ class ConvKernelPrinter:
                 buf.line(f"{t} v = static_cast<{t}>(0.0f);")
                 buf.line("if (ih >= 0 && ih < tiling.h && iw >= 0 && iw < tiling.w) "
                          f"v = {self.x_name}Gm.GetValue(base + ih * tiling.w + iw);")
-                buf.line("col.SetValue(kk * tiling.cube.N + j, v);")
+                buf.line("col.SetValue(kk * tiling.pitch + j, v);")
 
     def emit_tile(self, buf):
         t = self.ctype
@@ -279,8 +284,10 @@ class ConvKernelPrinter:
             buf.line("uint32_t stride = (curN + C0 - 1) / C0 * C0;  // UB row pitch")
             buf.line("uint64_t rowOff = static_cast<uint64_t>(n) * tiling.cout + g * coutG + co0;")
             buf.line(f"AscendC::LocalTensor<{t}> acc = outQue.AllocTensor<{t}>();")
-            buf.line(f"AscendC::LocalTensor<{t}> col = colBuf.Get<{t}>();")
-            one_chunk = self.p["chunks"] == 1
+            direct = self.p["img2col"] == "direct"
+            one_chunk = self.p["chunks"] == 1 and not direct
+            if not direct:
+                buf.line(f"AscendC::LocalTensor<{t}> col = colBuf.Get<{t}>();")
             if one_chunk:  # the block stays in the UB for the pixel tile's run of tiles
                 buf.line("uint64_t colKey = (static_cast<uint64_t>(n) * tiling.groups + g) * P + "
                          "p0 + 1;")
@@ -288,16 +295,21 @@ class ConvKernelPrinter:
                             "k0 += tiling.kChunk) {"):
                 buf.line("uint32_t kc = tiling.k - k0 < tiling.kChunk ? tiling.k - k0 : "
                          "tiling.kChunk;")
-                with buf.indent("if (colFor != colKey) {") if one_chunk else nullcontext():
-                    buf.line("Img2col(col, n, g, k0, kc, p0, curN);")
-                    # col is written by MTE2, the vector or the scalar unit (by the method);
-                    # the Matmul's copy of B reads it
-                    buf.line("AscendC::PipeBarrier<PIPE_ALL>();")
-                    if one_chunk:
-                        buf.line("colFor = colKey;")
+                if not direct:
+                    with buf.indent("if (colFor != colKey) {") if one_chunk else nullcontext():
+                        buf.line("Img2col(col, n, g, k0, kc, p0, curN);")
+                        # col is written by MTE2, the vector or the scalar unit (by the method);
+                        # the Matmul's copy of B reads it
+                        buf.line("AscendC::PipeBarrier<PIPE_ALL>();")
+                        if one_chunk:
+                            buf.line("colFor = colKey;")
                 buf.line(f"mm.SetTensorA({self.w_name}Gm[(static_cast<uint64_t>(g) * coutG + co0)"
                          " * tiling.k + k0]);")
-                buf.line("mm.SetTensorB(col);")
+                if direct:  # B is the group's input planes: K x P, rows P apart (cube.N)
+                    buf.line(f"mm.SetTensorB({self.x_name}Gm[(static_cast<uint64_t>(n) * "
+                             "tiling.cin + g * (tiling.cin / tiling.groups) + k0) * P + p0]);")
+                else:
+                    buf.line("mm.SetTensorB(col);")
                 buf.line("mm.SetTail(curM, curN, kc);")
                 buf.line("mm.Iterate();")
                 if self.p["chunks"] > 1:
@@ -360,8 +372,8 @@ class ConvKernelPrinter:
 
         def slot(k, node):
             ctype = cpp_type(expr_dtype(node))
-            return (f"rowBuf.GetWithOffset<{ctype}>(tiling.cube.N, "
-                    f"{k} * tiling.cube.N * sizeof({ctype}))")
+            return (f"rowBuf.GetWithOffset<{ctype}>(tiling.pitch, "
+                    f"{k} * tiling.pitch * sizeof({ctype}))")
 
         root = printer.emit(buf, step.plan, tiles, "acc[r * stride]", slot, "curN")
         if root.text != "acc[r * stride]":
@@ -375,8 +387,9 @@ class ConvKernelPrinter:
         buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
         if self.p["chunks"] > 1:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf;")
-        buf.line("AscendC::TBuf<AscendC::TPosition::VECOUT> colBuf;  // B of the Matmul")
-        buf.line("uint64_t colFor = 0;  // (image, pixel) + 1 of the block in colBuf; 0: none")
+        if self.p["img2col"] != "direct":
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECOUT> colBuf;  // B of the Matmul")
+            buf.line("uint64_t colFor = 0;  // (image, pixel) + 1 of the block in colBuf; 0: none")
         if self.p["img2col"] == "window":
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> slabBuf;  // input rows")
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> offsetBuf;  // Gather offsets")
@@ -395,7 +408,8 @@ class ConvKernelPrinter:
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:
         p, t = self.p, self.tiling
-        values = {"usedCoreNum": t.cores, "M": p["cout"], "N": p["align_n"], "Ka": p["k"],
+        b_pitch = p["oh"] * p["ow"] if p["img2col"] == "direct" else p["align_n"]
+        values = {"usedCoreNum": t.cores, "M": p["cout"], "N": b_pitch, "Ka": p["k"],
                   "Kb": p["k_chunk"], "singleCoreM": p["base_m"], "singleCoreN": p["base_n"],
                   "singleCoreK": p["k_chunk"], "baseM": p["base_m"], "baseN": p["base_n"],
                   "baseK": p["base_k"], "depthA1": 2, "depthB1": 2, "stepM": 1, "stepN": 1,
@@ -409,6 +423,7 @@ class ConvKernelPrinter:
         for field, value in (("sh", p["stride"][0]), ("sw", p["stride"][1]),
                              ("dh", p["dilation"][0]), ("dw", p["dilation"][1]),
                              ("padT", p["pad"][0]), ("padL", p["pad"][1]),
+                             ("pitch", p["align_n"]),
                              ("kChunk", p["k_chunk"]), ("tilesM", p["tiles_m"]),
                              ("tilesN", p["tiles_n"]), ("tilesPerCore", t.block_len),
                              ("totalTiles", t.total), ("slabLead", p["slab_lead"]),
