@@ -30,7 +30,7 @@ Example
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tvm
 
@@ -68,6 +68,7 @@ class L1Reuse:
     iterate_order: int  # 0: M fastest (a column's B panel is reused), 1: N fastest (A's row panel)
     depth_a1: int
     depth_b1: int
+    operand_bytes: int = 0  # A and B bytes read with this reuse (``l1_reuse`` fills it in)
 
 
 @dataclass(frozen=True)
@@ -267,12 +268,11 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     rows = epilogue_rows(program, min(base_m, single_m),
                          lambda r: ub_of(r) <= soc.ub_bytes - UB_RESERVED_BYTES)
     ub = ub_of(rows)
-    gm_read, gm_write = matmul_traffic(shape, program, soc, base_m, base_n, base_k, single_m,
-                                       single_n, used, reuse)
+    gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
-              **l1_params(shape, soc, base_m, base_n, base_k, single_m, single_n, reuse),
+              **l1_params(shape, soc, base_m, base_n, base_k, reuse),
               "aiv_ratio": ratio,
               "single_m": single_m, "single_n": single_n, "align_n": align_n, "slots": slots,
               "slot_bytes": slot_bytes, "epilogue_rows": rows,
@@ -356,8 +356,7 @@ def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes) -> tuple[i
             per_core = ceil_div(total, min(cores, total))
             work = per_core * min(sm, round_up(shape.m, FRACTAL)) * \
                 min(sn, round_up(shape.n, FRACTAL))
-            reuse = l1_reuse(shape, l1_bytes, base_m, base_n, base_k, sm, sn)
-            reads = operand_reads(shape, base_m, base_n, base_k, sm, sn, reuse)
+            reads = l1_reuse(shape, l1_bytes, base_m, base_n, base_k, sm, sn).operand_bytes
             key = (work, reads, total)
             if best is None or key < best[0]:
                 best = (key, sm, sn)
@@ -426,10 +425,10 @@ def l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n,
         raise TilingError(f"matmul blocks {base_m}x{base_k} and {base_k}x{base_n} double-buffered "
                           f"need {_l1_bytes(shape, base_m, base_n, base_k, L1Reuse(0, 2, 2))} L1 "
                           f"bytes; a client has {l1_bytes}")
-    return best[1]
+    return replace(best[1], operand_bytes=best[0][0])
 
 
-def l1_params(shape, soc, base_m, base_n, base_k, single_m, single_n, reuse: L1Reuse) -> dict:
+def l1_params(shape, soc, base_m, base_n, base_k, reuse: L1Reuse) -> dict:
     """The tiling's L1 fields (printed into TCubeTiling) and the operand re-reads that L2
     serves: A and B bytes read beyond each operand's size, when both operands and the output
     fit in ``soc``'s L2 (the second read of a block finds it there; the timing model charges
@@ -437,7 +436,7 @@ def l1_params(shape, soc, base_m, base_n, base_k, single_m, single_n, reuse: L1R
     elem = dtype_bytes(shape.dtype)
     unique = ((shape.batch if shape.a_batched else 1) * shape.m * shape.k
               + (shape.batch if shape.b_batched else 1) * shape.k * shape.n) * elem
-    reads = operand_reads(shape, base_m, base_n, base_k, single_m, single_n, reuse)
+    reads = reuse.operand_bytes
     fits_l2 = unique + shape.batch * shape.m * shape.n * elem <= soc.l2_bytes
     return {"iterate_order": reuse.iterate_order, "depth_a1": reuse.depth_a1,
             "depth_b1": reuse.depth_b1, "l1_bytes": _l1_bytes(shape, base_m, base_n, base_k, reuse),
@@ -467,14 +466,14 @@ def scalar_tail_elems(shape, program, soc, base_m, base_n, single_m, single_n, c
     return tails * (1 + streamed) + columns * cores * (shape.n % c0)
 
 
-def matmul_traffic(shape, program, soc, base_m, base_n, base_k, single_m, single_n, cores,
-                   reuse: L1Reuse):
+def matmul_traffic(shape, program, soc, cores, reuse: L1Reuse):
     """GM bytes as the Matmul API moves them (emulator README): A and B as ``operand_reads``
-    counts them with the L1 ``reuse``, the tile goes AIC -> GM -> UB on split chips, and the
-    epilogue's inputs and the output are moved once (with or without DataCopyPad: a tail
-    element read or written on the scalar unit counts its bytes too)."""
+    counted them for the L1 ``reuse`` (``l1_reuse`` keeps the count), the tile goes AIC ->
+    GM -> UB on split chips, and the epilogue's inputs and the output are moved once (with
+    or without DataCopyPad: a tail element read or written on the scalar unit counts its
+    bytes too)."""
     elem = dtype_bytes(shape.dtype)
-    read = operand_reads(shape, base_m, base_n, base_k, single_m, single_n, reuse)
+    read = reuse.operand_bytes
     out = shape.batch * shape.m * shape.n * elem
     round_trip = out if soc.npu_arch == 2201 else 0
     read += round_trip

@@ -284,8 +284,7 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     # one column of tiles: the walk goes down M, where only B's K panel can be reused
     reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n,
                      orders=(0,))
-    gm_read, gm_write = matmul_traffic(shape, program, soc, base_m, base_n, base_k, single_m,
-                                       shape.n, used, reuse)
+    gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
     pieces = [m for m_single in single_sizes(shape.m, single_m)
               for m in single_sizes(m_single, base_m)]
     cube_macs = shape.batch * sum(round_up(m, FRACTAL) for m in pieces) * base_n \
@@ -293,7 +292,7 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
-              **l1_params(shape, soc, base_m, base_n, base_k, single_m, shape.n, reuse),
+              **l1_params(shape, soc, base_m, base_n, base_k, reuse),
               # a 1:1 mix: a row of N float32 in L0C needs the whole AIC's L0C per client
               "aiv_ratio": 1,
               "single_m": single_m, "single_n": shape.n, "align_n": base_n, "slots": slots,

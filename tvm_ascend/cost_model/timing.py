@@ -192,13 +192,17 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     ws_write = min(write, tiling.params.get("workspace_write_bytes", 0))
     # cores share GM: a core moves at most its MTE rate and at most its part of the bandwidth
     core_bw = bandwidth / clock / cores
-    l2_bw = core_bw * L2_BANDWIDTH_RATIO
-    mte2 = ((read - ws_read) * share / min(soc.mte2_bytes_per_cycle, core_bw)
-            + ws_read * share / min(soc.mte2_bytes_per_cycle * L2_BANDWIDTH_RATIO, l2_bw)
-            + steps * soc.mte_latency_cycles)
-    mte3 = ((write - ws_write) * share / min(soc.mte3_bytes_per_cycle, core_bw)
-            + ws_write * share / min(soc.mte3_bytes_per_cycle * L2_BANDWIDTH_RATIO, l2_bw)
-            + steps * soc.mte_latency_cycles)
+
+    def moved(hbm_bytes, l2_bytes, mte_rate):
+        """Cycles of the busiest core's part of ``hbm_bytes`` from HBM and ``l2_bytes`` from
+        L2, on a pipe that moves ``mte_rate`` bytes per cycle."""
+        return share * (hbm_bytes / min(mte_rate, core_bw)
+                        + l2_bytes / min(mte_rate, core_bw) / L2_BANDWIDTH_RATIO)
+
+    mte2 = moved(read - ws_read, ws_read, soc.mte2_bytes_per_cycle) \
+        + steps * soc.mte_latency_cycles
+    mte3 = moved(write - ws_write, ws_write, soc.mte3_bytes_per_cycle) \
+        + steps * soc.mte_latency_cycles
     # a 1:2 mix: each client (AIV) shares its AIC with another, whose operand loads and cube
     # work take the same AIC's MTE2 and cube: per client step, both clients' share of them
     ratio = tiling.params.get("aiv_ratio", 1)
@@ -206,10 +210,8 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     mte2 += (ratio - 1) * operand * share / soc.mte2_bytes_per_cycle
     # the matmul's operand loads (GM -> L1 -> L0, part of them L2 hits)
     l2_operand = min(operand, tiling.params.get("l2_reread_bytes", 0))
-    operand_mte2 = ((operand - l2_operand) * share / min(soc.mte2_bytes_per_cycle, core_bw)
-                    + l2_operand * share / min(soc.mte2_bytes_per_cycle * L2_BANDWIDTH_RATIO,
-                                               l2_bw)
-                    + (ratio - 1) * operand * share / soc.mte2_bytes_per_cycle)
+    operand_mte2 = moved(operand - l2_operand, l2_operand, soc.mte2_bytes_per_cycle) \
+        + (ratio - 1) * operand * share / soc.mte2_bytes_per_cycle
     vec_bytes = work.weighted_ops * work.elem_bytes * share
     # vector work the template adds to the TIR's own ops (the conv's img2col: Gathers, and
     # contiguous ops on its offsets and slab)
