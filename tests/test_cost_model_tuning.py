@@ -226,3 +226,25 @@ def test_emulator_runner_reads_the_kernels_counters():
             [Candidate(name, template.name, func, knobs, SOC)])[0].time_us)
     else:  # the pipeline does not pass CompileConfig.tuning_database on yet: said plainly
         assert "tuning_database" in result.error
+
+
+def test_report_estimates_the_tiling_of_a_tuning_record(tmp_path):
+    """A record that changes a kernel's tiling: the report's estimate is made again for the
+    tiling the kernel is built with (the partitioner estimated its own), and says so."""
+    builder = _chain_model()
+    ((_, template, func),) = _kernels(builder.model())
+    db = TuningDatabase(tmp_path / "db")
+    db.commit(workload_of(func, template.name, SOC), ElementwiseKnobs(cores=2), 1.0)
+    plain = tvm_ascend.build(builder.model()).report.to_json()
+    config = tvm_ascend.CompileConfig(tuning_database=str(tmp_path / "db"))
+    tuned = tvm_ascend.build(builder.model(), config=config)
+    (before,) = [g for g in plain["groups"] if g["on_npu"]]
+    (after,) = [g for g in tuned.report.to_json()["groups"] if g["on_npu"]]
+    assert after["tiling"]["cores"] == 2 != before["tiling"]["cores"]
+    assert after["estimate"]["source"] == "timing model, tiling of the tuning record"
+    assert after["estimate"]["planned_us"] == before["estimate"]["time_us"]
+    assert after["estimate"]["time_us"] > before["estimate"]["time_us"]  # 2 cores, not 24
+    assert tuned.report.to_json()["estimate"]["latency_us"] == pytest.approx(
+        after["estimate"]["time_us"], abs=1e-3)
+    assert_close(tuned.run(builder.feeds)[0], run_onnxruntime(builder.model(), builder.feeds)[0],
+                 "float32")
