@@ -142,6 +142,8 @@ def _vector_instructions(tiling, work: VectorWork) -> int:
         steps = -(-min(p["base_m"], p["single_m"]) // rows)
         return (work.ops_per_unit * steps + p.get("column_fill_rows", 0)) * pieces \
             * tiling.tiles_per_core
+    if tiling.template == "conv2d":  # the epilogue runs per output-channel row of a tile
+        return work.ops_per_unit * tiling.params["base_m"] * tiling.tiles_per_core
     return work.ops_per_unit * min(tiling.block_len, tiling.total)
 
 
