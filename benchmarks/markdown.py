@@ -26,11 +26,13 @@ NOTES = (
     "against twice with 64x64 tiles) and only M/16 cores work. The cost-checked levels "
     "refuse that merge. ATC's own LayerNormFusionPass keeps LayerNorm a kernel of its own, so "
     "the emulation is pessimistic here (reported to the partitioner, issue #7).",
-    "ResNet-50 estimates are dominated by the conv kernel's img2col gather, which the printed "
-    "kernel does element by element on the scalar unit (the device's Load3D path is not in "
-    "the CPU emulator; issue #5): every baseline pays it alike, so at this stage the CNN "
-    "tables compare launches and GM bytes more than time. Records from commit 8356fac on "
-    "count that scalar work; earlier ones did not.",
+    "ResNet-50: from commit 0302953 on, the conv kernel builds its img2col block with copies "
+    "and vector Gathers from a UB window of input rows, and a 1x1 conv's Matmul reads the "
+    "input planes directly; records from 8356fac up to then were dominated by an element-by-"
+    "element img2col on the scalar unit (about 500 ms at b32 fp32 for every baseline), and "
+    "earlier ones did not count that work. The device's Load3D path (img2col from L1) is "
+    "not in the CPU emulator (issue #5), and on 910B the gathered block still passes through "
+    "the GM workspace to the cube.",
     "Records carry the commit they were measured at (see `benchmarks/results.json`); "
     "estimates from different commits come from different timing models, so compare "
     "baselines within one configuration, not configurations across runs.",
