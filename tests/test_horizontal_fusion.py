@@ -93,6 +93,20 @@ def _var(name, shape, dtype="float32"):
     return relax.Var(name, relax.TensorType(shape, dtype))
 
 
+def test_every_binding_keeps_a_name_of_its_own(parallel):
+    """The partitioner knows ops by their binding's name: the views a merge adds are named
+    (an auto-named one, "lv2", took the name of a model op in ResNet-50, whose Add, ReLU and
+    MaxPool then ran on the host as if they were views)."""
+    _, model, _, mod, _, _ = parallel
+    names = [b.var.name for block in mod["main"].body.blocks for b in block.bindings]
+    assert len(names) == len(set(names))
+    before = prepare(tvm_ascend.frontend.load_model(model))
+    old = {b.var.name for block in before["main"].body.blocks for b in block.bindings}
+    views = [b.var.name for block in mod["main"].body.blocks for b in block.bindings
+             if isinstance(b.value, relax.Call) and b.value.op.name.startswith("relax.memory.")]
+    assert views and not set(views) & old
+
+
 def test_dependent_duplicate_and_mismatched_ops_are_not_merged():
     x, y = _var("x", (8, 64)), _var("y", (8, 64))
     chained = _relax_main(lambda bb: [bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.relu(x))))],

@@ -354,7 +354,11 @@ class _ElementwiseMerger(PyExprMutator):
         offset = 0
         for index, m in enumerate(group):
             if as_views:
-                piece = self.builder_.emit(_first_axis_view(merged, offset, m.rows, row_bytes),
+                # each binding named here: an auto-named one ("lv2") could take the name of a
+                # model op, and the partitioner knows ops by their binding's name
+                view = self.builder_.emit(_first_axis_view(merged, offset, m.rows, row_bytes),
+                                          self._name("horizontal_at"))
+                piece = self.builder_.emit(relax.op.memory.ensure_zero_offset(view),
                                            self._name("horizontal_view"))
             else:
                 piece = self.builder_.emit(
@@ -385,12 +389,12 @@ def _starts(group) -> list[int]:
 
 
 def _first_axis_view(merged, start: int, rows: int, row_bytes: int):
-    """Rows ``[start, start + rows)`` of ``merged`` as a view: no kernel, no copy. A first-axis
+    """Rows ``[start, start + rows)`` of ``merged`` as a view (the caller emits it, then
+    ``ensure_zero_offset`` of it): no kernel, no copy. A first-axis
     slice of a contiguous tensor is contiguous, so a member's result is the merged buffer
     from the member's first row on (the kernels read a tensor from its data pointer)."""
     shape = [rows] + list(_static_shape(merged.ty)[1:])
-    view = relax.op.memory.view(merged, shape, str(merged.ty.dtype), int(start * row_bytes))
-    return relax.op.memory.ensure_zero_offset(view)
+    return relax.op.memory.view(merged, shape, str(merged.ty.dtype), int(start * row_bytes))
 
 
 def merge_parallel_elementwise(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
