@@ -38,7 +38,7 @@ from tvm_ascend.errors import TilingError
 
 from .matmul import product_loads
 from .tile_values import flat_offset
-from .tiling import ceil_div, dtype_bytes, round_up
+from .tiling import ceil_div, dtype_bytes, pieces, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
 from .tir_walk import (BufferLoad, load_buffer, param_buffers, reduce_iter_vars, reducer_of,
                        root_blocks)
@@ -467,14 +467,10 @@ def _scalar_tails(shape, soc, base_q, base_kv) -> int:
     c0 = 32 // dtype_bytes(shape.dtype)
     tails = shape.seq_q * (shape.head_dim % c0)
     if shape.mask is not None:
-        for q in _pieces(shape.seq_q, base_q):
+        for q in pieces(shape.seq_q, base_q):
             rows = 1 if shape.mask.row_stride == 0 else q
-            tails += sum(rows * (kv % c0) for kv in _pieces(shape.seq_kv, base_kv))
+            tails += sum(rows * (kv % c0) for kv in pieces(shape.seq_kv, base_kv))
     return shape.batch * tails
-
-
-def _pieces(extent: int, size: int) -> list[int]:
-    return [min(size, extent - start) for start in range(0, extent, size)]
 
 
 def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
@@ -486,13 +482,13 @@ def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
     c0 = 32 // e
     split = soc.npu_arch == 2201
     t_read = w_read = w_write = macs = 0
-    for q in _pieces(shape.seq_q, base_q):
-        for kv in _pieces(shape.seq_kv, base_kv):
+    for q in pieces(shape.seq_q, base_q):
+        for kv in pieces(shape.seq_kv, base_kv):
             t_read += (q + kv) * shape.head_dim * e + kv * shape.head_dim * e
             if shape.mask is not None:
                 t_read += (1 if shape.mask.row_stride == 0 else q) * kv * e
             macs += round_up(q, FRACTAL) * round_up(kv, FRACTAL) * sum(
-                round_up(k, c0) for k in _pieces(shape.head_dim, base_k_qk))
+                round_up(k, c0) for k in pieces(shape.head_dim, base_k_qk))
             macs += round_up(q, FRACTAL) * round_up(shape.head_dim, FRACTAL) * \
                 round_up(kv, c0)
             if split:

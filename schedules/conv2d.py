@@ -71,10 +71,10 @@ from tvm_ascend.errors import TilingError
 from .row_program import RowAccessKind, program_dtypes, row_program
 from .epilogue_checks import epilogue_refusal
 from .tile_values import buffer_size
-from .tiling import ceil_div, dtype_bytes, round_up
+from .tiling import ceil_div, dtype_bytes, pieces, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
 from .conv_img2col import (IMG2COL_MODES, build_reads, chunk_channels, count_col_builds,
-                           gather_mode, img2col_plan, pieces, pointwise, window_rows)
+                           gather_mode, img2col_plan, pointwise, window_rows)
 from .tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars,
                        root_blocks, schedule_blocks)
 
@@ -325,8 +325,7 @@ class Conv2dSchedule:
             return found
         for base_m, base_n in ((cap // 2, cap), (cap, cap // 2), (cap // 2, cap // 2),
                                (cap // 4, cap // 2), (cap // 4, cap // 4)):
-            knobs = Conv2dKnobs(base_m if base_m < round_up(shape.cout_g, FRACTAL) else None,
-                                base_n if base_n < round_up(shape.pixels, FRACTAL) else None)
+            knobs = _tile_knobs(shape, base_m, base_n)
             if base_m >= FRACTAL and base_n >= FRACTAL and knobs not in found:
                 found.append(knobs)
         return found
@@ -342,8 +341,7 @@ class Conv2dSchedule:
         space = Conv2dSchedule.variants(func, soc)
         for base_m in (b for b in (16, 32, 64, 128) if b <= cap):
             for base_n in (b for b in (32, 64, 128) if b <= cap):
-                knobs = Conv2dKnobs(base_m if base_m < round_up(shape.cout_g, FRACTAL) else None,
-                                    base_n if base_n < round_up(shape.pixels, FRACTAL) else None)
+                knobs = _tile_knobs(shape, base_m, base_n)
                 if knobs not in space:
                     space.append(knobs)
         return space
@@ -352,6 +350,12 @@ class Conv2dSchedule:
 def _base_cap(shape: ConvShape) -> int:
     """The default and largest tile side: a 128x128 (fp16) or 64x64 (fp32) product."""
     return 128 if dtype_bytes(shape.dtype) == 2 else 64
+
+
+def _tile_knobs(shape: ConvShape, base_m: int, base_n: int) -> Conv2dKnobs:
+    """Knobs for ``base_m x base_n`` tiles; a side the conv does not exceed is the default's."""
+    return Conv2dKnobs(base_m if base_m < round_up(shape.cout_g, FRACTAL) else None,
+                       base_n if base_n < round_up(shape.pixels, FRACTAL) else None)
 
 
 def _tiles(shape: ConvShape, base_m: int, base_n: int) -> int:
@@ -449,12 +453,12 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col, co
     k_macs = sum(round_up(kk, c0) for kk in steps)
     read = write = macs = 0
     outer = shape.n * shape.groups
+    direct = img2col.mode == "direct"
     for cur_m in pieces(shape.cout_g, base_m):
         for start in range(0, shape.pixels, base_n):
             cur_n = min(base_n, shape.pixels - start)
             read += outer * cur_m * shape.k * elem
             macs += outer * round_up(cur_m, FRACTAL) * round_up(cur_n, FRACTAL) * k_macs
-            direct = img2col.mode == "direct"
             if direct:  # the Matmul reads B from the input planes
                 read += outer * shape.k * cur_n * elem
             if split:  # the UB operand B and the product pass through the GM workspace

@@ -110,6 +110,11 @@ def count_col_builds(tiles_m, tiles_n, per_core, total, chunks) -> tuple[list[in
     return col, offsets
 
 
+def offset_bytes(shape: ConvShape, align_n: int) -> int:
+    """UB bytes of the window's Gather offsets: one uint32 per tap and pixel column."""
+    return shape.kh * shape.kw * align_n * 4
+
+
 @dataclass(frozen=True)
 class Img2colPlan:
     """How the kernel builds the img2col block B: ``mode`` (``gather_mode``), ``k_chunk`` col
@@ -126,7 +131,7 @@ class Img2colPlan:
         if self.mode != "window":
             return 0
         return (self.slab_channels * self.layout.pitch * dtype_bytes(shape.dtype)
-                + shape.kh * shape.kw * align_n * 4)
+                + offset_bytes(shape, align_n))
 
 
 def img2col_plan(shape: ConvShape, mode: str, align_n: int, base_n: int,
@@ -144,16 +149,12 @@ def img2col_plan(shape: ConvShape, mode: str, align_n: int, base_n: int,
     if mode in ("rows", "scalar"):
         return Img2colPlan(mode, upper)
     layout = window_layout(shape, base_n)
-    offsets = shape.kh * shape.kw * align_n * 4
+    offsets = offset_bytes(shape, align_n)
     for k_chunk in range(upper, c0 - 1, -c0):
         slab = _channels_bound(shape, k_chunk) * layout.pitch * elem
         if k_chunk * row_bytes + slab + offsets <= budget:
             return Img2colPlan("window", k_chunk, layout, max(chunk_channels(shape, k_chunk)))
     return Img2colPlan("scalar", upper)  # the window is wider than the UB: gather by element
-
-
-def pieces(extent: int, size: int) -> list[int]:
-    return [min(size, extent - start) for start in range(0, extent, size)]
 
 
 def build_reads(shape: ConvShape, img2col: Img2colPlan, taps, p0: int, cur_n: int) -> int:

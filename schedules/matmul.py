@@ -40,7 +40,7 @@ from tvm_ascend.errors import TilingError
 from .epilogue_checks import epilogue_refusal
 from .row_program import RowAccessKind, program_dtypes, row_program
 from .tile_values import buffer_size
-from .tiling import ceil_div, dtype_bytes, round_up
+from .tiling import ceil_div, dtype_bytes, pieces, round_up
 from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 from .tir_walk import (BufferLoad, load_buffer, reduce_iter_vars, root_blocks,
                        schedule_blocks)
@@ -364,7 +364,7 @@ def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes) -> tuple[i
 
 
 def _single_counts(extent: int, single: int) -> list[tuple[int, int]]:
-    """(size, how many) of the pieces ``single_sizes`` cuts: the full ones and the tail."""
+    """(size, how many) of the ``pieces`` that cut ``extent``: the full ones and the tail."""
     full, tail = divmod(extent, single)
     return [(size, count) for size, count in ((single, full), (tail, 1)) if count and size]
 
@@ -446,9 +446,9 @@ def l1_params(shape, soc, base_m, base_n, base_k, reuse: L1Reuse) -> dict:
 
 def _base_tiles(shape, base_m, base_n, single_m, single_n) -> list[tuple[int, int]]:
     """(rows, columns) of every base tile of one batch's C, as the cores compute them."""
-    return [(m, n) for m_single in single_sizes(shape.m, single_m)
-            for n_single in single_sizes(shape.n, single_n)
-            for m in single_sizes(m_single, base_m) for n in single_sizes(n_single, base_n)]
+    return [(m, n) for m_single in pieces(shape.m, single_m)
+            for n_single in pieces(shape.n, single_n)
+            for m in pieces(m_single, base_m) for n in pieces(n_single, base_n)]
 
 
 def scalar_tail_elems(shape, program, soc, base_m, base_n, single_m, single_n, cores) -> int:
@@ -480,11 +480,6 @@ def matmul_traffic(shape, program, soc, cores, reuse: L1Reuse):
     if program is not None:
         read += _epilogue_reads(program, shape, cores)
     return read, out + round_trip
-
-
-def single_sizes(extent: int, single: int) -> list[int]:
-    """Sizes of consecutive pieces of ``single`` along an axis of ``extent`` (the last shorter)."""
-    return [min(single, extent - start) for start in range(0, extent, single)]
 
 
 def _epilogue_reads(program, shape, cores) -> int:

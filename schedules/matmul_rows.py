@@ -34,13 +34,13 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import (FRACTAL, MatmulShape, single_sizes, l1_params, l1_reuse,
+from .matmul import (FRACTAL, MatmulShape, l1_params, l1_reuse,
                      matmul_traffic, epilogue_program, matmul_shape, scalar_tail_elems)
 from .row_program import (RowAccessKind, check_program_dtypes, input_dtypes, is_full_row_block,
                           program_dtypes)
 from .row_reduce import inline_row_blocks
 from .tile_values import unsupported_construct
-from .tiling import ceil_div, dtype_bytes, round_up
+from .tiling import ceil_div, dtype_bytes, pieces, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling,
                      UB_RESERVED_BYTES)
 from .tir_walk import param_buffers, reduce_iter_vars, reducer_of, root_blocks, schedule_blocks
@@ -285,9 +285,8 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n,
                      orders=(0,))
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
-    pieces = [m for m_single in single_sizes(shape.m, single_m)
-              for m in single_sizes(m_single, base_m)]
-    cube_macs = shape.batch * sum(round_up(m, FRACTAL) for m in pieces) * base_n \
+    rows = [m for m_single in pieces(shape.m, single_m) for m in pieces(m_single, base_m)]
+    cube_macs = shape.batch * sum(round_up(m, FRACTAL) for m in rows) * base_n \
         * round_up(shape.k, c0)
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,

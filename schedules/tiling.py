@@ -23,6 +23,12 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def pieces(extent: int, size: int) -> list[int]:
+    """Sizes of the consecutive pieces of ``size`` that cut an axis of ``extent`` (the last
+    one shorter)."""
+    return [min(size, extent - start) for start in range(0, extent, size)]
+
+
 def round_up(a: int, b: int) -> int:
     """``a`` rounded up to a multiple of ``b``."""
     return ceil_div(a, b) * b
