@@ -73,6 +73,7 @@ from .epilogue_checks import epilogue_refusal
 from .tile_values import buffer_size
 from .tiling import ceil_div, dtype_bytes, pieces, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
+from .conv_epilogue import column_bytes, row_columns
 from .conv_img2col import (IMG2COL_MODES, build_reads, chunk_channels, count_col_builds,
                            gather_mode, img2col_plan, pointwise, window_rows)
 from .tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars,
@@ -90,6 +91,9 @@ class Conv2dKnobs:
     base_m: int | None = None  # output channels per tile; None: 128 (fp16) / 64 (fp32)
     base_n: int | None = None  # output pixels per tile; likewise
     img2col: str | None = None  # IMG2COL_MODES; None: gather_mode's choice
+    # output rows per epilogue call (``conv_epilogue``), at most the tile's; None: the most
+    # that leave the K chunks as many as with one row
+    epilogue_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -310,7 +314,8 @@ class Conv2dSchedule:
     @staticmethod
     def variants(func, soc) -> list[Conv2dKnobs]:
         """Knobs worth estimating beside the default (the partitioner keeps the fastest): for a
-        pointwise conv the other of the ``direct`` and ``rows`` methods; when the default tiles
+        pointwise conv the other of the ``direct`` and ``rows`` methods; with an epilogue, one
+        call over a whole tile's rows (``Conv2dKnobs.epilogue_rows``); when the default tiles
         leave AI cores idle (deep layers on small feature maps), smaller tiles along the output
         channels, the pixels, or both."""
         shape = conv_shape(func)
@@ -321,6 +326,9 @@ class Conv2dSchedule:
         if pointwise(shape):
             other = "rows" if gather_mode(shape, soc) == "direct" else "direct"
             found.append(Conv2dKnobs(img2col=other))
+        if len(root_blocks(func)) > conv_block_index(root_blocks(func)) + 1:
+            # a whole tile's rows per epilogue call, though the img2col may take more K chunks
+            found.append(Conv2dKnobs(epilogue_rows=cap))
         if _tiles(shape, cap, cap) >= soc.ai_cores:
             return found
         for base_m, base_n in ((cap // 2, cap), (cap, cap // 2), (cap // 2, cap // 2),
@@ -390,9 +398,12 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
     slots = (len(program.intermediates) + program.temp_slots) if program else 0
     streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS) \
         if program else 0
-    fixed = tile_bytes * (2 + streamed) + slots * align_n * elem  # acc, partial, epilogue
-    img2col = img2col_plan(shape, mode, align_n, base_n,
-                            soc.ub_bytes - UB_RESERVED_BYTES - fixed)
+    fixed = tile_bytes * (2 + streamed)  # acc, partial, streamed epilogue operands
+    columns = row_columns(program, shape)
+    rows, img2col, epilogue = _epilogue_rows(shape, mode, columns, slots, base_m, base_n,
+                                             align_n, soc.ub_bytes - UB_RESERVED_BYTES - fixed,
+                                             knobs.epilogue_rows)
+    fixed += epilogue
     k_chunk = img2col.k_chunk
     direct = img2col.mode == "direct"
     if k_chunk < c0 and not direct:
@@ -413,6 +424,8 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
     gm_read, gm_write, macs = _traffic(shape, program, soc, base_m, base_n, base_k, img2col,
                                        builds[0], used)
     work = _img2col_work(shape, program, soc, base_m, base_n, img2col, builds, used)
+    if rows > 1:  # the columns' values: a copy's tail, or every row, on the scalar unit
+        work["scalar_gather_elems"] += _column_scalar_writes(shape, columns, soc, base_m, tiles_n)
     params = {"n": shape.n, "cin": shape.cin, "h": shape.h, "w": shape.w, "cout": shape.cout,
               "kh": shape.kh, "kw": shape.kw, "oh": shape.oh, "ow": shape.ow,
               "stride": list(shape.stride), "dilation": list(shape.dilation),
@@ -424,10 +437,62 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
               "slab_lead": img2col.layout.lead if img2col.layout else 0,
               "slab_row_pitch": img2col.layout.row_pitch if img2col.layout else 0,
               "slab_pitch": img2col.layout.pitch if img2col.layout else 0,
-              "slab_channels": img2col.slab_channels, **work}
+              "slab_channels": img2col.slab_channels, "epilogue_rows": rows,
+              "row_columns": len(columns) if rows > 1 else 0, **work}
     return Tiling("conv2d", total, used, per_core, 1, per_core, 1,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
                   shape.pixels, params)
+
+
+def _epilogue_rows(shape: ConvShape, mode: str, columns, slots: int, base_m: int, base_n: int,
+                   align_n: int, budget: int, wanted: int | None = None):
+    """(rows per epilogue call, Img2colPlan, UB bytes of the epilogue's temporaries and
+    columns) within ``budget`` UB bytes: ``wanted`` rows (at most the tile's), else the most
+    (``conv_epilogue``), halving from ``base_m``, that leave the K chunks as many as with one
+    row. More rows may cost K chunks where the img2col chunk had all the UB; the partitioner
+    estimates the whole tile's rows as a variant (``Conv2dSchedule.variants``)."""
+    elem = dtype_bytes(shape.dtype)
+
+    def plan_for(rows):
+        extra = slots * rows * align_n * elem + \
+            (column_bytes(columns, base_m, elem) if rows > 1 else 0)
+        return img2col_plan(shape, mode, align_n, base_n, budget - extra), extra
+
+    if wanted is not None:
+        if wanted < 1:
+            raise TilingError(f"conv epilogue_rows={wanted} must be at least 1")
+        rows = min(wanted, base_m) if columns is not None else 1
+        chosen, extra = plan_for(rows)
+        if chosen.mode != mode or chosen.k_chunk <= 0 or \
+                (mode == "direct" and extra > budget):
+            raise TilingError(f"conv epilogue over {rows} rows leaves no UB for img2col "
+                              f"({mode})")
+        return rows, chosen, extra
+    narrow, extra = plan_for(1)
+    rows = base_m
+    while columns is not None and rows > 1 and narrow.k_chunk > 0:
+        wide, wide_extra = plan_for(rows)
+        if wide.mode == narrow.mode and wide.k_chunk > 0 and \
+                ceil_div(shape.k, wide.k_chunk) == ceil_div(shape.k, narrow.k_chunk) and \
+                (wide.mode != "direct" or wide_extra <= budget):
+            return rows, wide, wide_extra
+        rows //= 2
+    return 1, narrow, extra
+
+
+def _column_scalar_writes(shape: ConvShape, columns, soc, base_m: int, tiles_n: int) -> int:
+    """SetValue calls that fill the epilogue's columns: every row of a computed column, and a
+    copied column's tail past its whole 32-byte blocks without DataCopyPad."""
+    c0 = 32 // dtype_bytes(shape.dtype)
+    writes = 0
+    for cur_m in pieces(shape.cout_g, base_m):
+        tiles = shape.n * shape.groups * tiles_n  # of cur_m channels
+        for column in columns:
+            if column.copied is None:
+                writes += tiles * cur_m
+            elif not soc.has_data_copy_pad:
+                writes += tiles * (cur_m % c0)
+    return writes
 
 
 def _valid_taps(extent_out, extent_in, stride, dilation, pad, kernel) -> np.ndarray:

@@ -240,6 +240,88 @@ def test_conv_sweep_on_soc_without_datacopypad(dtype):
         assert {"conv", "batchnormalization", "relu"} in kinds
 
 
+@pytest.mark.parametrize("target,dtype", [("ascend", "float32"), ("ascend/310p3", "float16")])
+def test_conv_epilogue_covers_many_rows_per_call(target, dtype):
+    """Per-channel operands of a conv epilogue are columns (one 32-byte block per output row,
+    by Brcb) and the epilogue covers several rows per vector call: ``s - conv`` (a copied
+    column, first operand of Sub), ``* (a + c)`` (a column computed row by row on the scalar
+    unit), ``/ d`` (batch 2: the channel is the row modulo Cout). Numbers match onnxruntime
+    and the plan's bytes, scalar writes and UB equal the emulator's (``_check_counters``)."""
+    b = ModelBuilder(dtype, seed=3)
+    x = b.input("x", (2, 16, 9, 11))
+    y = b.node("Conv", [x, b.const(b.rng.standard_normal((40, 16, 3, 3)) * 0.2, "w")],
+               pads=[1, 1, 1, 1])
+    per_channel = [b.input(name, (1, 40, 1, 1)) for name in ("s", "a", "c")]
+    y = b.node("Sub", [per_channel[0], y])
+    y = b.node("Mul", [y, b.node("Add", per_channel[1:])])
+    d = b.const(b.rng.uniform(1.0, 2.0, (1, 40, 1, 1)), "d")
+    b.output(b.node("Div", [y, d]), (2, 40, 9, 11))
+    model = b.model()
+    lib = tvm_ascend.build(model, target=target)
+    (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref, **CONV_TOL[dtype])
+    (launch,) = lib.profile(reset=False)
+    (conv,) = _check_counters(lib)
+    p = conv["tiling"]["params"]
+    assert p["epilogue_rows"] > 1 and p["row_columns"] == 3
+    (source,) = lib.kernel_sources().values()
+    assert "AscendC::Brcb(" in source and "values.SetValue(" in source
+    assert source.count("BinaryRepeatParams(1, 0, 1,") == 1  # s - conv: the column first
+    # per tile and column one Brcb of a repeat per 8 rows; one Sub repeat per output row
+    rows = [min(p["base_m"], 40 - m0) for m0 in range(0, 40, p["base_m"])]
+    by_op = launch["vector_by_op"]
+    assert by_op["Brcb"]["instrs"] == 3 * 2 * p["tiles_n"] * sum(-(-m // 8) for m in rows)
+    assert by_op["Sub"]["instrs"] == 2 * p["tiles_n"] * 40
+
+
+def test_conv_epilogue_row_by_row_when_a_record_asks(monkeypatch, tmp_path):
+    """``Conv2dKnobs(epilogue_rows=1)`` (a tuning record's) prints the epilogue one output row
+    per call, each row's BatchNorm shift read on the scalar unit: the same numbers, and the
+    plan still equals the emulator's counters."""
+    from tvm_ascend import pipeline
+    from tvm_ascend.cost_model import TuningDatabase, workload_of
+    from tvm_ascend.schedules.conv2d import Conv2dKnobs, Conv2dSchedule
+    from tvm_ascend.scheduling import schedule_groups
+    from tvm_ascend.soc import get_soc
+
+    b = ModelBuilder("float32", seed=9)
+    x = b.input("x", (2, 8, 7, 9))
+    b.output(_conv_bn(b, x, 8, 24, residual=b.input("r", (2, 24, 7, 9))), (2, 24, 7, 9))
+    model = b.model()
+    result = tvm_ascend.partition_for_ascend(model)
+    (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
+               if f.attrs and f.attrs.get("Codegen") == "ascend"]
+    db = TuningDatabase(tmp_path / "db")
+    db.commit(workload_of(func, "conv2d", get_soc("Ascend910B1")),
+              Conv2dKnobs(epilogue_rows=1), 1.0)
+    monkeypatch.setattr(pipeline, "schedule_groups",
+                        lambda mod, soc, *_, **__: schedule_groups(mod, soc, database=db))
+    lib = tvm_ascend.build(model)
+    (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
+    np.testing.assert_allclose(out, ref, **CONV_TOL["float32"])
+    (conv,) = _check_counters(lib)
+    assert conv["tiling"]["params"]["epilogue_rows"] == 1
+    assert Conv2dSchedule.schedule(func, get_soc("Ascend910B1"))[1].params["epilogue_rows"] > 1
+    source = lib.kernel_sources()[conv["kernel"]]
+    assert "Brcb" not in source and "param_1Row = param_1Gm.GetValue(" in source
+
+
+def test_consecutive_rows_tells_a_channel_walk_from_others():
+    """A copied column needs the channel's values one after another in GM."""
+    from tvm import tirx
+
+    from tvm_ascend.schedules.conv2d import ConvShape
+    from tvm_ascend.schedules.conv_epilogue import consecutive_rows
+
+    row = tirx.Var("row", "int64")
+    shape = ConvShape(2, 8, 9, 9, 40, 3, 3, 9, 9, (1, 1), (1, 1), (1, 1), 1, "float32", "x", "w")
+    c = tirx.IntImm("int64", 40)
+    assert consecutive_rows(tirx.FloorMod(row, c), row, shape)          # bias[c]
+    assert consecutive_rows(row, row, shape)                              # a [n, c] tensor
+    assert not consecutive_rows(tirx.FloorMod(row, c) * 2, row, shape)   # every other value
+    assert not consecutive_rows(tirx.FloorDiv(row, c), row, shape)       # per image
+
+
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
 

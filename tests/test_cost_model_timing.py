@@ -214,9 +214,12 @@ def test_one_estimate_takes_well_under_a_millisecond():
     assert per_call < 2e-4, f"{per_call * 1e6:.0f} us per estimate"
 
 
-def test_conv_vector_work_is_its_epilogue_per_output_row():
+def test_conv_vector_work_is_its_epilogue_per_epilogue_rows():
     """The conv kernel pads while it builds img2col (the plan counts that): the pad_temp block
-    is no vector work; the epilogue (here a ReLU) runs once per output-channel row of a tile."""
+    is no vector work; the epilogue (here a ReLU) is one call per ``epilogue_rows`` output-channel
+    rows of a tile, and one per row when printed row by row."""
+    import dataclasses
+
     import tvm_ascend
     from onnx_models import ModelBuilder
     from tvm_ascend import ir_attrs
@@ -234,4 +237,8 @@ def test_conv_vector_work_is_its_epilogue_per_output_row():
     assert work.ops_per_unit == 1 and work.total_ops == 16 * 100  # max(x, 0) per output
     soc = get_soc("Ascend910B1")
     _, tiling = Conv2dSchedule.schedule(func, soc)
-    assert _vector_instructions(tiling, work) == tiling.params["base_m"] * tiling.tiles_per_core
+    p = tiling.params
+    assert p["epilogue_rows"] == p["base_m"] and p["row_columns"] == 0  # a whole tile a call
+    assert _vector_instructions(tiling, work) == tiling.tiles_per_core
+    by_row = dataclasses.replace(tiling, params={**p, "epilogue_rows": 1})
+    assert _vector_instructions(by_row, work) == p["base_m"] * tiling.tiles_per_core

@@ -25,6 +25,7 @@ from contextlib import nullcontext
 
 from ..errors import CodegenError
 from ..schedules.conv2d import conv_block_index, conv_shape, epilogue_program
+from ..schedules.conv_epilogue import BLOCK_BYTES, row_columns
 from ..schedules.row_program import RowAccessKind
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import expr_dtype, schedule_blocks
@@ -34,7 +35,7 @@ from .kernel_parts import cube_prelude, emit_cube_entry, ident
 from .matmul_kernel import CUBE_FIELDS
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from .vector_emitters import ColumnLayout, Operand
 
 GEOMETRY = ("n", "cin", "h", "w", "cout", "kh", "kw", "oh", "ow", "groups", "k")
 
@@ -61,6 +62,8 @@ class ConvKernelPrinter:
         self.x_name = self.names[self.shape.x_name]
         self.w_name = self.names[self.shape.w_name]
         self.out_name = self.names[self.params[-1].name]
+        self.rows = int(self.p.get("epilogue_rows", 1))  # output rows per epilogue call
+        self.columns = row_columns(self.program, self.shape) if self.rows > 1 else []
 
     def _inputs(self, kind):
         if self.program is None:
@@ -131,8 +134,14 @@ class ConvKernelPrinter:
             for name in self._inputs(RowAccessKind.ROWS):
                 buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, {tile});")
             if self.p["slots"]:
-                buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots']} * tiling.pitch * "
+                buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots'] * self.rows} * "
+                         f"tiling.pitch * sizeof({t}));")
+            if self.columns:
+                count = len(self.columns)
+                buf.line(f"pipe->InitBuffer(valueBuf, {count} * tiling.cube.baseM * "
                          f"sizeof({t}));")
+                buf.line(f"pipe->InitBuffer(blockBuf, {count} * tiling.cube.baseM * "
+                         f"{BLOCK_BYTES});")
 
     def emit_process(self, buf):
         with buf.indent("__aicore__ inline void Process() {"):
@@ -340,44 +349,117 @@ class ConvKernelPrinter:
             buf.line(f"CopyTileIn({n}Tile, {n}Gm[rowOff * P + p0], curM, curN, stride, P);")
             buf.line(f"{n}Que.EnQue({n}Tile);")
             buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
-        with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
-            buf.line("uint64_t row = rowOff + r;")
-            self.emit_epilogue_row(buf)
+        if self.rows > 1:
+            if self.columns:
+                self.emit_columns(buf)
+            with buf.indent(f"for (uint32_t r0 = 0; r0 < curM; r0 += {self.rows}) {{"):
+                buf.line(f"uint32_t rows = curM - r0 < {self.rows} ? curM - r0 : {self.rows};")
+                self.emit_epilogue_rows(buf)
+        else:
+            with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
+                buf.line("uint64_t row = rowOff + r;")
+                self.emit_epilogue_row(buf)
         for n in streamed:
             buf.line(f"{n}Que.FreeTensor({n}Tile);")
 
     def emit_epilogue_row(self, buf):
-        program = self.program
-        tiles, scalars = {}, {}
-        row_var = {program.row_var.name: "row"}
-        row_values = {}
+        """The epilogue of row ``r``: each op one call over the row's ``curN`` pixels."""
+        self.emit_epilogue_program(buf, "r", "curN", 1, self.emit_row_values(buf), {})
+
+    def emit_epilogue_program(self, buf, first: str, count: str, rows: int, scalars: dict,
+                              columns: dict):
+        """The epilogue's tile program over ``rows`` rows from row ``first`` (``count``
+        elements a call); ``scalars`` name the scalar loads, ``columns`` are operands by key."""
+        program, dtype = self.program, self.shape.dtype
+        tiles = dict(columns)
         for key, (kind, buffer, step) in program.loads.items():
             n = self.names.get(buffer.name, ident(buffer.name))
             if kind is RowAccessKind.INTERMEDIATE and step == -1:
-                tiles[key] = Operand("acc[r * stride]", True, self.shape.dtype)
+                tiles[key] = Operand(f"acc[{first} * stride]", True, dtype)
             elif kind is RowAccessKind.ROWS:
-                tiles[key] = Operand(f"{n}Tile[r * stride]", True, self.shape.dtype)
-            elif kind is RowAccessKind.ROW_SCALAR:
-                if n not in row_values:  # one GM read per row and input (the plan counts so)
-                    base = ScalarPrinter(row_var).print(program.bases[buffer.name])
-                    row_values[n] = f"{n}Row"
-                    buf.line(f"{cpp_type(buffer.dtype)} {n}Row = {n}Gm.GetValue({base});")
-                scalars[key] = row_values[n]
-            elif kind is RowAccessKind.SCALAR:
-                scalars[key] = f"{n}Val"
-            else:
+                tiles[key] = Operand(f"{n}Tile[{first} * stride]", True, dtype)
+            elif kind not in (RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR):
                 raise CodegenError(f"{self.symbol}: conv epilogue load of kind {kind.value}")
         (step,) = program.steps  # the template inlines the epilogue into one block
         printer = TileProgramPrinter(self.symbol, ScalarPrinter(scalars, expr_key))
 
         def slot(k, node):
             ctype = cpp_type(expr_dtype(node))
-            return (f"rowBuf.GetWithOffset<{ctype}>(tiling.pitch, "
-                    f"{k} * tiling.pitch * sizeof({ctype}))")
+            return (f"rowBuf.GetWithOffset<{ctype}>({rows} * tiling.pitch, "
+                    f"{k * rows} * tiling.pitch * sizeof({ctype}))")
 
-        root = printer.emit(buf, step.plan, tiles, "acc[r * stride]", slot, "curN")
-        if root.text != "acc[r * stride]":
-            printer.emit_copy(buf, "acc[r * stride]", root, "curN")
+        dst = f"acc[{first} * stride]"
+        root = printer.emit(buf, step.plan, tiles, dst, slot, count)
+        if root.text != dst:
+            printer.emit_copy(buf, dst, root, count)
+
+    def emit_columns(self, buf):
+        """The tile's per-row scalars (``conv_epilogue.RowColumn``) into ``valueBuf``: one copy
+        for a column whose values lie contiguous in GM, the scalar unit row by row for the
+        others; then ``Brcb`` spreads each value over a 32-byte block of ``blockBuf``."""
+        t, program = self.ctype, self.program
+        buf.line(f"AscendC::LocalTensor<{t}> values = valueBuf.Get<{t}>();")
+        copied = [(j, c) for j, c in enumerate(self.columns) if c.copied]
+        computed = [(j, c) for j, c in enumerate(self.columns) if not c.copied]
+        if copied:
+            # the last tile's Brcb has read the values this copy replaces
+            buf.line("AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(0);")
+            buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(0);")
+            at_first_row = ScalarPrinter({program.row_var.name: "rowOff"})
+            for j, column in copied:
+                n = self.names[column.copied]
+                base = at_first_row.print(program.bases[column.copied])
+                buf.line(f"CopyTileIn(values[{j} * tiling.cube.baseM], {n}Gm[{base}], 1, curM, "
+                         "tiling.cube.baseM, curM);")
+            buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
+            buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
+        if computed:
+            buf.line("AscendC::SetFlag<AscendC::HardEvent::V_S>(0);")
+            buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_S>(0);")
+            with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
+                buf.line("uint64_t row = rowOff + r;")
+                scalars = self.emit_row_values(buf, {c.copied for _, c in copied})
+                printer = ScalarPrinter(scalars, expr_key)
+                for j, column in computed:
+                    buf.line(f"values.SetValue({j} * tiling.cube.baseM + r, "
+                             f"static_cast<{t}>({printer.print(column.expr)}));")
+            buf.line("AscendC::SetFlag<AscendC::HardEvent::S_V>(0);")
+            buf.line("AscendC::WaitFlag<AscendC::HardEvent::S_V>(0);")
+        buf.line(f"AscendC::LocalTensor<{t}> blocks = blockBuf.Get<{t}>();")
+        for j, _ in enumerate(self.columns):
+            buf.line(f"AscendC::Brcb(blocks[{j} * tiling.cube.baseM * C0], "
+                     f"values[{j} * tiling.cube.baseM], static_cast<uint8_t>((curM + 7) / 8), "
+                     "AscendC::BrcbRepeatParams(1, 8));")
+
+    def emit_row_values(self, buf, skip=frozenset()) -> dict:
+        """Row ``row``'s values of the row-scalar inputs (one GM read per row and input: the
+        plan counts so), those in ``skip`` aside, and the kernel scalars: the names the scalar
+        printer gives their loads."""
+        program = self.program
+        scalars, row_values = {}, {}
+        row_var = {program.row_var.name: "row"}
+        for key, (kind, buffer, _) in program.loads.items():
+            n = self.names.get(buffer.name, ident(buffer.name))
+            if kind is RowAccessKind.ROW_SCALAR and buffer.name not in skip:
+                if n not in row_values:
+                    base = ScalarPrinter(row_var).print(program.bases[buffer.name])
+                    row_values[n] = f"{n}Row"
+                    buf.line(f"{cpp_type(buffer.dtype)} {n}Row = {n}Gm.GetValue({base});")
+                scalars[key] = row_values[n]
+            elif kind is RowAccessKind.SCALAR:
+                scalars[key] = f"{n}Val"
+        return scalars
+
+    def emit_epilogue_rows(self, buf):
+        """The epilogue over ``rows`` rows from ``r0``: tile ops over ``rows * stride``
+        elements, ops with a column in the repeat form (``conv_epilogue``)."""
+        layout = ColumnLayout("curN", "rows", "stride / C0")
+        columns = {c.key: Operand(f"blocks[({j} * tiling.cube.baseM + r0) * C0]", False,
+                                  self.shape.dtype, column=layout)
+                   for j, c in enumerate(self.columns)}
+        kernel_scalars = self.emit_row_values(buf, skip=set(self.program.inputs))
+        self.emit_epilogue_program(buf, "r0", "rows * stride", self.rows, kernel_scalars,
+                                   columns)
 
     def emit_members(self, buf):
         t = self.ctype
@@ -400,6 +482,9 @@ class ConvKernelPrinter:
             buf.line(f"{t} {self.names[name]}Val;")
         if self.p["slots"]:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
+        if self.columns:  # a tile's per-row scalars: values, then one 32-byte block a row
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> valueBuf;")
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> blockBuf;")
 
     def emit_entry(self, buf):
         emit_cube_entry(buf, self.symbol, [self.names[p.name] for p in self.params],

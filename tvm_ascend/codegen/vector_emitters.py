@@ -19,20 +19,53 @@ from .cpp_types import cpp_type
 
 
 @dataclass(frozen=True)
+class ColumnLayout:
+    """How a tile op with a column covers the tile's rows (C++ expressions): ``rows`` repeats
+    of ``cols`` elements (the mask), rows ``pitch`` 32-byte blocks apart."""
+
+    cols: str
+    rows: str
+    pitch: str
+
+
+@dataclass(frozen=True)
 class Operand:
-    """A tile (LocalTensor name) or a kernel scalar (C++ expression) of one dtype."""
+    """A tile (LocalTensor name), a kernel scalar (C++ expression) or a column (one 32-byte
+    block per row, each a row's scalar: ``column`` says how the op covers the rows) of one
+    dtype."""
 
     text: str
     is_tile: bool
     dtype: str
     mask: bool = False  # a bool tile as a bit mask (else the 0/1 bytes of a bool GM tensor)
+    column: ColumnLayout | None = None
 
 
 def _scalar(op: Operand, dtype: str) -> str:
     return f"static_cast<{cpp_type(dtype)}>({op.text})"
 
 
+def _emit_column(buf, name, dst, a, b) -> bool:
+    """``name`` of a tile and a column in the repeat form, one repeat per row: the column's
+    block stride is 0 (a row's 8 blocks all read its one block), its repeat stride 1 block.
+    False where neither operand is a column."""
+    layout = a.column or b.column
+    if layout is None:
+        return False
+
+    def strides(op):
+        return ("0", "1") if op.column else ("1", layout.pitch)
+
+    (a_blk, a_rep), (b_blk, b_rep) = strides(a), strides(b)
+    buf.line(f"AscendC::{name}({dst}, {a.text}, {b.text}, static_cast<uint64_t>({layout.cols}), "
+             f"static_cast<uint8_t>({layout.rows}), AscendC::BinaryRepeatParams(1, {a_blk}, "
+             f"{b_blk}, {layout.pitch}, {a_rep}, {b_rep}));")
+    return True
+
+
 def emit_add(buf, dst, a, b, n):
+    if _emit_column(buf, "Add", dst, a, b):
+        return
     if a.is_tile and b.is_tile:
         buf.line(f"AscendC::Add({dst}, {a.text}, {b.text}, {n});")
     else:
@@ -41,6 +74,8 @@ def emit_add(buf, dst, a, b, n):
 
 
 def emit_sub(buf, dst, a, b, n):
+    if _emit_column(buf, "Sub", dst, a, b):
+        return
     if a.is_tile and b.is_tile:
         buf.line(f"AscendC::Sub({dst}, {a.text}, {b.text}, {n});")
     elif a.is_tile:
@@ -52,6 +87,8 @@ def emit_sub(buf, dst, a, b, n):
 
 
 def emit_mul(buf, dst, a, b, n):
+    if _emit_column(buf, "Mul", dst, a, b):
+        return
     if a.is_tile and b.is_tile:
         buf.line(f"AscendC::Mul({dst}, {a.text}, {b.text}, {n});")
     else:
@@ -60,6 +97,8 @@ def emit_mul(buf, dst, a, b, n):
 
 
 def emit_div(buf, dst, a, b, n):
+    if _emit_column(buf, "Div", dst, a, b):
+        return
     if a.is_tile and b.is_tile:
         buf.line(f"AscendC::Div({dst}, {a.text}, {b.text}, {n});")
     elif a.is_tile:
@@ -73,6 +112,8 @@ def emit_div(buf, dst, a, b, n):
 
 def _emit_minmax(name):
     def emit(buf, dst, a, b, n):
+        if _emit_column(buf, name, dst, a, b):
+            return
         if a.is_tile and b.is_tile:
             buf.line(f"AscendC::{name}({dst}, {a.text}, {b.text}, {n});")
             return

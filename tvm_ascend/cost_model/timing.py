@@ -142,8 +142,12 @@ def _vector_instructions(tiling, work: VectorWork) -> int:
         steps = -(-min(p["base_m"], p["single_m"]) // rows)
         return (work.ops_per_unit * steps + p.get("column_fill_rows", 0)) * pieces \
             * tiling.tiles_per_core
-    if tiling.template == "conv2d":  # the epilogue runs per output-channel row of a tile
-        return work.ops_per_unit * tiling.params["base_m"] * tiling.tiles_per_core
+    if tiling.template == "conv2d":
+        # one call per op per `epilogue_rows` output-channel rows of a tile, plus one Brcb per
+        # column of per-row scalars
+        p = tiling.params
+        steps = -(-p["base_m"] // p.get("epilogue_rows", 1))
+        return (work.ops_per_unit * steps + p.get("row_columns", 0)) * tiling.tiles_per_core
     return work.ops_per_unit * min(tiling.block_len, tiling.total)
 
 
