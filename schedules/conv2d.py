@@ -74,7 +74,8 @@ from .tile_values import buffer_size
 from .tiling import ceil_div, dtype_bytes, pieces, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
 from .conv_epilogue import column_bytes, row_columns
-from .conv_img2col import (IMG2COL_MODES, build_reads, chunk_channels, count_col_builds,
+from .conv_img2col import (IMG2COL_MODES, block_tails, build_reads, chunk_channels,
+                           count_col_builds, row_elems,
                            gather_mode, img2col_plan, pointwise, window_rows)
 from .tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars,
                        root_blocks, schedule_blocks)
@@ -424,6 +425,11 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
     gm_read, gm_write, macs = _traffic(shape, program, soc, base_m, base_n, base_k, img2col,
                                        builds[0], used)
     work = _img2col_work(shape, program, soc, base_m, base_n, img2col, builds, used)
+    if not soc.has_data_copy_pad:  # rows at an input's end that whole blocks would pass
+        for fewer, tails in (block_tails(shape, img2col, base_n, tiles_m, per_core),
+                             _streamed_tails(shape, program, base_n)):
+            gm_read -= fewer * elem
+            work["scalar_gather_elems"] += tails
     if rows > 1:  # the columns' values: a copy's tail, or every row, on the scalar unit
         work["scalar_gather_elems"] += _column_scalar_writes(shape, columns, soc, base_m, tiles_n)
     params = {"n": shape.n, "cin": shape.cin, "h": shape.h, "w": shape.w, "cout": shape.cout,
@@ -519,6 +525,7 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col, co
     read = write = macs = 0
     outer = shape.n * shape.groups
     direct = img2col.mode == "direct"
+    blocks = not soc.has_data_copy_pad
     for cur_m in pieces(shape.cout_g, base_m):
         for start in range(0, shape.pixels, base_n):
             cur_n = min(base_n, shape.pixels - start)
@@ -530,10 +537,12 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col, co
                 staged = ((0 if direct else shape.k * cur_n) + len(chunks) * cur_m * cur_n) * elem
                 read += outer * staged
                 write += outer * staged
-            read += outer * _epilogue_reads(program, cur_m, cur_n)
+            # streamed rows: whole 32-byte blocks without DataCopyPad (``_streamed_tails``)
+            read += outer * _epilogue_reads(program, cur_m, row_elems(cur_n, c0, blocks))
     for index, start in enumerate(range(0, shape.pixels, base_n)):
         cur_n = min(base_n, shape.pixels - start)
-        read += col_builds[index] * build_reads(shape, img2col, taps, start, cur_n) * elem
+        read += col_builds[index] * build_reads(shape, img2col, taps, start, cur_n,
+                                                blocks) * elem
     write += shape.n * shape.cout * shape.pixels * elem
     if program is not None:
         read += sum(cores * dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.SCALAR))
@@ -547,24 +556,26 @@ def _img2col_work(shape: ConvShape, program, soc, base_m, base_n, img2col, build
     ``scalar_gather_elems``: the scalar mode's every img2col element (a SetValue, after a
     GetValue where the tap is in range); the window mode's first row of offsets (one per pixel
     column, per build of a pixel tile's offsets); without DataCopyPad, the tails past the whole
-    32-byte blocks of every copied row (col rows, slab rows, output and streamed epilogue rows).
+    32-byte blocks of the output rows (GM -> UB copies read whole blocks: ``plan`` adds the
+    rows at an input's end, ``block_tails`` and ``_streamed_tails``).
     ``gather_elems`` / ``gather_calls``: the window mode's vector Gathers, one per channel and
     chunk, over whole col rows (``align_n`` columns). ``img2col_vector_bytes`` /
     ``img2col_vector_calls``: its contiguous vector ops: the other taps' offsets (an Adds per
-    tap), and the slab zeroed once per core and before each chunk of a pixel tile whose window
-    reaches the padding rows (the rows of the tile before may be there).
+    tap), the slab zeroed once per core and before each chunk of a pixel tile whose window
+    reaches the padding rows (the rows of the tile before may be there), and without
+    DataCopyPad the margins after the copied rows zeroed again (a masked Duplicate per channel
+    load, a block a row, at most 255 rows a call).
     """
     elem = dtype_bytes(shape.dtype)
     c0 = 32 // elem
     pad = soc.has_data_copy_pad
-    streamed = len(_inputs(program, RowAccessKind.ROWS)) if program is not None else 0
     col_builds, offset_builds = builds
     align_n = round_up(base_n, c0)
     scalar = 0
-    if not pad:
+    if not pad:  # the output rows' tails (UB -> GM stops at the row: other cores' pixels)
         for cur_m in pieces(shape.cout_g, base_m):
             for cur_n in pieces(shape.pixels, base_n):
-                scalar += shape.n * shape.groups * cur_m * (cur_n % c0) * (1 + streamed)
+                scalar += shape.n * shape.groups * cur_m * (cur_n % c0)
     work = {"gather_elems": 0, "gather_calls": 0, "img2col_vector_bytes": 0,
             "img2col_vector_calls": 0}
     channels = chunk_channels(shape, img2col.k_chunk)
@@ -575,13 +586,13 @@ def _img2col_work(shape: ConvShape, program, soc, base_m, base_n, img2col, build
         builds_here = col_builds[index]
         if img2col.mode == "scalar":
             scalar += builds_here * shape.k * cur_n
-        elif img2col.mode == "rows":
-            scalar += 0 if pad else builds_here * shape.k * (cur_n % c0)
         elif img2col.mode == "window":
             _, rows, padded = window_rows(shape, start, cur_n)
             scalar += offset_builds[index] * align_n
-            if not pad:
-                scalar += builds_here * sum(channels) * rows * (shape.w % c0)
+            if not pad and shape.w % c0 and rows:
+                loads = builds_here * sum(channels)
+                work["img2col_vector_bytes"] += loads * rows * 32
+                work["img2col_vector_calls"] += loads * -(-rows // 255)
             work["gather_elems"] += builds_here * shape.k * align_n
             work["gather_calls"] += builds_here * sum(channels)
             shifts = offset_builds[index] * (taps - 1)
@@ -605,8 +616,31 @@ def _inputs(program, kind) -> list:
     return found
 
 
+def _streamed_tails(shape: ConvShape, program, base_n: int) -> tuple[int, int]:
+    """(elements not read, scalar tail elements) of the streamed epilogue rows (a residual)
+    that ``CopyTileInBlocks`` copies exactly because their whole blocks would pass the
+    tensor's end; each such row is copied once."""
+    if program is None:
+        return 0, 0
+    c0 = 32 // dtype_bytes(shape.dtype)
+    rows = shape.n * shape.cout
+    fewer = scalar = 0
+    for buffer in _inputs(program, RowAccessKind.ROWS):
+        total = buffer_size(buffer)
+        for p0 in range(0, shape.pixels, base_n):
+            cols = min(base_n, shape.pixels - p0)
+            if cols % c0 == 0:
+                continue
+            whole = round_up(cols, c0)
+            exact = rows - max(0, (total - whole - p0) // shape.pixels + 1)
+            fewer += max(0, exact) * (whole - cols)
+            scalar += max(0, exact) * (cols % c0)
+    return fewer, scalar
+
+
 def _epilogue_reads(program, cur_m, cur_n) -> int:
-    """Bytes one tile's epilogue reads: streamed rows, and one value per row for row scalars."""
+    """Bytes one tile's epilogue reads: streamed rows (``cur_n`` elements each), and one value
+    per row for row scalars."""
     if program is None:
         return 0
     rows = sum(cur_m * cur_n * dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.ROWS))

@@ -157,11 +157,72 @@ def img2col_plan(shape: ConvShape, mode: str, align_n: int, base_n: int,
     return Img2colPlan("scalar", upper)  # the window is wider than the UB: gather by element
 
 
-def build_reads(shape: ConvShape, img2col: Img2colPlan, taps, p0: int, cur_n: int) -> int:
-    """Elements one build of pixel tile ``[p0, p0 + cur_n)``'s img2col block reads from GM."""
+def row_elems(cols: int, c0: int, blocks: bool) -> int:
+    """Elements a copied row of ``cols`` reads: all of them exactly (DataCopyPad), or its
+    whole 32-byte blocks (``CopyTileInBlocks`` without DataCopyPad)."""
+    return round_up(cols, c0) if blocks else cols
+
+
+def build_reads(shape: ConvShape, img2col: Img2colPlan, taps, p0: int, cur_n: int,
+                blocks: bool = False) -> int:
+    """Elements one build of pixel tile ``[p0, p0 + cur_n)``'s img2col block reads from GM,
+    rows of whole 32-byte blocks where ``blocks`` (no DataCopyPad; ``block_tails`` counts the
+    rows at the tensor's end that are copied exactly instead)."""
+    c0 = 32 // dtype_bytes(shape.dtype)
     if img2col.mode == "rows":
-        return shape.k * cur_n
+        return shape.k * row_elems(cur_n, c0, blocks)
     if img2col.mode == "window":
-        return window_rows(shape, p0, cur_n)[1] * shape.w * \
+        return window_rows(shape, p0, cur_n)[1] * row_elems(shape.w, c0, blocks) * \
             sum(chunk_channels(shape, img2col.k_chunk))
     return int(taps[p0:p0 + cur_n].sum()) * shape.cin_g  # one GetValue per in-range tap
+
+
+def run_builds(run: int, tiles_m: int, per_core: int, chunks: int) -> int:
+    """Builds of one K chunk of run ``run``'s block (the run of channel tiles of one image,
+    group and pixel tile): one per core that meets the run when the block is one chunk (it
+    stays in the UB), else one per tile."""
+    if chunks > 1:
+        return tiles_m
+    return ((run + 1) * tiles_m - 1) // per_core - run * tiles_m // per_core + 1
+
+
+def block_tails(shape: ConvShape, img2col: Img2colPlan, base_n: int, tiles_m: int,
+                per_core: int) -> tuple[int, int]:
+    """(elements not read, scalar tail elements) of the img2col rows that ``CopyTileInBlocks``
+    copies exactly because their whole blocks would pass the input's end: the last rows of
+    the tensor, each as often as the builds that copy it."""
+    if img2col.mode not in ("rows", "window"):
+        return 0, 0
+    c0 = 32 // dtype_bytes(shape.dtype)
+    total = shape.n * shape.cin * shape.h * shape.w
+    tiles_n = -(-shape.pixels // base_n)
+    chunks = -(-shape.k // img2col.k_chunk)
+    taps = shape.kh * shape.kw
+    fewer = scalar = 0
+    for t, p0 in enumerate(range(0, shape.pixels, base_n)):
+        cur_n = min(base_n, shape.pixels - p0)
+        if img2col.mode == "rows":  # col row = input plane pl's pixels [p0, p0 + cur_n)
+            cols, pitch, offset = cur_n, shape.h * shape.w, p0
+            first_row, last_row = 0, 0
+        else:  # the window's input rows of every channel
+            cols, pitch, offset = shape.w, shape.w, 0
+            first_row, rows, _ = window_rows(shape, p0, cur_n)
+            last_row = first_row + rows - 1
+        whole = round_up(cols, c0)
+        if cols % c0 == 0:
+            continue
+        # rows (global index: plane-major) whose blocks pass the end are copied exactly
+        count = shape.n * shape.cin * (shape.h if img2col.mode == "window" else 1)
+        for index in range(max(0, (total - whole - offset) // pitch + 1), count):
+            plane, row = divmod(index, shape.h) if img2col.mode == "window" else (index, 0)
+            if not first_row <= row <= last_row:
+                continue
+            image, channel = divmod(plane, shape.cin)
+            group, ci = divmod(channel, shape.cin_g)
+            run = (image * shape.groups + group) * tiles_n + t
+            loads = sum(1 for k0 in range(0, shape.k, img2col.k_chunk)
+                        if k0 // taps <= ci <= (min(shape.k, k0 + img2col.k_chunk) - 1) // taps)
+            built = loads * run_builds(run, tiles_m, per_core, chunks)
+            fewer += built * (whole - cols)
+            scalar += built * (cols % c0)
+    return fewer, scalar

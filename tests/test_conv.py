@@ -208,15 +208,24 @@ SWEEP_310P = [
     (1, 6, 10, 10, 6, 3, 1, 2, 2, 6, "sigmoid"),        # depthwise, dilation 2
     (1, 16, 15, 15, 40, 3, 1, 1, 1, 1, "relu_residual"),  # residual read with tails; cores
     (1, 12, 5, 7, 20, 1, 1, 0, 1, 1, "bias"),           # 1x1 rows copy, 35-pixel row tails
+    (2, 8, 7, 7, 8, 3, 2, 1, 1, 4, "bias_clip6"),       # rows narrower than a block; groups
+    (1, 288, 6, 6, 16, 3, 1, 1, 1, 1, "relu_residual"),  # K chunks; residual rows of 36
 ]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_conv_sweep_on_soc_without_datacopypad(dtype):
-    """310P3: each output row (and residual row) of a tile moves as whole 32-byte blocks plus
-    an element-wise tail, so no block reaches into the pixels another core writes; every conv
-    with its epilogue is one NPU kernel whose plan equals the emulator's counters. The float32
-    model adds a Conv + folded BatchNorm + ReLU over 121 pixels (4-byte row tails)."""
+
+    """310P3: each output row of a tile moves as whole 32-byte blocks plus an element-wise
+    tail, so no block reaches into the pixels another core writes; rows copied into the UB
+    (img2col rows, slab rows, residual rows) are whole blocks that read on past the row,
+    except at the input's end (``CopyTileInBlocks``), and a slab row's margin is zeroed again.
+    Every conv with its epilogue is one NPU kernel whose plan equals the emulator's counters
+    (GM bytes and scalar writes included). The float32 model adds a Conv + folded BatchNorm +
+    ReLU over 121 pixels (4-byte row tails)."""
+    from tvm_ascend.schedules.conv2d import ConvShape
+    from tvm_ascend.schedules.conv_img2col import chunk_channels, count_col_builds, window_rows
+
     b = ModelBuilder(dtype, seed=12)
     for index, case in enumerate(SWEEP_310P):
         _add_conv(b, case, index)
@@ -235,6 +244,30 @@ def test_conv_sweep_on_soc_without_datacopypad(dtype):
     assert all(g["tiling"]["params"]["data_copy_pad"] is False for g in convs)
     assert max(g["tiling"]["cores"] for g in convs) > 1
     assert all("DataCopyPad" not in src for src in lib.kernel_sources().values())
+    # the window's slab rows: whole blocks, their margins zeroed again; the scalar unit does
+    # fewer elements in all than the rows' tails alone would have been, copied exactly
+    c0 = 32 // (4 if dtype == "float32" else 2)
+    for g in convs:
+        p = g["tiling"]["params"]
+        if p["img2col"] != "window" or p["w"] % c0 == 0:
+            continue
+        assert "CopyTileInBlocks(slab[" in lib.kernel_sources()[g["kernel"]]
+        assert "margin, " in lib.kernel_sources()[g["kernel"]]
+        shape = ConvShape(p["n"], p["cin"], p["h"], p["w"], p["cout"], p["kh"], p["kw"],
+                          p["oh"], p["ow"], tuple(p["stride"]), tuple(p["dilation"]),
+                          tuple(p["pad"]), p["groups"], dtype, "x", "w")
+        total = p["n"] * p["groups"] * p["tiles_m"] * p["tiles_n"]
+        per_core = g["tiling"]["tiles_per_core"]
+        builds, offsets = count_col_builds(p["tiles_m"], p["tiles_n"], per_core, total,
+                                           p["chunks"])
+        channels = sum(chunk_channels(shape, p["k_chunk"]))
+        starts = range(0, p["oh"] * p["ow"], p["base_n"])
+        exact_tails = sum(built * channels * window_rows(shape, p0, p["base_n"])[1]
+                          * (p["w"] % c0) for built, p0 in zip(builds, starts))
+        out_tails = p["n"] * p["cout"] * sum(min(p["base_n"], p["oh"] * p["ow"] - p0) % c0
+                                             for p0 in starts)
+        others = sum(offsets) * p["align_n"] + out_tails  # the offsets' first row, outputs
+        assert others <= p["scalar_gather_elems"] < others + exact_tails, g["kernel"]
     if dtype == "float32":  # the BatchNorm folded into the conv, the ReLU fused after it
         kinds = [{n.split("_")[0] for n in g["onnx_nodes"]} for g in convs]
         assert {"conv", "batchnormalization", "relu"} in kinds

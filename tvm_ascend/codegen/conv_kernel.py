@@ -28,6 +28,7 @@ from ..schedules.conv2d import conv_block_index, conv_shape, epilogue_program
 from ..schedules.conv_epilogue import BLOCK_BYTES, row_columns
 from ..schedules.row_program import RowAccessKind
 from ..schedules.tile_values import buffer_size, expr_key
+from ..schedules.tiling import dtype_bytes
 from ..schedules.tir_walk import expr_dtype, schedule_blocks
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
@@ -62,6 +63,7 @@ class ConvKernelPrinter:
         self.x_name = self.names[self.shape.x_name]
         self.w_name = self.names[self.shape.w_name]
         self.out_name = self.names[self.params[-1].name]
+        self.sizes = {self.names[p.name]: buffer_size(p) for p in self.params}
         self.rows = int(self.p.get("epilogue_rows", 1))  # output rows per epilogue call
         self.columns = row_columns(self.program, self.shape) if self.rows > 1 else []
 
@@ -174,8 +176,9 @@ class ConvKernelPrinter:
 
     def emit_gather_rows(self, buf):
         """1x1, stride 1, no padding: col row ``ci`` is input plane ``ci``'s pixels, one copy."""
-        buf.line(f"CopyTileIn(col, {self.x_name}Gm[(plane + k0) * HW + p0], kc, curN, "
-                 "tiling.pitch, HW);")
+        buf.line("const uint64_t at = (plane + k0) * HW + p0;")
+        buf.line(f"CopyTileInBlocks(col, {self.x_name}Gm[at], kc, curN, tiling.pitch, HW, "
+                 f"{self.sizes[self.x_name]}ULL - at);")
 
     def emit_gather_window(self, buf):
         """The input rows under the tile's taps, for the chunk's channels, into ``slab`` (one
@@ -199,18 +202,38 @@ class ConvKernelPrinter:
         # the previous chunk's Gathers (and the zeros) are done with the slab the copy writes
         buf.line("AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(0);")
         buf.line("AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(0);")
+        first_row = "(ci - ciLo) * tiling.slabPitch + tiling.slabLead + (ihLo - top) * " \
+            "tiling.slabRowPitch"
         with buf.indent("for (uint32_t ci = ciLo; rowsIn > 0 && ci <= ciHi; ++ci) {"):
-            buf.line("CopyTileIn(slab[(ci - ciLo) * tiling.slabPitch + tiling.slabLead + "
-                     "(ihLo - top) * tiling.slabRowPitch], "
-                     f"{self.x_name}Gm[((plane + ci) * tiling.h + ihLo) * tiling.w], rowsIn, "
-                     "tiling.w, tiling.slabRowPitch, tiling.w);")
+            buf.line("const uint64_t at = ((plane + ci) * tiling.h + ihLo) * tiling.w;")
+            buf.line(f"CopyTileInBlocks(slab[{first_row}], {self.x_name}Gm[at], rowsIn, "
+                     f"tiling.w, tiling.slabRowPitch, tiling.w, {self.sizes[self.x_name]}ULL - "
+                     "at);")
         buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
         buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
+        c0 = 32 // dtype_bytes(self.shape.dtype)
+        if not self.p["data_copy_pad"] and self.shape.w % c0:
+            self.emit_margin_zeros(buf, first_row, c0)
         with buf.indent("for (uint32_t ci = ciLo; ci <= ciHi; ++ci) {"):
             buf.line("uint32_t kLo = ci * taps > k0 ? ci * taps : k0;")
             buf.line("uint32_t kHi = (ci + 1) * taps < k0 + kc ? (ci + 1) * taps : k0 + kc;")
             buf.line("AscendC::Gather(col[(kLo - k0) * N], slab, offsets[(kLo - ci * taps) * N], "
                      f"(ci - ciLo) * tiling.slabPitch * sizeof({t}), (kHi - kLo) * N);")
+
+    def emit_margin_zeros(self, buf, first_row: str, c0: int):
+        """Without DataCopyPad a slab row's copy is its whole 32-byte blocks, so the last one
+        brings input elements after the row into the row's zero margin: a masked Duplicate
+        zeroes them again (lanes ``w % C0``.. of the row's last block, one repeat a row)."""
+        t = self.ctype
+        w = self.shape.w
+        lanes = ((1 << c0) - 1) & ~((1 << (w % c0)) - 1)
+        buf.line(f"const uint64_t margin[2] = {{{lanes}ULL, 0ULL}};  // lanes {w % c0}..{c0 - 1}")
+        with buf.indent("for (uint32_t ci = ciLo; rowsIn > 0 && ci <= ciHi; ++ci) {"):
+            with buf.indent("for (int32_t r = 0; r < rowsIn; r += 255) {"):
+                buf.line(f"AscendC::Duplicate(slab[{first_row} + r * tiling.slabRowPitch + "
+                         f"{w // c0 * c0}], static_cast<{t}>(0.0f), margin, "
+                         "static_cast<uint8_t>(rowsIn - r < 255 ? rowsIn - r : 255), 1, "
+                         "static_cast<uint8_t>(tiling.slabRowPitch / C0));")
 
     def emit_offsets(self, buf):
         """``WindowRows`` (the slab's first row ``top``, the input rows a pixel tile's taps read,
@@ -346,7 +369,8 @@ class ConvKernelPrinter:
         streamed = [self.names[n] for n in self._inputs(RowAccessKind.ROWS)]
         for n in streamed:
             buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
-            buf.line(f"CopyTileIn({n}Tile, {n}Gm[rowOff * P + p0], curM, curN, stride, P);")
+            buf.line(f"CopyTileInBlocks({n}Tile, {n}Gm[rowOff * P + p0], curM, curN, stride, P, "
+                     f"{self.sizes[n]}ULL - (rowOff * P + p0));")
             buf.line(f"{n}Que.EnQue({n}Tile);")
             buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
         if self.rows > 1:

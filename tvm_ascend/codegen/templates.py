@@ -121,6 +121,16 @@ __aicore__ inline void CopyTileIn(const AscendC::LocalTensor<T>& dst,
   AscendC::DataCopyPad(dst, src, params, pad);
 }
 
+// The same where the caller ignores a UB row's elements past ``cols``: with DataCopyPad the
+// exact copy (``avail`` is unused).
+template <typename T>
+__aicore__ inline void CopyTileInBlocks(const AscendC::LocalTensor<T>& dst,
+                                        const AscendC::GlobalTensor<T>& src, uint32_t rows,
+                                        uint32_t cols, uint32_t stride, uint64_t pitch,
+                                        uint64_t avail) {
+  CopyTileIn(dst, src, rows, cols, stride, pitch);
+}
+
 template <typename T>
 __aicore__ inline void CopyTileOut(const AscendC::GlobalTensor<T>& dst,
                                    const AscendC::LocalTensor<T>& src, uint32_t rows,
@@ -157,6 +167,24 @@ __aicore__ inline void CopyTileIn(AscendC::LocalTensor<T> dst,
   // vector instructions read the tails next
   AscendC::SetFlag<AscendC::HardEvent::S_V>(0);
   AscendC::WaitFlag<AscendC::HardEvent::S_V>(0);
+}
+
+// The same where the caller ignores a UB row's elements past ``cols``: each row's whole
+// 32-byte blocks, its tail included, by one DataCopy that reads on into the GM after the row.
+// Only rows whose blocks would pass the tensor's end (``avail`` elements from ``src``) are
+// copied exactly, their tails on the scalar unit.
+template <typename T>
+__aicore__ inline void CopyTileInBlocks(AscendC::LocalTensor<T> dst,
+                                        const AscendC::GlobalTensor<T>& src, uint32_t rows,
+                                        uint32_t cols, uint32_t stride, uint64_t pitch,
+                                        uint64_t avail) {
+  uint32_t whole = (cols + 32 / sizeof(T) - 1) / (32 / sizeof(T)) * (32 / sizeof(T));
+  uint64_t fit = avail < whole ? 0 : (avail - whole) / pitch + 1;  // rows [0, fit) read whole
+  uint32_t over = fit < rows ? static_cast<uint32_t>(fit) : rows;
+  for (uint32_t r = 0; r < over; ++r) AscendC::DataCopy(dst[r * stride], src[r * pitch], whole);
+  if (over < rows) {
+    CopyTileIn(dst[over * stride], src[over * pitch], rows - over, cols, stride, pitch);
+  }
 }
 
 template <typename T>
