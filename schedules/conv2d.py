@@ -6,12 +6,21 @@ channels and ``p = (oh, ow)`` over the output pixels: the OIHW weights are alrea
 A (rows of ``K = Cin/G * kh * kw``), and C's rows are NCHW output rows. The output is cut into
 ``baseM x baseN`` tiles (output channels x pixels) spread over the AI cores in contiguous
 ranges, channel tiles fastest. For each tile the core builds ``col`` in a UB buffer, ``k_chunk``
-rows at a time (padding and out-of-range taps read as zero), hands it to the Matmul object as B
-(a VECOUT operand), fetches the product into the UB and adds the K chunks there on the vector
-unit; the elementwise epilogue (bias, a folded BatchNorm's shift, activation, residual Add) then
-runs row by row on the tile before the single write to GM. When ``col`` is one K chunk it stays
-in the UB for the whole run of channel tiles of its pixel tile, so a core builds it once per
-pixel tile instead of once per tile.
+rows at a time (padding and out-of-range taps read as zero), and the Matmul object takes it as
+B in one of two ways (``params["col_in_gm"]``):
+
+* split chips (910B), where AIC and AIV share no memory but GM: each K chunk of ``col`` is
+  copied to the core's part of the GM workspace (``GetUserWorkspace``), once for the whole run
+  of channel tiles of its pixel tile, and the Matmul reads B there, all of K in one go (a UB
+  operand B would be staged through GM again for every tile and K chunk);
+* coupled chips (310P): ``col`` is the Matmul's UB operand (VECOUT, on chip), chunk by chunk;
+  the product comes back into the UB and the K chunks are added there on the vector unit. When
+  ``col`` is one K chunk it stays in the UB for the run of channel tiles of its pixel tile.
+
+Either way a core builds a pixel tile's block once per run instead of once per tile. The
+elementwise epilogue (bias, a folded BatchNorm's shift, activation, residual Add) then runs on
+the tile, ``epilogue_rows`` output rows per vector call (``conv_epilogue``: per-channel values
+become columns), before the single write to GM.
 
 How ``col`` is built (``params["img2col"]``; the default is ``gather_mode``'s, the
 ``Conv2dKnobs.img2col`` knob chooses another):
@@ -46,8 +55,11 @@ Every SoC profile takes it. The output tile and streamed epilogue operands (a re
 as one multi-burst DataCopyPad where the SoC has it (910B, 310B); on 310P and 910A each row
 moves its whole 32-byte blocks by DataCopy and its tail element by element, so no block
 reaches into the pixels of another core's tile (``params["data_copy_pad"]`` tells the
-printer). The GM bytes are the same on both paths; on coupled chips (310P, 910A) the UB
-operand B and the product stay on chip, so the plan counts no workspace bytes there.
+printer). Rows copied into the UB there (img2col rows, slab rows, residual rows) are whole
+blocks that read on past the row (``CopyTileInBlocks``), exactly only where that would pass the
+input's end; the plan counts those bytes. On coupled chips (310P, 910A) the UB operand B and
+the product stay on chip, so the plan counts no workspace bytes there; on split chips the col
+blocks and products in the workspace are ``workspace_*_bytes`` (L2 for the timing model).
 
 Example
 -------
@@ -399,7 +411,11 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
     slots = (len(program.intermediates) + program.temp_slots) if program else 0
     streamed = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS) \
         if program else 0
-    fixed = tile_bytes * (2 + streamed)  # acc, partial, streamed epilogue operands
+    # on split chips every col block but the input planes' goes to the GM workspace, and the
+    # Matmul takes all of K from there at once: no partial products to add
+    col_gm = soc.npu_arch == 2201 and mode != "direct"
+    partial = not col_gm and mode != "direct"
+    fixed = tile_bytes * (1 + partial + streamed)  # acc, partial, streamed epilogue operands
     columns = row_columns(program, shape)
     rows, img2col, epilogue = _epilogue_rows(shape, mode, columns, slots, base_m, base_n,
                                              align_n, soc.ub_bytes - UB_RESERVED_BYTES - fixed,
@@ -411,7 +427,8 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
         raise TilingError(f"conv tile {base_m}x{base_n} leaves no UB for one img2col chunk of "
                           f"{c0} rows on {soc.name}")
     chunks = ceil_div(shape.k, k_chunk)
-    if chunks == 1:
+    mm_chunks = 1 if col_gm or direct else chunks  # K pieces the Matmul takes in turn
+    if mm_chunks == 1 and partial:
         fixed -= tile_bytes  # no partial products to add
     ub = fixed + (0 if direct else k_chunk * align_n * elem) + img2col.window_bytes(shape,
                                                                                  align_n)
@@ -421,12 +438,12 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
     per_core = ceil_div(total, min(soc.ai_cores, total))
     used = ceil_div(total, per_core)
     builds = ([0] * tiles_n, [0] * tiles_n) if direct else \
-        count_col_builds(tiles_m, tiles_n, per_core, total, chunks)
-    gm_read, gm_write, macs = _traffic(shape, program, soc, base_m, base_n, base_k, img2col,
-                                       builds[0], used)
+        count_col_builds(tiles_m, tiles_n, per_core, total, mm_chunks)
+    gm_read, gm_write, macs, cube_bytes = _traffic(shape, program, soc, base_m, base_n, base_k,
+                                                   img2col, builds[0], used, col_gm)
     work = _img2col_work(shape, program, soc, base_m, base_n, img2col, builds, used)
     if not soc.has_data_copy_pad:  # rows at an input's end that whole blocks would pass
-        for fewer, tails in (block_tails(shape, img2col, base_n, tiles_m, per_core),
+        for fewer, tails in (block_tails(shape, img2col, base_n, tiles_m, per_core, mm_chunks),
                              _streamed_tails(shape, program, base_n)):
             gm_read -= fewer * elem
             work["scalar_gather_elems"] += tails
@@ -437,7 +454,9 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
               "stride": list(shape.stride), "dilation": list(shape.dilation),
               "pad": list(shape.pad), "groups": shape.groups, "k": shape.k,
               "base_m": base_m, "base_n": base_n, "base_k": base_k, "align_n": align_n,
-              "k_chunk": k_chunk, "chunks": chunks, "tiles_m": tiles_m, "tiles_n": tiles_n,
+              "k_chunk": k_chunk, "chunks": chunks, "mm_chunks": mm_chunks, "col_in_gm": col_gm,
+              "col_workspace_bytes": shape.k * align_n * elem if col_gm else 0,
+              "tiles_m": tiles_m, "tiles_n": tiles_n, **cube_bytes,
               "slots": slots, "cube_macs": macs, "data_copy_pad": bool(soc.has_data_copy_pad),
               "img2col": img2col.mode, "col_builds": sum(builds[0]),
               "slab_lead": img2col.layout.lead if img2col.layout else 0,
@@ -507,11 +526,22 @@ def _valid_taps(extent_out, extent_in, stride, dilation, pad, kernel) -> np.ndar
     return ((out >= 0) & (out < extent_in)).sum(axis=1)
 
 
-def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col, col_builds, cores):
-    """(GM bytes read, written, cube MACs) exactly as the printed kernel moves them (emulator
-    README "Cube"): per tile and K step the A rows and, on 2201, the UB operand B staged through
-    GM; the img2col reads of every block build (``build_reads``); the product fetched into the
-    UB (through GM on 2201) once per K chunk; the epilogue's inputs and the output once."""
+def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col, col_builds, cores,
+             col_gm: bool):
+    """(GM bytes read, written, cube MACs, the cube's and workspace's share) exactly as the
+    printed kernel moves them (emulator README "Cube"): per tile the A rows and B (the input
+    planes in the direct mode, the col block in the GM workspace where ``col_gm``, else per K
+    step the UB operand, which split chips stage through GM); the img2col reads of every block
+    build (``build_reads``) and, where ``col_gm``, its copy to the workspace; the product
+    fetched into the UB (through GM on split chips) once per K piece of the Matmul; the
+    epilogue's inputs and the output once.
+
+    The shares (for the timing model, as the matmul template gives them): ``operand_read_bytes``
+    (A and B as the cube loads them), ``l2_reread_bytes`` (the weights read again for every
+    pixel tile, and the direct mode's input planes for every channel tile, which L2 serves
+    when they fit) and ``workspace_read_bytes`` /
+    ``workspace_write_bytes`` (col blocks and products in the GM workspace: one small region per
+    core, used again and again, so in L2)."""
     elem = dtype_bytes(shape.dtype)
     c0 = 32 // elem
     split = soc.npu_arch == 2201
@@ -519,34 +549,50 @@ def _traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col, co
                                 shape.pad[0], shape.kh),
                     _valid_taps(shape.ow, shape.w, shape.stride[1], shape.dilation[1],
                                 shape.pad[1], shape.kw)).reshape(-1)
-    chunks = pieces(shape.k, img2col.k_chunk)
-    steps = [kk for chunk in chunks for kk in pieces(chunk, base_k)]
+    direct = img2col.mode == "direct"
+    k_pieces = [shape.k] if direct or col_gm else pieces(shape.k, img2col.k_chunk)
+    steps = [kk for piece in k_pieces for kk in pieces(piece, base_k)]
     k_macs = sum(round_up(kk, c0) for kk in steps)
     read = write = macs = 0
+    a_read = b_read = ws_read = ws_write = 0
     outer = shape.n * shape.groups
-    direct = img2col.mode == "direct"
     blocks = not soc.has_data_copy_pad
     for cur_m in pieces(shape.cout_g, base_m):
         for start in range(0, shape.pixels, base_n):
             cur_n = min(base_n, shape.pixels - start)
-            read += outer * cur_m * shape.k * elem
+            a_read += outer * cur_m * shape.k * elem
             macs += outer * round_up(cur_m, FRACTAL) * round_up(cur_n, FRACTAL) * k_macs
-            if direct:  # the Matmul reads B from the input planes
-                read += outer * shape.k * cur_n * elem
-            if split:  # the UB operand B and the product pass through the GM workspace
-                staged = ((0 if direct else shape.k * cur_n) + len(chunks) * cur_m * cur_n) * elem
-                read += outer * staged
-                write += outer * staged
+            if direct or col_gm:  # the Matmul reads B from GM: input planes or col block
+                b_read += outer * shape.k * cur_n * elem
+                ws_read += outer * shape.k * cur_n * elem if col_gm else 0
+            elif split:  # a UB operand B is staged through the GM workspace per K step
+                staged = outer * shape.k * cur_n * elem
+                b_read, ws_read, ws_write = b_read + staged, ws_read + staged, ws_write + staged
+            if split:  # the product passes through the GM workspace once per K piece
+                product = outer * len(k_pieces) * cur_m * cur_n * elem
+                ws_read, ws_write = ws_read + product, ws_write + product
             # streamed rows: whole 32-byte blocks without DataCopyPad (``_streamed_tails``)
             read += outer * _epilogue_reads(program, cur_m, row_elems(cur_n, c0, blocks))
+    align_n = round_up(base_n, c0)
     for index, start in enumerate(range(0, shape.pixels, base_n)):
         cur_n = min(base_n, shape.pixels - start)
         read += col_builds[index] * build_reads(shape, img2col, taps, start, cur_n,
                                                 blocks) * elem
-    write += shape.n * shape.cout * shape.pixels * elem
+        if col_gm:  # each build's K rows of col go to the workspace, whole UB rows
+            ws_write += col_builds[index] * shape.k * align_n * elem
+    read += a_read + ws_read + (b_read if direct else 0)  # B from the workspace is in ws_read
+    write += ws_write + shape.n * shape.cout * shape.pixels * elem
     if program is not None:
         read += sum(cores * dtype_bytes(b.dtype) for b in _inputs(program, RowAccessKind.SCALAR))
-    return read, write, macs
+    weights = shape.cout * shape.k * elem
+    planes = shape.n * shape.cin * shape.h * shape.w * elem if direct else 0
+    fits_l2 = weights + planes + (shape.k * align_n * elem if col_gm else 0) * cores \
+        <= soc.l2_bytes
+    rereads = max(0, a_read - weights) + max(0, b_read - planes if direct else 0)
+    shares = {"operand_read_bytes": a_read + b_read,
+              "l2_reread_bytes": rereads if fits_l2 else 0,
+              "workspace_read_bytes": ws_read, "workspace_write_bytes": ws_write}
+    return read, write, macs, shares
 
 
 def _img2col_work(shape: ConvShape, program, soc, base_m, base_n, img2col, builds,

@@ -187,16 +187,16 @@ def run_builds(run: int, tiles_m: int, per_core: int, chunks: int) -> int:
 
 
 def block_tails(shape: ConvShape, img2col: Img2colPlan, base_n: int, tiles_m: int,
-                per_core: int) -> tuple[int, int]:
+                per_core: int, chunks: int) -> tuple[int, int]:
     """(elements not read, scalar tail elements) of the img2col rows that ``CopyTileInBlocks``
     copies exactly because their whole blocks would pass the input's end: the last rows of
-    the tensor, each as often as the builds that copy it."""
+    the tensor, each as often as the builds that copy it (``chunks``: the K pieces of the
+    Matmul, as ``run_builds`` takes them)."""
     if img2col.mode not in ("rows", "window"):
         return 0, 0
     c0 = 32 // dtype_bytes(shape.dtype)
     total = shape.n * shape.cin * shape.h * shape.w
     tiles_n = -(-shape.pixels // base_n)
-    chunks = -(-shape.k // img2col.k_chunk)
     taps = shape.kh * shape.kw
     fewer = scalar = 0
     for t, p0 in enumerate(range(0, shape.pixels, base_n)):

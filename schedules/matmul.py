@@ -269,6 +269,9 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
                          lambda r: ub_of(r) <= soc.ub_bytes - UB_RESERVED_BYTES)
     ub = ub_of(rows)
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
+    # the product's trip AIC -> GM workspace -> UB (split chips): a small region per core,
+    # used again and again, so in L2 (as attention's and conv's workspace bytes)
+    round_trip = product_round_trip(shape, soc)
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
@@ -278,6 +281,7 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
               "slot_bytes": slot_bytes, "epilogue_rows": rows,
               "column_fill_rows": columns * min(rows, base_m, single_m) if rows > 1 else 0,
               "data_copy_pad": bool(soc.has_data_copy_pad),
+              "workspace_read_bytes": round_trip, "workspace_write_bytes": round_trip,
               "scalar_gather_elems": scalar_tail_elems(shape, program, soc, base_m, base_n,
                                                        single_m, single_n, used),
               "cube_macs": shape.batch * round_up(shape.m, FRACTAL)
@@ -466,16 +470,22 @@ def scalar_tail_elems(shape, program, soc, base_m, base_n, single_m, single_n, c
     return tails * (1 + streamed) + columns * cores * (shape.n % c0)
 
 
+def product_round_trip(shape, soc) -> int:
+    """Bytes the product moves through the GM workspace, each way: all of it on split chips
+    (AIC -> GM -> AIV), none on coupled ones."""
+    out = shape.batch * shape.m * shape.n * dtype_bytes(shape.dtype)
+    return out if soc.npu_arch == 2201 else 0
+
+
 def matmul_traffic(shape, program, soc, cores, reuse: L1Reuse):
     """GM bytes as the Matmul API moves them (emulator README): A and B as ``operand_reads``
     counted them for the L1 ``reuse`` (``l1_reuse`` keeps the count), the tile goes AIC ->
     GM -> UB on split chips, and the epilogue's inputs and the output are moved once (with
     or without DataCopyPad: a tail element read or written on the scalar unit counts its
     bytes too)."""
-    elem = dtype_bytes(shape.dtype)
     read = reuse.operand_bytes
-    out = shape.batch * shape.m * shape.n * elem
-    round_trip = out if soc.npu_arch == 2201 else 0
+    out = shape.batch * shape.m * shape.n * dtype_bytes(shape.dtype)
+    round_trip = product_round_trip(shape, soc)
     read += round_trip
     if program is not None:
         read += _epilogue_reads(program, shape, cores)

@@ -34,7 +34,7 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import (FRACTAL, MatmulShape, l1_params, l1_reuse,
+from .matmul import (FRACTAL, MatmulShape, l1_params, l1_reuse, product_round_trip,
                      matmul_traffic, epilogue_program, matmul_shape, scalar_tail_elems)
 from .row_program import (RowAccessKind, check_program_dtypes, input_dtypes, is_full_row_block,
                           program_dtypes)
@@ -285,6 +285,9 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n,
                      orders=(0,))
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
+    # the product's trip AIC -> GM workspace -> UB (split chips): a small region per core,
+    # used again and again, so in L2 (as attention's and conv's workspace bytes)
+    round_trip = product_round_trip(shape, soc)
     rows = [m for m_single in pieces(shape.m, single_m) for m in pieces(m_single, base_m)]
     cube_macs = shape.batch * sum(round_up(m, FRACTAL) for m in rows) * base_n \
         * round_up(shape.k, c0)
@@ -297,6 +300,7 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
               "single_m": single_m, "single_n": shape.n, "align_n": base_n, "slots": slots,
               "slot_bytes": slot_bytes, "cube_macs": cube_macs, "row_epilogue": True,
               "max_base_m": top, "data_copy_pad": bool(soc.has_data_copy_pad),
+              "workspace_read_bytes": round_trip, "workspace_write_bytes": round_trip,
               "scalar_gather_elems": scalar_tail_elems(shape, program, soc, base_m, base_n,
                                                        single_m, shape.n, used)}
     return Tiling("matmul", total, used, per_core, 1, per_core, 1, program.temp_slots, ub,

@@ -339,6 +339,53 @@ def test_conv_epilogue_row_by_row_when_a_record_asks(monkeypatch, tmp_path):
     assert "Brcb" not in source and "param_1Row = param_1Gm.GetValue(" in source
 
 
+def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
+    """910B: the col block (K = 2592 rows, built in 32-byte-row K chunks in the UB) goes to the
+    core's part of the GM workspace once per run of channel tiles of a pixel tile, and the
+    Matmul takes B from there, all of K at once: no partial products, fewer builds than
+    tiles. 310P keeps the UB operand (on chip there), chunk by chunk."""
+    from tvm_ascend.codegen.launcher import (ACL_SYS_WORKSPACE_BYTES, emit_acl_launcher,
+                                             emit_launcher, user_workspace_bytes)
+    from tvm_ascend.codegen.code_buffer import CodeBuffer
+    from tvm_ascend.codegen.conv_kernel import ConvKernelPrinter
+    from tvm_ascend.schedules.conv2d import Conv2dSchedule
+    from tvm_ascend.soc import get_soc
+
+    b = ModelBuilder("float32", seed=13)
+    x = b.input("x", (1, 288, 16, 16))
+    w = b.const(b.rng.standard_normal((400, 288, 3, 3)) * 0.05, "w")
+    b.output(b.node("Relu", [b.node("Conv", [x, w], pads=[1, 1, 1, 1])]), (1, 400, 16, 16))
+    model = b.model()
+    lib = tvm_ascend.build(model)
+    (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
+    np.testing.assert_allclose(out, ref, **CONV_TOL["float32"])
+    (conv,) = _check_counters(lib)  # the col copies and B reads are in the GM bytes
+    p = conv["tiling"]["params"]
+    assert p["col_in_gm"] and p["chunks"] > 1 and p["mm_chunks"] == 1
+    assert p["col_builds"] < p["tiles_m"] * p["tiles_n"]  # a block serves several tiles
+    assert p["workspace_write_bytes"] > p["col_builds"] * p["k"] * p["align_n"] * 4 > 0
+    source = lib.kernel_sources()[conv["kernel"]]
+    assert "mm.SetTensorB(colGm);" in source and "GetUserWorkspace(workspace)" in source
+    assert "partBuf" not in source
+    # the launcher reserves every core's block after the system part
+    result = tvm_ascend.partition_for_ascend(model)
+    (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
+               if f.attrs and f.attrs.get("Codegen") == "ascend"]
+    scheduled, tiling = Conv2dSchedule.schedule(func, get_soc("Ascend910B1"))
+    printer = ConvKernelPrinter("k", scheduled, tiling)
+    assert user_workspace_bytes(printer) == tiling.cores * p["k"] * p["align_n"] * 4
+    buf = CodeBuffer()
+    emit_launcher(buf, "k", printer, tiling.cores)
+    assert f"kSysWorkspaceBytes + {user_workspace_bytes(printer)}" in buf.text()
+    acl = CodeBuffer()
+    emit_acl_launcher(acl, "k", printer, tiling.cores, timed=False)
+    size = ACL_SYS_WORKSPACE_BYTES + user_workspace_bytes(printer)
+    assert f"aclrtMalloc(reinterpret_cast<void**>(&devWorkspace), {size}," in acl.text()
+    _, coupled = Conv2dSchedule.schedule(func, get_soc("Ascend310P3"))
+    assert not coupled.params["col_in_gm"] and coupled.params["col_workspace_bytes"] == 0
+    assert coupled.params["mm_chunks"] == coupled.params["chunks"]
+
+
 def test_consecutive_rows_tells_a_channel_walk_from_others():
     """A copied column needs the channel's values one after another in GM."""
     from tvm import tirx

@@ -4,13 +4,15 @@ vector unit (method: ``schedules/conv2d.py``).
 Each core takes a contiguous range of ``baseM x baseN`` output tiles (image, group, pixel tile,
 channel tile). For every K chunk the tile's img2col rows are built into ``colBuf``
 (``Img2col``: one copy, a vector Gather per channel from a slab of input rows, or the scalar
-fallback; the plan's ``params["img2col"]``) and given to the Matmul object as its UB operand B;
-the product comes back into the UB (rows padded to 32 bytes) and chunks after the first are
-added on the vector unit. The epilogue runs row by row (one output channel per row) before one
-write to GM. Streamed epilogue operands and the output tile move with ``CopyTileIn`` /
-``CopyTileOut`` (``templates.py``): one multi-burst DataCopyPad where the SoC has it, else per
-row whole 32-byte blocks by DataCopy and the tail element by element (310P, 910A; the unit's
-prelude holds the helpers for its SoC). A 1:1 MIX kernel.
+fallback; the plan's ``params["img2col"]``). On split chips each chunk is then copied to the
+core's col block in the GM workspace, which the Matmul reads as B for every channel tile of the
+pixel tile, all of K at once; on coupled chips ``colBuf`` is the Matmul's UB operand B, chunk
+by chunk, the chunks' products added in the UB. The epilogue runs ``epilogue_rows`` output rows
+per vector call (per-channel values as Brcb columns) before one write to GM. Streamed epilogue
+operands and the output tile move with ``CopyTileIn`` / ``CopyTileInBlocks`` / ``CopyTileOut``
+(``templates.py``): one multi-burst DataCopyPad where the SoC has it, else per row whole
+32-byte blocks by DataCopy and the tail element by element (310P, 910A; the unit's prelude
+holds the helpers for its SoC). A 1:1 MIX kernel.
 
 Example
 -------
@@ -65,6 +67,8 @@ class ConvKernelPrinter:
         self.out_name = self.names[self.params[-1].name]
         self.sizes = {self.names[p.name]: buffer_size(p) for p in self.params}
         self.rows = int(self.p.get("epilogue_rows", 1))  # output rows per epilogue call
+        self.col_gm = bool(self.p.get("col_in_gm"))  # the col block goes to the GM workspace
+        self.mm_chunks = int(self.p.get("mm_chunks", self.p["chunks"]))
         self.columns = row_columns(self.program, self.shape) if self.rows > 1 else []
 
     def _inputs(self, kind):
@@ -89,7 +93,7 @@ class ConvKernelPrinter:
             buf.line("uint32_t kChunk, tilesM, tilesN, tilesPerCore, totalTiles;")
             buf.line("uint32_t slabLead, slabRowPitch, slabPitch, slabChannels;  // window mode")
         buf.line(f"using AType = matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, {t}>;")
-        b_pos = "GM" if self.p["img2col"] == "direct" else "VECOUT"
+        b_pos = "GM" if self.p["img2col"] == "direct" or self.col_gm else "VECOUT"
         buf.line(f"using BType = matmul::MatmulType<AscendC::TPosition::{b_pos}, CubeFormat::ND, "
                  f"{t}>;")
         buf.line(f"using CType = matmul::MatmulType<AscendC::TPosition::VECIN, "
@@ -113,7 +117,8 @@ class ConvKernelPrinter:
 
     def emit_init(self, buf):
         t = self.ctype
-        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
+        args = ", ".join([f"GM_ADDR {self.names[p.name]}" for p in self.params]
+                         + (["GM_ADDR userWorkspace"] if self.col_gm else []))
         tile = f"tiling.cube.baseM * tiling.pitch * sizeof({t})"
         with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t, "
                         "AscendC::TPipe* pipe) {"):
@@ -125,8 +130,13 @@ class ConvKernelPrinter:
                     buf.line(f"{n}Val = {n}Gm.GetValue(0);")
                 else:
                     buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+            if self.col_gm:  # this core's col block: K rows of the UB's pitch
+                buf.line("const uint64_t colElems = static_cast<uint64_t>(tiling.k) * "
+                         "tiling.pitch;")
+                buf.line(f"colGm.SetGlobalBuffer(reinterpret_cast<__gm__ {t}*>(userWorkspace) + "
+                         "AscendC::GetBlockIdx() * colElems, colElems);")
             buf.line(f"pipe->InitBuffer(outQue, 1, {tile});")
-            if self.p["chunks"] > 1:
+            if self.mm_chunks > 1:
                 buf.line(f"pipe->InitBuffer(partBuf, {tile});")
             if self.p["img2col"] != "direct":
                 buf.line(f"pipe->InitBuffer(colBuf, tiling.kChunk * tiling.pitch * "
@@ -316,46 +326,10 @@ class ConvKernelPrinter:
             buf.line("uint32_t stride = (curN + C0 - 1) / C0 * C0;  // UB row pitch")
             buf.line("uint64_t rowOff = static_cast<uint64_t>(n) * tiling.cout + g * coutG + co0;")
             buf.line(f"AscendC::LocalTensor<{t}> acc = outQue.AllocTensor<{t}>();")
-            direct = self.p["img2col"] == "direct"
-            one_chunk = self.p["chunks"] == 1 and not direct
-            if not direct:
-                buf.line(f"AscendC::LocalTensor<{t}> col = colBuf.Get<{t}>();")
-            if one_chunk:  # the block stays in the UB for the pixel tile's run of tiles
-                buf.line("uint64_t colKey = (static_cast<uint64_t>(n) * tiling.groups + g) * P + "
-                         "p0 + 1;")
-            with buf.indent("for (uint32_t k0 = 0; k0 < static_cast<uint32_t>(tiling.k); "
-                            "k0 += tiling.kChunk) {"):
-                buf.line("uint32_t kc = tiling.k - k0 < tiling.kChunk ? tiling.k - k0 : "
-                         "tiling.kChunk;")
-                if not direct:
-                    with buf.indent("if (colFor != colKey) {") if one_chunk else nullcontext():
-                        buf.line("Img2col(col, n, g, k0, kc, p0, curN);")
-                        # col is written by MTE2, the vector or the scalar unit (by the method);
-                        # the Matmul's copy of B reads it
-                        buf.line("AscendC::PipeBarrier<PIPE_ALL>();")
-                        if one_chunk:
-                            buf.line("colFor = colKey;")
-                buf.line(f"mm.SetTensorA({self.w_name}Gm[(static_cast<uint64_t>(g) * coutG + co0)"
-                         " * tiling.k + k0]);")
-                if direct:  # B is the group's input planes: K x P, rows P apart (cube.N)
-                    buf.line(f"mm.SetTensorB({self.x_name}Gm[(static_cast<uint64_t>(n) * "
-                             "tiling.cin + g * (tiling.cin / tiling.groups) + k0) * P + p0]);")
-                else:
-                    buf.line("mm.SetTensorB(col);")
-                buf.line("mm.SetTail(curM, curN, kc);")
-                buf.line("mm.Iterate();")
-                if self.p["chunks"] > 1:
-                    with buf.indent("if (k0 == 0) {", None):
-                        buf.line("mm.template GetTensorC<true, true>(acc, 0, true, curM, curN);")
-                    with buf.indent("} else {", None):
-                        buf.line(f"AscendC::LocalTensor<{t}> part = partBuf.Get<{t}>();")
-                        buf.line("mm.template GetTensorC<true, true>(part, 0, true, curM, curN);")
-                        buf.line("AscendC::Add(acc, acc, part, curM * stride);")
-                        # the next chunk's product lands in part: the Add must have read it
-                        buf.line("AscendC::PipeBarrier<PIPE_V>();")
-                    buf.line("}")
-                else:
-                    buf.line("mm.template GetTensorC<true, true>(acc, 0, true, curM, curN);")
+            if self.col_gm:
+                self.emit_product_from_gm_col(buf)
+            else:
+                self.emit_product(buf)
             if self.program is not None:
                 self.emit_epilogue(buf)
             buf.line("outQue.EnQue(acc);")
@@ -363,6 +337,78 @@ class ConvKernelPrinter:
             buf.line(f"CopyTileOut({self.out_name}Gm[rowOff * P + p0], acc, curM, curN, stride, "
                      "P);")
             buf.line("outQue.FreeTensor(acc);")
+
+    def emit_product_from_gm_col(self, buf):
+        """Split chips: the tile's col block is built K chunk by K chunk in the UB and copied to
+        this core's GM workspace, once for the run of channel tiles of its pixel tile; the
+        Matmul reads B there, all of K in one go (no partial products)."""
+        t = self.ctype
+        buf.line(f"AscendC::LocalTensor<{t}> col = colBuf.Get<{t}>();")
+        buf.line("uint64_t colKey = (static_cast<uint64_t>(n) * tiling.groups + g) * P + p0 + 1;")
+        with buf.indent("if (colFor != colKey) {"):
+            with buf.indent("for (uint32_t k0 = 0; k0 < static_cast<uint32_t>(tiling.k); "
+                            "k0 += tiling.kChunk) {"):
+                buf.line("uint32_t kc = tiling.k - k0 < tiling.kChunk ? tiling.k - k0 : "
+                         "tiling.kChunk;")
+                buf.line("Img2col(col, n, g, k0, kc, p0, curN);")
+                # col is written by MTE2, the vector or the scalar unit (by the method)
+                buf.line("AscendC::PipeBarrier<PIPE_ALL>();")
+                buf.line("AscendC::DataCopy(colGm[static_cast<uint64_t>(k0) * tiling.pitch], col, "
+                         "kc * tiling.pitch);")
+                # the next chunk rewrites col, and the cube reads colGm, after the copy
+                buf.line("AscendC::PipeBarrier<PIPE_ALL>();")
+            buf.line("colFor = colKey;")
+        buf.line(f"mm.SetTensorA({self.w_name}Gm[(static_cast<uint64_t>(g) * coutG + co0) * "
+                 "tiling.k]);")
+        buf.line("mm.SetTensorB(colGm);")
+        buf.line("mm.SetTail(curM, curN, tiling.k);")
+        buf.line("mm.Iterate();")
+        buf.line("mm.template GetTensorC<true, true>(acc, 0, true, curM, curN);")
+
+    def emit_product(self, buf):
+        """The product into ``acc``: B from the input planes (direct) or the UB's col block,
+        K chunk by K chunk (the chunks' products added on the vector unit)."""
+        t = self.ctype
+        direct = self.p["img2col"] == "direct"
+        one_chunk = self.p["chunks"] == 1 and not direct
+        if not direct:
+            buf.line(f"AscendC::LocalTensor<{t}> col = colBuf.Get<{t}>();")
+        if one_chunk:  # the block stays in the UB for the pixel tile's run of tiles
+            buf.line("uint64_t colKey = (static_cast<uint64_t>(n) * tiling.groups + g) * P + "
+                     "p0 + 1;")
+        with buf.indent("for (uint32_t k0 = 0; k0 < static_cast<uint32_t>(tiling.k); "
+                        "k0 += tiling.kChunk) {"):
+            buf.line("uint32_t kc = tiling.k - k0 < tiling.kChunk ? tiling.k - k0 : "
+                     "tiling.kChunk;")
+            if not direct:
+                with buf.indent("if (colFor != colKey) {") if one_chunk else nullcontext():
+                    buf.line("Img2col(col, n, g, k0, kc, p0, curN);")
+                    # col is written by MTE2, the vector or the scalar unit (by the method);
+                    # the Matmul's copy of B reads it
+                    buf.line("AscendC::PipeBarrier<PIPE_ALL>();")
+                    if one_chunk:
+                        buf.line("colFor = colKey;")
+            buf.line(f"mm.SetTensorA({self.w_name}Gm[(static_cast<uint64_t>(g) * coutG + co0)"
+                     " * tiling.k + k0]);")
+            if direct:  # B is the group's input planes: K x P, rows P apart (cube.N)
+                buf.line(f"mm.SetTensorB({self.x_name}Gm[(static_cast<uint64_t>(n) * "
+                         "tiling.cin + g * (tiling.cin / tiling.groups) + k0) * P + p0]);")
+            else:
+                buf.line("mm.SetTensorB(col);")
+            buf.line("mm.SetTail(curM, curN, kc);")
+            buf.line("mm.Iterate();")
+            if self.p["chunks"] > 1:
+                with buf.indent("if (k0 == 0) {", None):
+                    buf.line("mm.template GetTensorC<true, true>(acc, 0, true, curM, curN);")
+                with buf.indent("} else {", None):
+                    buf.line(f"AscendC::LocalTensor<{t}> part = partBuf.Get<{t}>();")
+                    buf.line("mm.template GetTensorC<true, true>(part, 0, true, curM, curN);")
+                    buf.line("AscendC::Add(acc, acc, part, curM * stride);")
+                    # the next chunk's product lands in part: the Add must have read it
+                    buf.line("AscendC::PipeBarrier<PIPE_V>();")
+                buf.line("}")
+            else:
+                buf.line("mm.template GetTensorC<true, true>(acc, 0, true, curM, curN);")
 
     def emit_epilogue(self, buf):
         t = self.ctype
@@ -491,7 +537,9 @@ class ConvKernelPrinter:
         for p in self.params:
             buf.line(f"AscendC::GlobalTensor<{t}> {self.names[p.name]}Gm;")
         buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
-        if self.p["chunks"] > 1:
+        if self.col_gm:
+            buf.line(f"AscendC::GlobalTensor<{t}> colGm;  // B of the Matmul: this core's col")
+        if self.mm_chunks > 1:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf;")
         if self.p["img2col"] != "direct":
             buf.line("AscendC::TBuf<AscendC::TPosition::VECOUT> colBuf;  // B of the Matmul")
@@ -512,15 +560,16 @@ class ConvKernelPrinter:
 
     def emit_entry(self, buf):
         emit_cube_entry(buf, self.symbol, [self.names[p.name] for p in self.params],
-                        [("mm", "cube")], self.kernel_mode)
+                        [("mm", "cube")], self.kernel_mode, user_workspace=self.col_gm)
 
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:
         p, t = self.p, self.tiling
         b_pitch = p["oh"] * p["ow"] if p["img2col"] == "direct" else p["align_n"]
+        k_piece = p["k"] if self.mm_chunks == 1 else p["k_chunk"]  # K the Matmul takes at once
         values = {"usedCoreNum": t.cores, "M": p["cout"], "N": b_pitch, "Ka": p["k"],
-                  "Kb": p["k_chunk"], "singleCoreM": p["base_m"], "singleCoreN": p["base_n"],
-                  "singleCoreK": p["k_chunk"], "baseM": p["base_m"], "baseN": p["base_n"],
+                  "Kb": k_piece, "singleCoreM": p["base_m"], "singleCoreN": p["base_n"],
+                  "singleCoreK": k_piece, "baseM": p["base_m"], "baseN": p["base_n"],
                   "baseK": p["base_k"], "depthA1": 2, "depthB1": 2, "stepM": 1, "stepN": 1,
                   "stepKa": 1, "stepKb": 1, "isBias": 0, "iterateOrder": 0, "dbL0A": 2,
                   "dbL0B": 2, "dbL0C": 1}
@@ -540,6 +589,10 @@ class ConvKernelPrinter:
                              ("slabPitch", p["slab_pitch"]),
                              ("slabChannels", p["slab_channels"])):
             buf.line(f"{var}.{field} = {value};")
+
+    def user_workspace_bytes(self) -> int:
+        """GM workspace of the col blocks: one per core (split chips, not the direct mode)."""
+        return self.tiling.cores * int(self.p.get("col_workspace_bytes", 0))
 
     def tiling_values(self) -> dict:
         return {}

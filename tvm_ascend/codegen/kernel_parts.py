@@ -85,10 +85,12 @@ TASK_TYPE_OF_MODE = {"MIX_MODE": "KERNEL_TYPE_MIX_AIC_1_2",
 
 
 def emit_cube_entry(buf: CodeBuffer, symbol: str, params: list[str],
-                    matmuls: list[tuple[str, str]], kernel_mode: str) -> None:
+                    matmuls: list[tuple[str, str]], kernel_mode: str,
+                    user_workspace: bool = False) -> None:
     """The ``extern "C"`` entry of a kernel that drives Matmul objects: its task type (1:2 or
     1:1 mix, as ``kernel_mode`` says), system workspace, tiling from GM, idle clients return,
-    one TPipe, every ``(member, tiling field)`` Matmul registered, then Init and Process."""
+    one TPipe, every ``(member, tiling field)`` Matmul registered, then Init (given the user
+    workspace after its GM arguments where ``user_workspace``) and Process."""
     impl = f"{symbol}_impl"
     args = ", ".join(f"GM_ADDR {p}" for p in params)
     with buf.indent(f'extern "C" __global__ __aicore__ void {symbol}({args}, '
@@ -103,5 +105,6 @@ def emit_cube_entry(buf: CodeBuffer, symbol: str, params: list[str],
         buf.line(f"{impl}::Kernel op;")
         objects = ", ".join(f"op.{member}, &tilingData.{field}" for member, field in matmuls)
         buf.line(f"REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), {objects});")
-        buf.line(f"op.Init({', '.join(params)}, tilingData, &pipe);")
+        workspace = ["AscendC::GetUserWorkspace(workspace)"] if user_workspace else []
+        buf.line(f"op.Init({', '.join(params + workspace)}, tilingData, &pipe);")
         buf.line("op.Process();")

@@ -19,6 +19,12 @@ def launch_blocks(printer, tiling) -> int:
     return int(getattr(printer, "block_dim", tiling.cores))
 
 
+def user_workspace_bytes(printer) -> int:
+    """GM bytes the kernel keeps in its own part of the workspace (``GetUserWorkspace``): a
+    conv's img2col blocks on split chips; 0 for most kernels."""
+    return int(getattr(printer, "user_workspace_bytes", lambda: 0)())
+
+
 def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None:
     """Print the host launcher of ``symbol`` for the kernel ``printer`` printed."""
     params = printer.kernel_params()  # (name, dtype, numel), output last
@@ -42,7 +48,8 @@ def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None
             buf.line("uint8_t* gmTiling = static_cast<uint8_t*>("
                      "AscendC::GmAlloc(sizeof(tilingHost)));")
             buf.line("std::memcpy(gmTiling, &tilingHost, sizeof(tilingHost));")
-            buf.line("uint8_t* gmWorkspace = static_cast<uint8_t*>(AscendC::GmAlloc(1024));")
+            buf.line("uint8_t* gmWorkspace = static_cast<uint8_t*>(AscendC::GmAlloc("
+                     f"AscendC::emu::kSysWorkspaceBytes + {user_workspace_bytes(printer)}));")
             mode = getattr(printer, "kernel_mode", "AIV_MODE")
             buf.line(f"AscendC::SetKernelMode(KernelMode::{mode});")
             launch_args = ", ".join(gm_names + ["gmWorkspace", "gmTiling"])
@@ -63,7 +70,11 @@ def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None
 # failure breaks out of the one-pass ``do { } while (false)`` block, so the frees after it run on
 # every path, and the first error is thrown afterwards with the call that failed.
 ACL_TIME_SUFFIX = "__acl_time_us"
-ACL_WORKSPACE_BYTES = 1024  # the emulator launcher's workspace size: same kernel arguments
+# The system part of the workspace, which the Matmul API of a cube kernel uses to pass tiles
+# between AIC and AIV (PlatformAscendC::GetLibApiWorkSpaceSize(); CANN's kernel-launch samples
+# reserve 16 MiB). The kernel's own part (user_workspace_bytes) follows it.
+ACL_SYS_WORKSPACE_BYTES = 16 * 1024 * 1024
+ACL_VECTOR_WORKSPACE_BYTES = 1024  # a vector kernel uses none; the argument is still passed
 
 ACL_HOST_RUNTIME = """\
 #include "acl/acl.h"
@@ -138,7 +149,9 @@ def _acl_buffers(printer) -> list[tuple[str, int, bool]]:
     params = printer.kernel_params()
     buffers = [(f"dev{i}", max(numel * dtype_bytes(dtype), 32), i < len(params) - 1)
                for i, (_, dtype, numel) in enumerate(params)]
-    buffers.append(("devWorkspace", ACL_WORKSPACE_BYTES, False))
+    cube = getattr(printer, "kernel_mode", "AIV_MODE") != "AIV_MODE"  # drives Matmul objects
+    system = ACL_SYS_WORKSPACE_BYTES if cube else ACL_VECTOR_WORKSPACE_BYTES
+    buffers.append(("devWorkspace", system + user_workspace_bytes(printer), False))
     buffers.append(("devTiling", -1, True))  # sizeof(tilingHost)
     return buffers
 

@@ -90,6 +90,15 @@ inline GM_ADDR GetSysWorkSpacePtr() {
     uint8_t* w = emu::Ctx().sys_workspace;
     return w != nullptr ? w : placeholder;
 }
+namespace emu {
+/* The system part of a launch's workspace in the emulator's launchers: its Matmul needs none
+ * (on the device it is PlatformAscendC::GetLibApiWorkSpaceSize(), 16 MiB in CANN's samples). */
+constexpr size_t kSysWorkspaceBytes = 1024;
+}  // namespace emu
+/* The kernel's own part of the workspace, after the system part (as on the device). */
+inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) {
+    return workspace + emu::kSysWorkspaceBytes;
+}
 
 /* ---------------- GM -> L1 with ND -> NZ conversion ---------------- */
 struct Nd2NzParams {
