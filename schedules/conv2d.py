@@ -379,10 +379,16 @@ def _tile_knobs(shape: ConvShape, base_m: int, base_n: int) -> Conv2dKnobs:
                        base_n if base_n < round_up(shape.pixels, FRACTAL) else None)
 
 
+def _clipped_bases(shape: ConvShape, base_m: int, base_n: int) -> tuple[int, int]:
+    """The tile's sides for ``base_m x base_n``: no larger than the conv's own (to 16)."""
+    return (min(base_m, round_up(shape.cout_g, FRACTAL)),
+            min(base_n, round_up(shape.pixels, FRACTAL)))
+
+
 def _tiles(shape: ConvShape, base_m: int, base_n: int) -> int:
-    return shape.n * shape.groups * ceil_div(shape.cout_g, min(base_m, round_up(
-        shape.cout_g, FRACTAL))) * ceil_div(shape.pixels, min(base_n, round_up(shape.pixels,
-                                                                               FRACTAL)))
+    base_m, base_n = _clipped_bases(shape, base_m, base_n)
+    return shape.n * shape.groups * ceil_div(shape.cout_g, base_m) * \
+        ceil_div(shape.pixels, base_n)
 
 
 def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> Tiling:
@@ -404,8 +410,7 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
     if mode not in IMG2COL_MODES or (mode in ("direct", "rows")) != pointwise(shape):
         raise TilingError(f"conv img2col={mode!r}: {IMG2COL_MODES[:2]} are for 1x1 convs with "
                           f"stride 1 and no padding, {IMG2COL_MODES[2:]} for the others")
-    base_m = min(knobs.base_m or cap, round_up(shape.cout_g, FRACTAL))
-    base_n = min(knobs.base_n or cap, round_up(shape.pixels, FRACTAL))
+    base_m, base_n = _clipped_bases(shape, knobs.base_m or cap, knobs.base_n or cap)
     align_n = round_up(base_n, c0)
     tile_bytes = base_m * align_n * elem
     slots = (len(program.intermediates) + program.temp_slots) if program else 0
@@ -636,11 +641,11 @@ def _img2col_work(shape: ConvShape, program, soc, base_m, base_n, img2col, build
             _, rows, padded = window_rows(shape, start, cur_n)
             scalar += offset_builds[index] * align_n
             if not pad and shape.w % c0 and rows:
-                loads = builds_here * sum(channels)
+                loads = builds_here * img2col.channel_loads
                 work["img2col_vector_bytes"] += loads * rows * 32
                 work["img2col_vector_calls"] += loads * -(-rows // 255)
             work["gather_elems"] += builds_here * shape.k * align_n
-            work["gather_calls"] += builds_here * sum(channels)
+            work["gather_calls"] += builds_here * img2col.channel_loads
             shifts = offset_builds[index] * (taps - 1)
             fills = builds_here * len(channels) if padded else 0
             work["img2col_vector_bytes"] += shifts * align_n * 4 + fills * slab * elem

@@ -125,6 +125,7 @@ class Img2colPlan:
     k_chunk: int
     layout: WindowLayout | None = None
     slab_channels: int = 0
+    channel_loads: int = 0  # window mode: channels' rows copied per build (all K chunks)
 
     def window_bytes(self, shape: ConvShape, align_n: int) -> int:
         """UB bytes of the slab and the offsets (window mode only)."""
@@ -153,7 +154,8 @@ def img2col_plan(shape: ConvShape, mode: str, align_n: int, base_n: int,
     for k_chunk in range(upper, c0 - 1, -c0):
         slab = _channels_bound(shape, k_chunk) * layout.pitch * elem
         if k_chunk * row_bytes + slab + offsets <= budget:
-            return Img2colPlan("window", k_chunk, layout, max(chunk_channels(shape, k_chunk)))
+            channels = chunk_channels(shape, k_chunk)
+            return Img2colPlan("window", k_chunk, layout, max(channels), sum(channels))
     return Img2colPlan("scalar", upper)  # the window is wider than the UB: gather by element
 
 
@@ -173,7 +175,7 @@ def build_reads(shape: ConvShape, img2col: Img2colPlan, taps, p0: int, cur_n: in
         return shape.k * row_elems(cur_n, c0, blocks)
     if img2col.mode == "window":
         return window_rows(shape, p0, cur_n)[1] * row_elems(shape.w, c0, blocks) * \
-            sum(chunk_channels(shape, img2col.k_chunk))
+            img2col.channel_loads
     return int(taps[p0:p0 + cur_n].sum()) * shape.cin_g  # one GetValue per in-range tap
 
 

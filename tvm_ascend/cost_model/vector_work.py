@@ -129,17 +129,15 @@ def _count_uncached(func, template: str) -> VectorWork:
     out_domain = max(domains)
     totals = {c: 0 for c in OP_CLASSES}
     per_unit = 0
-    products = [i for i, b in enumerate(blocks)
-                if isinstance(b.body, tirx.BufferStore) and _is_product(b, b.body)]
+    products = {i for i, b in enumerate(blocks)
+                if isinstance(b.body, tirx.BufferStore) and _is_product(b, b.body)}
     # the conv kernel's img2col reads the input with its padding (the template's plan counts
     # that work): the pad_temp block before the product is no vector op
-    first = products[0] + 1 if template == "conv2d" and products else 0
-    for block, domain in list(zip(blocks, domains))[first:]:
+    first = min(products) + 1 if template == "conv2d" and products else 0
+    for index, (block, domain) in enumerate(zip(blocks, domains)):
         store = block.body
-        if not isinstance(store, tirx.BufferStore):
-            continue
-        if _is_product(block, store):  # a MatMul/Conv/attention product: the cube's work
-            continue
+        if index < first or index in products or not isinstance(store, tirx.BufferStore):
+            continue  # a MatMul/Conv/attention product is the cube's work
         counts: dict = {}
         n_ops = _count_ops(store.value, counts)
         per_unit += n_ops
