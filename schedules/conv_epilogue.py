@@ -30,11 +30,11 @@ from tvm.sym.analyzer import Analyzer
 
 from .row_program import RowAccessKind
 from .tile_values import child_exprs, expr_key
+from .tiling import BLOCK_BYTES  # a column holds one 32-byte block per row
 from .tir_walk import BufferLoad, expr_dtype, load_buffer
 
 # tile-op-column instructions of the repeat form (both operand orders: Sub and Div too)
 COLUMN_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
-BLOCK_BYTES = 32  # a column holds one 32-byte block per row
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ CORE_LOOP_ANNOTATION = "ascend.block_idx"
 UB_RESERVED_BYTES = 8192 + 256
 BLOCK_BYTES = 32  # DataCopy granularity and UB alignment
 SUPPORTED_DTYPES = ("float32", "float16")
+# the cube's fractal side: M and N of its operands (and K of fp16) are padded to it
+FRACTAL = 16
 
 
 def dtype_bytes(dtype) -> int:
