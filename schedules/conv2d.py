@@ -15,10 +15,11 @@ B in one of two ways (``params["col_in_gm"]``):
   operand B would be staged through GM again for every tile and K chunk);
 * coupled chips (310P): ``col`` is the Matmul's UB operand (VECOUT, on chip), chunk by chunk;
   the product comes back into the UB and the K chunks are added there on the vector unit. When
-  ``col`` is one K chunk it stays in the UB for the run of channel tiles of its pixel tile.
+  ``col`` is one K chunk it stays in the UB for the run of channel tiles of its pixel tile; a
+  block of several chunks is built again for every tile, so the partitioner estimates the GM
+  route there too (``Conv2dKnobs.col_in_gm``) and keeps the faster.
 
-Either way a core builds a pixel tile's block once per run instead of once per tile. The
-elementwise epilogue (bias, a folded BatchNorm's shift, activation, residual Add) then runs on
+The elementwise epilogue (bias, a folded BatchNorm's shift, activation, residual Add) then runs on
 the tile, ``epilogue_rows`` output rows per vector call (``conv_epilogue``: per-channel values
 become columns), before the single write to GM.
 
@@ -105,6 +106,9 @@ class Conv2dKnobs:
     # output rows per epilogue call (``conv_epilogue``), at most the tile's; None: the most
     # that leave the K chunks as many as with one row
     epilogue_rows: int | None = None
+    # the col block through the core's GM workspace (built once per run of channel tiles,
+    # B read from GM) instead of the UB operand; None: on split chips only
+    col_in_gm: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -325,7 +329,8 @@ class Conv2dSchedule:
     @staticmethod
     def variants(func, soc) -> list[Conv2dKnobs]:
         """Knobs worth estimating beside the default (the partitioner keeps the fastest): for a
-        pointwise conv the other of the ``direct`` and ``rows`` methods; with an epilogue, one
+        pointwise conv the other of the ``direct`` and ``rows`` methods; on coupled chips the
+        col block through the GM workspace (``Conv2dKnobs.col_in_gm``); with an epilogue, one
         call over a whole tile's rows (``Conv2dKnobs.epilogue_rows``); when the default tiles
         leave AI cores idle (deep layers on small feature maps), smaller tiles along the output
         channels, the pixels, or both."""
@@ -337,6 +342,10 @@ class Conv2dSchedule:
         if pointwise(shape):
             other = "rows" if gather_mode(shape, soc) == "direct" else "direct"
             found.append(Conv2dKnobs(img2col=other))
+        if soc.npu_arch != 2201 and gather_mode(shape, soc) != "direct":
+            # a col block of several K chunks is built again for every channel tile in the UB;
+            # through GM it is built once per run, for GM bytes the UB operand does not move
+            found.append(Conv2dKnobs(col_in_gm=True))
         if len(root_blocks(func)) > conv_block_index(root_blocks(func)) + 1:
             # a whole tile's rows per epilogue call, though the img2col may take more K chunks
             found.append(Conv2dKnobs(epilogue_rows=cap))
@@ -416,7 +425,8 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
         if program else 0
     # on split chips every col block but the input planes' goes to the GM workspace, and the
     # Matmul takes all of K from there at once: no partial products to add
-    col_gm = soc.npu_arch == 2201 and mode != "direct"
+    want_gm = knobs.col_in_gm if knobs.col_in_gm is not None else soc.npu_arch == 2201
+    col_gm = want_gm and mode != "direct"
     partial = not col_gm and mode != "direct"
     fixed = tile_bytes * (1 + partial + streamed)  # acc, partial, streamed epilogue operands
     columns = row_columns(program, shape)

@@ -386,6 +386,25 @@ def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
     assert coupled.params["mm_chunks"] == coupled.params["chunks"]
 
 
+def test_coupled_chip_takes_the_gm_col_block_when_the_estimate_says_so():
+    """310P: a col block of several K chunks in the UB is built again for every channel tile;
+    with 2 channel tiles per core the partitioner's variant through the GM workspace is
+    estimated faster, chosen (the reason says so) and runs right, its bytes as planned."""
+    b = ModelBuilder("float16", seed=14)
+    x = b.input("x", (4, 288, 12, 12))
+    w = b.const(b.rng.standard_normal((256, 288, 3, 3)) * 0.05, "w")
+    b.output(b.node("Relu", [b.node("Conv", [x, w], pads=[1, 1, 1, 1])]), (4, 256, 12, 12))
+    model = b.model()
+    lib = tvm_ascend.build(model, target="ascend/310p3")
+    (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref, **CONV_TOL["float16"])
+    (conv,) = _check_counters(lib)
+    p = conv["tiling"]["params"]
+    assert p["col_in_gm"] and p["chunks"] > 1 and p["mm_chunks"] == 1
+    assert p["col_builds"] < p["tiles_m"] * p["tiles_n"] * p["n"]
+    assert "'col_in_gm': True" in conv["reason"]
+
+
 def test_consecutive_rows_tells_a_channel_walk_from_others():
     """A copied column needs the channel's values one after another in GM."""
     from tvm import tirx
