@@ -37,7 +37,7 @@ from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
 from .matmul import product_loads
-from .tile_values import flat_offset
+from .tile_values import bool_behind_int_test, buffer_size, flat_offset
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
 from .tir_walk import (BufferLoad, load_buffer, param_buffers, reduce_iter_vars, reducer_of,
@@ -83,6 +83,13 @@ class AttentionShape:
     mask: OperandMap | None  # rows: queries (stride 0 when broadcast), cols: keys
     scale: float
     mask_coef: float
+    # Where(keep, scores..., fill) before the softmax (a causal mask): keep is a bool tensor
+    # (rows, cols as the mask's), fill a constant or a one-element parameter (``fill_param``);
+    # the additive mask is added inside the Where (``mask_inside``) or after it
+    keep: OperandMap | None = None
+    fill: float = 0.0
+    fill_param: str | None = None
+    mask_inside: bool = False
 
     @property
     def batch(self) -> int:
@@ -176,13 +183,33 @@ def _matmul_operands(block):
     return found[1], found[2]
 
 
-def _score_terms(expr, resolver, env, bounds, scores, terms, coef=1.0):
-    """Collect ``expr`` (elementwise over the scores) as ``a * S + b * mask``: terms[key] += c."""
+def _score_terms(expr, resolver, env, bounds, scores, terms, coef=1.0, select=None):
+    """Collect ``expr`` (elementwise over the scores) as ``a * S + b * mask``: terms[key] += c.
+    One ``Select(keep, x, fill)`` may wrap part of it (ONNX Where with a bool keep mask, as
+    GPT-2's causal mask): ``select`` then records the keep load, the fill (times the
+    coefficient outside) and the terms inside."""
     kind = type(expr).__name__
+    if kind == "Select":
+        if select is None or select:  # None: the caller takes no Where here
+            raise _NotAttention("more than one Where between the scores and the softmax")
+        keep = bool_behind_int_test(expr.condition)
+        keep = expr.condition if keep is None else keep
+        if not isinstance(keep, BufferLoad) or str(keep.ty.dtype) != "bool":
+            raise _NotAttention("the Where before the softmax does not test a bool tensor")
+        buffer, indices = resolver.leaf(keep, env, bounds, [])
+        if not resolver.is_param(buffer):
+            raise _NotAttention(f"{buffer.name} (the Where's condition) is computed in the group")
+        select["keep"] = (buffer, tuple(indices))
+        select["fill"] = _fill_of(expr.false_value, resolver, env, bounds, coef)
+        before = dict(terms)
+        _score_terms(expr.true_value, resolver, env, bounds, scores, terms, coef)
+        select["inside"] = {k for k in terms if terms[k] != before.get(k)}
+        return
     if isinstance(expr, BufferLoad):
         buffer, indices, produced = resolver.follow(expr, env, bounds, [scores])
         if produced is not None:
-            return _score_terms(produced[0], resolver, produced[1], bounds, scores, terms, coef)
+            return _score_terms(produced[0], resolver, produced[1], bounds, scores, terms, coef,
+                                select)
         is_scores = buffer.same_as(scores)
         analyzer = Analyzer()
         for var, extent in bounds.items():
@@ -196,8 +223,9 @@ def _score_terms(expr, resolver, env, bounds, scores, terms, coef=1.0):
         terms[key] = terms.get(key, 0.0) + coef
         return
     if kind in ("Add", "Sub"):
-        _score_terms(expr.a, resolver, env, bounds, scores, terms, coef)
-        _score_terms(expr.b, resolver, env, bounds, scores, terms, coef if kind == "Add" else -coef)
+        _score_terms(expr.a, resolver, env, bounds, scores, terms, coef, select)
+        _score_terms(expr.b, resolver, env, bounds, scores, terms,
+                     coef if kind == "Add" else -coef, select)
         return
     if kind in ("Mul", "Div"):
         const = expr.b if isinstance(expr.b, tirx.FloatImm) else \
@@ -206,9 +234,22 @@ def _score_terms(expr, resolver, env, bounds, scores, terms, coef=1.0):
             raise _NotAttention("the scores are scaled by something other than a constant")
         other = expr.a if const.same_as(expr.b) else expr.b
         factor = float(const.value) if kind == "Mul" else 1.0 / float(const.value)
-        _score_terms(other, resolver, env, bounds, scores, terms, coef * factor)
+        _score_terms(other, resolver, env, bounds, scores, terms, coef * factor, select)
         return
     raise _NotAttention(f"{kind} between the scores and the softmax is not scale/mask")
+
+
+def _fill_of(expr, resolver, env, bounds, coef):
+    """The Where's other value, times ``coef``: a float constant, or ``(param, coef)`` for a
+    one-element parameter (ONNX constants that stay initializers)."""
+    if isinstance(expr, tirx.FloatImm):
+        return float(expr.value) * coef
+    if isinstance(expr, BufferLoad):
+        buffer, _ = resolver.leaf(expr, env, bounds, [])
+        if resolver.is_param(buffer) and buffer_size(buffer) == 1:
+            return (buffer.name, coef)
+    raise _NotAttention("the Where before the softmax fills with something other than a "
+                        "constant")
 
 
 def attention_shape(func) -> AttentionShape:
@@ -255,7 +296,11 @@ def attention_shape(func) -> AttentionShape:
         raise _NotAttention("the softmax does not run over the keys of the scores")
     m_bounds = {iv.var: int(iv.dom.extent) for iv in max_block.iter_vars}
     terms: dict = {}
-    _score_terms(reducer_of(max_block.body)[1], resolver, {}, m_bounds, scores, terms)
+    select: dict = {}
+    _score_terms(reducer_of(max_block.body)[1], resolver, {}, m_bounds, scores, terms,
+                 select=select)
+    if select and "scores" not in select["inside"]:
+        raise _NotAttention("the scores are not inside the Where before the softmax")
     scale = terms.pop("scores", 0.0)
     if scale <= 0.0:
         raise _NotAttention("the softmax input has no positive multiple of the scores")
@@ -269,6 +314,16 @@ def attention_shape(func) -> AttentionShape:
         mask = _linear_map(mask_buf, list(mask_idx), m_axes, m_bounds)
         if mask.col_stride != 1:
             raise _NotAttention("the mask is not contiguous along the keys")
+    keep, fill, fill_param = None, 0.0, None
+    if select:
+        keep_buf, keep_idx = select["keep"]
+        keep = _linear_map(keep_buf, list(keep_idx), m_axes, m_bounds)
+        if keep.col_stride != 1:
+            raise _NotAttention("the Where's condition is not contiguous along the keys")
+        if isinstance(select["fill"], tuple):
+            fill_param, fill = select["fill"]  # the value is read in the kernel, times fill
+        else:
+            fill = select["fill"]
     # the product: P (softmax output) @ V
     p_load, v_load = _matmul_operands(pv)
     pv_spatial = [iv for iv in pv.iter_vars if int(iv.iter_type) == 0]
@@ -291,11 +346,16 @@ def attention_shape(func) -> AttentionShape:
     dtypes = {str(b.dtype) for b in (q_buf, k_buf, v_buf, outputs[0])}
     if mask is not None:
         dtypes.add(str(mask_buf.dtype))
+    if fill_param is not None:
+        dtypes.add(str(next(p for p in func.params if p.name == fill_param).dtype))
     if len(dtypes) != 1:
         raise _NotAttention(f"operands of several dtypes {sorted(dtypes)}")
     return AttentionShape(tuple(int(iv.dom.extent) for iv in batch), int(row.dom.extent),
                           int(col.dom.extent), head_dim, dtypes.pop(), q, k, v, out, mask,
-                          scale, mask_coef)
+                          scale, mask_coef, keep, fill, fill_param,
+                          bool(select) and mask is not None and
+                          any(k != "scores" for k in select["inside"]))
+
 
 
 def _output_map(blocks, pv, out_buffer, resolver) -> OperandMap:
@@ -412,6 +472,11 @@ def ub_layout(shape, base_q: int, base_kv: int) -> dict:
         layout["maskBuf"] = rows * round_up(base_kv, 32 // e) * e
         if e == 2:
             layout["maskFBuf"] = rows * pitch_kv * 4
+    if shape.keep is not None:  # bool bytes, then a row of them as half, then its bit mask
+        rows = 1 if shape.keep.row_stride == 0 else base_q
+        layout["keepBuf"] = rows * round_up(base_kv, 32)
+        layout["keepHBuf"] = round_up(base_kv, 16) * 2
+        layout["keepBitsBuf"] = ceil_div(base_kv, 8)
     return {k: round_up(v, 32) for k, v in layout.items()}
 
 
@@ -446,10 +511,13 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     per_core = ceil_div(total, cores)
     used = ceil_div(total, per_core)
     traffic = _traffic(shape, soc, base_q, base_kv, base_k_qk)
+    if shape.fill_param is not None:  # the Where's fill: read once per core
+        traffic["tensor_read_bytes"] += used * e
     params = {"batch": shape.batch, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv,
               "head_dim": shape.head_dim, "base_q": base_q, "base_kv": base_kv,
               "base_k_qk": base_k_qk, "d16": d16, "blocks_q": blocks_q,
               "scale": shape.scale, "mask_coef": shape.mask_coef,
+              "keep": shape.keep is not None, "mask_inside": shape.mask_inside,
               "data_copy_pad": bool(soc.has_data_copy_pad),
               "scalar_gather_elems": _scalar_tails(shape, soc, base_q, base_kv), **traffic}
     return Tiling("attention", total, used, per_core, 1, per_core, 1, 0, ub, soc.ub_bytes,
@@ -459,8 +527,8 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
 
 
 def _scalar_tails(shape, soc, base_q, base_kv) -> int:
-    """Elements moved on the scalar unit where ``soc`` lacks DataCopyPad: each output row's
-    and each mask block row's part past its whole 32-byte blocks (0 with DataCopyPad)."""
+    """Elements moved on the scalar unit where ``soc`` lacks DataCopyPad: each output row's,
+    each mask and keep block row's part past its whole 32-byte blocks (0 with DataCopyPad)."""
     if soc.has_data_copy_pad:
         return 0
     c0 = 32 // dtype_bytes(shape.dtype)
@@ -469,6 +537,10 @@ def _scalar_tails(shape, soc, base_q, base_kv) -> int:
         for q in pieces(shape.seq_q, base_q):
             rows = 1 if shape.mask.row_stride == 0 else q
             tails += sum(rows * (kv % c0) for kv in pieces(shape.seq_kv, base_kv))
+    if shape.keep is not None:  # bool bytes: 32 a block
+        for q in pieces(shape.seq_q, base_q):
+            rows = 1 if shape.keep.row_stride == 0 else q
+            tails += sum(rows * (kv % 32) for kv in pieces(shape.seq_kv, base_kv))
     return shape.batch * tails
 
 
@@ -486,6 +558,8 @@ def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
             t_read += (q + kv) * shape.head_dim * e + kv * shape.head_dim * e
             if shape.mask is not None:
                 t_read += (1 if shape.mask.row_stride == 0 else q) * kv * e
+            if shape.keep is not None:  # the Where's bool condition, a byte an element
+                t_read += (1 if shape.keep.row_stride == 0 else q) * kv
             macs += round_up(q, FRACTAL) * round_up(kv, FRACTAL) * sum(
                 round_up(k, c0) for k in pieces(shape.head_dim, base_k_qk))
             macs += round_up(q, FRACTAL) * round_up(shape.head_dim, FRACTAL) * \

@@ -172,7 +172,7 @@ def lower_bool_io(root):
         if is_bool_load(expr):
             return tirx.NE(tirx.Cast("float16", expr), zero)
         kind = type(expr).__name__
-        condition = _bool_behind_int_test(expr)
+        condition = bool_behind_int_test(expr)
         if condition is not None:
             return rebuild(condition)
         if kind == "Cast":
@@ -199,7 +199,7 @@ def lower_bool_io(root):
     return lowered
 
 
-def _bool_behind_int_test(expr):
+def bool_behind_int_test(expr):
     """``b`` of ``0 < Cast(int, b)`` or ``Cast(int, b) != 0`` (how TOPI's where tests a bool
     condition), else None."""
     kind = type(expr).__name__

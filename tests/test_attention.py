@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+from onnx import numpy_helper
 import pytest
 import tvm
 from tvm import relax
@@ -206,6 +207,67 @@ def test_attention_on_a_soc_without_datacopypad(case):
     assert launch["gm_write_bytes"] == group["tiling"]["gm_write_bytes"]
     assert launch["warnings"] == []
     assert "DataCopyPad" not in lib.kernel_sources()[group["kernel"]]
+
+
+def causal_attention_model(batch=2, heads=2, seq=40, dim=16, dtype="float32", where="gpt2",
+                           seed=3):
+    """Attention with a Where on a bool condition before the softmax. ``where``: "gpt2"
+    (GPT-2's TorchScript export: Where(causal, S / sqrt(d), lowest) + padding mask),
+    "inside" (Where(causal, S / sqrt(d) + mask, lowest)), "rows" (a [b, 1, 1, s] bool keep
+    mask, broadcast over the queries, filled with a constant)."""
+    mb = ModelBuilder(dtype, seed=seed)
+    q, k_t, v = (mb.input(n, shape) for n, shape in (("q", [batch, heads, seq, dim]),
+                                                      ("kt", [batch, heads, dim, seq]),
+                                                      ("v", [batch, heads, seq, dim])))
+    lowest = np.finfo(mb.np_dtype).min
+    mask = mb.input("mask", [batch, 1, 1, seq])
+    mb.feeds["mask"] = np.where(mb.rng.random(mb.feeds["mask"].shape) < 0.2, lowest,
+                                0.0).astype(mb.np_dtype)
+    keep = mb.name("keep")
+    if where == "rows":
+        values = mb.rng.random((batch, 1, 1, seq)) < 0.7
+        values[..., 0] = True  # every query keeps a key
+    else:
+        values = np.tril(np.ones((seq, seq), bool))[None, None]
+    mb.inits.append(numpy_helper.from_array(values, keep))
+    scores = mb.node("Div", [mb.node("MatMul", [q, k_t]), mb.const(np.array(np.sqrt(dim)), "d")])
+    if where == "inside":
+        scores = mb.node("Add", [scores, mask])
+    fill = mb.const(np.array(lowest), "lowest") if where != "rows" else \
+        mb.const(np.array(-1e4), "fill")
+    scores = mb.node("Where", [keep, scores, fill])
+    if where != "inside":
+        scores = mb.node("Add", [scores, mask])
+    probs = mb.node("Softmax", [scores], axis=-1)
+    mb.output(mb.node("MatMul", [probs, v]), [batch, heads, seq, dim])
+    return mb
+
+
+@pytest.mark.parametrize("where,dtype,target", [
+    ("gpt2", "float32", "ascend"), ("gpt2", "float16", "ascend/310p3"),
+    ("inside", "float16", "ascend"), ("rows", "float32", "ascend/310p3")])
+def test_attention_takes_a_where_before_the_softmax(where, dtype, target):
+    """A bool Where before the softmax (GPT-2's causal mask) is part of the attention kernel:
+    the condition block is read per score tile (a byte an element), made a bit mask on the
+    vector unit, and the scores outside it take the fill, before or after the additive mask
+    as the graph says. One kernel, onnxruntime's numbers, the plan's bytes and UB."""
+    mb = causal_attention_model(where=where, dtype=dtype)
+    lib = tvm_ascend.build(mb.model(), target=target,
+                           config=tvm_ascend.CompileConfig(fusion_level="aggressive"))
+    group = _attention_group(lib)
+    assert lib.fusion_report()["kernels"] == {"ascend": 1, "host": 0}
+    assert any(n.startswith("where") for n in group["nodes"])
+    (out,), (ref,) = lib.run(mb.feeds), run_onnxruntime(mb.model(), mb.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
+                               **ATTENTION_TOL[dtype])
+    params = group["tiling"]["params"]
+    assert params["keep"] and params["mask_inside"] == (where == "inside")
+    (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
+    assert launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]
+    assert launch["gm_write_bytes"] == group["tiling"]["gm_write_bytes"]
+    assert launch["peak_ub_bytes"] == group["tiling"]["ub_bytes"] and launch["warnings"] == []
+    source = lib.kernel_sources()[group["kernel"]]
+    assert "AscendC::Select(row, keepBits, row," in source
 
 
 def _tensor_bytes(batch_heads, seq, dim, base, elem=4):

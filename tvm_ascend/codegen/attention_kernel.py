@@ -77,6 +77,8 @@ class AttentionKernelPrinter:
             buf.line(f"constexpr uint32_t {name} = {value};")
         buf.line(f"constexpr float SCALE = {s.scale!r}f;")
         buf.line(f"constexpr float MASK_COEF = {s.mask_coef!r}f;")
+        if s.keep is not None:  # the Where's fill: a constant, or a parameter times this
+            buf.line(f"constexpr float FILL = {s.fill!r}f;")
         buf.line()
 
     def emit_class(self, buf):
@@ -98,14 +100,17 @@ class AttentionKernelPrinter:
             self.emit_members(buf)
 
     def emit_init(self, buf):
-        t = self.ctype
+        s = self.shape
         args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
         with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t, "
                         "AscendC::TPipe* pipe) {"):
             buf.line("tiling = t;")
             for p in self.params:
-                n = self.names[p.name]
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+                n, pt = self.names[p.name], cpp_type(p.dtype)
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {pt}*){n}, {buffer_size(p)});")
+            if s.fill_param is not None:
+                n = self.names[s.fill_param]
+                buf.line(f"fillValue = static_cast<float>({n}Gm.GetValue(0)) * FILL;")
             for name, size in self.layout.items():
                 buf.line(f"pipe->InitBuffer({name}, {size});")
 
@@ -119,6 +124,8 @@ class AttentionKernelPrinter:
         operands = {"q": s.q, "k": s.k, "v": s.v, "out": s.out}
         if s.mask is not None:
             operands["mask"] = s.mask
+        if s.keep is not None:
+            operands["keep"] = s.keep
         for role, op in operands.items():
             terms = [f"b{k} * {c}" for k, c in enumerate(op.batch_coefs) if c] + [str(op.base)]
             buf.line(f"uint64_t {role}Base = {' + '.join(terms)};")
@@ -138,8 +145,9 @@ class AttentionKernelPrinter:
             with buf.indent("for (uint32_t kvOff = 0; kvOff < SEQ_KV; kvOff += BASE_KV) {"):
                 buf.line("uint32_t curKv = SEQ_KV - kvOff < BASE_KV ? SEQ_KV - kvOff : BASE_KV;")
                 mask = "maskBase, " if s.mask is not None else ""
+                keep = "keepBase, " if s.keep is not None else ""
                 buf.line(f"KeyBlock(qBase + static_cast<uint64_t>(qOff) * {s.q.row_stride}, "
-                         f"kBase, vBase, {mask}qOff, curQ, kvOff, curKv);")
+                         f"kBase, vBase, {mask}{keep}qOff, curQ, kvOff, curKv);")
             _sync(buf, "V_S", "the running sums are read on the scalar unit")
             with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
                 buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], "
@@ -162,6 +170,7 @@ class AttentionKernelPrinter:
     def emit_key_block(self, buf):
         s, t = self.shape, self.ctype
         mask = "uint64_t maskBase, " if s.mask is not None else ""
+        mask += "uint64_t keepBase, " if s.keep is not None else ""
         with buf.indent(f"__aicore__ inline void KeyBlock(uint64_t qAt, uint64_t kBase, "
                         f"uint64_t vBase, {mask}uint32_t qOff, uint32_t curQ, uint32_t kvOff, "
                         "uint32_t curKv) {"):
@@ -174,6 +183,7 @@ class AttentionKernelPrinter:
                      "shift = stat[2 * STAT], blockSum = stat[3 * STAT], red = stat[4 * STAT];")
             buf.line("AscendC::LocalTensor<float> work = workBuf.Get<float>();")
             mask_row = self.emit_mask_in(buf) if s.mask is not None else None
+            keep_row = self.emit_keep_in(buf) if s.keep is not None else None
             k = s.k
             org_n, org_kb = (s.seq_kv, k.row_stride) if s.k_transposed else (k.col_stride, 1)
             buf.line(f"qk.SetOrgShape(SEQ_Q, {org_n}, {s.q.row_stride}, {org_kb});")
@@ -189,7 +199,21 @@ class AttentionKernelPrinter:
                 buf.line("AscendC::LocalTensor<float> row = s[r * pitch];")
                 if s.scale != 1.0:
                     buf.line("AscendC::Muls(row, row, SCALE, curKv);")
-                if mask_row is not None:
+                inside = mask_row is not None and (keep_row is None or s.mask_inside)
+                if inside:
+                    buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
+                if keep_row is not None:  # Where(keep, row, fill): bytes -> half -> bits
+                    buf.line("AscendC::LocalTensor<half> keepH = keepHBuf.Get<half>();")
+                    buf.line("AscendC::LocalTensor<uint8_t> keepBits = "
+                             "keepBitsBuf.Get<uint8_t>();")
+                    buf.line(f"AscendC::Cast(keepH, {keep_row}, AscendC::RoundMode::CAST_NONE, "
+                             "curKv);")
+                    buf.line("AscendC::Compares(keepBits, keepH, static_cast<half>(0.0f), "
+                             "AscendC::CMPMODE::NE, curKv);")
+                    fill = "fillValue" if s.fill_param is not None else "FILL"
+                    buf.line(f"AscendC::Select(row, keepBits, row, {fill}, "
+                             "AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, curKv);")
+                if mask_row is not None and not inside:
                     buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
                 buf.line("AscendC::ReduceMax(red, row, work, curKv);")
                 _sync(buf, "V_S", "the block maximum goes to the scalar unit")
@@ -256,10 +280,27 @@ class AttentionKernelPrinter:
                          "MASK_COEF, curKv);")
         return f"{source}[r * {pitch}]" if full else source
 
+    def emit_keep_in(self, buf) -> str:
+        """Load this key block of the Where's bool condition (a byte an element; one row when
+        it broadcasts over rows); returns the expression of row r's bytes inside the loop."""
+        k = self.shape.keep
+        full = k.row_stride != 0
+        rows = "curQ" if full else "1"
+        buf.line("AscendC::LocalTensor<uint8_t> keepT = keepBuf.Get<uint8_t>();")
+        buf.line("uint32_t keepPitch = (curKv + 31) / 32 * 32;")
+        at = "keepBase + kvOff" + (f" + static_cast<uint64_t>(qOff) * {k.row_stride}"
+                                    if full else "")
+        buf.line(f"CopyTileIn(keepT, {self._n(k)}Gm[{at}], {rows}, curKv, keepPitch, "
+                 f"{k.row_stride if full else 'curKv'});")
+        _sync(buf, "MTE2_V", "the condition block is in the UB")
+        return "keepT[r * keepPitch]" if full else "keepT"
+
     def emit_members(self, buf):
         buf.line("TilingData tiling;")
         for p in self.params:
-            buf.line(f"AscendC::GlobalTensor<{self.ctype}> {self.names[p.name]}Gm;")
+            buf.line(f"AscendC::GlobalTensor<{cpp_type(p.dtype)}> {self.names[p.name]}Gm;")
+        if self.shape.fill_param is not None:
+            buf.line("float fillValue;  // the Where's fill, read once")
         for name in self.layout:
             buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {name};")
 
