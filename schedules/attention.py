@@ -1,8 +1,9 @@
 """AttentionSchedule: scores -> scale -> mask -> softmax -> product with V as ONE kernel.
 
 The group (after FuseTIR) is ``S = Q @ K^T`` (a matmul block), elementwise blocks that scale
-``S`` by a constant and add a mask, TOPI's four softmax blocks (max, exp, sum, normalise) over
-the last axis, and ``O = P @ V``; copies (Reshape/Transpose) may sit before the products and
+``S`` by a constant, add a mask and may take a ``Where(keep, ..., fill)`` on a bool tensor (a
+causal mask, as GPT-2's TorchScript export writes it), TOPI's four softmax blocks (max, exp,
+sum, normalise) over the last axis, and ``O = P @ V``; copies (Reshape/Transpose) may sit before the products and
 after the last one. The template reads all of that back as index maps: every operand is an
 affine map of (batch..., row, column) onto its parameter buffer, so the head transposes turn
 into strides and disappear into the kernel.
@@ -10,7 +11,9 @@ into strides and disappear into the kernel.
 The kernel (codegen/attention_kernel.py) computes it FlashAttention-style: each work item is a
 block of ``base_q`` query rows of one batch*head; it walks the keys in blocks of ``base_kv``:
 the cube computes a ``base_q x base_kv`` score tile (Matmul API, K read in place with
-isTransposeB), the vector unit scales, masks and exponentiates it against a running row maximum
+isTransposeB), the vector unit scales and masks it (the Where's condition block read as bytes,
+made a bit mask by Cast and Compares, and applied by Select), and exponentiates it against a
+running row maximum
 (online softmax), and the cube multiplies the probabilities (A from the UB) with the V block;
 the vector unit rescales and accumulates the output rows, divides by the running sums once and
 writes them. The seq x seq scores never go to GM as a tensor. On split 2201 chips (910B) the
