@@ -30,13 +30,16 @@ NOTES = (
     "and vector Gathers from a UB window of input rows, and a 1x1 conv's Matmul reads the "
     "input planes directly; records from 8356fac up to then were dominated by an element-by-"
     "element img2col on the scalar unit (about 500 ms at b32 fp32 for every baseline), and "
-    "earlier ones did not count that work. From 4aae4e8 on (all four ResNet records at "
-    "224): on 910B the gathered block goes to the core's GM workspace once per pixel tile and "
-    "serves all its channel tiles (before: staged through GM again for every tile and K "
-    "chunk), the conv epilogue covers many output rows per vector call, 310P copies rows "
-    "into the UB as whole 32-byte blocks, and workspace bytes (conv, matmul) are charged at "
-    "L2 speed as attention's were. The device's Load3D path (img2col from L1) is not in the "
-    "CPU emulator.",
+    "earlier ones did not count that work. From 70cba70 on: on 910B the gathered block goes "
+    "to the core's GM workspace once per pixel tile and serves all its channel tiles (before: "
+    "staged through GM again for every tile and K chunk), the conv epilogue covers many "
+    "output rows per vector call, 310P copies rows into the UB as whole 32-byte blocks, and "
+    "workspace bytes (conv, matmul) are charged at L2 speed as attention's were; from "
+    "db7d0e3 on 310P may take the GM route too where the estimate says so. The device's "
+    "Load3D path (img2col from L1) is not in the CPU emulator.",
+    "GPT-2: from 6696d5c on, the attention template takes the causal Where of GPT-2's "
+    "TorchScript export (before, it refused the chain and the scores went to GM between "
+    "three kernels); whether the fused kernel wins is the estimate's call per configuration.",
     "Records carry the commit they were measured at (see `benchmarks/results.json`); "
     "estimates from different commits come from different timing models, so compare "
     "baselines within one configuration, not configurations across runs.",
