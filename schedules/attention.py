@@ -3,10 +3,10 @@
 The group (after FuseTIR) is ``S = Q @ K^T`` (a matmul block), elementwise blocks that scale
 ``S`` by a constant, add a mask and may take a ``Where(keep, ..., fill)`` on a bool tensor (a
 causal mask, as GPT-2's TorchScript export writes it), TOPI's four softmax blocks (max, exp,
-sum, normalise) over the last axis, and ``O = P @ V``; copies (Reshape/Transpose) may sit before the products and
-after the last one. The template reads all of that back as index maps: every operand is an
-affine map of (batch..., row, column) onto its parameter buffer, so the head transposes turn
-into strides and disappear into the kernel.
+sum, normalise) over the last axis, and ``O = P @ V``; copies (Reshape/Transpose) may sit
+before the products and after the last one. The template reads all of that back as index
+maps: every operand is an affine map of (batch..., row, column) onto its parameter buffer, so
+the head transposes turn into strides and disappear into the kernel.
 
 The kernel (codegen/attention_kernel.py) computes it FlashAttention-style: each work item is a
 block of ``base_q`` query rows of one batch*head; it walks the keys in blocks of ``base_kv``:

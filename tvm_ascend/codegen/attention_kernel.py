@@ -255,16 +255,7 @@ class AttentionKernelPrinter:
         """Load this key block of the mask (one row when it broadcasts over rows); returns the
         expression of row r's float mask inside the loop."""
         s, t = self.shape, self.ctype
-        m = s.mask
-        full = m.row_stride != 0
-        rows = "curQ" if full else "1"
-        buf.line(f"AscendC::LocalTensor<{t}> maskT = maskBuf.Get<{t}>();")
-        buf.line("uint32_t maskPitch = (curKv + C0 - 1) / C0 * C0;")
-        at = "maskBase + kvOff" + (f" + static_cast<uint64_t>(qOff) * {m.row_stride}"
-                                    if full else "")
-        buf.line(f"CopyTileIn(maskT, {self._n(m)}Gm[{at}], {rows}, curKv, maskPitch, "
-                 f"{m.row_stride if full else 'curKv'});")
-        _sync(buf, "MTE2_V", "the mask block is in the UB")
+        full, rows = self._block_in(buf, s.mask, "mask", t, "C0", "the mask block")
         source = "maskT"
         if self.elem == 2:
             buf.line("AscendC::LocalTensor<float> maskF = maskFBuf.Get<float>();")
@@ -283,17 +274,25 @@ class AttentionKernelPrinter:
     def emit_keep_in(self, buf) -> str:
         """Load this key block of the Where's bool condition (a byte an element; one row when
         it broadcasts over rows); returns the expression of row r's bytes inside the loop."""
-        k = self.shape.keep
-        full = k.row_stride != 0
-        rows = "curQ" if full else "1"
-        buf.line("AscendC::LocalTensor<uint8_t> keepT = keepBuf.Get<uint8_t>();")
-        buf.line("uint32_t keepPitch = (curKv + 31) / 32 * 32;")
-        at = "keepBase + kvOff" + (f" + static_cast<uint64_t>(qOff) * {k.row_stride}"
-                                    if full else "")
-        buf.line(f"CopyTileIn(keepT, {self._n(k)}Gm[{at}], {rows}, curKv, keepPitch, "
-                 f"{k.row_stride if full else 'curKv'});")
-        _sync(buf, "MTE2_V", "the condition block is in the UB")
+        full, _ = self._block_in(buf, self.shape.keep, "keep", "uint8_t", "32",
+                                 "the condition block")
         return "keepT[r * keepPitch]" if full else "keepT"
+
+    def _block_in(self, buf, op, role: str, ctype: str, per_block: str, what: str):
+        """Copy this key block of ``op`` (rows of queries, or one row when it broadcasts) into
+        ``<role>T``, rows ``<role>Pitch`` apart (``per_block`` elements a 32-byte block);
+        returns (one row per query, the rows expression)."""
+        full = op.row_stride != 0
+        rows = "curQ" if full else "1"
+        buf.line(f"AscendC::LocalTensor<{ctype}> {role}T = {role}Buf.Get<{ctype}>();")
+        buf.line(f"uint32_t {role}Pitch = (curKv + {per_block} - 1) / {per_block} * "
+                 f"{per_block};")
+        at = f"{role}Base + kvOff" + (f" + static_cast<uint64_t>(qOff) * {op.row_stride}"
+                                      if full else "")
+        buf.line(f"CopyTileIn({role}T, {self._n(op)}Gm[{at}], {rows}, curKv, {role}Pitch, "
+                 f"{op.row_stride if full else 'curKv'});")
+        _sync(buf, "MTE2_V", f"{what} is in the UB")
+        return full, rows
 
     def emit_members(self, buf):
         buf.line("TilingData tiling;")
