@@ -339,14 +339,16 @@ class Conv2dSchedule:
             return [Conv2dKnobs()]
         cap = _base_cap(shape)
         found = [Conv2dKnobs()]
+        default_mode = gather_mode(shape, soc)
         if pointwise(shape):
-            other = "rows" if gather_mode(shape, soc) == "direct" else "direct"
+            other = "rows" if default_mode == "direct" else "direct"
             found.append(Conv2dKnobs(img2col=other))
-        if soc.npu_arch != 2201 and gather_mode(shape, soc) != "direct":
+        if soc.npu_arch != 2201 and default_mode != "direct":
             # a col block of several K chunks is built again for every channel tile in the UB;
             # through GM it is built once per run, for GM bytes the UB operand does not move
             found.append(Conv2dKnobs(col_in_gm=True))
-        if len(root_blocks(func)) > conv_block_index(root_blocks(func)) + 1:
+        blocks = root_blocks(func)
+        if len(blocks) > conv_block_index(blocks) + 1:
             # a whole tile's rows per epilogue call, though the img2col may take more K chunks
             found.append(Conv2dKnobs(epilogue_rows=cap))
         if _tiles(shape, cap, cap) >= soc.ai_cores:
@@ -452,7 +454,7 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
     used = ceil_div(total, per_core)
     builds = ([0] * tiles_n, [0] * tiles_n) if direct else \
         count_col_builds(tiles_m, tiles_n, per_core, total, mm_chunks)
-    gm_read, gm_write, macs, cube_bytes = conv_traffic(shape, program, soc, base_m, base_n, base_k,
+    gm_read, gm_write, macs, shares = conv_traffic(shape, program, soc, base_m, base_n, base_k,
                                                    img2col, builds[0], used, col_gm)
     work = img2col_work(shape, program, soc, base_m, base_n, img2col, builds, used)
     if not soc.has_data_copy_pad:  # rows at an input's end that whole blocks would pass
@@ -469,7 +471,7 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
               "base_m": base_m, "base_n": base_n, "base_k": base_k, "align_n": align_n,
               "k_chunk": k_chunk, "chunks": chunks, "mm_chunks": mm_chunks, "col_in_gm": col_gm,
               "col_workspace_bytes": shape.k * align_n * elem if col_gm else 0,
-              "tiles_m": tiles_m, "tiles_n": tiles_n, **cube_bytes,
+              "tiles_m": tiles_m, "tiles_n": tiles_n, **shares,
               "slots": slots, "cube_macs": macs, "data_copy_pad": bool(soc.has_data_copy_pad),
               "img2col": img2col.mode, "col_builds": sum(builds[0]),
               "slab_lead": img2col.layout.lead if img2col.layout else 0,
@@ -496,17 +498,18 @@ def _epilogue_rows(shape: ConvShape, mode: str, columns, slots: int, base_m: int
             (column_bytes(columns, base_m, elem) if rows > 1 else 0)
         return img2col_plan(shape, mode, align_n, base_n, budget - extra), extra
 
+    narrow, extra = plan_for(1)
     if wanted is not None:
         if wanted < 1:
             raise TilingError(f"conv epilogue_rows={wanted} must be at least 1")
         rows = min(wanted, base_m) if columns is not None else 1
         chosen, extra = plan_for(rows)
-        if chosen.mode != mode or chosen.k_chunk <= 0 or \
+        # the method one row leaves (a window wider than the UB is the scalar mode already)
+        if chosen.mode != narrow.mode or chosen.k_chunk <= 0 or \
                 (mode == "direct" and extra > budget):
             raise TilingError(f"conv epilogue over {rows} rows leaves no UB for img2col "
-                              f"({mode})")
+                              f"({narrow.mode})")
         return rows, chosen, extra
-    narrow, extra = plan_for(1)
     rows = base_m
     while columns is not None and rows > 1 and narrow.k_chunk > 0:
         wide, wide_extra = plan_for(rows)

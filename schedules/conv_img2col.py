@@ -200,6 +200,8 @@ def block_tails(shape: ConvShape, img2col: Img2colPlan, base_n: int, tiles_m: in
     total = shape.n * shape.cin * shape.h * shape.w
     tiles_n = -(-shape.pixels // base_n)
     taps = shape.kh * shape.kw
+    # rows by global index (plane-major): every input row for the window, a plane for rows
+    count = shape.n * shape.cin * (shape.h if img2col.mode == "window" else 1)
     fewer = scalar = 0
     for t, p0 in enumerate(range(0, shape.pixels, base_n)):
         cur_n = min(base_n, shape.pixels - p0)
@@ -213,8 +215,7 @@ def block_tails(shape: ConvShape, img2col: Img2colPlan, base_n: int, tiles_m: in
         whole = round_up(cols, c0)
         if cols % c0 == 0:
             continue
-        # rows (global index: plane-major) whose blocks pass the end are copied exactly
-        count = shape.n * shape.cin * (shape.h if img2col.mode == "window" else 1)
+        # the rows whose blocks pass the end are copied exactly
         for index in range(max(0, (total - whole - offset) // pitch + 1), count):
             plane, row = divmod(index, shape.h) if img2col.mode == "window" else (index, 0)
             if not first_row <= row <= last_row:

@@ -29,9 +29,9 @@ def column_scalar_writes(shape: ConvShape, columns, soc, base_m: int, tiles_n: i
     """SetValue calls that fill the epilogue's columns: every row of a computed column, and a
     copied column's tail past its whole 32-byte blocks without DataCopyPad."""
     c0 = 32 // dtype_bytes(shape.dtype)
+    tiles = shape.n * shape.groups * tiles_n  # of each channel tile's cur_m rows
     writes = 0
     for cur_m in pieces(shape.cout_g, base_m):
-        tiles = shape.n * shape.groups * tiles_n  # of cur_m channels
         for column in columns:
             if column.copied is None:
                 writes += tiles * cur_m
@@ -46,8 +46,8 @@ def valid_taps(extent_out, extent_in, stride, dilation, pad, kernel) -> np.ndarr
     return ((out >= 0) & (out < extent_in)).sum(axis=1)
 
 
-def conv_traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col, col_builds, cores,
-             col_gm: bool):
+def conv_traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col, col_builds,
+                 cores, col_gm: bool):
     """(GM bytes read, written, cube MACs, the cube's and workspace's share) exactly as the
     printed kernel moves them (emulator README "Cube"): per tile the A rows and B (the input
     planes in the direct mode, the col block in the GM workspace where ``col_gm``, else per K
@@ -59,16 +59,16 @@ def conv_traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col
     The shares (for the timing model, as the matmul template gives them): ``operand_read_bytes``
     (A and B as the cube loads them), ``l2_reread_bytes`` (the weights read again for every
     pixel tile, and the direct mode's input planes for every channel tile, which L2 serves
-    when they fit) and ``workspace_read_bytes`` /
-    ``workspace_write_bytes`` (col blocks and products in the GM workspace: one small region per
-    core, used again and again, so in L2)."""
+    when they fit) and ``workspace_read_bytes`` / ``workspace_write_bytes`` (col blocks and
+    products in the GM workspace: one small region per core, used again and again, so in L2).
+    """
     elem = dtype_bytes(shape.dtype)
     c0 = 32 // elem
     split = soc.npu_arch == 2201
     taps = np.outer(valid_taps(shape.oh, shape.h, shape.stride[0], shape.dilation[0],
-                                shape.pad[0], shape.kh),
+                               shape.pad[0], shape.kh),
                     valid_taps(shape.ow, shape.w, shape.stride[1], shape.dilation[1],
-                                shape.pad[1], shape.kw)).reshape(-1)
+                               shape.pad[1], shape.kw)).reshape(-1)
     direct = img2col.mode == "direct"
     k_pieces = [shape.k] if direct or col_gm else pieces(shape.k, img2col.k_chunk)
     steps = [kk for piece in k_pieces for kk in pieces(piece, base_k)]
@@ -117,7 +117,7 @@ def conv_traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col
 
 
 def img2col_work(shape: ConvShape, program, soc, base_m, base_n, img2col, builds,
-                  cores) -> dict:
+                 cores) -> dict:
     """The kernel's scalar-unit elements and its img2col vector work.
 
     ``scalar_gather_elems``: the scalar mode's every img2col element (a SetValue, after a

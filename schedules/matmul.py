@@ -268,9 +268,7 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
                          lambda r: ub_of(r) <= soc.ub_bytes - UB_RESERVED_BYTES)
     ub = ub_of(rows)
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
-    # the product's trip AIC -> GM workspace -> UB (split chips): a small region per core,
-    # used again and again, so in L2 (as attention's and conv's workspace bytes)
-    round_trip = product_round_trip(shape, soc)
+    round_trip = product_round_trip(shape, soc)  # workspace bytes: L2
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
@@ -471,7 +469,9 @@ def scalar_tail_elems(shape, program, soc, base_m, base_n, single_m, single_n, c
 
 def product_round_trip(shape, soc) -> int:
     """Bytes the product moves through the GM workspace, each way: all of it on split chips
-    (AIC -> GM -> AIV), none on coupled ones."""
+    (AIC -> GM -> AIV), none on coupled ones. The plans give them as workspace bytes: a small
+    region per core, used again and again, so the timing model charges them at L2 speed (as
+    attention's and conv's)."""
     out = shape.batch * shape.m * shape.n * dtype_bytes(shape.dtype)
     return out if soc.npu_arch == 2201 else 0
 

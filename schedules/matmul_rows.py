@@ -285,9 +285,7 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n,
                      orders=(0,))
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
-    # the product's trip AIC -> GM workspace -> UB (split chips): a small region per core,
-    # used again and again, so in L2 (as attention's and conv's workspace bytes)
-    round_trip = product_round_trip(shape, soc)
+    round_trip = product_round_trip(shape, soc)  # workspace bytes: L2
     rows = [m for m_single in pieces(shape.m, single_m) for m in pieces(m_single, base_m)]
     cube_macs = shape.batch * sum(round_up(m, FRACTAL) for m in rows) * base_n \
         * round_up(shape.k, c0)

@@ -67,9 +67,9 @@ class ConvKernelPrinter:
         self.out_name = self.names[self.params[-1].name]
         self.sizes = {self.names[p.name]: buffer_size(p) for p in self.params}
         self.img2col = Img2colPrinter(self.shape, self.p, self.x_name, self.sizes, self.ctype)
-        self.rows = int(self.p.get("epilogue_rows", 1))  # output rows per epilogue call
-        self.col_gm = bool(self.p.get("col_in_gm"))  # the col block goes to the GM workspace
-        self.mm_chunks = int(self.p.get("mm_chunks", self.p["chunks"]))
+        self.rows = int(self.p["epilogue_rows"])  # output rows per epilogue call
+        self.col_gm = bool(self.p["col_in_gm"])  # the col block goes to the GM workspace
+        self.mm_chunks = int(self.p["mm_chunks"])  # K pieces the Matmul takes in turn
         self.columns = row_columns(self.program, self.shape) if self.rows > 1 else []
 
     def _inputs(self, kind):
@@ -449,7 +449,7 @@ class ConvKernelPrinter:
 
     def user_workspace_bytes(self) -> int:
         """GM workspace of the col blocks: one per core (split chips, not the direct mode)."""
-        return self.tiling.cores * int(self.p.get("col_workspace_bytes", 0))
+        return self.tiling.cores * int(self.p["col_workspace_bytes"])
 
     def tiling_values(self) -> dict:
         return {}
