@@ -24,9 +24,14 @@ TOLERANCES = {
 def _private_cache(tmp_path_factory):
     """Builds in tests use a cache of their own, never the user's ~/.cache; whole builds are
     not reused (tests patch the planner and compare builds of one model under different
-    patches, which the build cache's key cannot see); test_build_cache.py turns it on."""
+    patches, which the build cache's key cannot see); test_build_cache.py turns it on; and
+    every build is strict."""
     os.environ["TVM_ASCEND_CACHE_DIR"] = str(tmp_path_factory.mktemp("compile_cache"))
     os.environ["TVM_ASCEND_BUILD_CACHE"] = "0"
+    # A kernel that fails to schedule, print or compile falls back to the host in a user's
+    # build; in a test it is a bug to see, never a fallback that still gives right numbers
+    # (test_fallback.py tests the fallback itself, without this).
+    os.environ["TVM_ASCEND_STRICT"] = "1"
     yield
 
 

@@ -41,6 +41,9 @@ def _compile_parser(sub) -> None:
                    "kernel sources) into --dump_path")
     p.add_argument("--dump_path", default="tvm_ascend_dump")
     p.add_argument("--report", default=None, help="also write the fusion report to this file")
+    p.add_argument("--strict", action="store_true",
+                   help="fail when a kernel fails to schedule, print or compile (by default its "
+                   "ops are split or run on the host, and the report says so)")
 
 
 def _fusion_flags(p) -> None:
@@ -85,7 +88,7 @@ def _run_compile(args) -> int:
         raise FusionConfigError(f"--framework={args.framework}: only 5 (ONNX) is supported")
     output = args.output if "." in args.output.rsplit("/", 1)[-1] else args.output + ".so"
     config = _config(args, precision_mode=args.precision_mode, dump_graph=args.dump_graph,
-                     dump_path=args.dump_path, keep_dtype=args.keep_dtype)
+                     dump_path=args.dump_path, keep_dtype=args.keep_dtype, strict=args.strict)
     lib = build(args.model, target="ascend", config=config)
     lib.export_library(output)
     report = lib.fusion_report()

@@ -58,6 +58,8 @@ ENV_OVERRIDES = (
     EnvOverride("TVM_ASCEND_CACHE_DIR", "cache_dir", str, "folder of the compiled-kernel cache"),
     EnvOverride("TVM_ASCEND_BUILD_CACHE", "build_cache", bool,
                 "1/0: reuse (or not) a whole earlier build of the same model and configuration"),
+    EnvOverride("TVM_ASCEND_STRICT", "strict", bool,
+                "1: a kernel that fails to schedule, print or compile fails the build (tests)"),
 )
 
 
@@ -114,6 +116,11 @@ class CompileConfig:
     input_shape : dict
         Input shapes, ``{"x": (1, 3, 224, 224)}``; a dimension may be -1 or a range
         ``"1~8"`` (ATC's spellings): dynamic dimensions run on the host, with a warning.
+    strict : bool
+        A kernel that fails to schedule, print or compile fails the build (for tests and for
+        reporting a bug). By default such a kernel's group is split into single-op kernels, a
+        single op that still fails runs on the host, and the report's ``kernel_failures`` and
+        a warning say so (``tvm_ascend/fallback.py``).
     """
 
     autofusion: bool = True
@@ -132,6 +139,7 @@ class CompileConfig:
     keep_dtype: tuple = ()
     search_width: int = 4
     build_cache: bool = True
+    strict: bool = False
 
     def __post_init__(self):
         if not isinstance(self.search_width, int) or isinstance(self.search_width, bool) \

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+from dataclasses import dataclass
 
 import tvm
 import tvm_ffi
@@ -20,8 +21,11 @@ from tvm import relax
 
 from . import ir_attrs
 from .codegen import metadata_from_source, register_codegen, unit_module
+from .codegen.ascendc_printer import kernel_source
+from .codegen.ext_codegen import scheduled_kernels
 from .config import CompileConfig
-from .errors import CodegenError
+from .errors import CodegenError, ToolchainError
+from .fallback import KernelFailure, compile_error_kernels, failure_of, policy_after
 from .frontend import load_model, read_model
 from .partition.grouping import node_graph, partition
 from .partition.policy import FusionPolicy
@@ -202,7 +206,6 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     _, target_soc = resolve_target(target)
     if str(target).strip().lower() != "ascend" and target_soc != config.soc_version:
         config = config.replace(soc_version=target_soc)
-    soc = config.soc
     register_codegen()
     mod = read_model(mod)
     key = build_key(mod, params, config)
@@ -215,25 +218,113 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     imported = apply_precision_mode(load_model(mod, config.input_shape),
                                     config.precision_mode, config.keep_dtype)
     dumps.module("000_imported.py", imported)
-    policy = fusion_policy(config, imported)
-    result = plan_fusion(imported, policy, soc, params)
+    built = _plan_and_build(imported, fusion_policy(config, imported), config, params, key)
+    result, scheduled, report, source = built.result, built.scheduled, built.report, built.source
     dumps.module("010_partitioned.py", result.mod)
-    scheduled, tilings = schedule_groups(result.mod, soc, database=config.tuning_database)
-    _estimate_retiled(result, scheduled, tilings, soc)
     dumps.scheduled(scheduled)
-    report = fusion_report(result, tilings, config, _nodes_before(imported))
     dumps.report(report)
     dumps.graphs(_onnx_model(mod) if config.dump_graph else None, report)
-    metadata = {"soc_version": soc.name, "report": report,
-                "inputs": _input_names(imported, scheduled)}
-    lowered, source = _codegen(scheduled, soc, metadata)
-    metadata = metadata_from_source(source)
-    dumps.kernels(metadata.get("kernel_sources", {}))
-    executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
+    dumps.kernels(built.module.kernel_sources())
     logger.info("built: %d NPU kernel(s), %d host group(s)", report["npu_kernels"],
                 report["host_groups"])
-    return AscendModule(executable, metadata, cache_key=_cache_key(lowered, source),
-                        cache_dir=config.cache_dir, build_key=key)
+    return built.module
+
+
+# A failed kernel costs one more plan; each plan takes at least one op off a fused kernel or
+# the NPU, so a few rounds settle any model seen so far. A model that needs more fails loudly.
+MAX_PLANS = 6
+
+
+@dataclass
+class _Built:
+    result: object
+    scheduled: tvm.IRModule
+    report: dict
+    source: str
+    module: AscendModule
+
+
+def _plan_and_build(imported: tvm.IRModule, policy: FusionPolicy, config: CompileConfig,
+                    params, key: str | None) -> _Built:
+    """Plan, schedule, print and compile; a kernel that fails at any of the three stages
+    below the partitioner is recorded and the model planned again without it (its group split
+    into single ops, a single op on the host: ``fallback.py``), unless ``config.strict``."""
+    soc = config.soc
+    failures: list[KernelFailure] = []
+    for _ in range(MAX_PLANS):
+        result = plan_fusion(imported, policy, soc, params)
+        try:
+            return _build_plan(result, imported, config, failures, key)
+        except _KernelsFailed as failed:
+            if config.strict:
+                raise failed.error from None
+            for failure in failed.failures:
+                logger.warning("%s", failure.describe())
+            failures += failed.failures
+            policy = policy_after(policy, failed.failures)
+    raise CodegenError(f"kernels still fail after {MAX_PLANS} plans: "
+                       + "; ".join(f.describe() for f in failures[-3:]))
+
+
+class _KernelsFailed(Exception):
+    """Kernels of one plan that failed (``failures``), and the first error, for strict mode."""
+
+    def __init__(self, failures: list[KernelFailure], error: BaseException):
+        super().__init__(error)
+        self.failures, self.error = failures, error
+
+
+def _failed(result, stage: str, errors: dict) -> _KernelsFailed:
+    """The _KernelsFailed of ``errors`` ({kernel symbol: exception}) at ``stage``."""
+    failures = [failure_of(group, stage, errors[group.symbol]) for group in result.groups
+                if group.on_npu and group.symbol in errors]
+    return _KernelsFailed(failures, next(iter(errors.values())))
+
+
+def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str | None
+                ) -> _Built:
+    """One plan's schedule, print and compile stages; raises _KernelsFailed naming the kernels
+    that failed."""
+    soc = config.soc
+    errors: dict = {}
+    scheduled, tilings = schedule_groups(result.mod, soc, database=config.tuning_database,
+                                         failures=errors)
+    if errors:
+        raise _failed(result, "schedule", errors)
+    _estimate_retiled(result, scheduled, tilings, soc)
+    report = fusion_report(result, tilings, config, _nodes_before(imported))
+    report["kernel_failures"] = [f.to_json() for f in earlier]
+    metadata = {"soc_version": soc.name, "report": report,
+                "inputs": _input_names(imported, scheduled)}
+    errors = _print_errors(scheduled, soc)
+    if errors:
+        raise _failed(result, "print", errors)
+    lowered, source = _codegen(scheduled, soc, metadata)
+    executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
+    module = AscendModule(executable, metadata_from_source(source),
+                          cache_key=_cache_key(lowered, source), cache_dir=config.cache_dir,
+                          build_key=key)
+    try:
+        module.compile()
+    except ToolchainError as err:
+        culprits = compile_error_kernels(source, err.output)
+        if not culprits:  # not a kernel's fault (the runtime, the host code): nothing to drop
+            raise
+        raise _failed(result, "compile", {symbol: err for symbol in culprits}) from err
+    return _Built(result, scheduled, report, source, module)
+
+
+def _print_errors(scheduled: tvm.IRModule, soc) -> dict:
+    """{kernel symbol: exception} of the kernels whose printer fails."""
+    funcs = [func for func in scheduled.functions.values() if isinstance(func, relax.Function)
+             and func.attrs and func.attrs.get("Codegen") == "ascend"]
+    errors = {}
+    for kernel in scheduled_kernels(funcs):
+        try:
+            kernel_source(kernel, soc)
+        except Exception as err:  # noqa: BLE001 - any printer failure is that kernel's
+            errors[kernel.symbol] = err
+    return errors
 
 
 def _input_names(imported: tvm.IRModule, scheduled: tvm.IRModule) -> list[str]:

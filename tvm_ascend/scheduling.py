@@ -13,12 +13,16 @@ from .schedules import template_by_name
 logger = logging.getLogger("tvm_ascend.schedule")
 
 
-def schedule_groups(mod: tvm.IRModule, soc, database=None) -> tuple[tvm.IRModule, dict]:
+def schedule_groups(mod: tvm.IRModule, soc, database=None, failures: dict | None = None
+                    ) -> tuple[tvm.IRModule, dict]:
     """(module with scheduled PrimFuncs and Tilings on its codegen functions, {symbol: Tiling}).
 
     ``database`` (a tuning database folder or ``TuningDatabase``, or None): kernels whose
     workload it holds are tiled with the best recorded knobs, the others with the knobs the
-    partitioner's estimate chose (``ir_attrs.KNOBS``), else the defaults.
+    partitioner's estimate chose (``ir_attrs.KNOBS``), else the defaults. ``failures``: where
+    given, a kernel whose scheduling raises is recorded there (symbol -> exception) and left
+    unscheduled, for the pipeline to plan again without it (``tvm_ascend/fallback.py``);
+    without it the error propagates.
     """
     from .cost_model.database import open_database
     from .cost_model.tuned import knobs_from_json, tuned_schedule
@@ -32,8 +36,14 @@ def schedule_groups(mod: tvm.IRModule, soc, database=None) -> tuple[tvm.IRModule
         template = template_by_name(str(func.attrs[ir_attrs.TEMPLATE]))
         chosen = func.attrs.get(ir_attrs.KNOBS)
         knobs = knobs_from_json(template.name, json.loads(str(chosen))) if chosen else None
-        scheduled, tiling = tuned_schedule(template, func.attrs[ir_attrs.PRIM_FUNC], soc,
-                                           database, gv.name_hint, knobs)
+        try:
+            scheduled, tiling = tuned_schedule(template, func.attrs[ir_attrs.PRIM_FUNC], soc,
+                                               database, gv.name_hint, knobs)
+        except Exception as err:  # noqa: BLE001 - any failure of one kernel is that kernel's
+            if failures is None:
+                raise
+            failures[gv.name_hint] = err
+            continue
         tilings[gv.name_hint] = tiling
         mod[gv] = func.with_attrs({ir_attrs.PRIM_FUNC: scheduled,
                                    ir_attrs.TILING: tiling.to_json()})

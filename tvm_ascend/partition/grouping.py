@@ -255,7 +255,7 @@ def _always_alone(by_callee: dict, policy: FusionPolicy) -> set:
     # result, rather than by FuseOps, which would fold a Transpose into a MatMul's epilogue.
     return {name for name, info in by_callee.items()
             if not info.decision.ok or info.op in MOVE_OPS
-            or set(info.nodes) & policy.no_fuse_nodes}
+            or set(info.nodes) & policy.no_fuse_nodes or info.var in policy.split_ops}
 
 
 def _fuse_ops(lowered, by_callee, policy: FusionPolicy, matches: Counter, untileable=None):
@@ -357,6 +357,7 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True,
     """
     policy = policy or FusionPolicy.default(fuse)
     ops = mark_support(mod)
+    _refuse_host_ops(ops, policy)
     lowered = relax.transform.LegalizeOps()(mod)
     lowered = relax.transform.AnnotateTIROpPattern()(lowered)
     lowered, by_callee = _unshare_callees(lowered, ops)
@@ -453,13 +454,31 @@ def _sites(fused, by_callee, members, split, policy: FusionPolicy, ops) -> list[
         var, callee = binding.var, call.args[0]
         infos, formed_by = _group_for(callee.name_hint, by_callee, members)
         parts = members.get(callee.name_hint, [callee.name_hint])
-        fenced = [n for m in infos for n in m.nodes if n in policy.no_fuse_nodes]
         site = Site(var, call, callee.name_hint, fused[callee], list(call.args[1].fields),
                     infos, formed_by, _npu_decision(infos, call),
                     split_reason=next((split[p] for p in parts if p in split), ""),
-                    fence=f"node {fenced[0]} is in no_fuse_nodes" if fenced else "")
+                    fence=_fence(infos, policy))
         sites.append(site)
     return sites
+
+
+def _fence(infos: list[OpInfo], policy: FusionPolicy) -> str:
+    """Why a site may join no group: a fenced node, or a fused kernel of its ops that failed."""
+    fenced = [n for m in infos for n in m.nodes if n in policy.no_fuse_nodes]
+    if fenced:
+        return f"node {fenced[0]} is in no_fuse_nodes"
+    failed = [m.var for m in infos if m.var in policy.split_ops]
+    if failed:
+        return (f"a fused kernel of {failed[0]} failed to build (a bug in tvm-ascend, in the "
+                "report's kernel_failures), so its ops are kernels of their own")
+    return ""
+
+
+def _refuse_host_ops(ops: dict[str, OpInfo], policy: FusionPolicy) -> None:
+    """Ops whose single-op kernel failed below the partitioner run on the host."""
+    for var, reason in policy.host_ops:
+        if var in ops:
+            ops[var] = dataclasses.replace(ops[var], decision=Decision.no(reason))
 
 
 def _builtin_site(binding, info: OpInfo) -> Site:

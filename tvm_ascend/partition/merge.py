@@ -47,7 +47,7 @@ class Site:
     merges: list = field(default_factory=list)  # notes of merges, for the report
     refused: dict = field(default_factory=dict)  # producer var -> why a merge was refused
     split_reason: str = ""   # why FuseOps' group containing it was taken apart
-    fence: str = ""          # why it may not join any group (no_fuse_nodes)
+    fence: str = ""          # why it may not join any group (no_fuse_nodes, a failed kernel)
     recomputed: bool = False  # it recomputes a producer that other kernels also read
 
 
@@ -428,7 +428,10 @@ def _edge_reason(producer, consumer, sites, outside, policy) -> tuple[str, str]:
             return (f"the {side} runs on the host: {site.eligible.reason}",
                     "an Ascend kernel for that op would let the edge fuse")
         if site.fence:
-            return site.fence, "remove the node from no_fuse_nodes to let it fuse"
+            hint = ("remove the node from no_fuse_nodes to let it fuse"
+                    if "no_fuse_nodes" in site.fence else
+                    "report the failure (fusion report: kernel_failures); the ops run unfused")
+            return site.fence, hint
     if producer.var in consumer.refused:
         reason = consumer.refused[producer.var]
         return reason, _hint(reason)

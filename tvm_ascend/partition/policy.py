@@ -22,7 +22,10 @@ class FusionPolicy:
     whether a merge must also be estimated faster than the split (off for the fixed-pattern
     rule sets, which emulate compilers that do not ask a cost model); ``no_fuse_nodes``: ONNX
     nodes fenced off from every group; ``plan``: an imported fusion plan (groups to rebuild);
-    ``search_width``: beam width of the region search (1: pairwise greedy merging only).
+    ``search_width``: beam width of the region search (1: pairwise greedy merging only);
+    ``split_ops`` / ``host_ops``: Relax bindings of ``main`` whose fused kernel failed below
+    the partitioner (each is then a kernel of its own), and ``(binding, reason)`` pairs of
+    single-op kernels that failed (they run on the host): ``tvm_ascend/fallback.py``.
     """
 
     rules: frozenset = frozenset()
@@ -33,6 +36,8 @@ class FusionPolicy:
     rule_set: str = "tvm_ascend"
     level: str = "conservative"
     search_width: int = 4
+    split_ops: frozenset = frozenset()
+    host_ops: tuple = ()
 
     @property
     def fuse(self) -> bool:

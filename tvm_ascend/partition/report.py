@@ -155,6 +155,14 @@ def report_table(report: dict) -> str:
     lines = [f"{report['nodes_before']} ONNX nodes -> {report['kernels']['ascend']} Ascend "
              f"launches + {report['kernels']['host']} host launches ({report['soc_version']}, "
              f"fusion {report['fusion_level']})", ""]
+    failures = report.get("kernel_failures", [])
+    if failures:  # bugs of ours the user should see first, and can report
+        lines.append(f"{len(failures)} kernel(s) failed and were planned again (a bug in "
+                     "tvm-ascend: please report it with the model):")
+        lines += [f"  {f['kernel']} ({', '.join(f['onnx_nodes'])}): {f['stage']} failed, "
+                  f"{'split into single-op kernels' if f['action'] == 'split' else 'on the host'}"
+                  f": {f['error']}" for f in failures]
+        lines.append("")
     lines.append(f"{'id':<5}{'where':<7}{'rule':<26}{'GM saved':>10}  nodes")
     for group in report["groups"]:
         where = "npu" if group["on_npu"] else "host"

@@ -144,9 +144,17 @@ class AscendModule:
             return
         build_cache.record(self._build_key, path, self.metadata, self._cache_dir)
 
-    def _ensure_loaded(self):
-        if self._vm is not None:
-            return
+    def compile(self) -> Path:
+        """Compile the kernels (g++ against the emulator) now, unless the compile cache holds
+        them; ``build`` calls it, so a kernel that does not compile shows at build time (and
+        is planned again without it) rather than at the first ``run`` or ``export_library``.
+        Returns the library's path. Raises ToolchainError with the compiler's output.
+
+        Example
+        -------
+        >>> lib.compile()                                             # doctest: +SKIP
+        PosixPath('.../compile_cache/<key>.so')
+        """
         if self._library_path is None:
             cached = self._cached_library()
             if cached is None:
@@ -155,6 +163,12 @@ class AscendModule:
             else:
                 build_cache.record(self._build_key, cached, self.metadata, self._cache_dir)
             self._library_path = cached
+        return self._library_path
+
+    def _ensure_loaded(self):
+        if self._vm is not None:
+            return
+        self.compile()
         self._lib = tvm.runtime.load_module(str(self._library_path))
         self._vm = relax.VirtualMachine(self._lib, tvm.cpu())
 
