@@ -94,6 +94,30 @@ class DataMovementSchedule:
             sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
         return sch.mod["main"], tiling
 
+    @staticmethod
+    def knob_space(func, soc) -> list[DataMovementKnobs]:
+        """Candidate knobs for the tuner, the default first: core counts halving from every
+        vector block, rows per tile halving from the most that fit, single and double
+        buffering. A candidate ``schedule`` refuses (TilingError) is dropped by the search.
+
+        Example
+        -------
+        >>> DataMovementSchedule.knob_space(func, soc)[0]            # doctest: +SKIP
+        DataMovementKnobs(cores=None, tile_rows=None, double_buffer=True)
+        """
+        _, default = DataMovementSchedule.schedule(func, soc)
+        cores = sorted({max(1, default.cores // d) for d in (1, 2, 4)}, reverse=True)
+        rows = [None] + sorted({default.tile_len // d for d in (2, 4, 8)
+                                if default.tile_len // d >= 1}, reverse=True)
+        space = [DataMovementKnobs()]
+        for double in (True, False):
+            for n in cores:
+                for tile in rows:
+                    knobs = DataMovementKnobs(None if n == default.cores else n, tile, double)
+                    if knobs not in space:
+                        space.append(knobs)
+        return space
+
 
 def ub_bytes(program: MovementProgram, tile_rows: int, buffer_num: int) -> int:
     """UB bytes the printed kernel reserves with InitBuffer (checked against the emulator)."""

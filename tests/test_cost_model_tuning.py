@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,8 @@ from tvm_ascend import ir_attrs, pipeline
 from tvm_ascend.cost_model import (LocalRunner, TuningDatabase, TuningDatabaseError,
                                    summary_table, tune_model, workload_of)
 from tvm_ascend.cost_model.runner import Candidate
-from tvm_ascend.schedules import (ElementwiseKnobs, ElementwiseSchedule, MatmulKnobs,
+from tvm_ascend.schedules import (DataMovementKnobs, DataMovementSchedule,
+                                  ElementwiseKnobs, ElementwiseSchedule, MatmulKnobs,
                                   MatmulSchedule, RowReduceKnobs, RowReduceSchedule,
                                   template_by_name)
 from tvm_ascend.scheduling import schedule_groups
@@ -208,6 +210,41 @@ def test_tune_command_prints_a_summary_and_fills_the_database(tmp_path, capsys):
     assert main(["tune", "--model", str(path), "--trials", "0", "--database",
                  str(tmp_path / "db")]) == 2
     assert "--trials=0" in capsys.readouterr().err
+
+
+def test_tune_on_the_bundled_demo_tunes_its_data_movement_kernel(tmp_path, capsys):
+    """Regression (issue 16): `tvm-ascend tune` on examples/demo.onnx crashed, the
+    data-movement template had no knob space; the tuned rebuild still matches onnxruntime."""
+    import onnx
+    import numpy as np
+
+    from tvm_ascend.cli import main
+    from tvm_ascend.config import CompileConfig
+
+    demo = Path(__file__).resolve().parents[1] / "examples" / "demo.onnx"
+    assert main(["tune", "--model", str(demo), "--trials", "3", "--database",
+                 str(tmp_path / "db"), "--cost_model", "none"]) == 0
+    assert "data_movement" in capsys.readouterr().out
+    records = [json.loads(line) for line in
+               (tmp_path / "db" / "records.jsonl").read_text().splitlines() if line.strip()]
+    assert sum(r["workload"]["op_class"] == "data_movement" for r in records) == 3
+    lib = tvm_ascend.build(str(demo), config=CompileConfig(tuning_database=str(tmp_path / "db"),
+                                                           build_cache=False))
+    model = onnx.load(demo)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 64, 100)).astype("float32")
+    (out,) = lib.run({"x": x})
+    assert_close(out, run_onnxruntime(model, {"x": x})[0], "float32")
+
+
+def test_data_movement_knob_space_starts_with_the_defaults():
+    b = ModelBuilder()
+    x = b.input("x", [6, 20, 36])
+    b.output(b.node("Relu", [b.node("Transpose", [x], perm=[0, 2, 1])]), [6, 36, 20])
+    ((_, template, func),) = _kernels(b.model())
+    assert template is DataMovementSchedule
+    space = template.knob_space(func, SOC)
+    assert space[0] == DataMovementKnobs() and len(space) == len(set(space)) > 4
+    assert template.schedule(func, SOC)[1] == template.schedule(func, SOC, space[0])[1]
 
 
 @pytest.mark.slow  # one emulator build and run (~15 s)
