@@ -7,7 +7,7 @@ import pytest
 
 import tvm_ascend
 from benchmarks.models.bert import encoder_layer_inputs, encoder_layer_model
-from conftest import run_onnxruntime
+from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
 from test_row_reduce import _layernorm_chain
 
@@ -48,7 +48,11 @@ def test_lower_precision_modes_on_an_encoder_layer(layer, mode, bound):
         assert dtypes["layer.ffn.gelu.erf"] == "float16"
         assert dtypes["layer.ln1.mean"] == "float32"  # reductions accumulate in float32
     else:
-        assert dtypes["layer.ffn.gelu.erf"] == "float32"  # vector ops stay float32
+        assert dtypes["layer.attn.q.matmul"] == "float16"  # the white list
+        assert dtypes["layer.ffn.gelu.erf"] == "float32"  # the black list stays float32
+    # regression (issue 16): allow_mix_precision ran every MatMul on the host
+    matmuls = [g for g in report["groups"] if any(o["op"] == "relax.matmul" for o in g["ops"])]
+    assert matmuls and all(g["on_npu"] for g in matmuls)
 
 
 def test_keep_dtype_and_force_fp32():
@@ -68,3 +72,50 @@ def test_keep_dtype_and_force_fp32():
         precision_mode="force_fp32", keep_dtype=(relu,)))
     assert _dtypes(kept.fusion_report())[relu] == "float16"
     assert _error(kept.run(b.feeds)[0], reference) < 2e-3
+
+
+def _mlp():
+    """x @ W1 + b1 -> ReLU -> @ W2 + b2: two MatMul kernels with their epilogues."""
+    b = ModelBuilder(seed=1)
+    x = b.input("x", [32, 64])
+    h = b.node("Relu", [b.node("Add", [b.node("MatMul", [x, b.const(b.rng.uniform(
+        -0.5, 0.5, (64, 48)))]), b.const(b.rng.uniform(0, 1, 48))])])
+    y = b.node("Add", [b.node("MatMul", [h, b.const(b.rng.uniform(-0.5, 0.5, (48, 16)))]),
+                       b.const(b.rng.uniform(0, 1, 16))])
+    b.output(y, [32, 16])
+    return b
+
+
+def _conv_bn_relu():
+    b = ModelBuilder(seed=2)
+    x = b.input("x", [1, 8, 12, 12])
+    conv = b.node("Conv", [x, b.const(b.rng.uniform(-0.5, 0.5, (16, 8, 3, 3)))],
+                  pads=[1, 1, 1, 1])
+    bn = b.node("BatchNormalization", [conv] + [b.const(b.rng.uniform(lo, lo + 1, 16))
+                                                for lo in (0.5, 0.0, 0.0, 0.5)])
+    b.output(b.node("Relu", [bn]), [1, 16, 12, 12])
+    return b
+
+
+@pytest.mark.parametrize("mode", ["force_fp16", "allow_mix_precision"])
+@pytest.mark.parametrize("make, anchor, epilogue", [
+    (_mlp, "relax.matmul", {"relax.add"}),
+    (_conv_bn_relu, "relax.nn.conv2d", {"relax.add", "relax.nn.relu"})])
+def test_float16_modes_keep_cube_ops_and_epilogues_in_one_kernel(mode, make, anchor, epilogue):
+    """Regression (issue 16): allow_mix_precision ran MatMul and Conv on the host (and Conv +
+    BatchNorm crashed in TVM), force_fp16 split a Conv from its BatchNorm epilogue. Every cube
+    op is now one NPU kernel with its epilogue, in float16; Casts only at the model's ends."""
+    b = make()
+    model = b.model()
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(precision_mode=mode))
+    report = lib.fusion_report()
+    launched = [g for g in report["groups"] if g["launch"]]
+    assert all(g["on_npu"] for g in launched)
+    cube = [g for g in launched if any(o["op"] == anchor for o in g["ops"])]
+    assert cube and all(epilogue <= {o["op"] for o in g["ops"]} for g in cube)
+    assert all(o["dtype"] == "float16" for g in cube for o in g["ops"])
+    casts = [g for g in launched if {o["op"] for o in g["ops"]} == {"relax.astype"}]
+    assert len(launched) == len(cube) + len(casts) and len(casts) <= 2  # in and out
+    (out,) = lib.run(b.feeds)
+    assert out.dtype == np.float32
+    assert_close(out, run_onnxruntime(model, b.feeds)[0], "float16")

@@ -31,14 +31,12 @@ def partition_for_ascend(mod, config: CompileConfig | None = None):
     Returns the module with NPU groups as ``Codegen="ascend"`` functions and the decisions.
     """
     from .frontend import load_model
-    from .pipeline import fusion_policy, plan_fusion
-    from .precision import apply_precision_mode
+    from .pipeline import fusion_policy, plan_fusion, precision_of
 
     config = (config or CompileConfig()).with_env()
-    imported = apply_precision_mode(load_model(mod, config.input_shape),
-                                    config.precision_mode, config.keep_dtype)
+    imported = load_model(mod, config.input_shape)
     policy = fusion_policy(config, imported)
-    return plan_fusion(imported, policy, config.soc)
+    return plan_fusion(imported, policy, config.soc, precision=precision_of(config))
 
 
 __all__ = ["build", "load", "relay", "CompileConfig", "AscendModule", "partition_for_ascend",

@@ -44,8 +44,15 @@ from .target import resolve_target
 logger = logging.getLogger("tvm_ascend")
 
 
-def prepare(mod: tvm.IRModule, params=None, fold_batchnorm: bool = True) -> tvm.IRModule:
-    """Bind weights, fold constants (and BatchNorm into Conv weights) before grouping."""
+def prepare(mod: tvm.IRModule, params=None, fold_batchnorm: bool = True,
+            precision: tuple = ("must_keep_origin_dtype", ())) -> tvm.IRModule:
+    """Bind weights, fold constants (and BatchNorm into Conv weights), then apply the precision
+    mode ``precision`` = (mode, keep_dtype) before grouping.
+
+    The precision mode comes last, as ATC applies it to the optimised graph: a BatchNorm is
+    folded into its Conv's weights in float32 first, so under a float16 mode the Conv and
+    what is left of the BatchNorm (an Add) are one cube kernel, not a float16 Conv, a
+    float32 BatchNorm and the Casts between them."""
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
     folded = relax.transform.FoldConstant()(mod)
@@ -56,7 +63,7 @@ def prepare(mod: tvm.IRModule, params=None, fold_batchnorm: bool = True) -> tvm.
         # call_tir of a PrimFunc it never adds; unfolded, the slice legalizes whole later
         logger.info("FoldConstant left calls of undefined functions %s; not folding", missing)
         folded = mod
-    return prepare_graph(folded, fold_batchnorm)
+    return apply_precision_mode(prepare_graph(folded, fold_batchnorm), *precision)
 
 
 def _undefined_callees(mod: tvm.IRModule) -> list[str]:
@@ -77,8 +84,10 @@ def _undefined_callees(mod: tvm.IRModule) -> list[str]:
     return missing
 
 
-def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None):
-    """Prepare and partition ``imported`` under ``policy``.
+def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
+                precision: tuple = ("must_keep_origin_dtype", ())):
+    """Prepare (with the precision mode ``precision`` = (mode, keep_dtype)) and partition
+    ``imported`` under ``policy``.
 
     HorizontalFusion rewrites the graph before partitioning, so whether it pays shows only in
     the groups that follow (a merged Q/K/V projection pays when the attention kernel takes
@@ -88,10 +97,10 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None):
     estimated latency is kept; the report's ``horizontal_fusion`` records every estimate.
     """
     fold = "BatchNormFolding" in policy.rules
-    result = partition(prepare(imported, params, fold), soc, policy=policy)
+    result = partition(prepare(imported, params, fold, precision), soc, policy=policy)
     if "HorizontalFusion" not in policy.rules:
         return result
-    merged_mod, merged = merge_parallel_matmuls(prepare(imported, params, fold))
+    merged_mod, merged = merge_parallel_matmuls(prepare(imported, params, fold, precision))
     # elementwise merges are a second alternative on top of the MatMul one: a bad one (e.g. bias
     # Adds torn from their MatMuls) must not cost a good QKV merge
     both_mod, elementwise = merge_parallel_elementwise(merged_mod)
@@ -116,6 +125,11 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None):
                 "%.2f us not: %s", merged, elementwise, with_h, estimates[0],
                 alternatives[best][1])
     return keep
+
+
+def precision_of(config: CompileConfig) -> tuple:
+    """The (precision mode, keep_dtype) that ``prepare`` applies for ``config``."""
+    return config.precision_mode, tuple(config.keep_dtype)
 
 
 def _estimated_us(result) -> float:
@@ -215,8 +229,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
         logger.info("build cache hit %s: the library of an earlier identical build", key)
         return AscendModule(metadata=earlier[1], library_path=earlier[0], cache_dir=cache_dir)
     dumps = Dumper(config.dump_graph, config.dump_path)
-    imported = apply_precision_mode(load_model(mod, config.input_shape),
-                                    config.precision_mode, config.keep_dtype)
+    imported = load_model(mod, config.input_shape)
     dumps.module("000_imported.py", imported)
     built = _plan_and_build(imported, fusion_policy(config, imported), config, params, key)
     result, scheduled, report, source = built.result, built.scheduled, built.report, built.source
@@ -252,7 +265,7 @@ def _plan_and_build(imported: tvm.IRModule, policy: FusionPolicy, config: Compil
     soc = config.soc
     failures: list[KernelFailure] = []
     for _ in range(MAX_PLANS):
-        result = plan_fusion(imported, policy, soc, params)
+        result = plan_fusion(imported, policy, soc, params, precision_of(config))
         try:
             return _build_plan(result, imported, config, failures, key)
         except _KernelsFailed as failed:

@@ -7,9 +7,13 @@
 ``force_fp16``              float32 compute becomes float16; reductions (mean, sum, variance,
                             softmax, normalisations) keep float32 accumulation, with a Cast on
                             each side, and the cube accumulates in float32 as it always does
-``allow_mix_precision``     MatMul/Conv (the cube ops of ATC's mixed-precision list) take
-                            float16 operands and accumulate and return float32, as TVM's
-                            ToMixedPrecision does for them; the vector ops stay float32
+``allow_mix_precision``     ATC's three lists: MatMul/Conv (the white list) compute in float16
+                            (the cube accumulates in float32 and rounds its result), the ops
+                            of the grey list (adds, products, max/min, ReLU, Where, layout
+                            ops) follow: float16 where a non-constant input is float16, so a
+                            cube op keeps its epilogue in its kernel; every other op (the
+                            black list: reductions, normalisations, softmax, exp, erf, ...)
+                            stays float32, with a Cast before it
 ``force_fp32``              float16 compute becomes float32
 =======================  ==================================================================
 
@@ -44,8 +48,16 @@ _ACCUMULATING = {"relax.mean", "relax.sum", "relax.variance", "relax.std", "rela
 # Ops that carry a dtype attribute of their own, or do not compute on floats.
 _KEEP = {"relax.astype", "relax.shape_of", "relax.call_tir", "relax.nn.batch_norm"}
 _FLOATS = ("float16", "float32")
-# allow_mix_precision lowers these to float16 operands (ATC's mixlist puts cube ops there).
+# allow_mix_precision lowers these to float16 (the white list of ATC's mixed precision: cube ops).
 _CUBE_OPS = {"relax.matmul", "relax.nn.conv2d"}
+# ... and these follow their inputs (ATC's grey list): their float16 result is as exact as
+# their float16 inputs allow, so a cube op's epilogue (bias, ReLU, residual) stays in float16
+# and in the cube op's kernel; what is not here keeps float32 (the black list).
+_FOLLOWING = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum",
+              "relax.minimum", "relax.negative", "relax.abs", "relax.nn.relu", "relax.clip",
+              "relax.where", "relax.reshape", "relax.permute_dims", "relax.concat",
+              "relax.strided_slice", "relax.broadcast_to", "relax.squeeze", "relax.expand_dims",
+              "relax.flatten", "relax.take", "relax.split", "relax.nn.max_pool2d"}
 
 
 def _op_name(call) -> str:
@@ -106,13 +118,9 @@ class _DtypeRewriter(PyExprMutator):
             return self.builder_.normalize(relax.Call(call.op, args, call.attrs, call.ty_args))
         original_args = call.args
         call = relax.Call(call.op, visited, call.attrs, call.ty_args)
-        if self.only_ops is not None:
-            if name not in self.only_ops or \
-                    str(self.nodes.get(self.current, "")) in self.keep_nodes:
-                args = [self._as_before(n, o) for n, o in zip(visited, call.args)]
-                return self.builder_.normalize(relax.Call(call.op, args, call.attrs,
-                                                          call.ty_args))
-            return self._mixed(call, visited)
+        if self.only_ops is not None and not self._mixed_in_target(name, visited):
+            args = [self._as_before(n, o) for n, o in zip(visited, original_args)]
+            return self.builder_.normalize(relax.Call(call.op, args, call.attrs, call.ty_args))
         if str(self.nodes.get(self.current, "")) in self.keep_nodes:
             compute = self.source  # ATC's keep_dtype: this node as the model wrote it
         elif self.accumulate_high and name in _ACCUMULATING:
@@ -123,6 +131,11 @@ class _DtypeRewriter(PyExprMutator):
         attrs = call.attrs
         if name == "relax.matmul":
             rebuilt = relax.op.matmul(args[0], args[1], None)
+        elif name == "relax.nn.conv2d":
+            a = call.attrs
+            rebuilt = relax.op.nn.conv2d(args[0], args[1], a.strides, a.padding, a.dilation,
+                                         a.groups, a.data_layout, a.kernel_layout, a.out_layout,
+                                         compute)
         else:
             rebuilt = relax.Call(call.op, args, attrs, call.ty_args)
         out = self.builder_.normalize(rebuilt)
@@ -139,16 +152,15 @@ class _DtypeRewriter(PyExprMutator):
         return relax.op.astype(inner, self.target)
 
 
-    def _mixed(self, call, visited):
-        """A cube op on target-dtype operands accumulating (and returning) the source dtype."""
-        args = [self._cast(a, self.target) for a in visited]
-        self.changed += 1
-        if _op_name(call) == "relax.matmul":
-            return self.builder_.normalize(relax.op.matmul(args[0], args[1], self.source))
-        a = call.attrs
-        return self.builder_.normalize(relax.op.nn.conv2d(
-            args[0], args[1], a.strides, a.padding, a.dilation, a.groups, a.data_layout,
-            a.kernel_layout, a.out_layout, self.source))
+    def _mixed_in_target(self, name: str, visited) -> bool:
+        """allow_mix_precision: whether this op computes in the target dtype (a white-list op,
+        or a grey-list op with a non-constant input already there), keep_dtype aside."""
+        if str(self.nodes.get(self.current, "")) in self.keep_nodes:
+            return False
+        if name in self.only_ops:
+            return True
+        return name in _FOLLOWING and any(
+            _dtype(v) == self.target for v in visited if not isinstance(v, Constant))
 
 
 def _cast_result(expr, want, blocks: list):
