@@ -30,10 +30,6 @@ _SAME_IN_TVM = "TVM's own llvm build of from_onnx fails the same way"
 
 # test name -> why it fails and is not a bug of tvm-ascend (quoted in the table).
 KNOWN_LIMITS: dict[str, str] = {
-    "test_expand_dim_changed": (
-        "TVM 0.27's ONNX importer expands to a shape given as a graph input without broadcasting "
-        "it with the data's shape ((3, 1) to [2, 1, 6] gives (2, 1, 6), not (2, 3, 6)); TVM's "
-        "own llvm build of from_onnx gives the same wrong shape"),
     "test_isinf_negative": (
         "TVM 0.27's ONNX importer ignores IsInf's detect_positive=0 (it flags +inf too); TVM's "
         "own llvm build of from_onnx gives the same result"),
@@ -106,15 +102,6 @@ LIMIT_RULES: tuple[LimitRule, ...] = (
         "come out scaled by 2 or 1/2 (a wrong exponent bias), float8 zero decodes to the "
         "smallest normal (2**-7 for e4m3fn) and NaN to 480, and Cast's round_mode='up' to "
         f"float8_e8m0fnu is ignored; {_SAME_IN_TVM}, value for value"),
-    LimitRule(
-        r"test_layer_normalization_\w+",
-        r"^output 1: shape \(\) != expected \([\d, ]+\); output 2: shape \(\) != expected "
-        r"\([\d, ]+\)$",
-        "TVM 0.27's ONNX importer gives LayerNormalization's optional outputs Mean and "
-        "InvStdDev as scalar placeholders (relax.const(0); its comment: 'Onnx layernorm has 3 "
-        "outputs but only the first is used'), so they have shape (); output 0 matches. "
-        f"{_SAME_IN_TVM} (shape () outputs). A model that reads Mean or InvStdDev needs the "
-        "expanded LayerNormalization"),
     LimitRule(
         r"test_(roialign_aligned_(false|true)|gridsample_bicubic"
         r"|averagepool_2d_ceil_last_window_starts_on_pad)",

@@ -55,6 +55,7 @@ TABLE_JSON = HERE / "ONNX_NODE_TESTS.json"
 COMMAND = "python -m tests.onnx_node_table --write"
 RESULTS = ("passed", "failed", "known_limit", "not_applicable", "not_run")
 
+
 # Explicit tolerances per output dtype. float32 / float16 are tests/conftest.py's values (one
 # kernel, vector unit accumulating in fp32 or fp16); float64 runs on the host (llvm) where only
 # the order of a reduction can differ from numpy; integers and bool must match exactly.
@@ -333,6 +334,14 @@ def _finish(row: dict, mismatch: str, where: str, why: str) -> dict:
     return with_known_limit({**row, "result": "failed", "reason": mismatch})
 
 
+def _strict():
+    """The table's builds are strict: a kernel that fails fails its test rather than passing
+    on the host fallback (tvm_ascend/fallback.py)."""
+    from tvm_ascend import CompileConfig
+
+    return CompileConfig(strict=True)
+
+
 def run_case(case: dict) -> dict:
     """Classify one node test (see the module docstring), built alone; a JSON-ready row."""
     import tvm_ascend
@@ -343,7 +352,7 @@ def run_case(case: dict) -> dict:
         return {**row, "result": "not_applicable", "reason": problem}
     where, why = "", ""
     try:
-        lib = tvm_ascend.build(case["model"])
+        lib = tvm_ascend.build(case["model"], config=_strict())
         results = lib.run([_as_array(v) for v in case["inputs"]])
         where, why = _where(lib.fusion_report())
         mismatch = _mismatch(results, case["outputs"])
@@ -421,7 +430,7 @@ def run_batch(cases: list) -> list:
     elif todo:
         start = time.time()
         try:
-            lib = tvm_ascend.build(merge_cases(todo))
+            lib = tvm_ascend.build(merge_cases(todo), config=_strict())
             results = lib.run([_as_array(v) for case in todo for v in case["inputs"]])
         except Exception:  # noqa: BLE001 - the halves find the test at fault
             half = len(todo) // 2

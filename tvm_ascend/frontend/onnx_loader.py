@@ -19,6 +19,7 @@ import tvm
 
 from .. import ir_attrs
 from ..errors import ModelLoadError
+from .onnx_rewrites import rewrite_for_import
 
 logger = logging.getLogger("tvm_ascend.frontend")
 
@@ -158,11 +159,13 @@ def load_model(model, input_shape=None) -> tvm.IRModule:
         raise ModelLoadError(f"cannot compile a {type(model).__name__}: pass an ONNX file path, "
                              "an onnx.ModelProto or a Relax IRModule")
     shapes, bounds = _input_shapes(model, parse_input_shape(input_shape))
+    node_count = len(model.graph.node)  # the model's, before any rewrite adds nodes
+    model = rewrite_for_import(model)
     try:
         mod, node_names = _import_with_node_names(model, shapes)
     except Exception as err:  # noqa: BLE001 - the importer raises many kinds
         raise ModelLoadError(f"ONNX import failed: {err}") from err
-    attrs = {ir_attrs.ONNX_NODES: node_names, ir_attrs.ONNX_NODE_COUNT: len(model.graph.node)}
+    attrs = {ir_attrs.ONNX_NODES: node_names, ir_attrs.ONNX_NODE_COUNT: node_count}
     # TVM renames inputs that are not identifiers ("1" -> "input_1"); users feed ONNX names
     initializers = {init.name for init in model.graph.initializer}
     onnx_inputs = [i.name for i in model.graph.input if i.name not in initializers]
@@ -172,7 +175,7 @@ def load_model(model, input_shape=None) -> tvm.IRModule:
         attrs["tir_var_upper_bound"] = bounds
     main = mod["main"].with_attrs(attrs)
     mod.update_func(mod.get_global_var("main"), main)
-    logger.info("imported ONNX model: %d nodes, inputs %s", len(model.graph.node), shapes)
+    logger.info("imported ONNX model: %d nodes, inputs %s", node_count, shapes)
     return mod
 
 
