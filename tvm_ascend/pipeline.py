@@ -207,7 +207,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     mod = read_model(mod)
     key = build_key(mod, params, config)
     cache_dir = config.cache_dir or default_cache_dir()
-    earlier = lookup(key, cache_dir)
+    earlier = lookup(key, cache_dir, config.op_compiler_cache_mode)
     if earlier is not None:
         logger.info("build cache hit %s: the library of an earlier identical build", key)
         return AscendModule(metadata=earlier[1], library_path=earlier[0], cache_dir=cache_dir)
@@ -233,7 +233,8 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     logger.info("built: %d NPU kernel(s), %d host group(s)", report["npu_kernels"],
                 report["host_groups"])
     return AscendModule(executable, metadata, cache_key=_cache_key(lowered, source),
-                        cache_dir=config.cache_dir, build_key=key)
+                        cache_dir=config.cache_dir, build_key=key,
+                        cache_mode=config.op_compiler_cache_mode)
 
 
 def _input_names(imported: tvm.IRModule, scheduled: tvm.IRModule) -> list[str]:
