@@ -230,22 +230,30 @@ def publish(staged: Path, target: Path) -> None:
         copy_atomic(staged, target)
 
 
-def check_output_path(path) -> Path:
-    """``path`` as a place a library can be written (its folder created), or an ExportError
-    naming it: a directory, a folder that cannot be created or is not writable."""
+def check_output_path(path, create: bool = True) -> Path:
+    """``path`` as a place a library can be written, or an ExportError naming it: a directory,
+    a folder that cannot be created or is not writable. ``create`` makes missing folders;
+    without it, the nearest existing one must be a writable folder."""
     path = Path(path)
     if path.is_dir():
         raise ExportError(f"cannot write the library to '{path}': it is a directory; give a "
                           f"file name, such as '{path / 'model.so'}'")
     folder = path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
         raise ExportError(f"cannot write the library to '{path}': its folder '{folder}' cannot "
-                          f"be created ({err.strerror})") from err
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ExportError(f"cannot write the library to '{path}': the folder '{folder}' is "
+                          f"be created ('{existing}' is a file)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ExportError(f"cannot write the library to '{path}': the folder '{existing}' is "
                           "not writable")
+    if create:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ExportError(f"cannot write the library to '{path}': its folder '{folder}' "
+                              f"cannot be created ({err.strerror})") from err
     return path
 
 
