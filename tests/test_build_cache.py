@@ -202,3 +202,29 @@ def test_a_runtime_the_linker_rejects_is_rebuilt(cache, tmp_path, caplog):
     assert_close(tvm_ascend.load(tmp_path / "m.so").run(feeds)[0],
                  run_onnxruntime(model, feeds)[0], "float32")
     assert any("linker rejected" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unknown_cache_mode_is_an_error_naming_the_modes():
+    with pytest.raises(tvm_ascend.FusionConfigError, match="op_compiler_cache_mode='on'.*force"):
+        tvm_ascend.CompileConfig(op_compiler_cache_mode="on")
+
+
+def test_force_rebuilds_and_disable_leaves_the_cache_alone(cache, caplog):
+    model = make_demo_model(seed=5)
+    feeds = _feeds(model)
+    reference = run_onnxruntime(model, feeds)[0]
+    tvm_ascend.build(model).run(feeds)
+    (entry,) = (cache / "builds").glob("*.json")
+    stamp = entry.stat().st_mtime_ns
+    caplog.set_level(logging.INFO, logger="tvm_ascend")
+    forced = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        op_compiler_cache_mode="force"))
+    assert _hits(caplog) == 0
+    assert_close(forced.run(feeds)[0], reference, "float32")
+    assert entry.stat().st_mtime_ns != stamp  # written again
+    stamp = entry.stat().st_mtime_ns
+    off = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        op_compiler_cache_mode="disable"))
+    assert _hits(caplog) == 0
+    assert_close(off.run(feeds)[0], reference, "float32")
+    assert entry.stat().st_mtime_ns == stamp and len(list(cache.glob("*.so"))) == 1

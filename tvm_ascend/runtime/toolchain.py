@@ -75,10 +75,11 @@ def _sound(target: Path, warn: bool) -> bool:
     if matches:
         _SOUND.add(stamp)
         return True
-    if warn:
-        logger.warning("emulator runtime %s %s; building it again", target,
-                       "has no sha256 record" if matches is None
-                       else "does not match its recorded sha256 (damaged or truncated)")
+    if warn and matches is None:  # written before objects had records: not a fault
+        logger.info("emulator runtime %s has no sha256 record; building it again", target)
+    elif warn:
+        logger.warning("emulator runtime %s does not match its recorded sha256 (damaged or "
+                       "truncated); building it again", target)
     return False
 
 
