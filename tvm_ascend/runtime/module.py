@@ -116,6 +116,7 @@ class AscendModule:
                 else:
                     self._compile_into(staged)
                     self._store_in_cache(staged)
+            verify_library(staged)  # a copy made while the source changed under it is no copy
             try:
                 publish(staged, path)
             except OSError as err:
