@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from .config import CACHE_MODES, FUSION_LEVELS, PRECISION_MODES, RULE_SETS, CompileConfig
@@ -224,7 +225,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s")
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    # signal handlers can only be set from the main thread (main() may run in another)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return {"compile": _run_compile, "explain": _run_explain, "tune": _run_tune,
                 "compare": _run_compare}[args.command](args)
@@ -233,10 +236,13 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt as stop:  # the writers' cleanup has run on the way here
         word, code = ("terminated", 143) if isinstance(stop, _Terminated) else ("interrupted", 130)
-        print(f"tvm-ascend: {word}; nothing written", file=sys.stderr)
+        # tune keeps the records it measured; only compile takes back all it wrote
+        print(f"tvm-ascend: {word}{'; nothing written' if args.command == 'compile' else ''}",
+              file=sys.stderr)
         return code
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:  # None: a handler set outside Python, which cannot be put back
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 class _Terminated(KeyboardInterrupt):
