@@ -38,7 +38,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 from pathlib import Path
 
 from ..errors import ModelLoadError
