@@ -3,7 +3,9 @@ served from the cache; anything that changes the result changes the key."""
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -115,3 +117,114 @@ def test_a_removed_library_is_a_miss(cache, caplog):
     assert _hits(caplog) == 0
     assert_close(rebuilt.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
     assert lookup(key, cache) is not None
+
+
+def _damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    else:  # overwritten in place: same size, other bytes
+        path.write_bytes(data[:4096] + bytes(len(data) - 8192) + data[-4096:])
+
+
+def _build_export_load(model_path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """build, export, run and load the model in a fresh process (a process that has a library
+    loaded dies of SIGBUS when the file is damaged under it, so the test's own must not)."""
+    x, out = tmp_path / "x.npy", tmp_path / "out.so"
+    script = textwrap.dedent(f"""
+        import logging, numpy as np, tvm_ascend
+        logging.basicConfig()
+        lib = tvm_ascend.build({str(model_path)!r})
+        lib.export_library({str(out)!r})
+        feeds = {{"x": np.load({str(x)!r})}}
+        np.save({str(tmp_path / 'built.npy')!r}, lib.run(feeds)[0])
+        np.save({str(tmp_path / 'loaded.npy')!r}, tvm_ascend.load({str(out)!r}).run(feeds)[0])
+    """)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("how", ["truncated", "overwritten"])
+def test_a_corrupt_cached_library_is_rebuilt_not_loaded(cache, tmp_path, how):
+    """A damaged cached .so was copied to the output and loading it killed the process with
+    SIGBUS; now the library is checked against the sha256 its entry recorded, with a warning,
+    and the model is built again."""
+    model = make_demo_model()
+    path = tmp_path / "demo.onnx"
+    onnx.save(model, str(path))
+    feeds = _feeds(model)
+    np.save(tmp_path / "x.npy", feeds["x"])
+    first = _build_export_load(path, tmp_path)
+    assert first.returncode == 0, first.stderr
+    library, _ = lookup(_key(model), cache)
+    _damage(library, how)
+    done = _build_export_load(path, tmp_path)
+    assert done.returncode == 0, done.stderr
+    expected = {"truncated": "is truncated", "overwritten": "does not match the sha256"}[how]
+    assert expected in done.stderr and str(library) in done.stderr, done.stderr
+    reference = run_onnxruntime(model, feeds)[0]
+    assert_close(np.load(tmp_path / "built.npy"), reference, "float32")
+    assert_close(np.load(tmp_path / "loaded.npy"), reference, "float32")
+    assert lookup(_key(model), cache) is not None  # the entry was written again, sound
+
+
+def test_a_corrupt_emulator_runtime_is_rebuilt(cache, tmp_path, caplog):
+    """A damaged emulator runtime object in the cache made every later build fail with a linker
+    error and was never rebuilt: its recorded sha256 is checked before it is linked."""
+    from tvm_ascend.runtime.toolchain import emulator_runtime_object
+
+    runtime = emulator_runtime_object("Ascend910B1", cache)
+    runtime.write_bytes(runtime.read_bytes()[:1000])
+    model = make_demo_model(seed=3)
+    feeds = _feeds(model)
+    caplog.set_level(logging.WARNING, logger="tvm_ascend")
+    lib = tvm_ascend.build(model)
+    assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
+    assert any("emulator runtime" in r.getMessage() and "sha256" in r.getMessage()
+               for r in caplog.records)
+    assert runtime.stat().st_size > 1000
+
+
+def test_a_runtime_the_linker_rejects_is_rebuilt(cache, tmp_path, caplog):
+    """A runtime object whose record matches but that the linker refuses (written wrongly, then
+    recorded) is discarded and built again once, on the link failure that names it."""
+    from tvm_ascend.runtime.artifacts import write_digest
+    from tvm_ascend.runtime.toolchain import emulator_runtime_object
+
+    runtime = emulator_runtime_object("Ascend910B1", cache)
+    runtime.write_bytes(b"not an object file")
+    write_digest(runtime)
+    model = make_demo_model(seed=4)
+    feeds = _feeds(model)
+    caplog.set_level(logging.WARNING, logger="tvm_ascend")
+    lib = tvm_ascend.build(model)
+    lib.export_library(tmp_path / "m.so")
+    assert_close(tvm_ascend.load(tmp_path / "m.so").run(feeds)[0],
+                 run_onnxruntime(model, feeds)[0], "float32")
+    assert any("linker rejected" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unknown_cache_mode_is_an_error_naming_the_modes():
+    with pytest.raises(tvm_ascend.FusionConfigError, match="op_compiler_cache_mode='on'.*force"):
+        tvm_ascend.CompileConfig(op_compiler_cache_mode="on")
+
+
+def test_force_rebuilds_and_disable_leaves_the_cache_alone(cache, caplog):
+    model = make_demo_model(seed=5)
+    feeds = _feeds(model)
+    reference = run_onnxruntime(model, feeds)[0]
+    tvm_ascend.build(model).run(feeds)
+    (entry,) = (cache / "builds").glob("*.json")
+    stamp = entry.stat().st_mtime_ns
+    caplog.set_level(logging.INFO, logger="tvm_ascend")
+    forced = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        op_compiler_cache_mode="force"))
+    assert _hits(caplog) == 0
+    assert_close(forced.run(feeds)[0], reference, "float32")
+    assert entry.stat().st_mtime_ns != stamp  # written again
+    stamp = entry.stat().st_mtime_ns
+    off = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        op_compiler_cache_mode="disable"))
+    assert _hits(caplog) == 0
+    assert_close(off.run(feeds)[0], reference, "float32")
+    assert entry.stat().st_mtime_ns == stamp and len(list(cache.glob("*.so"))) == 1

@@ -1,12 +1,17 @@
 """The tvm-ascend command with ATC-style flags."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import onnx
+import pytest
 
 from onnx_models import ModelBuilder, add_chain
 
@@ -92,3 +97,173 @@ def test_explain_lists_the_rules():
     done = _cli("explain", "--rules")
     assert done.returncode == 0, done.stderr
     assert "MatMulEpilogueFusion" in done.stdout and "MatMulBiasAddFusionPass" in done.stdout
+
+
+DEMO = REPO / "examples" / "demo.onnx"
+
+
+def _env(cache):
+    """The environment of a CLI run with its own compile cache, whole builds cached."""
+    return {**os.environ, "TVM_ASCEND_CACHE_DIR": str(cache), "TVM_ASCEND_BUILD_CACHE": "1"}
+
+
+def _compile(output, cache, *flags):
+    return subprocess.Popen([sys.executable, "-m", "tvm_ascend.cli", "compile", "--model",
+                             str(DEMO), "--output", str(output), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(cache), start_new_session=True)
+
+
+def _wait_for_gxx(cache, process, timeout=300):
+    """Block until the build has started g++ in its staging folder."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        staged = list((cache / "tmp").glob("*/lib0.cc")) if (cache / "tmp").is_dir() else []
+        if staged:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the build never reached g++")
+
+
+def _runs_like_onnxruntime(library):
+    import numpy as np
+
+    import tvm_ascend
+    from conftest import assert_close, run_onnxruntime
+
+    x = np.random.default_rng(0).standard_normal((2, 64, 100)).astype(np.float32)
+    assert_close(tvm_ascend.load(library).run({"x": x})[0],
+                 run_onnxruntime(onnx.load(str(DEMO)), {"x": x})[0], "float32")
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_a_compile_stopped_during_gxx_leaves_nothing_in_the_output_folder(tmp_path, how):
+    """A build killed during g++ left a 0-byte hidden '.m.so.<random>.so' beside --output, and
+    Ctrl-C printed a traceback; now g++ writes into a staging folder under the cache, Ctrl-C
+    and SIGTERM print one line and exit 130 / 143, and a later build sweeps what SIGKILL left."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    cache = tmp_path / "cache"
+    process = _compile(out_dir / "m.so", cache)
+    _wait_for_gxx(cache, process)
+    if how == "SIGTERM":  # `kill PID`: the compiler alone, its g++ runs on
+        process.send_signal(signal.SIGTERM)
+    else:  # Ctrl-C in a terminal, or a job killed: the whole process group
+        os.killpg(process.pid, getattr(signal, how))
+    _, stderr = process.communicate(timeout=120)
+    assert list(out_dir.iterdir()) == []
+    if how == "SIGKILL":
+        assert process.returncode == -signal.SIGKILL
+        done = _verbose_compile(out_dir / "m.so", cache)
+        assert done.returncode == 0, done.stderr
+        assert list((cache / "tmp").iterdir()) == []  # the killed build's folder is swept
+        assert sorted(p.name for p in out_dir.iterdir()) == ["fusion_result.json", "m.so"]
+        return
+    word, code = {"SIGINT": ("interrupted", 130), "SIGTERM": ("terminated", 143)}[how]
+    assert process.returncode == code, stderr
+    assert stderr == f"tvm-ascend: {word}; nothing written\n"
+
+
+def test_two_compiles_of_one_model_at_once_share_the_cache_and_the_output(tmp_path):
+    """Two processes building the same model into one cache and one --output both succeed, and
+    what is left is one sound library, one sound cache entry and no temporaries."""
+    cache = tmp_path / "cache"
+    out = tmp_path / "out" / "m.so"
+    processes = [_compile(out, cache) for _ in range(2)]
+    for process in processes:
+        _, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["fusion_result.json", "m.so"]
+    assert list((cache / "tmp").iterdir()) == []
+    assert not [p for p in cache.rglob("*") if p.name.endswith(".tmp")]
+    _runs_like_onnxruntime(out)
+    (entry,) = (cache / "builds").glob("*.json")
+    library = Path(json.loads(entry.read_text())["library"])
+    _runs_like_onnxruntime(library)
+
+
+@contextlib.contextmanager
+def _read_only(folder):
+    """``folder`` made unwritable for the block, as root too (root ignores the mode bits, so
+    the folder is made immutable instead)."""
+    folder.chmod(0o555)
+    immutable = False
+    if os.access(folder, os.W_OK):
+        immutable = subprocess.run(["chattr", "+i", str(folder)],
+                                   capture_output=True).returncode == 0
+        if not immutable:
+            folder.chmod(0o755)
+            pytest.skip("this user cannot make a folder read-only on this file system")
+    try:
+        yield folder
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(0o755)
+
+
+def test_an_output_that_cannot_be_written_is_an_error_naming_it(tmp_path):
+    """A read-only folder gave a raw PermissionError, a directory a raw IsADirectoryError; now
+    each is one error line naming the path, exit code 2, before anything is built."""
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "a.so").mkdir()
+    (tmp_path / "afile").write_text("")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    cases = [(tmp_path / "adir", "is a directory"), (tmp_path / "a.so", "is a directory"),
+             (tmp_path / "afile" / "m.so", "cannot be created"),
+             (locked / "m.so", "is not writable")]
+    with _read_only(locked):
+        for output, words in cases:
+            done = _cli("compile", "--model", str(DEMO), "--output", str(output))
+            assert done.returncode == 2, done.stderr
+            assert "Traceback" not in done.stderr
+            assert words in done.stderr and str(output) in done.stderr, done.stderr
+        assert list(locked.iterdir()) == []
+
+
+def test_an_output_in_a_missing_folder_is_written_on_a_build_cache_hit(tmp_path):
+    """--output into a missing folder gave a raw traceback when the build cache hit (a fresh
+    build created the folder); both create it now."""
+    cache = tmp_path / "cache"
+    for output in (tmp_path / "a" / "m.so", tmp_path / "b" / "c" / "m.so"):
+        done = _verbose_compile(output, cache)
+        assert done.returncode == 0, done.stderr
+    assert "build cache hit" in done.stderr
+    _runs_like_onnxruntime(tmp_path / "b" / "c" / "m.so")
+
+
+def _verbose_compile(output, cache, *flags):
+    """``tvm-ascend -v compile`` of the demo; ``cache`` None: no TVM_ASCEND_CACHE_DIR."""
+    env = _env(cache)
+    if cache is None:
+        del env["TVM_ASCEND_CACHE_DIR"]
+    return subprocess.run([sys.executable, "-m", "tvm_ascend.cli", "-v", "compile", "--model",
+                           str(DEMO), "--output", str(output), *flags], capture_output=True,
+                          text=True, timeout=600, env=env)
+
+
+def test_op_compiler_cache_mode_and_dir_as_atc_spells_them(tmp_path):
+    """enable reads and writes the cache; force compiles again and overwrites its entries;
+    disable neither reads nor writes; --op_compiler_cache_dir names the folder."""
+    cache = tmp_path / "cache"
+    done = _verbose_compile(tmp_path / "a.so", None, "--op_compiler_cache_dir", str(cache))
+    assert done.returncode == 0, done.stderr
+    (library,) = cache.glob("*.so")
+    stamp = library.stat().st_mtime_ns
+    done = _verbose_compile(tmp_path / "b.so", cache, "--op_compiler_cache_mode", "force")
+    assert done.returncode == 0, done.stderr
+    assert "build cache hit" not in done.stderr
+    assert library.stat().st_mtime_ns != stamp  # overwritten
+    stamp = library.stat().st_mtime_ns
+    done = _verbose_compile(tmp_path / "c.so", cache)
+    assert done.returncode == 0 and "build cache hit" in done.stderr, done.stderr
+    fresh = tmp_path / "fresh"
+    done = _verbose_compile(tmp_path / "d.so", fresh, "--op_compiler_cache_mode", "disable")
+    assert done.returncode == 0, done.stderr
+    assert not list(fresh.glob("*.so")) and not (fresh / "builds").exists()
+    _runs_like_onnxruntime(tmp_path / "d.so")
+    done = _verbose_compile(tmp_path / "e.so", cache, "--op_compiler_cache_mode", "disable")
+    assert done.returncode == 0 and "build cache hit" not in done.stderr, done.stderr
+    assert library.stat().st_mtime_ns == stamp  # not written either

@@ -105,3 +105,52 @@ def test_other_soc_without_datacopypad(demo):
     assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
     assert all("DataCopyPad" not in s for s in lib.kernel_sources().values())
     assert max(p["block_dim"] for p in lib.profile()) <= 8
+
+
+def _load_in_a_subprocess(path):
+    """tvm_ascend.load(path) in a fresh process: (return code, the error line it printed)."""
+    script = textwrap.dedent(f"""
+        import sys, tvm_ascend
+        try:
+            tvm_ascend.load({str(path)!r})
+        except tvm_ascend.ModelLoadError as err:
+            print(err)
+            sys.exit(3)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    return done.returncode, done.stdout.strip() + done.stderr.strip()
+
+
+def test_loading_a_truncated_library_is_an_error_not_a_crash(demo, tmp_path):
+    """tvm_ascend.load of a truncated .so died with SIGBUS inside dlopen; the library's ELF
+    headers and its tvm-ascend trailer are checked before it is loaded."""
+    _, _, lib = demo
+    good = tmp_path / "demo.so"
+    lib.export_library(good)
+    for size in (len(good.read_bytes()) // 2, len(good.read_bytes()) - 20):
+        cut = tmp_path / f"cut{size}.so"
+        cut.write_bytes(good.read_bytes()[:size])
+        code, text = _load_in_a_subprocess(cut)
+        assert code == 3, text
+        assert str(cut) in text and "truncated" in text
+    flipped = bytearray(good.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF
+    (tmp_path / "flipped.so").write_bytes(bytes(flipped))
+    with pytest.raises(tvm_ascend.ModelLoadError, match="does not match the sha256"):
+        tvm_ascend.load(tmp_path / "flipped.so")
+
+
+def test_loading_a_foreign_library_or_a_text_file_is_an_error(tmp_path):
+    source = tmp_path / "foreign.cc"
+    source.write_text('extern "C" int answer() { return 42; }\n')
+    foreign = tmp_path / "foreign.so"
+    subprocess.run(["g++", "-shared", "-fPIC", str(source), "-o", str(foreign)], check=True)
+    with pytest.raises(tvm_ascend.ModelLoadError, match="not written by tvm-ascend") as err:
+        tvm_ascend.load(foreign)
+    assert str(foreign) in str(err.value)
+    text = tmp_path / "notes.so"
+    text.write_text("hello\n")
+    with pytest.raises(tvm_ascend.ModelLoadError, match="not a shared library") as err:
+        tvm_ascend.load(text)
+    assert str(text) in str(err.value)

@@ -13,8 +13,9 @@ import logging
 
 from . import relay
 from .config import CompileConfig
-from .errors import (AscendError, CodegenError, DeviceRuleError, FusionConfigError,
-                     ModelLoadError, TargetError, TilingError, ToolchainError, UnsupportedOpError)
+from .errors import (AscendError, CodegenError, DeviceRuleError, ExportError,
+                     FusionConfigError, ModelLoadError, TargetError, TilingError, ToolchainError,
+                     UnsupportedOpError)
 from .pipeline import build
 from .runtime import AscendModule, load
 from .target import register_targets
@@ -40,5 +41,5 @@ def partition_for_ascend(mod, config: CompileConfig | None = None):
 
 
 __all__ = ["build", "load", "relay", "CompileConfig", "AscendModule", "partition_for_ascend",
-           "AscendError", "CodegenError", "DeviceRuleError", "FusionConfigError",
+           "AscendError", "CodegenError", "DeviceRuleError", "ExportError", "FusionConfigError",
            "ModelLoadError", "TargetError", "TilingError", "ToolchainError", "UnsupportedOpError"]

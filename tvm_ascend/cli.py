@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
+from pathlib import Path
 
-from .config import FUSION_LEVELS, PRECISION_MODES, RULE_SETS, CompileConfig
+from .config import CACHE_MODES, FUSION_LEVELS, PRECISION_MODES, RULE_SETS, CompileConfig
 from .errors import AscendError, FusionConfigError
 from .frontend import parse_input_shape
 
@@ -44,6 +47,12 @@ def _compile_parser(sub) -> None:
     p.add_argument("--strict", action="store_true",
                    help="fail when a kernel fails to schedule, print or compile (by default its "
                    "ops are split or run on the host, and the report says so)")
+    p.add_argument("--op_compiler_cache_mode", default="enable", choices=CACHE_MODES,
+                   help="compile cache: enable (read and write; the default, where ATC's is "
+                   "disable), force (compile again, overwrite the entries), disable (neither)")
+    p.add_argument("--op_compiler_cache_dir", default=None,
+                   help="compile cache folder (default ~/.cache/tvm_ascend; "
+                   "TVM_ASCEND_CACHE_DIR, as every variable, overrides it)")
 
 
 def _fusion_flags(p) -> None:
@@ -83,20 +92,34 @@ def _run_compile(args) -> int:
     from .partition.fusion_result import write_fusion_result
     from .partition.report import write_json_atomic
     from .pipeline import build
+    from .runtime.artifacts import check_output_path
 
     if args.framework != ONNX_FRAMEWORK:
         raise FusionConfigError(f"--framework={args.framework}: only 5 (ONNX) is supported")
     output = args.output if "." in args.output.rsplit("/", 1)[-1] else args.output + ".so"
+    # before the build, not after minutes of it; a folder is refused, whatever its name
+    check_output_path(args.output if os.path.isdir(args.output) else output, create=False)
     config = _config(args, precision_mode=args.precision_mode, dump_graph=args.dump_graph,
-                     dump_path=args.dump_path, keep_dtype=args.keep_dtype, strict=args.strict)
+                     dump_path=args.dump_path, keep_dtype=args.keep_dtype, strict=args.strict,
+                     op_compiler_cache_mode=args.op_compiler_cache_mode,
+                     cache_dir=args.op_compiler_cache_dir)
     lib = build(args.model, target="ascend", config=config)
-    lib.export_library(output)
     report = lib.fusion_report()
-    if args.report:
-        write_json_atomic(args.report, report)
-    # as ATC does, every conversion leaves the per-rule counts beside its output
-    write_fusion_result(report, os.path.join(os.path.dirname(os.path.abspath(output)),
-                                             "fusion_result.json"))
+    written = []
+    try:
+        lib.export_library(output)
+        written.append(Path(output))
+        if args.report:
+            write_json_atomic(args.report, report)
+            written.append(Path(args.report))
+        # as ATC does, every conversion leaves the per-rule counts beside its output
+        result = Path(os.path.abspath(output)).parent / "fusion_result.json"
+        write_fusion_result(report, str(result))
+        written.append(result)
+    except KeyboardInterrupt:  # half a conversion is none: take back what it wrote
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
     print(f"{args.model} -> {output} ({report['soc_version']}): "
           f"{report['npu_kernels']} NPU kernel(s) for {report['ops']} op(s), "
           f"{report['host_groups']} group(s) on the host")
@@ -205,12 +228,32 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s")
+    # signal handlers can only be set from the main thread (main() may run in another)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return {"compile": _run_compile, "explain": _run_explain, "tune": _run_tune,
                 "compare": _run_compare}[args.command](args)
     except AscendError as err:
         print(f"tvm-ascend: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:  # the writers' cleanup has run on the way here
+        word, code = ("terminated", 143) if isinstance(stop, _Terminated) else ("interrupted", 130)
+        # tune keeps the records it measured; only compile takes back all it wrote
+        print(f"tvm-ascend: {word}{'; nothing written' if args.command == 'compile' else ''}",
+              file=sys.stderr)
+        return code
+    finally:
+        if main_thread:  # None: a handler set outside Python, which cannot be put back
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C, so that temporaries are cleaned up."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
 
 
 if __name__ == "__main__":  # pragma: no cover

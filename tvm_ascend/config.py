@@ -22,6 +22,7 @@ from .soc import get_soc
 RULE_SETS = ("tvm_ascend", "atc_style", "tvm_fuseops")
 
 FUSION_LEVELS = ("off", "conservative", "aggressive")
+CACHE_MODES = ("enable", "force", "disable")  # ATC's --op_compiler_cache_mode
 PRECISION_MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision",
                    "must_keep_origin_dtype", "force_fp32")
 
@@ -121,6 +122,11 @@ class CompileConfig:
         reporting a bug). By default such a kernel's group is split into single-op kernels, a
         single op that still fails runs on the host, and the report's ``kernel_failures`` and
         a warning say so (``tvm_ascend/fallback.py``).
+    op_compiler_cache_mode : str
+        ATC's ``--op_compiler_cache_mode`` for the compile cache in ``cache_dir`` (compiled
+        libraries and whole builds): ``"enable"`` (default) reads and writes it, ``"force"``
+        compiles again and overwrites the entries, ``"disable"`` neither reads nor writes
+        them (the emulator's runtime object, part of the toolchain, is kept either way).
     """
 
     autofusion: bool = True
@@ -140,6 +146,7 @@ class CompileConfig:
     search_width: int = 4
     build_cache: bool = True
     strict: bool = False
+    op_compiler_cache_mode: str = "enable"
 
     def __post_init__(self):
         if not isinstance(self.search_width, int) or isinstance(self.search_width, bool) \
@@ -156,6 +163,10 @@ class CompileConfig:
         if isinstance(self.keep_dtype, str):
             object.__setattr__(self, "keep_dtype", tuple(
                 n.strip() for n in self.keep_dtype.split(",") if n.strip()))
+        if self.op_compiler_cache_mode not in CACHE_MODES:
+            raise FusionConfigError(
+                f"op_compiler_cache_mode={self.op_compiler_cache_mode!r} is not one of "
+                f"{', '.join(CACHE_MODES)}")
         if self.rule_set not in RULE_SETS:
             raise FusionConfigError(
                 f"rule_set={self.rule_set!r} is not one of {', '.join(RULE_SETS)}")

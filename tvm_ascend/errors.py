@@ -50,3 +50,7 @@ class ToolchainError(AscendError):
 
 class DeviceRuleError(AscendError):
     """The AscendC emulator caught a kernel breaking a device rule (UB overflow, queue misuse)."""
+
+
+class ExportError(AscendError):
+    """A library could not be written where asked (names the path and why)."""

@@ -224,7 +224,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     mod = read_model(mod)
     key = build_key(mod, params, config)
     cache_dir = config.cache_dir or default_cache_dir()
-    earlier = lookup(key, cache_dir)
+    earlier = lookup(key, cache_dir, config.op_compiler_cache_mode)
     if earlier is not None:
         logger.info("build cache hit %s: the library of an earlier identical build", key)
         return AscendModule(metadata=earlier[1], library_path=earlier[0], cache_dir=cache_dir)
@@ -316,7 +316,7 @@ def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str
     executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
     module = AscendModule(executable, metadata_from_source(source),
                           cache_key=_cache_key(lowered, source), cache_dir=config.cache_dir,
-                          build_key=key)
+                          build_key=key, cache_mode=config.op_compiler_cache_mode)
     try:
         module.compile()
     except ToolchainError as err:

@@ -14,12 +14,15 @@ for a BERT). This cache keys the *inputs* of ``build`` instead:
   and the cost model, plus the TVM and ONNX versions.
 
 An entry is written when the build's library is first compiled (``export_library`` or the
-first ``run``), beside that library: ``builds/<key>.json`` with the library's cache path and
-the build's metadata (report, kernel sources). A hit returns a module over the cached library
+first ``run``), beside that library: ``builds/<key>.json`` with the library's cache path, its
+size and sha256, and the build's metadata (report, kernel sources); a lookup checks the
+library against them (``artifacts.verify_library``), so a truncated or overwritten library is
+built again, never loaded. A hit returns a module over the cached library
 without importing or planning anything. Builds that write dumps, and Relax modules passed
 directly, are not cached (the dumps are the point of such a build; a Relax module has no
 stable serialisation to key on). ``CompileConfig(build_cache=False)`` or
-``TVM_ASCEND_BUILD_CACHE=0`` turns the cache off.
+``TVM_ASCEND_BUILD_CACHE=0`` turns the cache off; ``op_compiler_cache_mode="force"`` rebuilds
+and overwrites entries, ``"disable"`` neither reads nor writes them.
 
 Example
 -------
@@ -35,13 +38,16 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 from pathlib import Path
+
+from ..errors import ModelLoadError
+from .artifacts import Digest, file_lock, verify_library, write_atomic
 
 logger = logging.getLogger("tvm_ascend")
 
 BUILDS_FOLDER = "builds"
-_NOT_KEYED = ("cache_dir", "dump_graph", "dump_path", "build_cache")
+LOCK = ".lock"  # held while an entry of the cache (a library, a build) is written
+_NOT_KEYED = ("cache_dir", "dump_graph", "dump_path", "build_cache", "op_compiler_cache_mode")
 _SOURCE_SUFFIXES = (".py", ".h", ".def", ".ubj", ".json")
 
 
@@ -92,7 +98,7 @@ def _file_digest(path, digest) -> None:
 
 def build_key(model, params, config) -> str | None:
     """The cache key of ``build(model, params=params, config=config)``, or None when the build
-    is not cached (a Relax module, dumps on, or the cache switched off).
+    is not cached (a Relax module, dumps on, or the cache switched off or disabled).
 
     Example
     -------
@@ -101,7 +107,8 @@ def build_key(model, params, config) -> str | None:
     """
     import onnx
 
-    if not config.build_cache or config.dump_graph or not isinstance(model, onnx.ModelProto):
+    if (not config.build_cache or config.dump_graph or config.op_compiler_cache_mode == "disable"
+            or not isinstance(model, onnx.ModelProto)):
         return None
     digest = hashlib.sha256(compiler_digest().encode())
     fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in _NOT_KEYED}
@@ -122,32 +129,48 @@ def _entry_path(key: str, cache_dir) -> Path:
     return Path(cache_dir) / BUILDS_FOLDER / f"{key}.json"
 
 
-def lookup(key: str | None, cache_dir) -> tuple[Path, dict] | None:
+def lookup(key: str | None, cache_dir, mode: str = "enable") -> tuple[Path, dict] | None:
     """(library path, metadata) of an earlier build with ``key``, or None.
 
-    An entry whose library has been removed from the cache is a miss.
+    An entry whose library has been removed from the cache is a miss; one whose library no
+    longer matches the size and sha256 the entry recorded (truncated, overwritten) is a miss
+    with a warning, and the build that follows writes the entry again. Only the cache mode
+    ``"enable"`` reads entries (``"force"`` rebuilds and overwrites, ``"disable"`` neither
+    reads nor writes).
 
     Example
     -------
     >>> lookup(build_key(model, None, config), cache_dir)           # doctest: +SKIP
     """
-    if key is None:
+    if key is None or mode != "enable":
         return None
     path = _entry_path(key, cache_dir)
     try:
         entry = json.loads(path.read_text(encoding="utf-8"))
         library = Path(entry["library"])
         metadata = entry["metadata"]
+        recorded = Digest(int(entry["size"]), str(entry["sha256"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not library.is_file():
+        return None
+    try:
+        actual = verify_library(library)
+    except ModelLoadError as err:
+        logger.warning("build cache entry %s: %s; building the model again", path.name, err)
+        return None
+    if actual != recorded:
+        logger.warning("build cache entry %s: library '%s' does not match the sha256 recorded "
+                       "with the entry (overwritten since); building the model again",
+                       path.name, library)
         return None
     return library, metadata
 
 
 def record(key: str | None, library: Path, metadata: dict, cache_dir) -> None:
     """Remember that the build with ``key`` produced ``library`` (already in the compile
-    cache). A cache that cannot be written is a warning, never a failed build.
+    cache), with the library's size and sha256. A cache that cannot be written is a warning,
+    never a failed build.
 
     Example
     -------
@@ -157,10 +180,11 @@ def record(key: str | None, library: Path, metadata: dict, cache_dir) -> None:
         return
     path = _entry_path(key, cache_dir)
     try:
+        digest = verify_library(library)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"library": str(library), "metadata": metadata}),
-                       encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
+        entry = {"library": str(library), "size": digest.size, "sha256": digest.sha256,
+                 "metadata": metadata}
+        with file_lock(Path(cache_dir) / LOCK):
+            write_atomic(path, json.dumps(entry))
+    except (OSError, ModelLoadError) as err:
         logger.warning("build cache entry %s not written: %s", path, err)

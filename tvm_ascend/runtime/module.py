@@ -12,37 +12,27 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import tvm
 from tvm import relax
 
-from ..errors import DeviceRuleError, ModelLoadError, ToolchainError
+from ..errors import DeviceRuleError, ExportError, ModelLoadError, ToolchainError
 from . import build_cache
-from .toolchain import default_cache_dir, emulator_compile_options
+from .artifacts import (append_trailer, check_output_path, copy_atomic, file_lock, publish,
+                        staging_dir, verify_library)
+from .toolchain import (default_cache_dir, discard_emulator_runtime, emulator_compile_options,
+                        runtime_in)
 
 logger = logging.getLogger("tvm_ascend.runtime")
 
 
-def _atomic_export(executable, path: Path, options: list[str]) -> None:
-    """Write the library next to ``path`` and rename it in, so no half-written file remains."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        try:
-            executable.export_library(tmp, options=options)
-        except Exception as err:  # noqa: BLE001 - TVM wraps compiler failures in RuntimeError
-            raise ToolchainError(f"compiling the kernels for {path.name} failed",
-                                 ["g++"] + options, str(err)) from err
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def _load_verified(path: Path):
+    """dlopen a library after checking it is whole: loading a truncated one kills the process."""
+    verify_library(path)
+    return tvm.runtime.load_module(str(path))
 
 
 class FusionReport:
@@ -64,13 +54,15 @@ class AscendModule:
     """A compiled model: host code (TVM VM) plus AscendC kernels (CPU-emulated here)."""
 
     def __init__(self, executable=None, metadata: dict | None = None, library_path=None,
-                 cache_key: str | None = None, cache_dir=None, build_key: str | None = None):
+                 cache_key: str | None = None, cache_dir=None, build_key: str | None = None,
+                 cache_mode: str = "enable"):
         self._executable = executable
         self.metadata = dict(metadata or {})
         self._library_path = Path(library_path) if library_path else None
         self._cache_key = cache_key
         self._build_key = build_key  # runtime/build_cache.py: recorded once the library exists
         self._cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self._cache_mode = cache_mode  # CompileConfig.op_compiler_cache_mode
         self._lib = None
         self._vm = None
 
@@ -101,23 +93,56 @@ class AscendModule:
         return emulator_compile_options(self.soc_version or "Ascend910B1", self._cache_dir)
 
     def export_library(self, path) -> str:
-        """Write one shared library holding host code and kernels; returns its path."""
-        path = Path(path)
-        if self._executable is None:
-            if self._library_path is None:
-                raise ModelLoadError("this module holds neither an executable nor a library")
-            shutil.copyfile(self._library_path, path)
-            return str(path)
-        cached = self._cached_library()
-        if cached is not None:
-            tmp = path.with_name(f".{path.name}.tmp")
-            shutil.copyfile(cached, tmp)
-            os.replace(tmp, path)
-            build_cache.record(self._build_key, cached, self.metadata, self._cache_dir)
-        else:
-            _atomic_export(self._executable, path, self._compile_options())
-            self._store_in_cache(path)
+        """Write one shared library holding host code and kernels; returns its path.
+
+        The library is built in a staging folder under the cache and renamed into place, so a
+        failed or killed build leaves nothing at ``path``; it ends in the trailer that ``load``
+        checks. A ``path`` that is a directory, or whose folder cannot be created or written,
+        is an ExportError naming it.
+        """
+        path = check_output_path(path)
+        with staging_dir(self._cache_dir) as staging:
+            staged = staging / "model.so"
+            if self._executable is None:
+                if self._library_path is None:
+                    raise ModelLoadError("this module holds neither an executable nor a library")
+                verify_library(self._library_path)
+                shutil.copyfile(self._library_path, staged)
+            else:
+                cached = self._cached_library()
+                if cached is not None:
+                    build_cache.record(self._build_key, cached, self.metadata, self._cache_dir)
+                    shutil.copyfile(cached, staged)
+                else:
+                    self._compile_into(staged)
+                    self._store_in_cache(staged)
+            verify_library(staged)  # a copy made while the source changed under it is no copy
+            try:
+                publish(staged, path)
+            except OSError as err:
+                raise ExportError(f"cannot write the library to '{path}': "
+                                  f"{err.strerror}") from err
         return str(path)
+
+    def _compile_into(self, staged: Path) -> None:
+        """g++ the library to ``staged`` (its folder holds the temporaries) and seal it with the
+        trailer. A runtime object the linker rejects is built again, once."""
+        for attempt in (1, 2):
+            options = self._compile_options()
+            try:
+                self._executable.export_library(str(staged), options=options,
+                                                workspace_dir=str(staged.parent))
+                break
+            except Exception as err:  # noqa: BLE001 - TVM wraps compiler failures in RuntimeError
+                runtime = runtime_in(options)
+                if attempt == 1 and runtime is not None and _names(str(err), runtime):
+                    logger.warning("the linker rejected the emulator runtime %s; building it "
+                                   "again", runtime)
+                    discard_emulator_runtime(runtime)
+                    continue
+                raise ToolchainError(f"compiling the kernels for {staged.name} failed",
+                                     ["g++"] + options, str(err)) from err
+        append_trailer(staged)
 
     def _cache_path(self) -> Path | None:
         if not self._cache_key:
@@ -127,50 +152,72 @@ class AscendModule:
         return self._cache_dir / f"{self._cache_key}-{flags}.so"
 
     def _cached_library(self) -> Path | None:
+        """The compiled library in the cache, checked whole; None when there is none, when the
+        cache mode does not read it, or when it is damaged (a warning: it is built again)."""
+        if self._cache_mode != "enable":
+            return None
         path = self._cache_path()
-        return path if path is not None and path.exists() else None
+        if path is None or not path.exists():
+            return None
+        try:
+            verify_library(path)
+        except ModelLoadError as err:
+            logger.warning("compile cache: %s; building it again", err)
+            return None
+        return path
 
-    def _store_in_cache(self, built: Path) -> None:
-        path = self._cache_path()
+    def _store_in_cache(self, built: Path) -> Path | None:
+        """Copy a sealed library into the compile cache; its path there, or None."""
+        path = self._cache_path() if self._cache_mode != "disable" else None
         if path is None:
-            return
+            return None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            shutil.copyfile(built, tmp)
-            os.replace(tmp, path)
+            with file_lock(self._cache_dir / build_cache.LOCK):
+                copy_atomic(built, path)
         except OSError as err:  # a read-only cache must not break a build
             logger.warning("compile cache %s not written: %s", path, err)
-            return
+            return None
         build_cache.record(self._build_key, path, self.metadata, self._cache_dir)
+        return path
 
-    def compile(self) -> Path:
+    def compile(self) -> Path | None:
         """Compile the kernels (g++ against the emulator) now, unless the compile cache holds
         them; ``build`` calls it, so a kernel that does not compile shows at build time (and
         is planned again without it) rather than at the first ``run`` or ``export_library``.
-        Returns the library's path. Raises ToolchainError with the compiler's output.
+        Returns the library's path in the cache, or None where no cache keeps it (the cache
+        disabled or not writable: the library is then loaded from its staging copy at once,
+        the mapping outliving the file). Raises ToolchainError with the compiler's output.
 
         Example
         -------
         >>> lib.compile()                                             # doctest: +SKIP
         PosixPath('.../compile_cache/<key>.so')
         """
-        if self._library_path is None:
-            cached = self._cached_library()
-            if cached is None:
-                workdir = Path(tempfile.mkdtemp(prefix="tvm_ascend_"))
-                cached = Path(self.export_library(workdir / "model.so"))
-            else:
-                build_cache.record(self._build_key, cached, self.metadata, self._cache_dir)
-            self._library_path = cached
-        return self._library_path
+        if self._library_path is not None or self._vm is not None:
+            return self._library_path
+        cached = self._cached_library()
+        if cached is not None:
+            build_cache.record(self._build_key, cached, self.metadata, self._cache_dir)
+        else:
+            with staging_dir(self._cache_dir) as staging:
+                staged = staging / "model.so"
+                self._compile_into(staged)
+                cached = self._store_in_cache(staged)
+                if cached is None:
+                    self._lib = _load_verified(staged)
+                    self._vm = relax.VirtualMachine(self._lib, tvm.cpu())
+                    return None
+        self._library_path = cached
+        return cached
 
     def _ensure_loaded(self):
         if self._vm is not None:
             return
         self.compile()
-        self._lib = tvm.runtime.load_module(str(self._library_path))
-        self._vm = relax.VirtualMachine(self._lib, tvm.cpu())
+        if self._vm is None:
+            self._lib = _load_verified(self._library_path)
+            self._vm = relax.VirtualMachine(self._lib, tvm.cpu())
 
     @classmethod
     def load(cls, path) -> "AscendModule":
@@ -178,6 +225,7 @@ class AscendModule:
         path = Path(path)
         if not path.exists():
             raise ModelLoadError(f"library {str(path)!r} does not exist")
+        verify_library(path)  # before dlopen: a truncated library would kill the process
         try:
             lib = tvm.runtime.load_module(str(path))
             meta_fn = lib.get_function("ascend_metadata_json", query_imports=True)
@@ -231,6 +279,15 @@ class AscendModule:
         return records
 
 
+def _names(output: str, runtime: Path) -> bool:
+    """Whether a failed link's ``output`` complains about ``runtime`` (beyond listing it in the
+    command line it echoes)."""
+    return any(str(runtime) in line and not line.lstrip().startswith(("Command line", "command"))
+               for line in output.splitlines())
+
+
 def load(path) -> AscendModule:
-    """Load a model exported with ``AscendModule.export_library``."""
+    """Load a model exported with ``AscendModule.export_library``; the file is checked whole
+    (ELF headers, the tvm-ascend trailer's size and sha256) before it is loaded, and a
+    truncated, damaged or foreign file is a ModelLoadError naming it."""
     return AscendModule.load(path)

@@ -7,6 +7,7 @@ Symbols are hidden so two models built for different SoCs can live in one proces
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import subprocess
 import tempfile
@@ -16,6 +17,9 @@ import tvm_ffi
 
 from ..errors import ToolchainError
 from ..soc import emulator_dir
+from .artifacts import discard, file_lock, matches_digest, write_digest
+
+logger = logging.getLogger("tvm_ascend")
 
 CXX = os.environ.get("CXX", "g++")
 BASE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-DASCENDC_CPU_DEBUG"]
@@ -38,15 +42,48 @@ def _headers_digest() -> str:
 
 
 def emulator_runtime_object(soc_name: str, cache_dir=None) -> Path:
-    """The emulator runtime compiled for ``soc_name`` (built once, then reused from the cache)."""
+    """The emulator runtime compiled for ``soc_name`` (built once, then reused from the cache
+    while it matches its recorded sha256; a damaged one is built again, with a warning)."""
     flags = BASE_FLAGS + [f"-DASCENDC_EMU_SOC={soc_name}", "-DASCENDC_EMU_SEPARATE_RUNTIME",
                           "-DASCENDC_EMU_RUNTIME_IMPL"]
     key = hashlib.sha256((" ".join([CXX] + flags) + _headers_digest()).encode()).hexdigest()[:16]
     folder = Path(cache_dir) if cache_dir else default_cache_dir()
     target = folder / f"ascendc_emu_runtime-{soc_name}-{key}.o"
-    if target.exists():
+    if _sound(target, warn=True):
         return target
     folder.mkdir(parents=True, exist_ok=True)
+    # one builder per object: the others wait, then find it built
+    with file_lock(folder / f".{target.name}.lock"):
+        if _sound(target, warn=False):
+            return target
+        _compile_runtime(flags, folder, target)
+    return target
+
+
+_SOUND: set[tuple] = set()  # (path, size, mtime) of runtime objects checked in this process
+
+
+def _sound(target: Path, warn: bool) -> bool:
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        return False
+    stamp = (str(target), st.st_size, st.st_mtime_ns, st.st_ino)
+    if stamp in _SOUND:
+        return True
+    matches = matches_digest(target)
+    if matches:
+        _SOUND.add(stamp)
+        return True
+    if warn and matches is None:  # written before objects had records: not a fault
+        logger.info("emulator runtime %s has no sha256 record; building it again", target)
+    elif warn:
+        logger.warning("emulator runtime %s does not match its recorded sha256 (damaged or "
+                       "truncated); building it again", target)
+    return False
+
+
+def _compile_runtime(flags: list[str], folder: Path, target: Path) -> None:
     fd, tmp = tempfile.mkstemp(suffix=".o", dir=folder, prefix=".runtime.")
     os.close(fd)
     command = [CXX, "-x", "c++", *flags, f"-I{emulator_dir()}", "-c",
@@ -56,11 +93,26 @@ def emulator_runtime_object(soc_name: str, cache_dir=None) -> Path:
         if done.returncode != 0:
             raise ToolchainError("building the AscendC emulator runtime failed", command,
                                  done.stdout + done.stderr)
+        # the record first: a reader that sees the new object and the old record rebuilds
+        write_digest(Path(tmp), target)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return target
+
+
+def discard_emulator_runtime(runtime: Path) -> None:
+    """Forget a runtime object the linker rejected, so the next use builds it again."""
+    _SOUND.difference_update({s for s in _SOUND if s[0] == str(runtime)})
+    discard(runtime)
+
+
+def runtime_in(options: list[str]) -> Path | None:
+    """The emulator runtime object named in compile ``options``, if any."""
+    for option in options:
+        if option.endswith(".o") and Path(option).name.startswith("ascendc_emu_runtime-"):
+            return Path(option)
+    return None
 
 
 def emulator_compile_options(soc_name: str, cache_dir=None) -> list[str]:
