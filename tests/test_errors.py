@@ -86,3 +86,61 @@ def test_input_shape_parsing():
 def test_env_overrides_config():
     cfg = tvm_ascend.CompileConfig().with_env({"AUTOFUSION_ENABLE": "0", "DUMP_GRAPH": "1"})
     assert cfg.autofusion is False and cfg.dump_graph is True and not cfg.fusion_enabled
+
+
+def _relu_model(shape, dtype=None, name="x"):
+    from onnx import TensorProto, helper
+
+    elem = dtype or TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("Relu", [name], ["y"], name="relu")], "g",
+                              [helper.make_tensor_value_info(name, elem, shape)],
+                              [helper.make_tensor_value_info("y", elem, shape)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_run_with_a_wrong_shape_or_dtype_names_the_input_and_what_was_expected(tmp_path):
+    """lib.run checks every input against the compiled signature before TVM's VM sees it (which
+    raised its own 'Check failed: ... match_cast error')."""
+    lib = tvm_ascend.build(_relu_model([4, 8]))
+    good = np.ones((4, 8), np.float32)
+    np.testing.assert_array_equal(lib.run({"x": good})[0], good)
+    with pytest.raises(ValueError, match=r"input 'x' has shape \(4, 9\); the model expects "
+                                         r"\(4, 8\) float32"):
+        lib.run({"x": np.ones((4, 9), np.float32)})
+    with pytest.raises(ValueError, match=r"input 'x' has shape \(8,\); the model expects "
+                                         r"\(4, 8\)"):
+        lib.run([np.ones(8, np.float32)])
+    with pytest.raises(ValueError, match=r"input 'x' has dtype float64; the model expects "
+                                         r"\(4, 8\) float32"):
+        lib.run({"x": np.ones((4, 8), np.float64)})
+    again = tvm_ascend.load(lib.export_library(tmp_path / "m.so"))  # metadata from the .so
+    with pytest.raises(ValueError, match=r"input 'x' has dtype int64"):
+        again.run({"x": np.ones((4, 8), np.int64)})
+
+
+def test_run_outside_an_input_range_names_the_dimension_and_its_range():
+    """A ranged dimension (``lo~hi``) is checked at run time: outside it TVM's memory planner,
+    which sized the buffers for ``hi``, died with 'storage allocation failure'."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "y"], ["z"], name="add")]
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        input_shape={"x": ("2~8", 4), "y": ((2, 8), 4)}))
+    x = np.ones((8, 4), np.float32)
+    np.testing.assert_array_equal(lib.run({"x": x, "y": x})[0], 2 * x)
+    with pytest.raises(ValueError, match=r"input 'x' dimension 0 \(n\) is 9; the model was "
+                                         r"compiled for 2~8"):
+        lib.run({"x": np.ones((9, 4), np.float32), "y": np.ones((9, 4), np.float32)})
+    with pytest.raises(ValueError, match=r"dimension 0 \(n\) is 1; the model was compiled for "
+                                         r"2~8"):
+        lib.run({"x": np.ones((1, 4), np.float32), "y": np.ones((1, 4), np.float32)})
+    # inputs that share a dimension name share its size
+    with pytest.raises(ValueError, match=r"input 'y' dimension 0 \(n\) is 3, but input 'x' "
+                                         r"gave n = 4"):
+        lib.run({"x": np.ones((4, 4), np.float32), "y": np.ones((3, 4), np.float32)})

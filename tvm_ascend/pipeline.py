@@ -224,8 +224,10 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     report = fusion_report(result, tilings, config, _nodes_before(imported))
     dumps.report(report)
     dumps.graphs(_onnx_model(mod) if config.dump_graph else None, report)
-    metadata = {"soc_version": soc.name, "report": report,
-                "inputs": _input_names(imported, scheduled)}
+    names = _input_names(imported, scheduled)
+    metadata = {"soc_version": soc.name, "report": report, "inputs": names,
+                "input_specs": _input_specs(scheduled, names),
+                "dim_ranges": _dim_ranges(imported)}
     lowered, source = _codegen(scheduled, soc, metadata)
     metadata = metadata_from_source(source)
     dumps.kernels(metadata.get("kernel_sources", {}))
@@ -246,6 +248,34 @@ def _input_names(imported: tvm.IRModule, scheduled: tvm.IRModule) -> list[str]:
         if len(names) == len(params):
             return names
     return params
+
+
+def _input_specs(scheduled: tvm.IRModule, names: list[str]) -> list[dict]:
+    """What ``lib.run`` checks each input against: ``{"name", "shape", "dtype"}``, a dimension
+    an integer, the name of a dynamic size (inputs naming one size must agree), or None (an
+    expression of sizes, left to the VM)."""
+    specs = []
+    for name, param in zip(names, scheduled["main"].params):
+        ty = param.ty
+        if not isinstance(ty, relax.TensorType) or getattr(ty.shape, "values", None) is None:
+            specs.append({"name": name, "shape": None, "dtype": None})
+            continue
+        dims = []
+        for dim in ty.shape.values:
+            if isinstance(dim, tvm.tirx.IntImm):
+                dims.append(int(dim))
+            else:
+                dims.append(dim.name if isinstance(dim, tvm.tirx.Var) else None)
+        specs.append({"name": name, "shape": dims, "dtype": str(ty.dtype)})
+    return specs
+
+
+def _dim_ranges(imported: tvm.IRModule) -> dict:
+    """{dimension name: [lo, hi]} of the ranged input dimensions (``--input_shape x:1~8``)."""
+    attrs = imported["main"].attrs
+    if attrs and ir_attrs.DIM_RANGES in attrs:
+        return json.loads(str(attrs[ir_attrs.DIM_RANGES]))
+    return {}
 
 
 def _codegen(scheduled: tvm.IRModule, soc, metadata: dict) -> tuple[tvm.IRModule, str]:

@@ -11,6 +11,7 @@ Example
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Mapping
@@ -32,7 +33,7 @@ def parse_input_shape(text: str | Mapping | None) -> dict[str, tuple]:
     if text is None or text == "":
         return {}
     if isinstance(text, Mapping):
-        return {str(k): tuple(_dim(str(d), str(k)) for d in v) for k, v in text.items()}
+        return {str(k): tuple(_dim(d, f"{k}:{v}") for d in v) for k, v in text.items()}
     shapes = {}
     for item in str(text).split(";"):
         item = item.strip()
@@ -42,11 +43,16 @@ def parse_input_shape(text: str | Mapping | None) -> dict[str, tuple]:
         if not sep or not name:
             raise ModelLoadError(f"--input_shape entry {item!r} is not 'name:d0,d1,...'")
         dims = dims.strip().strip("[]")
-        shapes[name] = tuple(_dim(d.strip(), item) for d in dims.split(",") if d.strip() != "")
+        shapes[name] = tuple(_dim(d, item) for d in dims.split(",") if d.strip() != "")
     return shapes
 
 
-def _dim(text: str, item: str):
+def _dim(value, item: str):
+    """One dimension: an integer, -1, a range ``"lo~hi"``, or ``(lo, hi)`` as this parser gives
+    ranges back (so a parsed shape parses again to itself)."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        value = f"{value[0]}~{value[1]}"
+    text = str(value).strip()
     try:
         if "~" in text:
             low, high = (int(part) for part in text.split("~"))
@@ -56,7 +62,7 @@ def _dim(text: str, item: str):
         value = int(text)
     except ValueError as err:
         raise ModelLoadError(f"--input_shape entry {item!r}: dimension {text!r} is not an "
-                             "integer, -1 or a range lo~hi") from err
+                             "integer, -1 or a range lo~hi (0 < lo <= hi)") from err
     if value == 0 or value < -1:
         raise ModelLoadError(f"--input_shape entry {item!r}: dimensions must be positive "
                              "(or -1 for dynamic)")
@@ -92,7 +98,7 @@ def read_model(model):
 
 
 def _input_shapes(model, shape_dict: dict) -> tuple[dict, dict]:
-    """(shapes for the importer, {dimension name: upper bound}) of the graph inputs.
+    """(shapes for the importer, {dimension name: [lo, hi]} of ranges) of the graph inputs.
 
     A dimension that stays dynamic (not given, ``-1``, or a range) becomes a symbolic size:
     the ops that depend on it run on the host, since Ascend kernels here are compiled for
@@ -120,7 +126,7 @@ def _input_shapes(model, shape_dict: dict) -> tuple[dict, dict]:
             # one variable per name: inputs that share a dim_param share the size
             shape.append(sizes.setdefault(name, tvm.tirx.Var(name, "int64")))
             if isinstance(dim, tuple):
-                bounds[name] = dim[1]
+                bounds[name] = list(dim)
             logger.warning("input %r dimension %d (%s) is dynamic%s: ops that depend on it run "
                            "on the host (Ascend kernels are compiled for static shapes); give a "
                            "size with --input_shape \"%s:d0,d1,...\" to fuse them", value.name,
@@ -169,7 +175,8 @@ def load_model(model, input_shape=None) -> tvm.IRModule:
     if len(onnx_inputs) == len(mod["main"].params):
         attrs[ir_attrs.ONNX_INPUTS] = onnx_inputs
     if bounds:  # lets TVM's memory planner size buffers of ranged dimensions statically
-        attrs["tir_var_upper_bound"] = bounds
+        attrs["tir_var_upper_bound"] = {name: high for name, (_, high) in bounds.items()}
+        attrs[ir_attrs.DIM_RANGES] = json.dumps(bounds)  # lib.run checks sizes against them
     main = mod["main"].with_attrs(attrs)
     mod.update_func(mod.get_global_var("main"), main)
     logger.info("imported ONNX model: %d nodes, inputs %s", len(model.graph.node), shapes)
