@@ -144,3 +144,39 @@ def test_run_outside_an_input_range_names_the_dimension_and_its_range():
     with pytest.raises(ValueError, match=r"input 'y' dimension 0 \(n\) is 3, but input 'x' "
                                          r"gave n = 4"):
         lib.run({"x": np.ones((4, 4), np.float32), "y": np.ones((3, 4), np.float32)})
+
+
+def test_an_input_without_a_shape_is_an_error_naming_it():
+    """An input with no shape at all (not even a rank) was imported as a 0-d tensor, and
+    lib.run then refused the real input; it is an error naming the input, unless
+    --input_shape gives the shape."""
+    model = _relu_model(None)
+    with pytest.raises(tvm_ascend.ModelLoadError, match=r"input 'x' declares no shape .*"
+                                                        r"--input_shape \"x:d0,d1,...\""):
+        tvm_ascend.build(model)
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(input_shape={"x": (2, 8)}))
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+    np.testing.assert_array_equal(lib.run({"x": x})[0], np.maximum(x, 0))
+
+
+def test_a_zero_size_dimension_builds_and_matches_onnxruntime(caplog):
+    """A dimension of 0 the model declares is a static empty tensor (it was taken for a
+    dynamic one, with a warning saying so): the model builds and runs as onnxruntime does."""
+    from conftest import run_onnxruntime
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("ReduceSum", ["r", "axes"], ["s"], name="sum", keepdims=1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 8])],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, [0, 8]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with caplog.at_level("WARNING", logger="tvm_ascend.frontend"):
+        lib = tvm_ascend.build(model)
+    assert "dynamic" not in caplog.text
+    feeds = {"x": np.ones((0, 8), np.float32)}
+    for got, want in zip(lib.run(feeds), run_onnxruntime(model, feeds)):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)

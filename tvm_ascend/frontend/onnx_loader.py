@@ -11,6 +11,7 @@ Example
 """
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -97,6 +98,23 @@ def read_model(model):
     return model
 
 
+def describe_inputs(model) -> str:
+    """The graph inputs of an ONNX model as a user spells them in ``--input_shape``, with their
+    declared shapes: ``"x [batch, 3, 224, 224], mask [batch, 128]"``."""
+    initializers = {init.name for init in model.graph.initializer}
+    return ", ".join(f"{value.name} {_declared(value)}" for value in model.graph.input
+                     if value.name not in initializers) or "none"
+
+
+def _declared(value) -> str:
+    tensor = value.type.tensor_type
+    if not tensor.HasField("shape"):
+        return "(no shape)"
+    dims = [str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?"
+            for d in tensor.shape.dim]
+    return f"[{', '.join(dims)}]"
+
+
 def _input_shapes(model, shape_dict: dict) -> tuple[dict, dict]:
     """(shapes for the importer, {dimension name: [lo, hi]} of ranges) of the graph inputs.
 
@@ -104,21 +122,15 @@ def _input_shapes(model, shape_dict: dict) -> tuple[dict, dict]:
     the ops that depend on it run on the host, since Ascend kernels here are compiled for
     static shapes; a warning names each such dimension and how to make it static."""
     initializers = {init.name for init in model.graph.initializer}
-    shapes, bounds, inputs, sizes = {}, {}, set(), {}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        inputs.add(value.name)
+    inputs = [value for value in model.graph.input if value.name not in initializers]
+    _check_shape_names(model, shape_dict, [value.name for value in inputs])
+    shapes, bounds, sizes = {}, {}, {}
+    for value in inputs:
         dims = value.type.tensor_type.shape.dim
-        given = shape_dict.get(value.name)
-        if given is None:
-            given = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
-        if given and len(dims) and len(given) != len(dims):
-            raise ModelLoadError(f"--input_shape gives {value.name!r} {len(given)} dimensions; "
-                                 f"the model's input has {len(dims)}")
+        given = _given_shape(model, value, shape_dict.get(value.name))
         shape = []
         for axis, dim in enumerate(given):
-            if isinstance(dim, int) and dim > 0:
+            if isinstance(dim, int) and dim >= 0:  # 0: an empty tensor the model declares
                 shape.append(dim)
                 continue
             declared = dims[axis].dim_param if axis < len(dims) else ""
@@ -133,11 +145,35 @@ def _input_shapes(model, shape_dict: dict) -> tuple[dict, dict]:
                            axis, name, f" in {dim[0]}~{dim[1]}" if isinstance(dim, tuple) else "",
                            value.name)
         shapes[value.name] = shape
-    unknown_names = set(shape_dict) - inputs
-    if unknown_names:
-        raise ModelLoadError(f"--input_shape names {sorted(unknown_names)}, which are not inputs "
-                             f"of the model (inputs: {sorted(inputs)})")
     return shapes, bounds
+
+
+def _check_shape_names(model, shape_dict: dict, inputs: list[str]) -> None:
+    unknown = [name for name in shape_dict if name not in inputs]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], inputs, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise ModelLoadError(f"--input_shape names {', '.join(map(repr, unknown))}, which "
+                             f"{'is not an input' if len(unknown) == 1 else 'are not inputs'} "
+                             f"of the model; {hint}the model's inputs: {describe_inputs(model)}")
+
+
+def _given_shape(model, value, given) -> list:
+    """The shape of input ``value``: as ``--input_shape`` gives it (of the rank the model
+    declares), else as the model declares it (-1 for a dimension without a size)."""
+    tensor = value.type.tensor_type
+    dims = tensor.shape.dim
+    if given is None:
+        if not tensor.HasField("shape"):
+            raise ModelLoadError(f"input {value.name!r} declares no shape (not even its rank); "
+                                 f"give one with --input_shape \"{value.name}:d0,d1,...\"")
+        return [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
+    if tensor.HasField("shape") and len(given) != len(dims):
+        spelled = ",".join(f"{d[0]}~{d[1]}" if isinstance(d, tuple) else str(d) for d in given)
+        raise ModelLoadError(f"--input_shape gives {value.name!r} {len(given)} dimension(s) "
+                             f"('{value.name}:{spelled}'); the model's input {value.name!r} has "
+                             f"{len(dims)}: {_declared(value)} (inputs: {describe_inputs(model)})")
+    return list(given)
 
 
 def load_model(model, input_shape=None) -> tvm.IRModule:
