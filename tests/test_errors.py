@@ -180,3 +180,94 @@ def test_a_zero_size_dimension_builds_and_matches_onnxruntime(caplog):
     for got, want in zip(lib.run(feeds), run_onnxruntime(model, feeds)):
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+def _save(tmp_path, model, name="m.onnx"):
+    import onnx
+
+    path = tmp_path / name
+    onnx.save(model, path)
+    return str(path)
+
+
+def test_model_files_that_are_empty_truncated_or_not_onnx_name_the_file(tmp_path):
+    """Every cut of a valid file, an empty file and a text file: a ModelLoadError naming the
+    file, never another exception (a cut at a field boundary parses as a smaller model)."""
+    data = open(_save(tmp_path, _relu_model([4, 8])), "rb").read()
+    bad = {"empty.onnx": b"", "notes.onnx": b"hello, this is a README\nnot a model\n"}
+    bad.update({f"cut{n}.onnx": data[:n] for n in range(1, len(data), 7)})
+    for name, content in bad.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(tvm_ascend.ModelLoadError, match=name):
+            tvm_ascend.build(str(path))
+    with pytest.raises(tvm_ascend.ModelLoadError, match=r"'.*empty.onnx' is empty \(0 bytes\)"):
+        tvm_ascend.build(str(tmp_path / "empty.onnx"))
+
+
+def test_a_model_failing_the_onnx_checker_names_the_file_and_the_fault(tmp_path):
+    model = _relu_model([4, 8])
+    model.graph.node[0].input.append("x")  # Relu takes one input
+    with pytest.raises(tvm_ascend.ModelLoadError, match=r"'.*m.onnx' fails the ONNX checker: "
+                                                        r".*input size 2"):
+        tvm_ascend.build(_save(tmp_path, model))
+
+
+def test_a_model_not_in_ssa_form_is_refused_naming_the_tensor_and_nodes():
+    """A tensor produced twice was imported silently (the later producer won)."""
+    from onnx import helper
+
+    model = _relu_model([4, 8])
+    model.graph.node.append(helper.make_node("Neg", ["x"], ["y"], name="neg"))
+    with pytest.raises(tvm_ascend.ModelLoadError, match=r"tensor 'y' is produced by node "
+                                                        r"'relu' and again by node 'neg'.*SSA"):
+        tvm_ascend.build(model)
+
+
+def test_an_opset_outside_the_supported_range_is_refused():
+    import onnx
+
+    model = _relu_model([4, 8])
+    model.opset_import[0].version = 99
+    newest = onnx.defs.onnx_opset_version()
+    with pytest.raises(tvm_ascend.ModelLoadError,
+                       match=rf"ai.onnx opset 99.*supported: opsets 1 to {newest}"):
+        tvm_ascend.build(model)
+
+
+def test_unknown_ops_and_custom_domains_are_refused_naming_the_node_and_op():
+    """An op ONNX does not define, one TVM's importer cannot convert, and a node of a custom
+    domain (TVM's importer ignored the domain and took com.acme's Relu for ONNX's)."""
+    from onnx import helper
+
+    for op, domain, message in (
+            ("Frobnicate", "", r"node 'relu' has op type 'Frobnicate', which ONNX does not "
+                               r"define"),
+            ("Celu", "", r"node 'relu' \(Celu\): TVM's ONNX importer cannot convert it"),
+            ("Relu", "com.acme", r"node 'relu' is op 'Relu' of the custom domain 'com.acme'")):
+        model = _relu_model([4, 8])
+        model.graph.node[0].op_type, model.graph.node[0].domain = op, domain
+        if domain:
+            model.opset_import.append(helper.make_opsetid(domain, 1))
+        with pytest.raises(tvm_ascend.ModelLoadError, match=message):
+            tvm_ascend.build(model)
+
+
+def test_a_custom_domain_op_the_model_defines_as_a_function_is_inlined():
+    """A custom op whose body the model carries (a local function) is expanded and built."""
+    from conftest import run_onnxruntime
+    from onnx import TensorProto, helper
+
+    body = [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Neg", ["r"], ["b"])]
+    function = helper.make_function("com.acme", "NegRelu", ["a"], ["b"], body,
+                                    [helper.make_opsetid("", 17)])
+    graph = helper.make_graph(
+        [helper.make_node("NegRelu", ["x"], ["y"], name="negrelu", domain="com.acme")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    model = helper.make_model(graph, functions=[function], opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.acme", 1)])
+    feeds = {"x": np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)}
+    np.testing.assert_array_equal(tvm_ascend.build(model).run(feeds)[0],
+                                  run_onnxruntime(model, feeds)[0])
+

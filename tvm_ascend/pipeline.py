@@ -212,7 +212,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
         logger.info("build cache hit %s: the library of an earlier identical build", key)
         return AscendModule(metadata=earlier[1], library_path=earlier[0], cache_dir=cache_dir)
     dumps = Dumper(config.dump_graph, config.dump_path)
-    imported = apply_precision_mode(load_model(mod, config.input_shape),
+    imported = apply_precision_mode(load_model(mod, config.input_shape, checked=True),
                                     config.precision_mode, config.keep_dtype)
     dumps.module("000_imported.py", imported)
     policy = fusion_policy(config, imported)

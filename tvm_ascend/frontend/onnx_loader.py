@@ -21,6 +21,7 @@ import tvm
 
 from .. import ir_attrs
 from ..errors import ModelLoadError
+from .onnx_checks import check_model, node_name
 
 logger = logging.getLogger("tvm_ascend.frontend")
 
@@ -73,20 +74,24 @@ def _dim(value, item: str):
 def _read_onnx(path: str):
     import onnx
 
+    where = f"model file {path!r}"
     if not os.path.exists(path):
-        raise ModelLoadError(f"model file {path!r} does not exist")
+        raise ModelLoadError(f"{where} does not exist")
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise ModelLoadError(f"{where} is empty (0 bytes)")
     try:
         model = onnx.load(path)
     except Exception as err:  # noqa: BLE001 - protobuf raises several kinds
-        raise ModelLoadError(f"model file {path!r} is not a valid ONNX model: {err}") from err
+        raise ModelLoadError(f"{where} is not a valid ONNX model: {err}") from err
     if not model.graph.node and not model.graph.output:
-        raise ModelLoadError(f"model file {path!r} holds no ONNX graph (empty or corrupt file)")
-    return model
+        raise ModelLoadError(f"{where} holds no ONNX graph (empty or corrupt file)")
+    return check_model(model, where, path)
 
 
 def read_model(model):
-    """``model`` as ``build`` takes it, with a file path read into an ``onnx.ModelProto`` (a
-    ModelProto or IRModule comes back as it is), so the file is read once per build.
+    """``model`` as ``build`` takes it, with a file path read into an ``onnx.ModelProto`` and an
+    ONNX model checked (``onnx_checks.check_model``; an IRModule comes back as it is), so the
+    file is read and checked once per build.
 
     Example
     -------
@@ -95,7 +100,17 @@ def read_model(model):
     """
     if isinstance(model, (str, os.PathLike)):
         return _read_onnx(os.fspath(model))
+    if _is_onnx(model):
+        return check_model(model, "the ONNX model")
     return model
+
+
+def _is_onnx(model) -> bool:
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - onnx is a dependency
+        return False
+    return isinstance(model, onnx.ModelProto)
 
 
 def describe_inputs(model) -> str:
@@ -176,7 +191,7 @@ def _given_shape(model, value, given) -> list:
     return list(given)
 
 
-def load_model(model, input_shape=None) -> tvm.IRModule:
+def load_model(model, input_shape=None, checked: bool = False) -> tvm.IRModule:
     """Import ``model`` as a Relax IRModule with static shapes.
 
     Parameters
@@ -185,13 +200,15 @@ def load_model(model, input_shape=None) -> tvm.IRModule:
         An ONNX file, a loaded ONNX model, or an IRModule with a Relax ``main``.
     input_shape : str or dict, optional
         Static input shapes, ATC style ``"x:1,3,224,224"`` or ``{"x": (1, 3, 224, 224)}``.
+    checked : bool
+        ``model`` came from ``read_model``, which checked it already.
     """
     if isinstance(model, tvm.IRModule):
         if "main" not in [gv.name_hint for gv in model.get_global_vars()]:
             raise ModelLoadError("the IRModule has no 'main' function to compile")
         return model
-    if isinstance(model, (str, os.PathLike)):
-        model = _read_onnx(os.fspath(model))
+    if isinstance(model, (str, os.PathLike)) or not checked:
+        model = read_model(model)
     try:
         import onnx
     except ImportError as err:  # pragma: no cover - onnx is a dependency
@@ -204,7 +221,8 @@ def load_model(model, input_shape=None) -> tvm.IRModule:
         mod, node_names = _import_with_node_names(model, shapes)
     except Exception as err:  # noqa: BLE001 - the importer raises many kinds
         raise ModelLoadError(f"ONNX import failed: {err}") from err
-    attrs = {ir_attrs.ONNX_NODES: node_names, ir_attrs.ONNX_NODE_COUNT: len(model.graph.node)}
+    attrs = {ir_attrs.ONNX_NODES: node_names, ir_attrs.ONNX_NODE_COUNT: len(model.graph.node),
+             ir_attrs.ONNX_NODE_NAMES: [node_name(n, i) for i, n in enumerate(model.graph.node)]}
     # TVM renames inputs that are not identifiers ("1" -> "input_1"); users feed ONNX names
     initializers = {init.name for init in model.graph.initializer}
     onnx_inputs = [i.name for i in model.graph.input if i.name not in initializers]
@@ -233,7 +251,7 @@ def _import_with_node_names(model, shapes) -> tuple[tvm.IRModule, dict]:
     mod = importer.from_onnx(model.graph, opset)
     producers = []
     for index, node in enumerate(model.graph.node):
-        name = node.name or f"{node.op_type}_{index}"
+        name = node_name(node, index)
         for output in node.output:
             expr = importer._nodes.get(output)  # noqa: SLF001 - the importer keeps no public map
             if expr is not None:
