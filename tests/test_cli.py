@@ -135,3 +135,19 @@ def test_malformed_or_unknown_input_shape_names_the_input_and_lists_the_inputs(t
         assert "the model's inputs: x0 [batch, 4]" in done.stderr or \
             "inputs: x0 [batch, 4]" in done.stderr, (text, done.stderr)
         assert "Traceback" not in done.stderr and not (tmp_path / "bad.so").exists()
+
+
+def test_typos_in_node_flags_and_a_text_tuning_database_are_errors_naming_the_flag(tmp_path):
+    demo = str(REPO / "examples" / "demo.onnx")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("tuned on Monday\n")
+    for flags, message in ((("--no_fuse_nodes", "rellu"), "--no_fuse_nodes names 'rellu' "
+                            "(did you mean relu?)"),
+                           (("--keep_dtype", "scale,add_bais"), "--keep_dtype names 'add_bais' "
+                            "(did you mean add_bias?)"),
+                           (("--tuning_database", str(notes)), f"tuning database {notes} "
+                            "holds no tuning records")):
+        done = _cli("compile", "--model", demo, "--output", str(tmp_path / "bad.so"), *flags)
+        assert done.returncode == 2 and message in done.stderr, (flags, done.stderr)
+        assert "Traceback" not in done.stderr and not (tmp_path / "bad.so").exists()
+

@@ -271,3 +271,19 @@ def test_a_custom_domain_op_the_model_defines_as_a_function_is_inlined():
     np.testing.assert_array_equal(tvm_ascend.build(model).run(feeds)[0],
                                   run_onnxruntime(model, feeds)[0])
 
+
+def test_unknown_names_in_no_fuse_nodes_or_keep_dtype_are_errors_with_the_closest_names():
+    """Typos were accepted silently: the fence, or the kept dtype, applied to nothing."""
+    model = _relu_model([4, 8])
+    with pytest.raises(tvm_ascend.FusionConfigError,
+                       match=r"--no_fuse_nodes names 'relU' \(did you mean relu\?\), which is "
+                             r"not a node of the model \(its nodes: relu\)"):
+        tvm_ascend.build(model, config=tvm_ascend.CompileConfig(no_fuse_nodes="relu,relU"))
+    with pytest.raises(tvm_ascend.FusionConfigError,
+                       match=r"--keep_dtype names 'rel' \(did you mean relu\?\), 'nope', which "
+                             r"are not nodes"):
+        tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+            precision_mode="force_fp16", keep_dtype="rel,nope"))
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(no_fuse_nodes="relu",
+                                                                  keep_dtype="relu"))
+    assert lib.fusion_report()["groups"][0]["onnx_nodes"] == ["relu"]

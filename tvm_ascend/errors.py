@@ -50,3 +50,23 @@ class ToolchainError(AscendError):
 
 class DeviceRuleError(AscendError):
     """The AscendC emulator caught a kernel breaking a device rule (UB overflow, queue misuse)."""
+
+
+def check_known_names(flag: str, names, known, what: str = "node") -> None:
+    """Raise FusionConfigError when ``names`` (given with ``flag``) holds names not in
+    ``known``: each unknown one with the closest known names (a typo was accepted silently
+    and fenced, or kept, nothing)."""
+    import difflib
+
+    known = sorted(set(known))
+    unknown = [name for name in dict.fromkeys(names) if name not in known]
+    if not unknown:
+        return
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        parts.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+    listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+    raise FusionConfigError(f"{flag} names {', '.join(parts)}, which "
+                            f"{'is not a ' + what if len(unknown) == 1 else 'are not ' + what + 's'}"
+                            f" of the model (its {what}s: {listed})")

@@ -126,7 +126,7 @@ def fusion_policy(config: CompileConfig, imported: tvm.IRModule) -> FusionPolicy
         from .partition.plan_file import load_plan
         nodes, edges = node_graph(imported)
         plan = load_plan(config.fusion_plan_file, nodes, edges)
-    return FusionPolicy.from_config(config, plan)
+    return FusionPolicy.from_config(config, plan, imported)
 
 
 def _estimate_retiled(result, scheduled, tilings: dict, soc) -> None:
