@@ -151,3 +151,11 @@ def test_typos_in_node_flags_and_a_text_tuning_database_are_errors_naming_the_fl
         assert done.returncode == 2 and message in done.stderr, (flags, done.stderr)
         assert "Traceback" not in done.stderr and not (tmp_path / "bad.so").exists()
 
+
+def test_a_bad_soc_version_lists_the_valid_ones(tmp_path):
+    from tvm_ascend.soc import soc_profiles
+
+    done = _cli("compile", "--model", str(REPO / "examples" / "demo.onnx"), "--output",
+                str(tmp_path / "b.so"), "--soc_version", "Ascend910Z")
+    assert done.returncode == 2 and "unknown --soc_version 'Ascend910Z'; known: " in done.stderr
+    assert all(name in done.stderr for name in soc_profiles())
