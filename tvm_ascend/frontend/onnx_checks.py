@@ -105,10 +105,30 @@ def _check_ops(model, where: str) -> None:
                                  "convert it, so it can run neither on the NPU nor on the host")
 
 
+def _with_shape_fields(model):
+    """``model``, or a copy whose graph inputs and outputs without a shape have an empty one.
+
+    The checker wants a shape on every graph input and output and says so without naming the
+    tensor; the importer needs none on an output, and one on an input comes from
+    ``--input_shape`` or is an error naming it (``onnx_loader._given_shape``)."""
+    values = list(model.graph.input) + list(model.graph.output)
+    if all(v.type.tensor_type.HasField("shape") for v in values
+           if v.type.HasField("tensor_type")):
+        return model
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for value in list(copy.graph.input) + list(copy.graph.output):
+        if value.type.HasField("tensor_type"):
+            value.type.tensor_type.shape.SetInParent()
+    return copy
+
+
 def _run_checker(model, where: str, path: str | None) -> None:
     import onnx
 
-    target = model
+    target = _with_shape_fields(model)
     if model.ByteSize() > _PROTOBUF_LIMIT:
         if path is None:
             logger.warning("%s is over 2 GB and has no file: onnx.checker skipped", where)
