@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import tvm_ascend
+from conftest import assert_close
 from onnx_models import ModelBuilder, add_chain
 
 
@@ -287,3 +288,61 @@ def test_unknown_names_in_no_fuse_nodes_or_keep_dtype_are_errors_with_the_closes
     lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(no_fuse_nodes="relu",
                                                                   keep_dtype="relu"))
     assert lib.fusion_report()["groups"][0]["onnx_nodes"] == ["relu"]
+
+
+def test_an_import_failure_names_the_node_and_a_tvm_importer_limit_says_so():
+    """ReduceSum/ReduceMean with axes fed at run time hit TVM's importer ("Only constant axes
+    currently supported") with no word of which node, or that it is the importer's limit."""
+    from onnx import TensorProto, helper
+
+    for op, opset in (("ReduceSum", 13), ("ReduceMean", 18)):
+        graph = helper.make_graph(
+            [helper.make_node(op, ["x", "axes"], ["y"], name="reduce", keepdims=1)], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+             helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        with pytest.raises(tvm_ascend.ModelLoadError,
+                           match=rf"node 'reduce' \({op}\): a limit of TVM's ONNX importer: "
+                                 r"it needs the axes as a constant .* here they are 'axes', "
+                                 r"computed at run time"):
+            tvm_ascend.build(model)
+
+
+def test_pow_on_integers_is_a_clear_refusal_naming_the_node():
+    """Pow on int64 died in constant folding with TVM's raw InternalError ('power only applies
+    to float')."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Pow", ["x", "e"], ["y"], name="pow")], "g",
+        [helper.make_tensor_value_info(n, TensorProto.INT64, [3]) for n in ("x", "e")],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(tvm_ascend.UnsupportedOpError,
+                       match=r"node 'pow' \(Pow on int64\): TVM computes powers of floats "
+                             r"only"):
+        tvm_ascend.build(model)
+
+
+def test_a_reduction_with_an_axes_input_of_static_length_0_builds_as_onnxruntime_runs_it():
+    """ONNX's default_axes node tests feed the axes as a graph input of shape [0]: empty at
+    every run, so known at compile time (reduce all, or nothing with noop_with_empty_axes);
+    TVM's importer refused them as non-constant axes."""
+    from conftest import run_onnxruntime
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((3, 2, 2)).astype(np.float32),
+             "axes": np.zeros((0,), np.int64)}
+    for op, opset, noop in (("ReduceSum", 13, 0), ("ReduceSum", 13, 1), ("ReduceMean", 18, 0)):
+        graph = helper.make_graph(
+            [helper.make_node(op, ["x", "axes"], ["y"], name="reduce", keepdims=1,
+                              noop_with_empty_axes=noop)], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2, 2]),
+             helper.make_tensor_value_info("axes", TensorProto.INT64, [0])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        (got,), (want,) = tvm_ascend.build(model).run(feeds), run_onnxruntime(model, feeds)
+        assert got.shape == want.shape, (op, noop)
+        assert_close(got, want, "float32")

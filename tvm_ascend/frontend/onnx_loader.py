@@ -20,7 +20,7 @@ from typing import Mapping
 import tvm
 
 from .. import ir_attrs
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, UnsupportedOpError
 from .onnx_checks import check_model, node_name
 
 logger = logging.getLogger("tvm_ascend.frontend")
@@ -217,10 +217,9 @@ def load_model(model, input_shape=None, checked: bool = False) -> tvm.IRModule:
         raise ModelLoadError(f"cannot compile a {type(model).__name__}: pass an ONNX file path, "
                              "an onnx.ModelProto or a Relax IRModule")
     shapes, bounds = _input_shapes(model, parse_input_shape(input_shape))
-    try:
-        mod, node_names = _import_with_node_names(model, shapes)
-    except Exception as err:  # noqa: BLE001 - the importer raises many kinds
-        raise ModelLoadError(f"ONNX import failed: {err}") from err
+    model = _drop_empty_axes(model)
+    mod, node_names = _import_with_node_names(model, shapes)
+    _check_imported_ops(mod, node_names)
     attrs = {ir_attrs.ONNX_NODES: node_names, ir_attrs.ONNX_NODE_COUNT: len(model.graph.node),
              ir_attrs.ONNX_NODE_NAMES: [node_name(n, i) for i, n in enumerate(model.graph.node)]}
     # TVM renames inputs that are not identifiers ("1" -> "input_1"); users feed ONNX names
@@ -237,6 +236,29 @@ def load_model(model, input_shape=None, checked: bool = False) -> tvm.IRModule:
     return mod
 
 
+def _drop_empty_axes(model):
+    """``model`` with the axes input left out of each reduction whose axes are a graph input
+    of static length 0 (ONNX's default_axes spelling): empty at every run, they mean what no
+    axes input means, and TVM's importer takes only constant axes."""
+    empty = {value.name for value in model.graph.input
+             if [d.dim_value if d.HasField("dim_value") else -1
+                 for d in value.type.tensor_type.shape.dim] == [0]}
+    empty -= {init.name for init in model.graph.initializer}
+    hits = [i for i, node in enumerate(model.graph.node) if node.op_type.startswith("Reduce")
+            and len(node.input) > 1 and node.input[1] in empty]
+    if not hits:
+        return model
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for index in hits:
+        del copy.graph.node[index].input[1:]
+        logger.info("node %s: axes %r are always empty; reduced as without axes",
+                    node_name(copy.graph.node[index], index), model.graph.node[index].input[1])
+    return copy
+
+
 def _import_with_node_names(model, shapes) -> tuple[tvm.IRModule, dict]:
     """``from_onnx``, keeping which ONNX node produced each binding of ``main``.
 
@@ -248,7 +270,10 @@ def _import_with_node_names(model, shapes) -> tuple[tvm.IRModule, dict]:
 
     importer = onnx_frontend.ONNXGraphImporter(shapes, "float32", keep_params_in_input=False)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-    mod = importer.from_onnx(model.graph, opset)
+    try:
+        mod = importer.from_onnx(model.graph, opset)
+    except Exception as err:  # noqa: BLE001 - the importer raises many kinds
+        raise ModelLoadError(_import_failure(model, importer, err)) from err
     producers = []
     for index, node in enumerate(model.graph.node):
         name = node_name(node, index)
@@ -266,3 +291,49 @@ def _import_with_node_names(model, shapes) -> tuple[tvm.IRModule, dict]:
                 names.update({var: node for var in pending})
                 pending = []
     return mod, names
+
+
+# TVM importer limits, by the text of the importer's error: what to tell the user instead
+_IMPORTER_LIMITS = {
+    "Only constant axes currently supported":
+        "a limit of TVM's ONNX importer: it needs the axes as a constant (an initializer or a "
+        "Constant node), and here they are {operands}, computed at run time",
+}
+
+
+def _import_failure(model, importer, err) -> str:
+    """The importer's error with the node it stopped at (the first whose outputs it has not
+    made) and, for a known limit of the importer, what the limit is."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    made = importer._nodes  # noqa: SLF001 - the importer keeps no public map
+    for index, node in enumerate(model.graph.node):
+        if all(not out or out in made for out in node.output):
+            continue
+        constants = {init.name for init in model.graph.initializer}
+        operands = ", ".join(repr(i) for i in node.input[1:] if i and i not in constants)
+        for key, limit in _IMPORTER_LIMITS.items():
+            if key in text:
+                return (f"node {node_name(node, index)!r} ({node.op_type}): "
+                        f"{limit.format(operands=operands)} ({text})")
+        return f"ONNX import failed at node {node_name(node, index)!r} ({node.op_type}): {text}"
+    return f"ONNX import failed: {text}"
+
+
+# Relax ops whose TVM lowering takes floats only: integer operands fail in constant folding
+# or the host build with TVM's raw InternalError
+_FLOAT_ONLY_OPS = {"relax.power": "Pow"}
+
+
+def _check_imported_ops(mod: tvm.IRModule, node_names: dict) -> None:
+    """Refuse ops TVM cannot compute for their dtype, naming the ONNX node."""
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            op = getattr(getattr(value, "op", None), "name", "")
+            dtype = str(getattr(getattr(value, "ty", None), "dtype", ""))
+            if op in _FLOAT_ONLY_OPS and dtype and not dtype.startswith(("float", "bfloat")):
+                node = node_names.get(binding.var.name, binding.var.name)
+                raise UnsupportedOpError(
+                    f"node {node!r} ({_FLOAT_ONLY_OPS[op]} on {dtype}): TVM computes powers of "
+                    "floats only, so it can run neither on the NPU nor on the host; cast its "
+                    "operands to a float type in the model")
