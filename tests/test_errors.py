@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tvm_ascend
-from conftest import assert_close
+from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder, add_chain
 
 
@@ -163,7 +163,6 @@ def test_an_input_without_a_shape_is_an_error_naming_it():
 def test_a_zero_size_dimension_builds_and_matches_onnxruntime(caplog):
     """A dimension of 0 the model declares is a static empty tensor (it was taken for a
     dynamic one, with a warning saying so): the model builds and runs as onnxruntime does."""
-    from conftest import run_onnxruntime
     from onnx import TensorProto, helper
 
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
@@ -256,7 +255,6 @@ def test_unknown_ops_and_custom_domains_are_refused_naming_the_node_and_op():
 
 def test_a_custom_domain_op_the_model_defines_as_a_function_is_inlined():
     """A custom op whose body the model carries (a local function) is expanded and built."""
-    from conftest import run_onnxruntime
     from onnx import TensorProto, helper
 
     body = [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Neg", ["r"], ["b"])]
@@ -323,13 +321,17 @@ def test_pow_on_integers_is_a_clear_refusal_naming_the_node():
                        match=r"node 'pow' \(Pow on int64\): TVM computes powers of floats "
                              r"only"):
         tvm_ascend.build(model)
+    model.graph.input[1].type.tensor_type.elem_type = TensorProto.FLOAT  # int64 ** float32
+    with pytest.raises(tvm_ascend.ModelLoadError,
+                       match=r"node 'pow' \(Pow\): a limit of TVM's ONNX importer: it takes "
+                             r"both operands of Pow in one dtype"):
+        tvm_ascend.build(model)
 
 
 def test_a_reduction_with_an_axes_input_of_static_length_0_builds_as_onnxruntime_runs_it():
     """ONNX's default_axes node tests feed the axes as a graph input of shape [0]: empty at
     every run, so known at compile time (reduce all, or nothing with noop_with_empty_axes);
     TVM's importer refused them as non-constant axes."""
-    from conftest import run_onnxruntime
     from onnx import TensorProto, helper
 
     rng = np.random.default_rng(0)

@@ -298,6 +298,9 @@ _IMPORTER_LIMITS = {
     "Only constant axes currently supported":
         "a limit of TVM's ONNX importer: it needs the axes as a constant (an initializer or a "
         "Constant node), and here they are {operands}, computed at run time",
+    "Binary operators must have the same datatype":
+        "a limit of TVM's ONNX importer: it takes both operands of {op} in one dtype, and "
+        "ONNX lets them differ here",
 }
 
 
@@ -314,7 +317,7 @@ def _import_failure(model, importer, err) -> str:
         for key, limit in _IMPORTER_LIMITS.items():
             if key in text:
                 return (f"node {node_name(node, index)!r} ({node.op_type}): "
-                        f"{limit.format(operands=operands)} ({text})")
+                        f"{limit.format(operands=operands, op=node.op_type)} ({text})")
         return f"ONNX import failed at node {node_name(node, index)!r} ({node.op_type}): {text}"
     return f"ONNX import failed: {text}"
 
