@@ -67,6 +67,6 @@ def check_known_names(flag: str, names, known, what: str = "node") -> None:
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         parts.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
     listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
-    raise FusionConfigError(f"{flag} names {', '.join(parts)}, which "
-                            f"{'is not a ' + what if len(unknown) == 1 else 'are not ' + what + 's'}"
-                            f" of the model (its {what}s: {listed})")
+    verb = f"is not a {what}" if len(unknown) == 1 else f"are not {what}s"
+    raise FusionConfigError(f"{flag} names {', '.join(parts)}, which {verb} of the model "
+                            f"(its {what}s: {listed})")
