@@ -348,3 +348,18 @@ def test_a_reduction_with_an_axes_input_of_static_length_0_builds_as_onnxruntime
         (got,), (want,) = tvm_ascend.build(model).run(feeds), run_onnxruntime(model, feeds)
         assert got.shape == want.shape, (op, noop)
         assert_close(got, want, "float32")
+
+
+def test_a_contrib_op_tvm_converts_still_builds_and_matches_onnxruntime():
+    """The custom-domain refusal leaves com.microsoft ops TVM's importer converts alone."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("FastGelu", ["x"], ["y"], name="gelu", domain="com.microsoft")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    feeds = {"x": np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8)}
+    assert_close(tvm_ascend.build(model).run(feeds)[0], run_onnxruntime(model, feeds)[0],
+                 "float32")
