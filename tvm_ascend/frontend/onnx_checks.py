@@ -91,11 +91,11 @@ def _check_ops(model, where: str) -> None:
     for index, node in enumerate(model.graph.node):
         name, op, domain = node_name(node, index), node.op_type, node.domain
         if domain not in STANDARD_DOMAINS + (CONTRIB_DOMAIN,):
-            raise ModelLoadError(f"{where}: node {name!r} is op {op!r} of the custom domain "
-                                 f"{domain!r}, which TVM's ONNX importer does not know (it "
-                                 "reads ai.onnx and some com.microsoft ops) and the model "
-                                 "defines no function for; it can run neither on the NPU nor "
-                                 "on the host")
+            kind = "ONNX's domain" if domain.startswith("ai.onnx.") else "the custom domain"
+            raise ModelLoadError(f"{where}: node {name!r} is op {op!r} of {kind} {domain!r}, "
+                                 "which TVM's ONNX importer does not read (it reads ai.onnx and "
+                                 "some com.microsoft ops) and the model defines no function "
+                                 "for; it can run neither on the NPU nor on the host")
         if domain in STANDARD_DOMAINS and not onnx.defs.has(op):
             raise ModelLoadError(f"{where}: node {name!r} has op type {op!r}, which ONNX does "
                                  "not define; it can run neither on the NPU nor on the host")
