@@ -267,3 +267,70 @@ def test_op_compiler_cache_mode_and_dir_as_atc_spells_them(tmp_path):
     done = _verbose_compile(tmp_path / "e.so", cache, "--op_compiler_cache_mode", "disable")
     assert done.returncode == 0 and "build cache hit" not in done.stderr, done.stderr
     assert library.stat().st_mtime_ns == stamp  # not written either
+
+
+def _dynamic_batch_model(tmp_path):
+    builder = ModelBuilder()
+    add_chain(builder, 0, (4, 4), ["relu"])
+    model = builder.model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    path = tmp_path / "dyn.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_input_shape_ranges_are_accepted_by_the_cli(tmp_path):
+    """README: 'x:1~4,4' and --input_shape_range 'x:[1~4,4]' are accepted; both failed with
+    "dimension '(1, 4)' is not an integer" (the parsed range was parsed again as text)."""
+    path = _dynamic_batch_model(tmp_path)
+    for flag, text in (("--input_shape", "x0:1~4,4"), ("--input_shape_range", "x0:[1~4,4]")):
+        done = _cli("compile", "--model", str(path), "--output", str(tmp_path / "r.so"), flag,
+                    text)
+        assert done.returncode == 0, done.stderr
+        assert "'x0' dimension 0 (batch) is dynamic in 1~4" in done.stderr
+        assert (tmp_path / "r.so").exists()
+        (tmp_path / "r.so").unlink()
+
+
+def test_malformed_or_unknown_input_shape_names_the_input_and_lists_the_inputs(tmp_path):
+    """'x0:' gave an unrelated Transpose import error (a 0-d input); every malformed or unknown
+    entry is an error naming it and listing the model's inputs, and no library is written."""
+    path = _dynamic_batch_model(tmp_path)
+    cases = {"x0:": "gives 'x0' 0 dimension(s)",
+             "x0:1,a": "'x0:1,a': dimension 'a' is not an integer",
+             "x01,2": "'x01,2' is not 'name:d0,d1,...'",
+             ":3": "':3' is not 'name:d0,d1,...'",
+             "nope:1,2": "names 'nope', which is not an input of the model",
+             "x1:4,4": "did you mean x0?"}
+    for text, message in cases.items():
+        done = _cli("compile", "--model", str(path), "--output", str(tmp_path / "bad.so"),
+                    "--input_shape", text)
+        assert done.returncode == 2, (text, done.stderr)
+        assert message in done.stderr, (text, done.stderr)
+        assert "the model's inputs: x0 [batch, 4]" in done.stderr or \
+            "inputs: x0 [batch, 4]" in done.stderr, (text, done.stderr)
+        assert "Traceback" not in done.stderr and not (tmp_path / "bad.so").exists()
+
+
+def test_typos_in_node_flags_and_a_text_tuning_database_are_errors_naming_the_flag(tmp_path):
+    demo = str(REPO / "examples" / "demo.onnx")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("tuned on Monday\n")
+    for flags, message in ((("--no_fuse_nodes", "rellu"), "--no_fuse_nodes names 'rellu' "
+                            "(did you mean relu?)"),
+                           (("--keep_dtype", "scale,add_bais"), "--keep_dtype names 'add_bais' "
+                            "(did you mean add_bias?)"),
+                           (("--tuning_database", str(notes)), f"tuning database {notes} "
+                            "holds no tuning records")):
+        done = _cli("compile", "--model", demo, "--output", str(tmp_path / "bad.so"), *flags)
+        assert done.returncode == 2 and message in done.stderr, (flags, done.stderr)
+        assert "Traceback" not in done.stderr and not (tmp_path / "bad.so").exists()
+
+
+def test_a_bad_soc_version_lists_the_valid_ones(tmp_path):
+    from tvm_ascend.soc import soc_profiles
+
+    done = _cli("compile", "--model", str(REPO / "examples" / "demo.onnx"), "--output",
+                str(tmp_path / "b.so"), "--soc_version", "Ascend910Z")
+    assert done.returncode == 2 and "unknown --soc_version 'Ascend910Z'; known: " in done.stderr
+    assert all(name in done.stderr for name in soc_profiles())

@@ -144,6 +144,32 @@ def test_bad_database_files_give_clear_errors_or_skip_a_cut_last_line(tmp_path):
         TuningDatabase(tmp_path / "binary.jsonl")
 
 
+def test_a_damaged_database_line_is_a_warning_naming_file_and_line_and_the_rest_is_used(
+        tmp_path, caplog):
+    """A damaged line in the middle made the whole database an error."""
+    ((_, template, func),) = _kernels(_chain_model((64,)).model())
+    path = tmp_path / "records.jsonl"
+    db = TuningDatabase(path)
+    db.commit(workload_of(func, template.name, SOC), ElementwiseKnobs(cores=2), 3.0)
+    good = path.read_text()
+    path.write_text(good + '{"workload": garbage}\n' + good.replace("3.0", "2.0"))
+    with caplog.at_level("WARNING", logger="tvm_ascend.cost_model"):
+        again = TuningDatabase(path)
+    assert f"{path}:2: not a tuning record" in caplog.text
+    assert len(again) == 2 and again.best(workload_of(func, template.name, SOC))["time_us"] == 2.0
+
+
+def test_a_text_file_as_tuning_database_is_an_error_naming_the_file(tmp_path):
+    """A file that is not a .jsonl was taken for a folder holding records.jsonl, never found:
+    the build went on silently untuned."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("tuned on Monday\nsee the wiki\n")
+    config = tvm_ascend.CompileConfig(tuning_database=str(notes))
+    with pytest.raises(TuningDatabaseError, match=rf"tuning database {notes} holds no tuning "
+                                                  rf"records .*notes.txt:1"):
+        tvm_ascend.build(_chain_model((64,)).model(), config=config)
+
+
 def test_unusable_recorded_knobs_fall_back_to_the_default(tmp_path, caplog):
     ((_, template, func),) = _kernels(_chain_model().model())
     db = TuningDatabase(tmp_path / "db")

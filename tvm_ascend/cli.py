@@ -16,8 +16,8 @@ import threading
 from pathlib import Path
 
 from .config import CACHE_MODES, FUSION_LEVELS, PRECISION_MODES, RULE_SETS, CompileConfig
-from .errors import AscendError, FusionConfigError
-from .frontend import parse_input_shape
+from .errors import AscendError, FusionConfigError, ModelLoadError
+from .frontend import describe_inputs, parse_input_shape
 
 ONNX_FRAMEWORK = 5  # ATC's --framework number for ONNX
 
@@ -83,9 +83,23 @@ def _config(args, **extra) -> CompileConfig:
 
 
 def _shapes(args) -> dict:
-    shapes = parse_input_shape(args.input_shape)
-    shapes.update(parse_input_shape(getattr(args, "input_shape_range", "")))
+    try:
+        shapes = parse_input_shape(args.input_shape)
+        shapes.update(parse_input_shape(getattr(args, "input_shape_range", "")))
+    except ModelLoadError as err:
+        raise ModelLoadError(f"{err}; the model's inputs: {_model_inputs(args.model)}") from err
     return shapes
+
+
+def _model_inputs(path) -> str:
+    """The model's inputs for an error about --input_shape (the error stands without them when
+    the model itself cannot be read)."""
+    import onnx
+
+    try:
+        return describe_inputs(onnx.load(path, load_external_data=False))
+    except Exception:  # noqa: BLE001 - reading the model is the next step's error to report
+        return "(the model could not be read)"
 
 
 def _run_compile(args) -> int:
@@ -176,8 +190,7 @@ def _run_tune(args) -> int:
 
     if args.trials < 1:
         raise FusionConfigError(f"--trials={args.trials} must be at least 1")
-    config = CompileConfig(soc_version=args.soc_version,
-                           input_shape=parse_input_shape(args.input_shape)).with_env()
+    config = CompileConfig(soc_version=args.soc_version, input_shape=_shapes(args)).with_env()
     results = tune_model(args.model, trials=args.trials, database=args.database, config=config,
                          runner=LocalRunner(mode="plan" if args.runner == "local" else args.runner),
                          cost_model=None if args.cost_model == "none" else args.cost_model,

@@ -54,3 +54,23 @@ class DeviceRuleError(AscendError):
 
 class ExportError(AscendError):
     """A library could not be written where asked (names the path and why)."""
+
+
+def check_known_names(flag: str, names, known, what: str = "node") -> None:
+    """Raise FusionConfigError when ``names`` (given with ``flag``) holds names not in
+    ``known``: each unknown one with the closest known names (a typo was accepted silently
+    and fenced, or kept, nothing)."""
+    import difflib
+
+    known = sorted(set(known))
+    unknown = [name for name in dict.fromkeys(names) if name not in known]
+    if not unknown:
+        return
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        parts.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+    listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+    verb = f"is not a {what}" if len(unknown) == 1 else f"are not {what}s"
+    raise FusionConfigError(f"{flag} names {', '.join(parts)}, which {verb} of the model "
+                            f"(its {what}s: {listed})")

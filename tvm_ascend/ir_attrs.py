@@ -10,6 +10,10 @@ KNOBS = "ascend.knobs"             # JSON of the template knobs the cost interfa
 MODEL_OP = "ascend.model_op"       # on a copied PrimFunc: the binding it was copied for
 HORIZONTAL = "ascend.horizontal"   # on main: binding vars made by merging parallel ops (prepare)
 ONNX_INPUTS = "ascend.onnx_inputs"  # on main: the ONNX graph input names, in parameter order
+DIM_RANGES = "ascend.dim_ranges"   # on main: JSON {dimension name: [lo, hi]} of ranged input
+# dimensions (frontend), which lib.run checks
+ONNX_NODE_NAMES = "ascend.onnx_node_names"  # on main: every ONNX node name (frontend), for
+# checking the names flags give (no_fuse_nodes, keep_dtype)
 FOLDED_BATCH_NORM = "ascend.folded_batch_norm"  # on main: convs that took a BatchNorm in, and
 # the Multiplies standalone BatchNorms were lowered to (prepare)
 PREPARE_REWRITES = "ascend.prepare_rewrites"  # on main: JSON records of prepare rewrites (prepare)

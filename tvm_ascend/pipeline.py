@@ -144,7 +144,7 @@ def fusion_policy(config: CompileConfig, imported: tvm.IRModule) -> FusionPolicy
         from .partition.plan_file import load_plan
         nodes, edges = node_graph(imported)
         plan = load_plan(config.fusion_plan_file, nodes, edges)
-    return FusionPolicy.from_config(config, plan)
+    return FusionPolicy.from_config(config, plan, imported)
 
 
 def _estimate_retiled(result, scheduled, tilings: dict, soc) -> None:
@@ -229,7 +229,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
         logger.info("build cache hit %s: the library of an earlier identical build", key)
         return AscendModule(metadata=earlier[1], library_path=earlier[0], cache_dir=cache_dir)
     dumps = Dumper(config.dump_graph, config.dump_path)
-    imported = load_model(mod, config.input_shape)
+    imported = load_model(mod, config.input_shape, checked=True)
     dumps.module("000_imported.py", imported)
     built = _plan_and_build(imported, fusion_policy(config, imported), config, params, key)
     result, scheduled, report, source = built.result, built.scheduled, built.report, built.source
@@ -307,8 +307,10 @@ def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str
     _estimate_retiled(result, scheduled, tilings, soc)
     report = fusion_report(result, tilings, config, _nodes_before(imported))
     report["kernel_failures"] = [f.to_json() for f in earlier]
-    metadata = {"soc_version": soc.name, "report": report,
-                "inputs": _input_names(imported, scheduled)}
+    names = _input_names(imported, scheduled)
+    metadata = {"soc_version": soc.name, "report": report, "inputs": names,
+                "input_specs": _input_specs(scheduled, names),
+                "dim_ranges": _dim_ranges(imported)}
     errors = _print_errors(scheduled, soc)
     if errors:
         raise _failed(result, "print", errors)
@@ -350,6 +352,34 @@ def _input_names(imported: tvm.IRModule, scheduled: tvm.IRModule) -> list[str]:
         if len(names) == len(params):
             return names
     return params
+
+
+def _input_specs(scheduled: tvm.IRModule, names: list[str]) -> list[dict]:
+    """What ``lib.run`` checks each input against: ``{"name", "shape", "dtype"}``, a dimension
+    an integer, the name of a dynamic size (inputs naming one size must agree), or None (an
+    expression of sizes, left to the VM)."""
+    specs = []
+    for name, param in zip(names, scheduled["main"].params):
+        ty = param.ty
+        if not isinstance(ty, relax.TensorType) or getattr(ty.shape, "values", None) is None:
+            specs.append({"name": name, "shape": None, "dtype": None})
+            continue
+        dims = []
+        for dim in ty.shape.values:
+            if isinstance(dim, tvm.tirx.IntImm):
+                dims.append(int(dim))
+            else:
+                dims.append(dim.name if isinstance(dim, tvm.tirx.Var) else None)
+        specs.append({"name": name, "shape": dims, "dtype": str(ty.dtype)})
+    return specs
+
+
+def _dim_ranges(imported: tvm.IRModule) -> dict:
+    """{dimension name: [lo, hi]} of the ranged input dimensions (``--input_shape x:1~8``)."""
+    attrs = imported["main"].attrs
+    if attrs and ir_attrs.DIM_RANGES in attrs:
+        return json.loads(str(attrs[ir_attrs.DIM_RANGES]))
+    return {}
 
 
 def _codegen(scheduled: tvm.IRModule, soc, metadata: dict) -> tuple[tvm.IRModule, str]:

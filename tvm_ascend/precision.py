@@ -37,7 +37,7 @@ from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from . import ir_attrs
-from .errors import FusionConfigError
+from .errors import FusionConfigError, check_known_names
 
 logger = logging.getLogger("tvm_ascend.precision")
 
@@ -199,8 +199,13 @@ def apply_precision_mode(mod: tvm.IRModule, mode: str, keep_dtype=()) -> tvm.IRM
     keep_dtype : iterable of str
         ONNX node names computed in their original dtype whatever the mode.
 
-    Raises FusionConfigError for an unknown mode.
+    Raises FusionConfigError for an unknown mode, or a ``keep_dtype`` name that is not an ONNX
+    node of the model.
     """
+    attrs = mod["main"].attrs
+    if keep_dtype and attrs and ir_attrs.ONNX_NODE_NAMES in attrs:
+        check_known_names("--keep_dtype", keep_dtype,
+                          [str(name) for name in attrs[ir_attrs.ONNX_NODE_NAMES]])
     if mode in ("must_keep_origin_dtype", "allow_fp32_to_fp16"):
         return mod
     only = None

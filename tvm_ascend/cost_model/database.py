@@ -68,7 +68,9 @@ class TuningDatabase:
 
     def __init__(self, path):
         path = Path(path)
-        self.path = path if path.suffix == ".jsonl" else path / RECORDS_FILE
+        # an existing file is the records file whatever its name, so a file that is not one
+        # (a text file given by mistake) is an error rather than a folder never found
+        self.path = path if path.suffix == ".jsonl" or path.is_file() else path / RECORDS_FILE
         self._best: dict[str, dict] = {}
         self._count = 0
         if self.path.exists():
@@ -76,24 +78,31 @@ class TuningDatabase:
 
     def _read(self) -> None:
         try:
-            lines = self.path.read_text().splitlines()
+            text = self.path.read_text()
         except (OSError, UnicodeDecodeError) as err:
             raise TuningDatabaseError(f"tuning database {self.path} cannot be read: {err}") \
                 from err
+        lines = text.splitlines()
+        skipped = []
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
                 self._check(record)
-            except (json.JSONDecodeError, TuningDatabaseError, TypeError) as err:
-                if number == len(lines):  # a last line cut by a crash mid-write: skip it
+            except (json.JSONDecodeError, TuningDatabaseError, TypeError, ValueError) as err:
+                if number == len(lines) and not text.endswith("\n"):  # cut by a crash mid-write
                     logger.warning("%s:%d: truncated record skipped (%s)", self.path, number,
                                    err)
                     continue
-                raise TuningDatabaseError(f"{self.path}:{number}: not a tuning record: "
-                                          f"{err}") from err
+                skipped.append(f"{self.path}:{number}: not a tuning record: {err}")
+                continue
             self._add(record)
+        if skipped and not self._count:
+            raise TuningDatabaseError(f"tuning database {self.path} holds no tuning records "
+                                      f"(written by 'tvm-ascend tune'): {skipped[0]}")
+        for message in skipped:  # a damaged line costs its record, not the database
+            logger.warning("%s; skipped", message)
 
     @staticmethod
     def _check(record) -> None:

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import ir_attrs
+from ..errors import check_known_names
+
 
 @dataclass(frozen=True)
 class FusionPolicy:
@@ -54,8 +57,12 @@ class FusionPolicy:
         return [rule for rule in rules if rule not in self.rules]
 
     @staticmethod
-    def from_config(config, plan=None) -> "FusionPolicy":
-        """The policy of a CompileConfig (its level, rule set, switch file and fences)."""
+    def from_config(config, plan=None, mod=None) -> "FusionPolicy":
+        """The policy of a CompileConfig (its level, rule set, switch file and fences);
+        ``mod``, the imported model, is what the fenced node names are checked against."""
+        names = onnx_node_names(mod) if mod is not None else None
+        if names is not None:
+            check_known_names("--no_fuse_nodes", config.no_fuse_nodes, names)
         # An imported plan is the person's (or an earlier build's) decision: no estimate
         # overrides it; the rules switched on still apply.
         return FusionPolicy(rules=config.enabled_rules, merge=config.rule_set != "tvm_fuseops",
@@ -73,4 +80,12 @@ class FusionPolicy:
                             merge=fuse, level="conservative" if fuse else "off")
 
 
-__all__ = ["FusionPolicy"]
+def onnx_node_names(mod) -> list[str] | None:
+    """Every ONNX node name of an imported model (None for a module not imported from ONNX)."""
+    attrs = mod["main"].attrs
+    if attrs and ir_attrs.ONNX_NODE_NAMES in attrs:
+        return [str(name) for name in attrs[ir_attrs.ONNX_NODE_NAMES]]
+    return None
+
+
+__all__ = ["FusionPolicy", "onnx_node_names"]

@@ -253,7 +253,32 @@ class AscendModule:
             if len(values) != len(names):
                 raise ValueError(f"expected {len(names)} inputs {names}, got {len(values)}")
         # np.ascontiguousarray would make a 0-d input 1-d (a scalar Clip bound, a Gemm bias)
-        return [tvm.runtime.tensor(np.asarray(v, order="C")) for v in values]
+        arrays = [np.asarray(v, order="C") for v in values]
+        self._check_signature(arrays)
+        return [tvm.runtime.tensor(a) for a in arrays]
+
+    def _check_signature(self, arrays: list[np.ndarray]) -> None:
+        """Each input against the shape and dtype it was compiled for (``metadata
+        ["input_specs"]``, a library built before they were recorded has none), before the VM
+        sees it: the VM's own checks say 'Check failed: ... match_cast error', and a size
+        outside a compiled range overruns the buffers planned for its upper bound."""
+        ranges = self.metadata.get("dim_ranges", {})
+        sizes: dict[str, tuple[int, str]] = {}  # dynamic size -> (value, the input that set it)
+        for spec, array in zip(self.metadata.get("input_specs", []), arrays):
+            name, shape, dtype = spec["name"], spec["shape"], spec["dtype"]
+            if shape is None:
+                continue
+            expected = _describe_shape(shape, ranges) + f" {dtype}"
+            if array.ndim != len(shape) or any(isinstance(want, int) and got != want
+                                               for got, want in zip(array.shape, shape)):
+                raise ValueError(f"input {name!r} has shape {tuple(array.shape)}; the model "
+                                 f"expects {expected}")
+            if str(array.dtype) != dtype:
+                raise ValueError(f"input {name!r} has dtype {array.dtype}; the model expects "
+                                 f"{expected} (convert it with .astype({dtype!r}))")
+            for axis, (got, want) in enumerate(zip(array.shape, shape)):
+                if isinstance(want, str):
+                    _check_dynamic(name, axis, got, want, ranges, sizes)
 
     def run(self, inputs) -> list[np.ndarray]:
         """Run the model; ``inputs`` is {name: array} or a list in input order."""
@@ -284,6 +309,27 @@ def _names(output: str, runtime: Path) -> bool:
     command line it echoes)."""
     return any(str(runtime) in line and not line.lstrip().startswith(("Command line", "command"))
                for line in output.splitlines())
+
+
+def _describe_shape(shape: list, ranges: dict) -> str:
+    """``(n, 4)`` / ``(2~8, 4)``: an expected shape as a user reads it."""
+    dims = [f"{ranges[d][0]}~{ranges[d][1]}" if isinstance(d, str) and d in ranges
+            else "?" if d is None else str(d) for d in shape]
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+
+
+def _check_dynamic(name: str, axis: int, got: int, size: str, ranges: dict, sizes: dict) -> None:
+    """A dynamic dimension: within its compiled range, and equal in every input naming it."""
+    if size in ranges and not ranges[size][0] <= got <= ranges[size][1]:
+        low, high = ranges[size]
+        raise ValueError(f"input {name!r} dimension {axis} ({size}) is {got}; the model was "
+                         f"compiled for {low}~{high} (--input_shape); build it with a range "
+                         "that holds this size")
+    if size in sizes and sizes[size][0] != got:
+        raise ValueError(f"input {name!r} dimension {axis} ({size}) is {got}, but input "
+                         f"{sizes[size][1]!r} gave {size} = {sizes[size][0]}; inputs that "
+                         "share a dimension name must agree")
+    sizes.setdefault(size, (got, name))
 
 
 def load(path) -> AscendModule:
