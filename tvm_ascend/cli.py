@@ -77,6 +77,7 @@ def _shapes(args) -> dict:
 
 
 def _run_compile(args) -> int:
+    from .dumps import write_or_warn
     from .partition.fusion_result import write_fusion_result
     from .partition.report import write_json_atomic
     from .pipeline import build
@@ -90,10 +91,10 @@ def _run_compile(args) -> int:
     lib.export_library(output)
     report = lib.fusion_report()
     if args.report:
-        write_json_atomic(args.report, report)
+        write_or_warn(args.report, lambda: write_json_atomic(args.report, report))
     # as ATC does, every conversion leaves the per-rule counts beside its output
-    write_fusion_result(report, os.path.join(os.path.dirname(os.path.abspath(output)),
-                                             "fusion_result.json"))
+    counts = os.path.join(os.path.dirname(os.path.abspath(output)), "fusion_result.json")
+    write_or_warn(counts, lambda: write_fusion_result(report, counts))
     print(f"{args.model} -> {output} ({report['soc_version']}): "
           f"{report['npu_kernels']} NPU kernel(s) for {report['ops']} op(s), "
           f"{report['host_groups']} group(s) on the host")
