@@ -236,8 +236,8 @@ def _legal(producer: Site, consumer: Site, policy) -> str:
             return site.fence
     plan = policy.plan
     if plan is not None:
-        nodes = [n for m in producer.members + consumer.members for n in m.nodes]
-        if plan.shared_group(nodes) is None:
+        keys = [key for m in producer.members + consumer.members for key in m.plan_keys]
+        if plan.shared_group(keys) is None:
             return "the imported fusion plan keeps them in different groups"
     return ""
 
