@@ -109,7 +109,7 @@ class PartitionResult:
     mod: tvm.IRModule
     groups: list[KernelGroup] = field(default_factory=list)
     ops: dict[str, OpInfo] = field(default_factory=dict)
-    edges: list = field(default_factory=list)  # (producer name, consumer name, reason, hint)
+    edges: list = field(default_factory=list)  # (producer, consumer, reason, hint, summary)
     rule_matches: Counter = field(default_factory=Counter)  # rule -> candidates considered
     policy: FusionPolicy = field(default_factory=FusionPolicy.default)
     horizontal: dict = field(default_factory=dict)  # HorizontalFusion's decision, when tried
@@ -504,7 +504,8 @@ def _check_plan(result: PartitionResult, plan) -> None:
             continue
         names = {g.name for g in result.groups
                  if {n for m in g.members for n in m.nodes} & set(wanted.nodes)}
-        reasons = sorted({reason for p, c, reason, _ in result.edges if p in names and c in names})
+        reasons = sorted({edge[2] for edge in result.edges
+                          if edge[0] in names and edge[1] in names})
         message = (f"{plan.source}: plan group {wanted.id} ({', '.join(wanted.nodes)}) did not "
                    f"form: {'; '.join(reasons) or 'no kernel takes it as one group'}")
         if wanted.pinned:
@@ -581,8 +582,8 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
             shared = (site.prim, builder.add_func(func, symbol), symbol, plan)
             kernels.append(shared)
         rewriter.targets.append((site.call, shared[1], site.args))
-    edges = [(p.name, c.name, reason, hint)
-             for p, c, reason, hint in unfused_edges(sites, fused["main"], policy)]
+    edges = [(p.name, c.name, *rest) for p, c, *rest in unfused_edges(sites, fused["main"],
+                                                                         policy)]
     main_gv = fused.get_global_var("main")
     builder.update_func(main_gv, rewriter.visit_expr(fused["main"]))
     # The fused PrimFuncs now live inside the codegen functions' attributes; drop the copies.
