@@ -405,3 +405,51 @@ def test_a_plan_can_keep_the_parts_of_a_node_together_or_apart():
     merged = merge_groups(plan_from_json(document, nodes, edges), "A", "B")
     assert merged.group("A").nodes == ("gemm", "relu")
     assert merged.group("A").parts == (("gemm", (0, 1)),)
+
+
+def _residual_conv_block():
+    """Two Conv+BatchNorm branches of x added, then Relu (a ResNet block with its downsample
+    path), in the order exporters write them: conv_a, bn_a, conv_b, bn_b, add, relu."""
+    rng = np.random.default_rng(6)
+    inits, nodes = [], []
+    for branch in "ab":
+        inits.append(numpy_helper.from_array(rng.standard_normal((8, 4, 1, 1), dtype=np.float32),
+                                             f"w_{branch}"))
+        for stat, low in (("scale", 0.5), ("bias", -0.1), ("mean", -0.1), ("var", 0.5)):
+            inits.append(numpy_helper.from_array(
+                rng.uniform(low, low + 1.0, 8).astype(np.float32), f"{stat}_{branch}"))
+        nodes += [helper.make_node("Conv", ["x", f"w_{branch}"], [f"c_{branch}"],
+                                   name=f"conv_{branch}"),
+                  helper.make_node("BatchNormalization",
+                                   [f"c_{branch}"] + [f"{s}_{branch}" for s in
+                                                      ("scale", "bias", "mean", "var")],
+                                   [f"n_{branch}"], name=f"bn_{branch}")]
+    nodes += [helper.make_node("Add", ["n_a", "n_b"], ["s"], name="add"),
+              helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_batchnorm_statistics_are_credited_to_their_node_not_the_next_one(tmp_path):
+    """Regression: the importer reads a BatchNorm's mean and variance out of its result tuple
+    after the node's output binding, and the frontend credited those reads to the next ONNX
+    node (bn_a's to conv_b). The plan check then saw an edge bn_a -> conv_b that the model does
+    not have, and the plan of every ResNet built at conservative or aggressive failed to
+    import with 'groups ... form a cycle'."""
+    from tvm_ascend.frontend import load_model
+    from tvm_ascend.partition.grouping import node_graph
+
+    model = _residual_conv_block()
+    _, edges = node_graph(load_model(model))
+    assert set(edges) == set(onnx_node_graph(model)[1])
+    config = tvm_ascend.CompileConfig(fusion_level="conservative")
+    result = tvm_ascend.partition_for_ascend(model, config)
+    from tvm_ascend.partition.report import fusion_report
+
+    path = str(tmp_path / "fusion_plan.json")
+    export_plan(fusion_report(result, {}, config, 0), path)
+    again = tvm_ascend.partition_for_ascend(model, config.replace(fusion_plan_file=path))
+    assert _op_groups([g.to_json() for g in again.groups]) == \
+        _op_groups([g.to_json() for g in result.groups])
