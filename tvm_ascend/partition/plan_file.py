@@ -184,7 +184,7 @@ class FusionPlan:
         Example
         -------
         >>> FusionPlan(groups=()).to_json()["version"]
-        1
+        2
         """
         return {"format": PLAN_FORMAT, "version": self.version, "soc_version": self.soc_version,
                 "groups": [g.to_json() for g in self.groups]}
