@@ -55,7 +55,7 @@ def plan_template(func, soc):
     from tvm_ascend.decision import Decision
     from tvm_ascend.errors import TilingError
 
-    reasons, fits = [], []
+    reasons, fits, closest = [], [], []
     for template in TEMPLATES:
         decision = _applies(template, func)
         if not decision:
@@ -65,16 +65,24 @@ def plan_template(func, soc):
             _, tiling = template.schedule(func, soc)
         except TilingError as err:
             reasons.append(f"{template.name}: {_one_line(err)}")
+            closest.append(f"the {template.name} template takes it but cannot tile it: "
+                           f"{_first_line(err)}")
             continue
         except Exception as err:  # noqa: BLE001 - a schedule primitive refusing is a refusal
             # (TVM's ScheduleError and the like): the group goes to another template or the
             # host with the reason, never a crash of the build
             reasons.append(f"{template.name}: {type(err).__name__} while scheduling "
                            f"({_one_line(err)})")
+            closest.append(f"the {template.name} template takes it but TVM could not schedule "
+                           f"it ({type(err).__name__})")
             continue
         fits.append((tiling.params.get("scalar_gather_elems", 0), len(fits), template, tiling))
     if not fits:
-        return None, None, Decision.no("no schedule template fits (" + "; ".join(reasons) + ")")
+        # the summary is a template that recognised the group and failed to tile it (a tiling
+        # refusal before a TVM error); none when no template recognised it
+        closest.sort(key=lambda text: "TVM could not" in text)
+        return None, None, Decision.no("no schedule template fits (" + "; ".join(reasons) + ")",
+                                       closest[0] if closest else "")
     _, _, best, tiling = min(fits, key=lambda fit: fit[:2])
     return best, tiling, Decision.yes(f"{best.name} template tiles it on {soc.name}")
 
@@ -87,6 +95,11 @@ def _one_line(err) -> str:
         return ""
     detail = next((line for line in lines[1:] if "Error message:" in line), "")
     return f"{lines[0]} {detail}".strip()
+
+
+def _first_line(err) -> str:
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
 
 
 def _applies(template, func):

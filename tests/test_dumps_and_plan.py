@@ -3,6 +3,7 @@ the same groups again, a person's edit honoured, a pinned group that cannot form
 from __future__ import annotations
 
 import json
+import os
 
 import onnx
 import pytest
@@ -95,3 +96,87 @@ def test_plan_naming_an_unknown_node_is_an_error(dumped, tmp_path):
     with pytest.raises(tvm_ascend.FusionConfigError, match="bad.json.*no_such_node"):
         tvm_ascend.build(str(folder / "model.onnx"),
                          config=tvm_ascend.CompileConfig(fusion_plan_file=str(path)))
+
+
+def _tiny_model():
+    """x -> Relu -> Exp: one kernel, so a build with dumps on is quick."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Exp", ["r"], ["y"], name="exp")]
+    graph = helper.make_graph(nodes, "tiny",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _build_checked(dump_path, caplog) -> list[str]:
+    """Build the tiny model with dumps into ``dump_path``; check its numbers; the warnings."""
+    import logging
+
+    import numpy as np
+
+    model = _tiny_model()
+    with caplog.at_level(logging.WARNING, logger="tvm_ascend.dumps"):
+        lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+            dump_graph=True, dump_path=str(dump_path)))
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype("float32")
+    for out, ref in zip(lib.run({"x": x}), run_onnxruntime(model, {"x": x})):
+        assert_close(out, ref, "float32")
+    return [r.getMessage() for r in caplog.records if r.name == "tvm_ascend.dumps"
+            and r.levelname == "WARNING"]
+
+
+def test_a_dump_writer_that_raises_is_a_warning_naming_the_file(tmp_path, monkeypatch, caplog):
+    """Regression: an exception in any dump writer failed the whole build; now the build goes
+    on, the warning names the file, and the other dumps are written."""
+    import tvm_ascend.dumps
+    import tvm_ascend.graph_dumps
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("writer broke")
+
+    monkeypatch.setattr(tvm_ascend.dumps, "export_plan", broken)
+    monkeypatch.setattr(tvm_ascend.graph_dumps, "graph_dot", broken)
+    warnings = _build_checked(tmp_path, caplog)
+    plan, dot = tmp_path / "fusion_plan.json", tmp_path / "graphs" / "graph_before.dot"
+    assert any(str(plan) in w and "writer broke" in w for w in warnings), warnings
+    assert any(str(dot) in w for w in warnings), warnings
+    assert not plan.exists() and not dot.exists()
+    for name in ("fusion_report.json", "fusion_result.json", "010_partitioned.py",
+                 "graphs/graph_before.json", "graphs/graph_after.onnx"):
+        assert (tmp_path / name).is_file(), name
+    assert [p for p in tmp_path.rglob(".tmp_*")] == []
+
+
+def test_a_graph_dump_that_cannot_be_drawn_is_a_warning(tmp_path, monkeypatch, caplog):
+    import tvm_ascend.graph_dumps
+
+    def broken(*args, **kwargs):
+        raise tvm_ascend.AscendError("the report's groups form a cycle")
+
+    monkeypatch.setattr(tvm_ascend.graph_dumps, "fused_onnx_model", broken)
+    warnings = _build_checked(tmp_path, caplog)
+    assert any(str(tmp_path / "graphs") in w and "form a cycle" in w for w in warnings)
+    assert (tmp_path / "fusion_plan.json").is_file()
+
+
+def test_a_dump_path_that_is_a_regular_file_is_one_warning(tmp_path, caplog):
+    path = tmp_path / "dump"
+    path.write_text("not a folder")
+    warnings = _build_checked(path, caplog)
+    assert len(warnings) == 1 and str(path) in warnings[0], warnings
+    assert path.read_text() == "not a folder"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder anyway")
+def test_a_read_only_dump_path_is_a_warning_per_file(tmp_path, caplog):
+    folder = tmp_path / "dump"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        warnings = _build_checked(folder, caplog)
+    finally:
+        folder.chmod(0o755)
+    assert any(str(folder / "fusion_report.json") in w for w in warnings), warnings
+    assert list(folder.iterdir()) == []

@@ -26,8 +26,40 @@ def test_report_keys_scripts_depend_on():
     assert g0["gm_bytes_saved"] == 3 * 2 * (2 * 64 * 100 * 4)
     edges = {(e["producer"], e["consumer"]): e for e in report["unfused_edges"]}
     assert set(edges) == {("G0", "G1")}
-    assert "would not tile" in edges[("G0", "G1")]["reason"] and edges[("G0", "G1")]["hint"]
+    assert "would not tile" in edges[("G0", "G1")]["reason"]
+    assert "would not tile" in edges[("G0", "G1")]["summary"]
     assert report["estimate"]["latency_us"] > report["estimate"]["roofline_us"] > 0
+
+
+def test_the_summary_gives_each_unfused_edge_one_line_with_the_reason_that_decided():
+    """Regression: the compile summary printed, for the demo's one unfused edge, every
+    template's refusal (a raw TVM ScheduleError among them, about 1 KB) and the hint "a
+    template for the merged class would fuse it", which gives a user nothing to do. The table
+    now has one line per edge; the report keeps every refusal."""
+    lib = tvm_ascend.build(make_demo_model())
+    report, text = lib.report.to_json(), str(lib.report)
+    (edge,) = report["unfused_edges"]
+    for template in ("elementwise", "data_movement", "row_reduce", "matmul", "attention"):
+        assert f"{template}: " in edge["reason"]  # the full detail stays in the report
+    assert edge["summary"] == ("the merged group would not tile: no schedule template takes "
+                               "an ElementwiseFusion+DataMovementFusion group followed by a "
+                               "MatMulEpilogueFusion group as one kernel")
+    assert edge["hint"] == ""  # nothing a flag can change
+    lines = text.splitlines()
+    start = lines.index("unfused edges:")
+    assert lines[start + 1] == f"  G0 -> G1: {edge['summary']}"
+    assert "fusion_report.json" in lines[start + 2] and len(lines) == start + 3
+    assert "ScheduleError" not in text and "merged class" not in text
+
+
+def test_a_refused_merge_in_the_summary_keeps_its_hint_on_its_line(tmp_path):
+    switch = tmp_path / "switch.cfg"
+    switch.write_text("DataMovementFusion:off\n")
+    lib = tvm_ascend.build(make_demo_model(), config=tvm_ascend.CompileConfig(
+        fusion_switch_file=str(switch)))
+    lines = [line for line in str(lib.report).splitlines() if "rule DataMovementFusion" in line]
+    assert lines and all("; hint: turn DataMovementFusion on: a switch file line "
+                         "'DataMovementFusion:on'" in line for line in lines), lines
 
 
 def test_multi_consumer_edge_is_explained():

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import tvm_ascend
 from tvm_ascend.errors import FusionConfigError
 from tvm_ascend.partition.plan_file import (PLAN_VERSION, export_plan, load_plan, merge_groups,
-                                            onnx_node_graph, plan_from_json, split_group,
-                                            write_plan)
+                                            onnx_node_graph, plan_from_json, plan_from_report,
+                                            split_group, write_plan)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from make_demo import make_demo_model  # noqa: E402
@@ -98,13 +98,23 @@ def test_a_person_pins_a_group_by_editing_the_file(demo, tmp_path):
     assert [g.pinned for g in plan.groups] == [False, False, True]
 
 
-def test_a_node_in_two_report_groups_needs_recompute_to_be_exported(tmp_path):
+def test_a_node_in_two_report_groups_is_recomputed_or_split_as_its_ops_say():
+    """Regression: a node in several report groups was exported only when every group's rules
+    said RecomputeFusion; the ops' parts now say which ops each group computes."""
+    def op(node, part):
+        return {"node": node, "parts": {node: part}}
+
     report = {"soc_version": "Ascend910B1", "groups": [
-        {"id": "G0", "rule": "r", "nodes": ["a"]},
-        {"id": "G1", "rules": ["RecomputeFusion"], "nodes": ["a"]}]}
-    with pytest.raises(FusionConfigError, match="'a' is in groups G0, G1, not all of which "
-                                                "recompute it"):
-        export_plan(report, str(tmp_path / "p.json"))
+        {"id": "G0", "rule": "single-op", "nodes": ["a"], "ops": [op("a", 0)]},
+        {"id": "G1", "rule": "r", "nodes": ["a", "b"], "ops": [op("a", 1), op("b", 0)]},
+        {"id": "G2", "rule": "r", "nodes": ["a", "c"], "ops": [op("a", 1), op("c", 0)]}]}
+    groups = plan_from_report(report)["groups"]
+    assert [g["parts"] for g in groups] == [{"a": [0]}, {"a": [1]}, {"a": [1]}]
+    assert [g["recomputes"] for g in groups] == [[], ["a"], ["a"]]
+    whole = {"soc_version": "Ascend910B1", "groups": [  # no per-op parts: the node whole
+        {"id": "G0", "rule": "r", "nodes": ["a", "b"]}, {"id": "G1", "nodes": ["a", "c"]}]}
+    assert [(g["parts"], g["recomputes"]) for g in plan_from_report(whole)["groups"]] == \
+        [({}, ["a"]), ({}, ["a"])]
 
 
 def _shared_producer_model():
@@ -229,7 +239,7 @@ def test_a_group_whose_nodes_are_not_connected(demo):
 
 
 @pytest.mark.parametrize("change, words", [
-    (lambda d: d.update(version=2), ["version 2", "export it again"]),
+    (lambda d: d.update(version=99), ["version 99", "export it again"]),
     (lambda d: d.pop("version"), ["version None"]),
     (lambda d: d.update(format="other"), ["'other'"]),
     (lambda d: d.update(groups={"G0": []}), ["\"groups\" must be a list"]),
@@ -298,3 +308,148 @@ def test_edits_are_validated(demo):
     diamond = plan_from_json(_doc([("P", ["a"]), ("Q", ["d"])]), *onnx_node_graph(DIAMOND))
     with pytest.raises(FusionConfigError, match="'P' form a cycle"):
         merge_groups(diamond, "P", "Q")
+
+
+def _gather_model():
+    """An embedding Gather read by a Relu and an Exp. The importer lowers the Gather to four
+    ops (index fix-up Less/Add/Where on the host, Take on the NPU), so its parts land in
+    different groups at every level; at the aggressive level both readers recompute the Take."""
+    emb = np.random.default_rng(3).random((50, 32), dtype=np.float32)
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["g"], name="gather"),
+             helper.make_node("Relu", ["g"], ["a"], name="relu"),
+             helper.make_node("Exp", ["g"], ["b"], name="exp")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 8, 32]) for n in "ab"],
+        [numpy_helper.from_array(emb, "emb")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return model, {"ids": np.array([[0, 3, 49, -1, 7, 7, -50, 12]], dtype=np.int64)}
+
+
+def _gemm_model():
+    """A Gemm (lowered to MatMul and Add: two groups at fusion_level='off') read by two
+    consumers."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["g"], name="gemm", transB=1),
+             helper.make_node("Relu", ["g"], ["a"], name="relu"),
+             helper.make_node("Sigmoid", ["g"], ["b"], name="sigmoid")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 32])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [16, 24]) for n in "ab"],
+        [numpy_helper.from_array(rng.random((24, 32), dtype=np.float32), "w"),
+         numpy_helper.from_array(rng.random(24, dtype=np.float32), "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return model, {"x": rng.random((16, 32), dtype=np.float32)}
+
+
+def _op_groups(groups) -> list:
+    """Each group as its ops (node, op, part), in a canonical order."""
+    return sorted(tuple((o["node"], o["op"], tuple(sorted(o["parts"].items())))
+                        for o in g["ops"]) for g in groups)
+
+
+@pytest.mark.parametrize("level", ["off", "conservative", "aggressive"])
+@pytest.mark.parametrize("make", [_gather_model, _gemm_model], ids=["gather", "gemm"])
+def test_split_and_recomputed_nodes_round_trip_through_the_plan(make, level, tmp_path):
+    """Regression: a node lowered to several ops whose parts landed in several groups (and a
+    part recomputed in several kernels) made every dumping build fail with 'a plan cannot say
+    that'; the plan now names each part, and a rebuild from it gives the same groups."""
+    from conftest import assert_close, run_onnxruntime
+
+    model, feeds = make()
+    config = dict(fusion_level=level)
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        dump_graph=True, dump_path=str(tmp_path), **config))
+    report = lib.fusion_report()
+    node = model.graph.node[0].name
+    holders = [g for g in report["groups"] if node in g["nodes"]]
+    # the Gather's index fix-up stays on the host; a Gemm is one kernel once fusion is on
+    split = make is _gather_model or level == "off"
+    recomputing = 2 if level == "aggressive" else 0  # both readers recompute the Take / Gemm
+    assert len(holders) > 1 if split or recomputing else len(holders) == 1
+    written = json.loads((tmp_path / "fusion_plan.json").read_text())
+    assert written["version"] == PLAN_VERSION
+    planned = [g for g in written["groups"] if node in g["nodes"]]
+    assert [g["id"] for g in planned] == [g["id"] for g in holders]
+    assert all((node in g["parts"]) == split for g in planned)
+    assert len([g for g in planned if node in g["recomputes"]]) == recomputing
+    rebuilt = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        fusion_plan_file=str(tmp_path / "fusion_plan.json"), **config))
+    assert _op_groups(rebuilt.fusion_report()["groups"]) == _op_groups(report["groups"])
+    for out, ref in zip(rebuilt.run(feeds), run_onnxruntime(model, feeds)):
+        assert_close(out, ref, "float32")
+
+
+def test_a_plan_can_keep_the_parts_of_a_node_together_or_apart():
+    """The plan's ``parts`` decide which ops of a split node share a group: parts left out of
+    a group's list are not in it, and overlapping parts need "recomputes" in every holder."""
+    model, _ = _gemm_model()
+    nodes, edges = onnx_node_graph(model)
+    document = _doc([("A", ["gemm"]), ("B", ["gemm", "relu"]), ("C", ["sigmoid"])])
+    document["groups"][0]["parts"] = {"gemm": [0]}
+    document["groups"][1]["parts"] = {"gemm": [1]}
+    plan = plan_from_json(document, nodes, edges)
+    assert plan.groups_of("gemm") == ("A", "B")
+    assert plan.shared_group([("gemm", 0), ("gemm", 1)]) is None
+    assert plan.shared_group([("gemm", 1), "relu"]) == "B"
+    assert plan.shared_group(["gemm", "relu"]) is None  # the whole Gemm is in no one group
+    document["groups"][1]["parts"] = {"gemm": [0, 1]}
+    message = _error(document, model)
+    assert "'gemm'" in message and "'A' and 'B'" in message and "part 0" in message
+    assert "recomputes" in message and "\"parts\"" in message
+    document["groups"][1]["parts"] = {"relu_x": [0]}
+    assert "\"parts\" names 'relu_x', which is not in its \"nodes\"" in _error(document, model)
+    document["groups"][1]["parts"] = {"gemm": ["1"]}
+    assert "\"parts\" of 'gemm' must be a non-empty list of" in _error(document, model)
+    document["groups"][1]["parts"] = {"gemm": [1]}
+    merged = merge_groups(plan_from_json(document, nodes, edges), "A", "B")
+    assert merged.group("A").nodes == ("gemm", "relu")
+    assert merged.group("A").parts == (("gemm", (0, 1)),)
+
+
+def _residual_conv_block():
+    """Two Conv+BatchNorm branches of x added, then Relu (a ResNet block with its downsample
+    path), in the order exporters write them: conv_a, bn_a, conv_b, bn_b, add, relu."""
+    rng = np.random.default_rng(6)
+    inits, nodes = [], []
+    for branch in "ab":
+        inits.append(numpy_helper.from_array(rng.standard_normal((8, 4, 1, 1), dtype=np.float32),
+                                             f"w_{branch}"))
+        for stat, low in (("scale", 0.5), ("bias", -0.1), ("mean", -0.1), ("var", 0.5)):
+            inits.append(numpy_helper.from_array(
+                rng.uniform(low, low + 1.0, 8).astype(np.float32), f"{stat}_{branch}"))
+        nodes += [helper.make_node("Conv", ["x", f"w_{branch}"], [f"c_{branch}"],
+                                   name=f"conv_{branch}"),
+                  helper.make_node("BatchNormalization",
+                                   [f"c_{branch}"] + [f"{s}_{branch}" for s in
+                                                      ("scale", "bias", "mean", "var")],
+                                   [f"n_{branch}"], name=f"bn_{branch}")]
+    nodes += [helper.make_node("Add", ["n_a", "n_b"], ["s"], name="add"),
+              helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_batchnorm_statistics_are_credited_to_their_node_not_the_next_one(tmp_path):
+    """Regression: the importer reads a BatchNorm's mean and variance out of its result tuple
+    after the node's output binding, and the frontend credited those reads to the next ONNX
+    node (bn_a's to conv_b). The plan check then saw an edge bn_a -> conv_b that the model does
+    not have, and the plan of every ResNet built at conservative or aggressive failed to
+    import with 'groups ... form a cycle'."""
+    from tvm_ascend.frontend import load_model
+    from tvm_ascend.partition.grouping import node_graph
+
+    model = _residual_conv_block()
+    _, edges = node_graph(load_model(model))
+    assert set(edges) == set(onnx_node_graph(model)[1])
+    config = tvm_ascend.CompileConfig(fusion_level="conservative")
+    result = tvm_ascend.partition_for_ascend(model, config)
+    from tvm_ascend.partition.report import fusion_report
+
+    path = str(tmp_path / "fusion_plan.json")
+    export_plan(fusion_report(result, {}, config, 0), path)
+    again = tvm_ascend.partition_for_ascend(model, config.replace(fusion_plan_file=path))
+    assert _op_groups([g.to_json() for g in again.groups]) == \
+        _op_groups([g.to_json() for g in result.groups])

@@ -148,3 +148,40 @@ def test_ids_read_per_element_are_refused_not_printed_wrong():
     template, decision = select_template(func, get_soc("Ascend910B1"))
     assert template is None, template
     assert "index loaded from memory" in decision.reason
+
+
+def test_no_template_fits_names_the_one_that_came_closest(monkeypatch):
+    """When no template tiles a group, the decision's one-line summary is a template that
+    recognised it and failed to tile it (a tiling refusal before a TVM error, whose raw text
+    stays in the full reason only); none when no template recognised it."""
+    import tvm_ascend.schedules as schedules
+    from tvm_ascend.decision import Decision
+    from tvm_ascend.errors import TilingError
+
+    class Template:
+        def __init__(self, name, applies, error=None):
+            self.name, self._applies, self._error = name, applies, error
+
+        def applies(self, func):
+            return Decision.yes() if self._applies else Decision.no(f"not a {self.name} group")
+
+        def schedule(self, func, soc):
+            raise self._error
+
+    tvm_error = RuntimeError("ScheduleError: An error occurred\n<a whole PrimFunc>\n"
+                             "Error message: The block has init statement")
+    monkeypatch.setattr(schedules, "TEMPLATES", (
+        Template("first", False), Template("tvm", True, tvm_error),
+        Template("tight", True, TilingError("rows of 9000 floats exceed the UB\nmore"))))
+    _, _, decision = schedules.plan_template(None, get_soc("Ascend910B1"))
+    assert not decision.ok and "first: not a first group" in decision.reason
+    assert "The block has init statement" in decision.reason
+    assert decision.short == ("the tight template takes it but cannot tile it: rows of 9000 "
+                              "floats exceed the UB")
+    monkeypatch.setattr(schedules, "TEMPLATES", schedules.TEMPLATES[:2])
+    _, _, decision = schedules.plan_template(None, get_soc("Ascend910B1"))
+    assert decision.short == "the tvm template takes it but TVM could not schedule it " \
+                             "(RuntimeError)"
+    monkeypatch.setattr(schedules, "TEMPLATES", schedules.TEMPLATES[:1])
+    _, _, decision = schedules.plan_template(None, get_soc("Ascend910B1"))
+    assert decision.summary == "" and decision.short.startswith("no schedule template fits")

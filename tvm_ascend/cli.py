@@ -103,6 +103,7 @@ def _model_inputs(path) -> str:
 
 
 def _run_compile(args) -> int:
+    from .dumps import write_or_warn
     from .partition.fusion_result import write_fusion_result
     from .partition.report import write_json_atomic
     from .pipeline import build
@@ -124,12 +125,12 @@ def _run_compile(args) -> int:
         lib.export_library(output)
         written.append(Path(output))
         if args.report:
-            write_json_atomic(args.report, report)
+            write_or_warn(args.report, lambda: write_json_atomic(args.report, report))
             written.append(Path(args.report))
         # as ATC does, every conversion leaves the per-rule counts beside its output
-        result = Path(os.path.abspath(output)).parent / "fusion_result.json"
-        write_fusion_result(report, str(result))
-        written.append(result)
+        counts = os.path.join(os.path.dirname(os.path.abspath(output)), "fusion_result.json")
+        write_or_warn(counts, lambda: write_fusion_result(report, counts))
+        written.append(Path(counts))
     except KeyboardInterrupt:  # half a conversion is none: take back what it wrote
         for path in written:
             path.unlink(missing_ok=True)

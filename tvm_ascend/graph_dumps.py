@@ -53,7 +53,12 @@ FUSION_DOMAIN = "ai.tvm_ascend"
 FUSION_OP = "FusionGroup"
 
 
-def write_graph_dumps(model: onnx.ModelProto | None, report: dict, folder: str) -> list[str]:
+def _write_now(path: str, write) -> None:
+    write()
+
+
+def write_graph_dumps(model: onnx.ModelProto | None, report: dict, folder: str,
+                      guard=_write_now) -> list[str]:
     """Write the before/after graph dumps of one build into ``folder``; returns the paths.
 
     Parameters
@@ -64,11 +69,15 @@ def write_graph_dumps(model: onnx.ModelProto | None, report: dict, folder: str) 
         Its fusion report (``lib.fusion_report()``).
     folder : str
         Created if missing; files are written atomically.
+    guard : callable
+        ``guard(path, write)`` runs ``write()``, which writes ``path``: the build's dumper
+        passes one that turns an error into a warning naming the file, so one file that cannot
+        be written (or drawn) leaves the others; by default errors propagate.
 
     Returns
     -------
     list of str
-        Paths written, in a fixed order (SVGs only when ``dot`` is on PATH).
+        Paths of the files written, in a fixed order (SVGs only when ``dot`` is on PATH).
 
     Raises
     ------
@@ -90,17 +99,22 @@ def write_graph_dumps(model: onnx.ModelProto | None, report: dict, folder: str) 
         graphs = {"graph_before": report_ops_json(report),
                   "graph_after": report_groups_json(report)}
     paths = []
+
+    def write(path, writer):
+        done = []
+        guard(path, lambda: done.append(writer(path)))
+        if done and done[0] is not False:
+            paths.append(path)
+        return bool(done)
+
     for stem, graph in graphs.items():
         base = os.path.join(folder, stem)
-        write_json_atomic(base + ".json", graph)
-        _write_text(base + ".dot", graph_dot(graph))
-        paths += [base + ".json", base + ".dot"]
-        if render_svg(base + ".dot", base + ".svg"):
-            paths.append(base + ".svg")
+        write(base + ".json", lambda path: write_json_atomic(path, graph))
+        if write(base + ".dot", lambda path: _write_text(path, graph_dot(graph))):
+            write(base + ".svg", lambda path: render_svg(base + ".dot", path))
     if fused is not None:
-        path = os.path.join(folder, "graph_after.onnx")
-        _write_bytes(path, fused.SerializeToString())
-        paths.append(path)
+        write(os.path.join(folder, "graph_after.onnx"),
+              lambda path: _write_bytes(path, fused.SerializeToString()))
     return paths
 
 

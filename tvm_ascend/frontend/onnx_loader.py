@@ -18,6 +18,7 @@ import os
 from typing import Mapping
 
 import tvm
+from tvm import relax
 
 from .. import ir_attrs
 from ..errors import ModelLoadError, UnsupportedOpError
@@ -267,7 +268,9 @@ def _import_with_node_names(model, shapes) -> tuple[tvm.IRModule, dict]:
 
     The importer's tensor table maps every ONNX output to the Relax expression made for it;
     helper bindings emitted while converting a node come just before its output binding, so
-    they are credited to the next node output in binding order.
+    they are credited to the next node output in binding order. A read out of a tuple already
+    credited (a BatchNorm's mean and variance, taken after its output) belongs to that tuple's
+    node, not the next one.
     """
     from tvm.relax.frontend.onnx import onnx_frontend
 
@@ -287,6 +290,11 @@ def _import_with_node_names(model, shapes) -> tuple[tvm.IRModule, dict]:
     names, pending = {}, []
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.TupleGetItem) and \
+                    getattr(value.tuple_value, "name", None) in names:
+                names[binding.var.name] = names[value.tuple_value.name]
+                continue
             pending.append(binding.var.name)
             node = next((n for e, n in producers
                          if e.same_as(binding.var) or e.same_as(binding.value)), None)

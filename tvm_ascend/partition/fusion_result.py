@@ -9,8 +9,9 @@ read ours::
                                                   "repository_hit_times": "0",
                                                   "effect_times": "3"}}}}
 
-Counts are strings, as ATC writes them. A rule is listed under ATC's name where it has one (the
-first of ``FusionRule.atc_names``), under ours otherwise, in the section of ``FusionRule.section``.
+Counts are strings, as ATC writes them. A rule is listed under ATC's name where an ATC pass
+fuses the same groups (the first of ``FusionRule.atc_names`` that is not in
+``_NARROWER_ATC_PASSES``), under ours otherwise, in the section of ``FusionRule.section``.
 ``repository_hit_times`` counts hits in ATC's UB fusion knowledge repository; tvm-ascend has
 no such repository, so it is always "0". As in ATC, rules that never matched are left out, and
 a section with no rule is absent. The counts come from ``report["rule_stats"]``, filled by the
@@ -33,6 +34,24 @@ from ..errors import AscendError
 from .rules import rule_by_name
 
 _SECTION_KEYS = {"GraphFusion": "graph_fusion", "UBFusion": "ub_fusion"}
+# ATC passes a switch file may name to turn one of our rules off, but that fuse only some of
+# its groups: counting the rule under them would report fusions the model does not have.
+_NARROWER_ATC_PASSES = frozenset({
+    "ConvConcatFusionPass",  # a Conv's output into a Concat; DataMovementFusion is any move
+})
+
+
+def result_name(rule) -> str:
+    """The name ``fusion_result.json`` lists ``rule`` (a FusionRule) under: ATC's pass where
+    one fuses the same groups, ours otherwise.
+
+    Example
+    -------
+    >>> from tvm_ascend.partition.rules import rule_by_name
+    >>> result_name(rule_by_name("DataMovementFusion"))
+    'DataMovementFusion'
+    """
+    return next((n for n in rule.atc_names if n not in _NARROWER_ATC_PASSES), rule.name)
 
 
 def fusion_result(report: dict, session_and_graph_id: str = "0_0") -> dict:
@@ -74,8 +93,7 @@ def fusion_result(report: dict, session_and_graph_id: str = "0_0") -> dict:
         if key == "ub_fusion":
             entry["repository_hit_times"] = "0"
         entry["effect_times"] = str(counts["effect_times"])
-        atc_name = rule.atc_names[0] if rule.atc_names else rule.name
-        sections.setdefault(key, {})[atc_name] = entry
+        sections.setdefault(key, {})[result_name(rule)] = entry
     ordered = {key: sections[key] for key in ("graph_fusion", "ub_fusion") if key in sections}
     return {f"session_and_graph_id_{session_and_graph_id}": ordered} if ordered else {}
 
@@ -108,4 +126,4 @@ def write_fusion_result(report: dict, path: str, session_and_graph_id: str = "0_
             os.unlink(tmp)
 
 
-__all__ = ["fusion_result", "write_fusion_result"]
+__all__ = ["fusion_result", "result_name", "write_fusion_result"]

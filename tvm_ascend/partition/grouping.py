@@ -52,11 +52,18 @@ class OpInfo:
     node: str = ""  # the ONNX node that produced it ("" for modules not imported from ONNX)
     horizontal: bool = False  # made by merging parallel ops (HorizontalFusion)
     folded: bool = False      # a conv with a BatchNorm folded into its weights (BatchNormFolding)
+    parts: tuple = ()         # per node of ``nodes``: this op's index among that node's ops
 
     @property
     def nodes(self) -> list[str]:
         """ONNX nodes it computes: several after a horizontal merge (stored newline-joined)."""
         return [n for n in self.node.split("\n") if n]
+
+    @property
+    def plan_keys(self) -> list[tuple[str, int]]:
+        """(ONNX node, part) pairs it computes: how a fusion plan names one op of a node that
+        was lowered to several (a Gather's index fix-up and its take)."""
+        return list(zip(self.nodes, self.parts or (0,) * len(self.nodes)))
 
 
 @dataclass
@@ -90,7 +97,8 @@ class KernelGroup:
             "onnx_nodes": list(dict.fromkeys(n for m in self.members for n in m.nodes)),
             "ops": [{"var": m.var, "op": m.op, "node": m.node, "dtype": m.dtype,
                      "shape": list(m.shape), "supported": m.decision.ok,
-                     "why": m.decision.reason} for m in self.members],
+                     "why": m.decision.reason, "parts": dict(m.plan_keys)}
+                    for m in self.members],
         }
 
 
@@ -101,7 +109,7 @@ class PartitionResult:
     mod: tvm.IRModule
     groups: list[KernelGroup] = field(default_factory=list)
     ops: dict[str, OpInfo] = field(default_factory=dict)
-    edges: list = field(default_factory=list)  # (producer name, consumer name, reason, hint)
+    edges: list = field(default_factory=list)  # (producer, consumer, reason, hint, summary)
     rule_matches: Counter = field(default_factory=Counter)  # rule -> candidates considered
     policy: FusionPolicy = field(default_factory=FusionPolicy.default)
     horizontal: dict = field(default_factory=dict)  # HorizontalFusion's decision, when tried
@@ -153,7 +161,17 @@ def mark_support(mod: tvm.IRModule) -> dict[str, OpInfo]:
                                        str(getattr(ty, "dtype", "")), _shape_of(ty), decision,
                                        str(node_names.get(binding.var.name, "")),
                                        binding.var.name in merged, binding.var.name in folded)
+    _number_parts(ops.values())
     return ops
+
+
+def _number_parts(infos) -> None:
+    """Number the ops of each ONNX node in program order: one node the importer lowered to
+    several bindings can land in several groups, and a fusion plan names each part."""
+    seen: Counter = Counter()
+    for info in infos:
+        info.parts = tuple(seen[node] for node in info.nodes)
+        seen.update(info.nodes)
 
 
 def node_graph(mod: tvm.IRModule) -> tuple[set, list]:
@@ -293,8 +311,8 @@ def _split_reason(infos, rules, policy: FusionPolicy) -> str:
                 f"{policy.rule_set!r} or the fusion switch file)")
     plan = policy.plan
     if plan is not None:
-        nodes = [n for info in infos for n in info.nodes]
-        if len({plan.group_of(n) for n in nodes}) > 1 and plan.shared_group(nodes) is None:
+        keys = [key for info in infos for key in info.plan_keys]
+        if len({plan.groups_of(*key) for key in keys}) > 1 and plan.shared_group(keys) is None:
             return "the imported fusion plan puts these ops in different groups"
     return ""
 
@@ -497,13 +515,16 @@ def _builtin_site(binding, info: OpInfo) -> Site:
 def _check_plan(result: PartitionResult, plan) -> None:
     """Every group of an imported plan formed; a pinned one that did not is an error, any other
     a warning (the rules on, or a template, refused it: the reasons are quoted)."""
-    formed = {frozenset(n for m in g.members for n in m.nodes) for g in result.groups}
+    formed = {frozenset(k for m in g.members for k in m.plan_keys) for g in result.groups}
+    keys = {key for g in result.groups for m in g.members for key in m.plan_keys}
     for wanted in plan.groups:
-        if len(wanted.nodes) < 2 or frozenset(wanted.nodes) in formed:
+        held = frozenset(key for key in keys if wanted.holds(*key))
+        if len(held) < 2 or held in formed:
             continue
         names = {g.name for g in result.groups
                  if {n for m in g.members for n in m.nodes} & set(wanted.nodes)}
-        reasons = sorted({reason for p, c, reason, _ in result.edges if p in names and c in names})
+        reasons = sorted({edge[2] for edge in result.edges
+                          if edge[0] in names and edge[1] in names})
         message = (f"{plan.source}: plan group {wanted.id} ({', '.join(wanted.nodes)}) did not "
                    f"form: {'; '.join(reasons) or 'no kernel takes it as one group'}")
         if wanted.pinned:
@@ -580,8 +601,8 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
             shared = (site.prim, builder.add_func(func, symbol), symbol, plan)
             kernels.append(shared)
         rewriter.targets.append((site.call, shared[1], site.args))
-    edges = [(p.name, c.name, reason, hint)
-             for p, c, reason, hint in unfused_edges(sites, fused["main"], policy)]
+    edges = [(p.name, c.name, *rest) for p, c, *rest in unfused_edges(sites, fused["main"],
+                                                                         policy)]
     main_gv = fused.get_global_var("main")
     builder.update_func(main_gv, rewriter.visit_expr(fused["main"]))
     # The fused PrimFuncs now live inside the codegen functions' attributes; drop the copies.

@@ -45,7 +45,7 @@ class Site:
     eligible: Decision       # all ops NPU-supported and one output
     absorbed_into: object = None  # the consumer Site that took this one in
     merges: list = field(default_factory=list)  # notes of merges, for the report
-    refused: dict = field(default_factory=dict)  # producer var -> why a merge was refused
+    refused: dict = field(default_factory=dict)  # producer var -> Decision: why not merged
     split_reason: str = ""   # why FuseOps' group containing it was taken apart
     fence: str = ""          # why it may not join any group (no_fuse_nodes, a failed kernel)
     recomputed: bool = False  # it recomputes a producer that other kernels also read
@@ -236,8 +236,8 @@ def _legal(producer: Site, consumer: Site, policy) -> str:
             return site.fence
     plan = policy.plan
     if plan is not None:
-        nodes = [n for m in producer.members + consumer.members for n in m.nodes]
-        if plan.shared_group(nodes) is None:
+        keys = [key for m in producer.members + consumer.members for key in m.plan_keys]
+        if plan.shared_group(keys) is None:
             return "the imported fusion plan keeps them in different groups"
     return ""
 
@@ -262,13 +262,24 @@ def _vector_region_rule(producer: Site, consumer: Site, region) -> str | None:
     return rule if rule in _PATTERN_RULES else None
 
 
+_UNTILED = "the merged group would not tile"  # a refusal the look-ahead may still turn round
+
+
+def _kind(site: Site) -> str:
+    """What a site computes, in a few words: its op, or its rules."""
+    if len(site.members) == 1:
+        return site.members[0].op.removeprefix("relax.")
+    rules = "+".join(group_rules([m.op for m in site.members], site.recomputed)) or "fused"
+    return f"{'an' if rules[0] in 'AEIOU' else 'a'} {rules} group"
+
+
 def _candidate(producer: Site, consumer: Site, policy, cost, matches, recomputed=False,
                region=None):
-    """(merged PrimFunc, args, plan, rules) of the pair, or a refusal reason string."""
+    """(merged PrimFunc, args, plan, rules) of the pair, or a Decision saying why not."""
     name = f"{consumer.name}__{producer.name}"[:60]
     why = _legal(producer, consumer, policy)
     if why:
-        return why
+        return Decision.no(why)
     rules = group_rules([m.op for m in producer.members + consumer.members], recomputed)
     off = policy.switched_off(rules)
     if off and set(off) <= _PARTIAL_RULES and region is not None:
@@ -279,19 +290,25 @@ def _candidate(producer: Site, consumer: Site, policy, cost, matches, recomputed
     matches.update(rules)
     patterns = [r for r in rules if r in _ATC_PATTERN_RULES]
     if policy.rule_set == "atc_style" and len(patterns) > 1:
-        return (f"ATC's fixed passes form no group of two patterns ({' and '.join(patterns)}), "
-                "so the atc_style emulation keeps them apart")
+        return Decision.no(f"ATC's fixed passes form no group of two patterns "
+                           f"({' and '.join(patterns)}), so the atc_style emulation keeps them "
+                           "apart")
     if off:
-        return (f"rule {off[0]} is switched off (fusion level {policy.level!r}, rule set "
-                f"{policy.rule_set!r} or the fusion switch file)")
+        return Decision.no(f"rule {off[0]} is switched off (fusion level {policy.level!r}, "
+                           f"rule set {policy.rule_set!r} or the fusion switch file)")
     try:
         prim, external = _fuse(producer, consumer, name)
     except Exception as err:  # noqa: BLE001 - FuseTIR may refuse some combinations
         logger.debug("merge %s -> %s refused by FuseTIR: %s", producer.name, consumer.name, err)
-        return f"TVM's FuseTIR cannot fuse the two functions ({err})"
+        return Decision.no(f"TVM's FuseTIR cannot fuse the two functions ({err})",
+                           f"TVM's FuseTIR cannot fuse {_kind(producer)} into {_kind(consumer)} "
+                           f"({type(err).__name__})")
     plan = cost.plan(prim)
     if not plan.ok:
-        return f"the merged group would not tile: {plan.decision.reason}"
+        closest = plan.decision.summary or (
+            f"no schedule template takes {_kind(producer)} followed by {_kind(consumer)} as "
+            "one kernel")
+        return Decision.no(f"{_UNTILED}: {plan.decision.reason}", f"{_UNTILED}: {closest}")
     return prim, external, plan, rules
 
 
@@ -302,15 +319,15 @@ def _split_time(cost, *sites) -> float:
 def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=None,
                lookahead=None) -> bool:
     found = _candidate(producer, consumer, policy, cost, matches, region=region)
-    if isinstance(found, str):
+    if isinstance(found, Decision):
         consumer.refused[producer.var] = found
-        if found.startswith("the merged group would not tile") and lookahead is not None:
+        if found.reason.startswith(_UNTILED) and lookahead is not None:
             return _try_triple(producer, consumer, lookahead(consumer), policy, cost, matches)
         return False
     prim, external, plan, rules = found
     split = _split_time(cost, producer, consumer)
     if policy.cost_checked and plan.time_us > split:
-        consumer.refused[producer.var] = (
+        consumer.refused[producer.var] = Decision.no(
             f"the cost model says the fused kernel is slower: {plan.time_us:.2f} us fused vs "
             f"{split:.2f} us as two kernels ({plan.source}, estimate)")
         return False
@@ -338,15 +355,16 @@ def _try_triple(producer: Site, consumer: Site, reader, policy, cost, matches) -
     pair = Site(consumer.var, consumer.call, name, prim, external,
                 producer.members + consumer.members, consumer.rule, consumer.eligible)
     found = _candidate(pair, reader, policy, cost, matches)
-    if isinstance(found, str):
-        consumer.refused[producer.var] += f"; with its reader {reader.name} too: {found}"
+    if isinstance(found, Decision):
+        _also_refused(consumer, producer, f"; with its reader {reader.name} too: {found.reason}")
         return False
     prim, external, plan, rules = found
     split = _split_time(cost, producer, consumer, reader)
     if policy.cost_checked and plan.time_us > split:
-        consumer.refused[producer.var] += (
-            f"; with its reader {reader.name} too, the cost model says the fused kernel is "
-            f"slower: {plan.time_us:.2f} us vs {split:.2f} us ({plan.source}, estimate)")
+        _also_refused(consumer, producer,
+                      f"; with its reader {reader.name} too, the cost model says the fused "
+                      f"kernel is slower: {plan.time_us:.2f} us vs {split:.2f} us "
+                      f"({plan.source}, estimate)")
         return False
     saved = 2 * (_bytes_of(producer.call.ty_args[0]) + _bytes_of(consumer.call.ty_args[0]))
     reader.merges.append(
@@ -357,6 +375,12 @@ def _try_triple(producer: Site, consumer: Site, reader, policy, cost, matches) -
     _absorb(pair, reader, prim, external)
     producer.absorbed_into = consumer.absorbed_into = reader
     return True
+
+
+def _also_refused(consumer: Site, producer: Site, more: str) -> None:
+    """Add the look-ahead's answer to the pair's refusal; the pair's reason still decided."""
+    first = consumer.refused[producer.var]
+    consumer.refused[producer.var] = Decision.no(first.reason + more, first.short)
 
 
 def _absorb(producer: Site, consumer: Site, prim, external) -> None:
@@ -378,15 +402,17 @@ def _try_recompute(producer: Site, sites, outside, policy, cost, matches) -> boo
         if not reader.eligible:
             return False
         candidate = _candidate(producer, reader, policy, cost, matches, recomputed=True)
-        if isinstance(candidate, str):
-            reader.refused[producer.var] = f"recomputing the shared producer: {candidate}"
+        if isinstance(candidate, Decision):
+            reader.refused[producer.var] = Decision.no(
+                f"recomputing the shared producer: {candidate.reason}",
+                f"recomputing the shared producer: {candidate.short}")
             return False
         found.append((reader, candidate))
     fused_time = sum(plan.time_us for _, (_, _, plan, _) in found)
     split_time = _split_time(cost, producer, *readers)
     if policy.cost_checked and fused_time > split_time:
         for reader in readers:
-            reader.refused[producer.var] = (
+            reader.refused[producer.var] = Decision.no(
                 f"recomputing the shared producer in all {len(readers)} readers is estimated "
                 f"slower: {fused_time:.2f} us vs {split_time:.2f} us with it in GM "
                 f"({found[0][1][2].source}, estimate)")
@@ -403,7 +429,9 @@ def _try_recompute(producer: Site, sites, outside, policy, cost, matches) -> boo
 
 
 def unfused_edges(sites: list[Site], main, policy) -> list[tuple]:
-    """(producer site, consumer site, reason, hint) for every edge that crosses global memory."""
+    """(producer site, consumer site, reason, hint, summary) for every edge that crosses
+    global memory: ``reason`` in full (every template's refusal), ``summary`` the one reason
+    that decided, in one line, and ``hint`` what a user can do about it ("" when nothing)."""
     by_var = {s.var: s for s in sites}
     outside = _outside_readers(main, sites)
     edges = []
@@ -414,45 +442,47 @@ def unfused_edges(sites: list[Site], main, policy) -> list[tuple]:
             producer = by_var.get(arg) if isinstance(arg, relax.Var) else None
             if producer is None or producer.absorbed_into is not None:
                 continue
-            edges.append((producer, consumer) + _edge_reason(producer, consumer, sites, outside,
-                                                             policy))
+            why, hint = _edge_reason(producer, consumer, sites, outside, policy)
+            edges.append((producer, consumer, why.reason, hint, why.short))
     return edges
 
 
-def _edge_reason(producer, consumer, sites, outside, policy) -> tuple[str, str]:
+def _edge_reason(producer, consumer, sites, outside, policy) -> tuple[Decision, str]:
+    """(why the edge crosses GM, what a user can do about it or "")."""
     if not policy.fuse:
-        return ("fusion is off (fusion_level='off' or AUTOFUSION_ENABLE=0)",
+        return (Decision.no("fusion is off (fusion_level='off' or AUTOFUSION_ENABLE=0)"),
                 "turn fusion on to let FuseOps and the merge rule join them")
     for side, site in (("producer", producer), ("consumer", consumer)):
-        if not site.eligible:
-            return (f"the {side} runs on the host: {site.eligible.reason}",
-                    "an Ascend kernel for that op would let the edge fuse")
+        if not site.eligible:  # no Ascend kernel for that op: nothing a user can switch
+            return Decision.no(f"the {side} runs on the host: {site.eligible.reason}",
+                               f"the {side} runs on the host: {site.eligible.short}"), ""
         if site.fence:
             hint = ("remove the node from no_fuse_nodes to let it fuse"
                     if "no_fuse_nodes" in site.fence else
                     "report the failure (fusion report: kernel_failures); the ops run unfused")
-            return site.fence, hint
+            return Decision.no(site.fence), hint
     if producer.var in consumer.refused:
-        reason = consumer.refused[producer.var]
-        return reason, _hint(reason)
+        refusal = consumer.refused[producer.var]
+        return refusal, _hint(refusal.reason)
     readers = _readers(producer.var, sites, outside)
     if readers > 1:
         hint = ("fusion_level='aggressive' turns RecomputeFusion on, which recomputes a shared "
                 "producer in each reader when the cost model says it pays"
-                if not policy.recompute else "the readers could not all recompute it")
-        return (f"the producer's result is read by {readers} consumers, so it is written to "
-                "global memory once for all of them", hint)
+                if not policy.recompute else "")
+        return Decision.no(f"the producer's result is read by {readers} consumers, so it is "
+                           "written to global memory once for all of them"), hint
     for site in (producer, consumer):
         if site.split_reason:
-            return site.split_reason, _hint(site.split_reason)
+            return Decision.no(site.split_reason), _hint(site.split_reason)
     if not policy.merge:
-        return ("the rule set 'tvm_fuseops' keeps TVM's FuseOps groups unchanged",
+        return (Decision.no("the rule set 'tvm_fuseops' keeps TVM's FuseOps groups unchanged"),
                 "rule_set='tvm_ascend' lets the Ascend merge rules join them")
-    return "not tried", ""
+    return Decision.no("not tried"), ""
 
 
 def _hint(reason: str) -> str:
-    """What a user can do about a refusal."""
+    """What a user can do about a refusal, or "" where there is nothing to do (no template
+    takes the merged ops, TVM cannot fuse or schedule them)."""
     if "switched off" in reason:
         rule = reason.split("rule ", 1)[1].split(" ", 1)[0]
         return (f"turn {rule} on: a switch file line '{rule}:on', or a fusion level / rule set "
@@ -461,8 +491,6 @@ def _hint(reason: str) -> str:
         return "an estimate decided: a tuned tiling (tvm-ascend tune) may change it"
     if "plan" in reason:
         return "edit the fusion plan file to put both in one group"
-    if "would not tile" in reason:
-        return "a template for the merged class would fuse it"
     return ""
 
 

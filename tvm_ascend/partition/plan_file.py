@@ -2,14 +2,21 @@
 
 ``fusion_plan.json`` holds one entry per group that has ONNX nodes::
 
-    {"format": "tvm_ascend.fusion_plan", "version": 1, "soc_version": "Ascend910B1",
+    {"format": "tvm_ascend.fusion_plan", "version": 2, "soc_version": "Ascend910B1",
      "groups": [{"id": "G0", "rules": ["ElementwiseFusion"], "nodes": ["add", "relu"],
                  "kernel": "ascend_k0_fused_add_relu", "tiling": {...}, "on_npu": true,
-                 "pinned": false, "recomputes": []}, ...]}
+                 "pinned": false, "recomputes": [], "parts": {}}, ...]}
 
 A node computed again inside each of its readers (RecomputeFusion) is in the ``nodes`` of every
 reader's group, and in each of those groups' ``recomputes``: that is how a plan says "recompute
 it here" rather than "read it from GM".
+
+One ONNX node the importer lowers to several ops (a Gemm to a MatMul and an Add, a Gather to
+an index fix-up on the host and a Take) can have its ops in different groups. Its ops are
+numbered 0, 1, ... in program order (the report's ``ops[*].parts``), and ``parts`` says which
+of them a group holds: ``"parts": {"gemm": [1]}``. A node a group lists without ``parts`` is
+there whole. Two groups may hold one part only if both recompute the node. Version 1 plans
+(no ``parts``) are read as they were written.
 
 A person edits it (move a node, split or merge groups, set ``pinned``), or a script does with
 ``split_group`` / ``merge_groups``. The planner reads it as constraints: the nodes of one plan
@@ -19,10 +26,12 @@ and ``tiling`` are what the exporting build made of the group, for the reader; t
 constraints, and editing helpers clear them on the groups they change.
 
 Loading checks the plan against the model: the version, every node exists (closest names
-suggested), a node in two groups is recomputed by each of them and by every group that reads
-it, each group's nodes are connected (except a
+suggested), a part of a node in two groups is recomputed by each of them (and a node
+recomputed whole by every group that reads it), each group's nodes are connected (except a
 ``HorizontalFusion`` group, whose parallel ops need not be), and no cycle appears once each
-group is contracted to one node (the groups on the cycle are named). Every failure is a
+group is contracted to one node (the groups on the cycle are named; edges of a node split over
+groups are left out, as its parts' order is not in the ONNX graph: the planner then warns that
+the plan group did not form). Every failure is a
 FusionConfigError naming the file and the group or node at fault.
 
 Example
@@ -44,8 +53,10 @@ from ..errors import FusionConfigError
 from .report import write_json_atomic
 
 PLAN_FORMAT = "tvm_ascend.fusion_plan"
-PLAN_VERSION = 1
-_GROUP_KEYS = {"id", "rules", "nodes", "kernel", "tiling", "on_npu", "pinned", "recomputes"}
+PLAN_VERSION = 2
+_READABLE_VERSIONS = (1, 2)  # 1: no "parts"
+_GROUP_KEYS = {"id", "rules", "nodes", "kernel", "tiling", "on_npu", "pinned", "recomputes",
+               "parts"}
 _ALSO_ACCEPTED = {"rule", "comment"}  # the report's spelling; a person's note
 
 
@@ -61,6 +72,30 @@ class PlanGroup:
     tiling: dict | None = field(default=None, compare=False, hash=False)
     on_npu: bool | None = None
     recomputes: tuple[str, ...] = ()  # nodes of ``nodes`` that other groups compute as well
+    parts: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, its op indices held here)
+
+    def parts_of(self, node: str) -> tuple[int, ...] | None:
+        """The indices of ``node``'s ops this group holds; None when it holds them all.
+
+        Example
+        -------
+        >>> PlanGroup("G1", ("gemm",), parts=(("gemm", (1,)),)).parts_of("gemm")
+        (1,)
+        """
+        return dict(self.parts).get(node)
+
+    def holds(self, node: str, part: int | None = None) -> bool:
+        """Whether this group computes op ``part`` of ``node`` (any of its ops if None).
+
+        Example
+        -------
+        >>> PlanGroup("G1", ("gemm",), parts=(("gemm", (1,)),)).holds("gemm", 0)
+        False
+        """
+        if node not in self.nodes:
+            return False
+        held = self.parts_of(node)
+        return part is None or held is None or part in held
 
     def to_json(self) -> dict:
         """The group as written in ``fusion_plan.json``.
@@ -72,7 +107,8 @@ class PlanGroup:
         """
         return {"id": self.id, "rules": list(self.rules), "nodes": list(self.nodes),
                 "kernel": self.kernel, "tiling": self.tiling, "on_npu": self.on_npu,
-                "pinned": self.pinned, "recomputes": list(self.recomputes)}
+                "pinned": self.pinned, "recomputes": list(self.recomputes),
+                "parts": {node: list(held) for node, held in self.parts}}
 
 
 @dataclass(frozen=True)
@@ -97,19 +133,27 @@ class FusionPlan:
         ids = self.groups_of(node)
         return ids[0] if ids else None
 
-    def groups_of(self, node: str) -> tuple[str, ...]:
-        """Ids of every plan group holding ``node``: several when they all recompute it.
+    def groups_of(self, node: str, part: int | None = None) -> tuple[str, ...]:
+        """Ids of every plan group holding ``node`` (op ``part`` of it, when given): several
+        when they all recompute it, or hold different parts of it.
 
         Example
         -------
         >>> plan.groups_of("scale")                                 # doctest: +SKIP
         ('G1', 'G2')
         """
-        return tuple(g.id for g in self.groups if node in g.nodes)
+        return tuple(g.id for g in self.groups if g.holds(node, part))
+
+    def _holders(self, key) -> set[str]:
+        """Groups holding a node name (whole: every one of its parts) or a (node, part) key."""
+        if not isinstance(key, str):
+            return set(self.groups_of(*key))
+        return {g.id for g in self.groups if key in g.nodes and g.parts_of(key) is None}
 
     def shared_group(self, nodes) -> str | None:
-        """The id of a plan group holding every node of ``nodes`` (None when none does): the
-        planner may put them in one kernel only then.
+        """The id of a plan group holding everything in ``nodes`` (None when none does): the
+        planner may put them in one kernel only then. An item is a node name (the whole node)
+        or a ``(node, part)`` pair (one op of it, see the module docstring).
 
         Example
         -------
@@ -118,7 +162,7 @@ class FusionPlan:
         """
         common = None
         for node in nodes:
-            ids = set(self.groups_of(node))
+            ids = self._holders(node)
             common = ids if common is None else common & ids
             if not common:
                 return None
@@ -140,7 +184,7 @@ class FusionPlan:
         Example
         -------
         >>> FusionPlan(groups=()).to_json()["version"]
-        1
+        2
         """
         return {"format": PLAN_FORMAT, "version": self.version, "soc_version": self.soc_version,
                 "groups": [g.to_json() for g in self.groups]}
@@ -172,32 +216,47 @@ def _rules_of(entry: dict) -> list[str]:
     return [rules] if isinstance(rules, str) else list(rules)
 
 
+def _report_keys(entry: dict) -> set:
+    """The (node, part) pairs a report group computes, from its ops' ``parts``; (node, None)
+    for each node of an entry without them (a report written by hand)."""
+    ops = entry.get("ops")
+    if ops and all("parts" in op for op in ops):
+        return {(node, part) for op in ops for node, part in op["parts"].items()}
+    return {(node, None) for node in entry.get("nodes", [])}
+
+
 def plan_from_report(report: dict) -> dict:
     """The plan document (JSON-ready) of a fusion report; groups with no ONNX node are left out
     (nothing in the model names them).
+
+    A part of a node that several groups compute is recomputed by each of them
+    (``recomputes``); a group holding only some of a node's parts lists them (``parts``).
 
     Example
     -------
     >>> plan_from_report(lib.fusion_report())["groups"][0]["pinned"]   # doctest: +SKIP
     False
     """
-    groups, owners = [], {}
-    for entry in report["groups"]:
-        for node in dict.fromkeys(entry.get("nodes", [])):
-            owners.setdefault(node, []).append(entry["id"])
-    for node, ids in owners.items():
-        if len(ids) > 1 and not all("RecomputeFusion" in _rules_of(e) for e in report["groups"]
-                                    if e["id"] in ids):
-            raise FusionConfigError(
-                f"fusion report: ONNX node {node!r} is in groups {', '.join(ids)}, not all of "
-                "which recompute it (RecomputeFusion); a plan cannot say that")
+    keys = {entry["id"]: _report_keys(entry) for entry in report["groups"]}
+    holders: dict = {}  # (node, part) -> ids of the groups computing it
+    for group_id, held in keys.items():
+        for key in held:
+            holders.setdefault(key, []).append(group_id)
+    every: dict = {}  # node -> every part of it that some group computes
+    for node, part in holders:
+        every.setdefault(node, set()).add(part)
+    groups = []
     for entry in report["groups"]:
         nodes = list(dict.fromkeys(entry.get("nodes", [])))
-        if nodes:
-            groups.append({"id": entry["id"], "rules": _rules_of(entry), "nodes": nodes,
-                           "kernel": entry.get("kernel"), "tiling": entry.get("tiling"),
-                           "on_npu": entry.get("on_npu"), "pinned": False,
-                           "recomputes": [n for n in nodes if len(owners[n]) > 1]})
+        if not nodes:
+            continue
+        mine = {node: sorted(p for n, p in keys[entry["id"]] if n == node) for node in nodes}
+        groups.append({"id": entry["id"], "rules": _rules_of(entry), "nodes": nodes,
+                       "kernel": entry.get("kernel"), "tiling": entry.get("tiling"),
+                       "on_npu": entry.get("on_npu"), "pinned": False,
+                       "recomputes": [n for n in nodes
+                                      if any(len(holders[(n, p)]) > 1 for p in mine[n])],
+                       "parts": {n: held for n, held in mine.items() if set(held) != every[n]}})
     return {"format": PLAN_FORMAT, "version": PLAN_VERSION,
             "soc_version": report.get("soc_version"), "groups": groups}
 
@@ -243,8 +302,9 @@ def load_plan(path: str, model_nodes: set[str],
     ------
     FusionConfigError
         Naming the file and what is wrong: JSON syntax (line, column), version, a field of the
-        wrong type, an unknown node (closest names), a node in two groups that do not both
-        recompute it (or read by a group that does not), a group whose nodes are not
+        wrong type, an unknown node (closest names), a part of a node in two groups that do
+        not both recompute it (or a node recomputed whole but read by a group that does not),
+        ``parts`` naming a node the group lacks or no op indices, a group whose nodes are not
         connected, a cycle between groups (the groups on it).
 
     Example
@@ -268,9 +328,10 @@ def plan_from_json(document, model_nodes, node_edges, source: str = "<plan>") ->
         raise FusionConfigError(f"{source}: a fusion plan is a JSON object with \"version\" "
                                 "and \"groups\"")
     version = document.get("version")
-    if version != PLAN_VERSION:
+    if version not in _READABLE_VERSIONS:
         raise FusionConfigError(f"{source}: plan version {version!r} is not supported (this "
-                                f"tvm-ascend reads version {PLAN_VERSION}); export it again")
+                                "tvm-ascend reads versions "
+                                f"{', '.join(map(str, _READABLE_VERSIONS))}); export it again")
     if document.get("format", PLAN_FORMAT) != PLAN_FORMAT:
         raise FusionConfigError(f"{source}: \"format\" is {document['format']!r}, not "
                                 f"{PLAN_FORMAT!r}")
@@ -320,7 +381,24 @@ def _group(entry, index: int, source: str) -> PlanGroup:
                                 "its \"nodes\" (a group recomputes only its own nodes)")
     return PlanGroup(id=group_id, nodes=tuple(nodes), pinned=pinned, rules=tuple(rules),
                      kernel=entry.get("kernel"), tiling=entry.get("tiling"), on_npu=on_npu,
-                     recomputes=tuple(recomputes))
+                     recomputes=tuple(recomputes), parts=_parts(entry, nodes, where))
+
+
+def _parts(entry: dict, nodes: list, where: str) -> tuple:
+    parts = entry.get("parts", {})
+    if not isinstance(parts, dict):
+        raise FusionConfigError(f"{where}: \"parts\" must be an object from node names to "
+                                "lists of op indices")
+    for node, held in parts.items():
+        if node not in nodes:
+            raise FusionConfigError(f"{where}: \"parts\" names {node!r}, which is not in its "
+                                    "\"nodes\" (a group holds parts only of its own nodes)")
+        if not isinstance(held, list) or not held or len(set(held)) != len(held) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in held):
+            raise FusionConfigError(
+                f"{where}: \"parts\" of {node!r} must be a non-empty list of distinct op "
+                f"indices (0, 1, ...: the node's ops in program order), not {held!r}")
+    return tuple((node, tuple(sorted(parts[node]))) for node in nodes if node in parts)
 
 
 def validate_plan(plan: FusionPlan) -> None:
@@ -345,25 +423,40 @@ def validate_plan(plan: FusionPlan) -> None:
                                         f"which the model does not have{hint}")
             owner.setdefault(node, []).append(group)
     for node, groups in owner.items():
-        if len(groups) > 1 and not all(node in g.recomputes for g in groups):
-            raise FusionConfigError(
-                f"{source}: node {node!r} is in two groups, {groups[0].id!r} and "
-                f"{groups[1].id!r}; list it under \"recomputes\" in each to compute it in "
-                "both, or keep it in one")
-    _check_recompute_readers(plan, owner)
+        _check_shared_parts(plan, node, groups)
+    split = {node for node, groups in owner.items()
+             if any(g.parts_of(node) is not None for g in groups)}
+    _check_recompute_readers(plan, owner, split)
     for group in plan.groups:
         _check_connected(plan, group)
     _check_acyclic(plan, {node: groups[0].id for node, groups in owner.items()},
                    {node: [g.id for g in groups] for node, groups in owner.items()
-                    if len(groups) > 1})
+                    if len(groups) > 1}, split)
 
 
-def _check_recompute_readers(plan: FusionPlan, owner: dict) -> None:
-    """A recomputed node is in GM nowhere: every node reading it must sit in a group that
-    recomputes it."""
+def _check_shared_parts(plan: FusionPlan, node: str, groups: list) -> None:
+    """Two groups computing one op of ``node`` must both recompute it."""
+    for index, a in enumerate(groups):
+        for b in groups[index + 1:]:
+            held_a, held_b = a.parts_of(node), b.parts_of(node)
+            both = sorted(set(held_a or held_b or ()) & set(held_b or held_a or ()))
+            if (held_a is None or held_b is None or both) and not (
+                    node in a.recomputes and node in b.recomputes):
+                what = ("all of it" if held_a is None and held_b is None else
+                        f"part{'s' if len(both) > 1 else ''} {', '.join(map(str, both))} of it")
+                raise FusionConfigError(
+                    f"{plan.source}: node {node!r} is in two groups, {a.id!r} and {b.id!r}, "
+                    f"that both compute {what}; list it under \"recomputes\" in each to compute "
+                    "it in both, or give each group its own \"parts\" of it, or keep it in one")
+
+
+def _check_recompute_readers(plan: FusionPlan, owner: dict, split: set) -> None:
+    """A node recomputed whole is in GM nowhere: every node reading it must sit in a group
+    that recomputes it. (Which part of a ``split`` node its readers read is not in the ONNX
+    graph, so those are left to the planner.)"""
     for src, dst in plan.node_edges:
         groups = owner.get(src, [])
-        if not any(src in g.recomputes for g in groups):
+        if src in split or not any(src in g.recomputes for g in groups):
             continue
         if not any(src in g.recomputes for g in owner.get(dst, [])):
             raise FusionConfigError(
@@ -395,15 +488,20 @@ def _check_connected(plan: FusionPlan, group: PlanGroup) -> None:
             "(or mark it \"rules\": [\"HorizontalFusion\"] for parallel ops)")
 
 
-def _check_acyclic(plan: FusionPlan, owner: dict, copies: dict | None = None) -> None:
+def _check_acyclic(plan: FusionPlan, owner: dict, copies: dict | None = None,
+                   split: set = frozenset()) -> None:
     """Contract every group to one node; a cycle means a group would wait on itself.
-    ``copies`` maps a recomputed node to every group computing it: its inputs feed each."""
+    ``copies`` maps a recomputed node to every group computing it: its inputs feed each. The
+    edges of a ``split`` node are left out: which of its parts reads or feeds which group is
+    not in the ONNX graph, and guessing would report cycles that are not there."""
     def unit(node):
         return owner.get(node, node)
 
     copies = copies or {}
     succ: dict[str, list[str]] = {}
     for src, dst in plan.node_edges:
+        if src in split or dst in split:
+            continue
         if src in copies:
             continue  # its readers recompute it: the edge is inside each of their groups
         for b in copies.get(dst, [unit(dst)]):
@@ -463,10 +561,12 @@ def split_group(plan: FusionPlan, group_id: str, nodes) -> FusionPlan:
     while f"{group_id}_{count}" in ids:
         count += 1
     kept = replace(group, nodes=tuple(n for n in group.nodes if n not in nodes), kernel=None,
-                   tiling=None, recomputes=tuple(n for n in group.recomputes if n not in nodes))
+                   tiling=None, recomputes=tuple(n for n in group.recomputes if n not in nodes),
+                   parts=tuple(p for p in group.parts if p[0] not in nodes))
     moved = replace(group, id=f"{group_id}_{count}",
                     nodes=tuple(n for n in group.nodes if n in nodes), kernel=None, tiling=None,
-                    recomputes=tuple(n for n in group.recomputes if n in nodes))
+                    recomputes=tuple(n for n in group.recomputes if n in nodes),
+                    parts=tuple(p for p in group.parts if p[0] in nodes))
     groups = []
     for g in plan.groups:
         groups += [kept, moved] if g.id == group_id else [g]
@@ -489,11 +589,23 @@ def merge_groups(plan: FusionPlan, first: str, second: str) -> FusionPlan:
     # a node both recomputed stays recomputed only if a third group still computes it too
     elsewhere = {n for g in plan.groups if g.id not in (a.id, b.id) for n in g.nodes}
     recomputes = tuple(n for n in dict.fromkeys(a.recomputes + b.recomputes) if n in elsewhere)
-    merged = replace(a, nodes=tuple(dict.fromkeys(a.nodes + b.nodes)),
+    nodes = tuple(dict.fromkeys(a.nodes + b.nodes))
+    merged = replace(a, nodes=nodes,
                      rules=tuple(dict.fromkeys(a.rules + b.rules)), pinned=a.pinned or b.pinned,
-                     kernel=None, tiling=None, on_npu=None, recomputes=recomputes)
+                     kernel=None, tiling=None, on_npu=None, recomputes=recomputes,
+                     parts=_merged_parts(a, b, nodes))
     groups = [merged if g.id == a.id else g for g in plan.groups if g.id != b.id]
     return _revalidated(plan, groups)
+
+
+def _merged_parts(a: PlanGroup, b: PlanGroup, nodes) -> tuple:
+    """The parts the union of ``a`` and ``b`` holds: a node either holds whole stays whole."""
+    merged = []
+    for node in nodes:
+        held = [g.parts_of(node) for g in (a, b) if node in g.nodes]
+        if all(h is not None for h in held):
+            merged.append((node, tuple(sorted({i for h in held for i in h}))))
+    return tuple(merged)
 
 
 def _revalidated(plan: FusionPlan, groups) -> FusionPlan:

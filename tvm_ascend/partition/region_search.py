@@ -111,7 +111,7 @@ class RegionCandidates:
             if producer is None:
                 return None
         found = self._candidate(producer, self.sites[parts[-1]])
-        if isinstance(found, str):
+        if not isinstance(found, tuple):  # a Decision saying why not
             return None
         prim, args, plan, rules = found
         consumer = self.sites[parts[-1]]

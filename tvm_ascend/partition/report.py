@@ -21,7 +21,9 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
 
     Keys scripts depend on: ``nodes_before``, ``kernels`` ({"ascend", "host"}: launches per
     inference), ``groups`` (each with ``id``, ``rule``, ``nodes``, ``kernel``,
-    ``gm_bytes_saved``) and ``unfused_edges`` (``producer``, ``consumer``, ``reason``, ``hint``).
+    ``gm_bytes_saved``) and ``unfused_edges`` (``producer``, ``consumer``, ``reason``: in
+    full, every template's refusal; ``summary``: the one reason that decided, one line;
+    ``hint``: what a user can do, "" when nothing).
     """
     groups, ids = [], {}
     for index, group in enumerate(result.groups):
@@ -38,8 +40,8 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
                 for op in result.ops.values() if not op.decision.ok]
     npu = [g for g in groups if g["on_npu"]]
     host = [g for g in groups if not g["on_npu"] and g["launch"]]  # views launch nothing
-    edges = [{"producer": ids[p], "consumer": ids[c], "reason": reason, "hint": hint}
-             for p, c, reason, hint in result.edges]
+    edges = [{"producer": ids[p], "consumer": ids[c], "reason": reason, "hint": hint,
+              "summary": summary} for p, c, reason, hint, summary in result.edges]
     return {
         "soc_version": config.soc_version,
         "fusion_level": config.fusion_level if config.autofusion else "off",
@@ -151,7 +153,8 @@ def _still_viewed(base, owner, last_use, index) -> bool:
 
 
 def report_table(report: dict) -> str:
-    """The report as a plain-text table, one line per group and per unfused edge."""
+    """The report as a plain-text table, one line per group and per unfused edge (the reason
+    that decided and what to do about it; every refusal in full stays in the report)."""
     lines = [f"{report['nodes_before']} ONNX nodes -> {report['kernels']['ascend']} Ascend "
              f"launches + {report['kernels']['host']} host launches ({report['soc_version']}, "
              f"fusion {report['fusion_level']})", ""]
@@ -163,11 +166,12 @@ def report_table(report: dict) -> str:
                   f"{'split into single-op kernels' if f['action'] == 'split' else 'on the host'}"
                   f": {f['error']}" for f in failures]
         lines.append("")
-    lines.append(f"{'id':<5}{'where':<7}{'rule':<26}{'GM saved':>10}  nodes")
+    width = max([26] + [len(g["rule"]) + 2 for g in report["groups"]])
+    lines.append(f"{'id':<5}{'where':<7}{'rule':<{width}}{'GM saved':>10}  nodes")
     for group in report["groups"]:
         where = "npu" if group["on_npu"] else "host"
         nodes = ", ".join(group["nodes"]) or ", ".join(op["op"] for op in group["ops"])
-        lines.append(f"{group['id']:<5}{where:<7}{group['rule']:<26}"
+        lines.append(f"{group['id']:<5}{where:<7}{group['rule']:<{width}}"
                      f"{group['gm_bytes_saved']:>10}  {nodes}")
     rewrites = report.get("prepare_rewrites", [])
     if rewrites:
@@ -178,10 +182,18 @@ def report_table(report: dict) -> str:
     if report["unfused_edges"]:
         lines += ["", "unfused edges:"]
         for edge in report["unfused_edges"]:
-            lines.append(f"  {edge['producer']} -> {edge['consumer']}: {edge['reason']}")
-            if edge["hint"]:
-                lines.append(f"      hint: {edge['hint']}")
+            hint = f"; hint: {edge['hint']}" if edge["hint"] else ""
+            lines.append(f"  {edge['producer']} -> {edge['consumer']}: {edge_summary(edge)}{hint}")
+        if any(edge_summary(e) != e["reason"] for e in report["unfused_edges"]):
+            lines.append("  (every refusal in full: unfused_edges in fusion_report.json, or "
+                         "tvm-ascend explain --model M --node NAME)")
     return "\n".join(lines)
+
+
+def edge_summary(edge: dict) -> str:
+    """The one reason that decided an unfused edge, in one line (reports written before the
+    summary was kept: the first line of the full reason)."""
+    return edge.get("summary") or (edge["reason"].strip().splitlines() or [""])[0]
 
 
 def write_json_atomic(path: str, payload) -> None:
