@@ -213,3 +213,23 @@ def test_aggressive_build_runs_the_merged_plan_when_it_is_estimated_cheaper(para
         assert "HorizontalFusion" in groups[0]["rules"]
     for got, want in zip(lib.run(builder.feeds), expected):
         assert_close(got, want, "float32")
+
+
+def test_parallel_matmuls_where_only_some_have_a_bias_merge_without_the_adds():
+    """Regression (issue 16, corpus: Whisper's k_proj has no bias, q_proj and v_proj have one):
+    the merge asked whether every member had a *weight* before concatenating the biases, and
+    died concatenating a missing one ('all the input arrays must have same number of
+    dimensions'). Members with mixed biases merge their MatMuls only."""
+    b = ModelBuilder(seed=5)
+    x = b.input("x", [16, 32])
+    outs = []
+    for index, bias in enumerate((True, False, True)):
+        y = b.node("MatMul", [x, b.const(b.rng.uniform(-0.5, 0.5, (32, 24)), f"w{index}")])
+        if bias:
+            y = b.node("Add", [y, b.const(b.rng.uniform(-1, 1, 24), f"b{index}")])
+        b.output(y, [16, 24])
+        outs.append(y)
+    model = b.model()
+    lib = tvm_ascend.build(model, config=AGGRESSIVE)
+    for out, ref in zip(lib.run(b.feeds), run_onnxruntime(model, b.feeds)):
+        assert_close(out, ref, "float32")

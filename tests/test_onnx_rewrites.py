@@ -100,3 +100,20 @@ def test_batch_norm_in_training_mode_normalises_with_the_batch_statistics():
     assert_close(y, expected, "float32_model")
     assert_close(running_mean, mean * 0.7 + batch_mean * 0.3, "float32_model")
     assert_close(running_var, var * 0.7 + batch_var * 0.3, "float32_model")
+
+
+def test_constant_of_an_empty_shape_is_a_0d_constant():
+    """Regression (issue 16, corpus): PyTorch's TorchScript exporter writes an attention mask's
+    True as ConstantOfShape of an empty shape; TVM failed to import it ('broadcast_to expects
+    the input shape to have the number of ndim at least as the input tensor's')."""
+    nodes = [helper.make_node("Constant", [], ["s"], name="s",
+                              value=helper.make_tensor("s", TensorProto.INT64, [0], [])),
+             helper.make_node("ConstantOfShape", ["s"], ["t"], name="cos",
+                              value=helper.make_tensor("v", TensorProto.BOOL, [1], [True])),
+             helper.make_node("Where", ["t", "x", "z"], ["y"], name="where")]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in ("x", "z")]
+    model = _model(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.uniform(-1, 1, (2, 3)).astype("float32") for n in ("x", "z")}
+    (out,) = tvm_ascend.build(model).run(feeds)
+    assert_close(out, run_onnxruntime(model, feeds)[0], "float32")

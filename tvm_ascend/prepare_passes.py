@@ -186,7 +186,7 @@ class _ParallelMatmuls:
             members = [m for m in members
                        if isinstance((m[1] or m[0]).var, relax.DataflowVar)]
             if len(members) >= 2:
-                with_bias = all(m[2] is not None for m in members)
+                with_bias = all(m[3] is not None for m in members)  # m: (mm, add, w, bias)
                 self.groups.append([(mm, add if with_bias else None, w, b if with_bias else None)
                                     for mm, add, w, b in members])
 

@@ -12,6 +12,9 @@ model had. Only the cases TVM 0.27 gets wrong are rewritten:
   without broadcasting it with the data's ((3, 1) to [2, 1, 6] gives (2, 1, 6), not
   (2, 3, 6)). The shape becomes ``Max(shape, data's shape)`` (padded to one rank), the
   broadcast shape, which TVM's Expand then takes as it is.
+* ``ConstantOfShape`` of an empty shape (a 0-d result, as PyTorch's TorchScript exporter
+  writes the ``True`` of an attention mask): TVM broadcasts a [1] value to the 0-d shape and
+  fails. It becomes a 0-d ``Constant`` of the value.
 * ``BatchNormalization`` with ``training_mode=1``: TVM normalises with the running statistics.
   It becomes the training-mode formula (batch mean and biased variance over every axis but
   the channel's; the running statistics updated with ``momentum``), as ONNX defines it.
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnx
+import onnx.numpy_helper
 from onnx import TensorProto, helper
 
 logger = logging.getLogger("tvm_ascend.frontend")
@@ -39,7 +44,9 @@ def rewrite_for_import(model: onnx.ModelProto) -> onnx.ModelProto:
     constants = {init.name for init in graph.initializer} | \
         {out for node in graph.node if node.op_type == "Constant" for out in node.output}
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-    wanted = [i for i, node in enumerate(graph.node) if _needs_rewrite(node, read, constants)]
+    empty = _empty_shapes(graph)
+    wanted = [i for i, node in enumerate(graph.node)
+              if _needs_rewrite(node, read, constants, empty)]
     if not wanted:
         return model
     model = _copy(model)
@@ -54,6 +61,8 @@ def rewrite_for_import(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes += _layer_norm_body(node, name, opset, types)
         elif node.op_type == "Expand":
             nodes += _expand_to_broadcast_shape(node, name, types)
+        elif node.op_type == "ConstantOfShape":
+            nodes.append(_scalar_constant(node, name))
         else:
             nodes += _batch_norm_training(node, name, opset, types)
         logger.info("%s (%s) rewritten before import: TVM's importer gets it wrong",
@@ -63,7 +72,30 @@ def rewrite_for_import(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _needs_rewrite(node, read: set, constants: set) -> bool:
+def _empty_shapes(graph) -> set:
+    """Names of the constant int64 tensors with no element (an empty shape)."""
+    empty = {init.name for init in graph.initializer if list(init.dims) == [0]}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None and list(value.dims) == [0]:
+                empty.update(node.output)
+    return empty
+
+
+def _scalar_constant(node, name: str):
+    """A ConstantOfShape of an empty shape: a 0-d Constant of its value (0.0 float when the
+    node gives none, as ONNX says)."""
+    value = next((a.t for a in node.attribute if a.name == "value"), None)
+    array = onnx.numpy_helper.to_array(value).reshape(()) if value is not None else \
+        np.zeros((), np.float32)
+    return helper.make_node("Constant", [], list(node.output), name=name,
+                            value=onnx.numpy_helper.from_array(array, name))
+
+
+def _needs_rewrite(node, read: set, constants: set, empty: set) -> bool:
+    if node.op_type == "ConstantOfShape":
+        return bool(node.input) and node.input[0] in empty
     if node.op_type == "LayerNormalization":
         return any(out and out in read for out in node.output[1:])
     if node.op_type == "Expand":
