@@ -71,7 +71,7 @@ class MatmulKernelPrinter:
         self.params = list(func.params)
         self.names = {p.name: ident(p.name) for p in self.params}
         self.ctype = cpp_type(self.shape.dtype)
-        self.a_name, self.b_name = self.names[self.params[0].name], self.names[self.params[1].name]
+        self.a_name, self.b_name = self.names[self.shape.a_name], self.names[self.shape.b_name]
         self.out_name = self.names[self.params[-1].name]
 
     @property
