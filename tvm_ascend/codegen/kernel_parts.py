@@ -16,11 +16,36 @@ CPP_KEYWORDS = frozenset({
     "union", "unsigned", "using", "virtual", "void", "volatile", "while", "half"})
 
 
+# What the printers declare themselves (members, Init and entry parameters, locals), and the
+# stems of those that end in a suffix a tensor's identifier takes (``cTile`` is ``c`` +
+# ``Tile``, ``outQue`` ``out`` + ``Que``): a tensor named so would redeclare or shadow one of
+# them. test_printer derives the set from the printers' sources and checks it is complete.
+PRINTER_NAMES = frozenset("""
+    acc accBuf accLocal aligned at avail b base batch before bits blockBuf blockEnd blockLen
+    blockLength blockRows blockStart blockUnits blocks bottom burst bursts c c0 cTile chunkCols
+    chunks ci ciLo cnt co0 col colBuf colElems colFor colGm colKey colOff cols copied copy count
+    countBuf counts coutG curKv curM curN curQ device divisor dst elapsedMs epiBuf f fillValue
+    first first0 first1 firstRow fit folded g h hi i i0 ih ihHi image in inQue inTile inner item
+    itemsPerCore iw j jj k k0 kBase kChunk kHi kLo kc keepBase keepBits keepH kk kvOff kx ky
+    landed last len lo m mIdx mOff mTile margin maskBase maskF n nOff nTile now numel o offs
+    offsetBuf offsets offsetsFor oh oh0 oh1 on op out outGm outQue outT outTile outer over p p0
+    padded part partBuf pipe pitch plane planesPer planesPerTile preBuf q qAt qOff r r0 reduce
+    reducedBuf repRows repeats rest restM restN round roundM roundN row rowBuf rowEnd rowMax
+    rowOff rowStart rowTaps rowTiles rows rowsPer rowsPerTile s shift shifted singleM singleN
+    slab slabBuf slabLead src stat stride t tail tap taps tile tileLength tileRows tiles tilesM
+    tilesN tilesPerCore tiling tilingData tmpBuf top totalItems totalLength totalTiles
+    totalUnits u unit unitEnd unitStart units unitsPerCore v vBase vBuf vRow valueBuf values
+    whole work workBuf workspace
+""".split())
+
+
 def ident(name: str) -> str:
-    """A C++ identifier for a TIR buffer name: never a keyword, never starting with a digit
-    (ONNX tensor names are free text: ``long``, ``1``)."""
+    """A C++ identifier for a TIR buffer name: never a keyword, never a name the printers
+    declare themselves, never starting with a digit (ONNX tensor names are free text:
+    ``long``, ``1``, ``c`` beside the product tile ``cTile``)."""
     text = "".join(ch if ch.isalnum() else "_" for ch in name)
-    return text + "_" if text in CPP_KEYWORDS or text[:1].isdigit() else text
+    reserved = text in CPP_KEYWORDS or text in PRINTER_NAMES or text[:1].isdigit()
+    return text + "_" if reserved else text
 
 
 def emit_vector_kernel(buf: CodeBuffer, printer, params: list[str]) -> None:
