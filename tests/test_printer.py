@@ -126,3 +126,46 @@ def test_every_identifier_a_printer_declares_is_reserved_from_tensor_names():
         declared |= {stem for stem, _ in _SUFFIXED.findall(text)}
     assert declared - PRINTER_NAMES == set()
     assert [ident(n) for n in ("c", "tiling", "x", "long")] == ["c_", "tiling_", "x", "long_"]
+
+
+def _planned_sources(model, config):
+    """Each NPU kernel's source as printed for ``model``: planned, scheduled and printed, not
+    compiled, run or given any memory."""
+    from tvm_ascend import ir_attrs
+    from tvm_ascend.codegen.ascendc_printer import kernel_source
+    from tvm_ascend.codegen.ext_codegen import scheduled_kernels
+    from tvm_ascend.scheduling import schedule_groups
+
+    result = tvm_ascend.partition_for_ascend(model, config)
+    scheduled, _ = schedule_groups(result.mod, config.soc)
+    funcs = [f for f in scheduled.functions.values() if f.attrs and ir_attrs.PRIM_FUNC in f.attrs]
+    return [kernel_source(kernel, config.soc) for kernel in scheduled_kernels(funcs)]
+
+
+def test_a_row_too_long_for_its_32_bit_tiling_field_is_refused_not_truncated():
+    """x[2, 5e9] -> Relu is planned as rows of 5e9 elements; the kernel keeps a row's length
+    in ``uint32_t cols`` and printed 5000000000 into it."""
+    from onnx import TensorProto, helper
+
+    from tvm_ascend.errors import CodegenError
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "long_rows",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5_000_000_000])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5_000_000_000])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(CodegenError) as info:
+        _planned_sources(model, tvm_ascend.CompileConfig())
+    message = str(info.value)
+    assert "cols" in message and "5000000000" in message and "uint32_t" in message, message
+
+
+def test_tiling_fields_are_checked_against_their_types():
+    from tvm_ascend.codegen.cpp_types import field_literal
+    from tvm_ascend.errors import CodegenError
+
+    assert field_literal("k0", "cols", "uint32_t", 2**32 - 1) == "4294967295"
+    assert field_literal("k0", "rows", "uint64_t", 5_000_000_000) == "5000000000"
+    for ctype, value in (("uint32_t", 2**32), ("int32_t", 2**31), ("uint32_t", -1)):
+        with pytest.raises(CodegenError, match=f"k0: tiling field f = {value} .*{ctype}"):
+            field_literal("k0", "f", ctype, value)

@@ -2,7 +2,10 @@
 ``extern "C"`` entry. Each function prints one construct."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .code_buffer import CodeBuffer
+from .cpp_types import field_literal
 from .templates import tile_copy_helpers
 
 
@@ -46,6 +49,51 @@ def ident(name: str) -> str:
     text = "".join(ch if ch.isalnum() else "_" for ch in name)
     reserved = text in CPP_KEYWORDS or text in PRINTER_NAMES or text[:1].isdigit()
     return text + "_" if reserved else text
+
+
+@dataclass(frozen=True)
+class TilingField:
+    """One field of a vector kernel's ``struct TilingData``: its type, name, the value the
+    launcher writes and what it counts."""
+
+    ctype: str
+    name: str
+    value: int
+    comment: str = ""
+
+
+def emit_tiling_fields(buf: CodeBuffer, symbol: str, fields: list[TilingField]) -> None:
+    """``struct TilingData`` of ``fields``, each value checked against its type
+    (``field_literal``: a value too large is refused, never truncated)."""
+    width = max(len(f"{f.ctype} {f.name};") for f in fields) + 2
+    with buf.indent("struct TilingData {", "};"):
+        for f in fields:
+            field_literal(symbol, f.name, f.ctype, f.value)
+            decl = f"{f.ctype} {f.name};"
+            buf.line(f"{decl:<{width}}// {f.comment}" if f.comment else decl)
+
+
+def emit_field_assignments(buf: CodeBuffer, symbol: str, var: str, ctype: str,
+                           values: dict) -> None:
+    """``var.field = value;`` for each of ``values`` (a launcher filling a cube kernel's
+    TilingData, fields such as ``cube.M``), every value checked against the fields' type."""
+    for field, value in values.items():
+        buf.line(f"{var}.{field} = {field_literal(symbol, field, ctype, value)};")
+
+
+def row_tiling_fields(tiling) -> list[TilingField]:
+    """The fields of the row kernels (row reduce, data movement): rows split over the cores,
+    tiles of whole rows."""
+    return [TilingField("uint64_t", "rows", tiling.total, "rows of the output"),
+            TilingField("uint64_t", "blockRows", tiling.block_len,
+                        "rows per core (the last core takes the rest)"),
+            TilingField("uint32_t", "tileRows", tiling.tile_len, "rows per UB tile"),
+            TilingField("uint32_t", "cols", tiling.cols, "elements per row")]
+
+
+def tiling_values(fields: list[TilingField]) -> dict:
+    """{name: value} of ``fields`` in field order: what the host launcher writes."""
+    return {f.name: f.value for f in fields}
 
 
 def emit_vector_kernel(buf: CodeBuffer, printer, params: list[str]) -> None:
