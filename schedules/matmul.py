@@ -81,6 +81,10 @@ class MatmulShape:
     a_batched: bool
     b_batched: bool
     dtype: str
+    # the operands' buffer names: one tensor may be both (``x @ x``), so a printer takes them
+    # from the product's loads, never from the parameters' order
+    a_name: str = ""
+    b_name: str = ""
 
 
 
@@ -133,7 +137,8 @@ def matmul_shape(func) -> MatmulShape | None:
     if {dtype, str(load_buffer(a_load).dtype), str(load_buffer(b_load).dtype)} != {dtype}:
         return None
     return MatmulShape(batch, int(spatial[-2].dom.extent), int(spatial[-1].dom.extent),
-                       int(reduce_iter_vars(first)[0].dom.extent), a_batched, b_batched, dtype)
+                       int(reduce_iter_vars(first)[0].dom.extent), a_batched, b_batched, dtype,
+                       load_buffer(a_load).name, load_buffer(b_load).name)
 
 
 class MatmulSchedule:

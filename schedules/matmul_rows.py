@@ -26,6 +26,7 @@ Decision(ok=True, reason='matmul 128x768 @ 768x768 with a row epilogue over N=76
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -161,7 +162,7 @@ def _folded(shape: MatmulShape) -> MatmulShape:
     """Batch rows of A over shared weights are one taller matrix (A is contiguous
     [batch * m, k]); a per-batch B (refused for now) would keep the batches apart."""
     if shape.a_batched and not shape.b_batched:
-        return MatmulShape(1, shape.batch * shape.m, shape.n, shape.k, False, False, shape.dtype)
+        return dataclasses.replace(shape, batch=1, m=shape.batch * shape.m, a_batched=False)
     return shape
 
 

@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
 import tvm_ascend
+from conftest import TOLERANCES
 from tvm_ascend.compare import compare_model, format_comparison
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,3 +46,36 @@ def test_compare_command_rejects_an_unknown_variant():
                            str(DEMO), "--variants", "off,fastest"], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 2 and "fastest" in done.stderr
+
+
+def _rmsnorm(hidden=64):
+    """The 6-node RMSNorm exporters write: x * x -> ReduceMean -> + eps -> Sqrt -> x / rms ->
+    * weight; its first node reads x twice."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+             helper.make_node("Add", ["ms", "eps"], ["mse"]),
+             helper.make_node("Sqrt", ["mse"], ["rms"]),
+             helper.make_node("Div", ["x", "rms"], ["normed"]),
+             helper.make_node("Mul", ["normed", "weight"], ["y"])]
+    inits = [numpy_helper.from_array(np.linspace(0.5, 1.5, hidden).astype("float32"), "weight"),
+             numpy_helper.from_array(np.array(1e-6, "float32"), "eps")]
+    graph = helper.make_graph(nodes, "rmsnorm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, hidden])],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_compare_an_rmsnorm_whose_first_node_reads_x_twice():
+    """With fusion off, Mul(x, x) is a kernel of its own, and it did not compile (its two
+    parameters were both named x)."""
+    results, source = compare_model(_rmsnorm(), variants=["off", "aggressive"])
+    assert source == "onnxruntime"
+    off, fused = results
+    assert (off.launches, fused.launches) == (6, 1)
+    for result in results:
+        assert all(rel < TOLERANCES["float32"]["rtol"] for _, rel in result.output_errors.values())
+    assert [row[:3] for row in fused.group_errors] == [("G0", "ReductionFusion", "y")]

@@ -6,11 +6,13 @@ import json
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
 from test_row_reduce import _layernorm_chain
+from tvm_ascend import ir_attrs
 
 
 def _model():
@@ -208,3 +210,67 @@ def test_atc_style_forms_no_group_of_two_patterns():
     assert any("ATC's fixed passes form no group of two patterns" in reason
                for _, _, reason, *_ in atc.edges)
     assert any(both <= set(g.rules) for g in found["tvm_ascend"].groups)
+
+
+def _reads_one_tensor_twice(dtype):
+    """Nodes that each read one tensor twice, one per template: elementwise (Add, Mul),
+    Where(c, x, x), Concat(x, x, x) (data movement) and x @ x + x (the cube, its epilogue
+    reading the operand again)."""
+    b = ModelBuilder(dtype, seed=11)
+    x, s = b.input("x", (4, 8)), b.input("s", (16, 16))
+    b.inputs.append(helper.make_tensor_value_info("c", TensorProto.BOOL, (4, 8)))
+    b.feeds["c"] = b.rng.random((4, 8)) > 0.5
+    b.output(b.node("Add", [x, x]), (4, 8))
+    b.output(b.node("Mul", [x, x]), (4, 8))
+    b.output(b.node("Where", ["c", x, x]), (4, 8))
+    b.output(b.node("Concat", [x, x, x], axis=1), (4, 24))
+    b.output(b.node("Add", [b.node("MatMul", [s, s]), s]), (16, 16))
+    return b
+
+
+def _check_reads_one_tensor_twice(builder, **config):
+    model = builder.model()
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(**config))
+    for out, ref in zip(lib.run(builder.feeds), run_onnxruntime(model, builder.feeds)):
+        assert_close(out, ref, builder.dtype)
+    report = lib.fusion_report()
+    assert report["kernels"]["host"] == 0, [g["reason"] for g in report["groups"]]
+    return report
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+@pytest.mark.parametrize("level", ["off", "conservative", "aggressive"])
+def test_a_node_reading_one_tensor_twice_builds_at_every_level(level, soc):
+    """LegalizeOps names a PrimFunc's parameters after its arguments: ``Add(x, x)`` had two
+    buffers named x and g++ refused the kernel (``redefinition of 'uint8_t* x'``)."""
+    builder = _reads_one_tensor_twice("float32")
+    report = _check_reads_one_tensor_twice(builder, fusion_level=level, soc_version=soc)
+    if level == "off":
+        assert all(g["rule"] == "single-op" for g in report["groups"])
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+def test_a_node_reading_one_tensor_twice_in_float16(soc):
+    _check_reads_one_tensor_twice(_reads_one_tensor_twice("float16"), fusion_level="off",
+                                  soc_version=soc)
+
+
+def test_a_node_reading_one_tensor_twice_under_an_all_off_switch_file(tmp_path):
+    switch = tmp_path / "fusion_switch.cfg"
+    switch.write_text("ALL:off\n")
+    report = _check_reads_one_tensor_twice(_reads_one_tensor_twice("float32"),
+                                           fusion_switch_file=str(switch))
+    assert report["rules_on"] == []
+
+
+def test_a_kernel_has_one_parameter_per_distinct_tensor():
+    """x read twice reaches the kernel once: one GM argument, read from GM once."""
+    b = ModelBuilder("float32", seed=2)
+    x = b.input("x", (4, 8))
+    b.output(b.node("Mul", [x, x]), (4, 8))
+    result = tvm_ascend.partition_for_ascend(b.model(), tvm_ascend.CompileConfig(
+        fusion_level="off"))
+    kernels = [f for f in result.mod.functions.values()
+               if f.attrs and ir_attrs.PRIM_FUNC in f.attrs]
+    assert [[p.name for p in k.attrs[ir_attrs.PRIM_FUNC].params][:-1] for k in kernels] == \
+        [["x"]]

@@ -200,3 +200,16 @@ def test_partitioner_keeps_the_faster_tiling_variant_and_the_kernel_obeys_it():
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
     assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
     assert launch["peak_ub_bytes"] == tiling["ub_bytes"] and launch["warnings"] == []
+
+
+def test_gemm_with_a_full_matrix_c_alone_matches_onnx():
+    """ONNX's test_gemm_default_matrix_bias built alone (the node table builds it batched, its
+    tensors prefixed): the epilogue input ``c`` made ``cTile``, the product tile's own name,
+    and g++ refused the kernel."""
+    import onnx_node_table as table
+
+    case = table.load_cases(["test_gemm_default_matrix_bias"], ["gemm"])[
+        "test_gemm_default_matrix_bias"]
+    assert [i.name for i in case["model"].graph.input] == ["a", "b", "c"]
+    row = table.run_case(case)
+    assert (row["result"], row["where"]) == ("passed", "npu"), row

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+import pytest
+
 import tvm_ascend
+from conftest import assert_close, run_onnxruntime
 from tvm_ascend.codegen import EMITTED_API
 from tvm_ascend.schedules.tile_values import VECTOR_BINARY, VECTOR_CALLS
 from tvm_ascend.codegen.vector_emitters import BINARY_CALL_EMITTERS, BINARY_EMITTERS, CALL_EMITTERS
@@ -68,3 +72,100 @@ def test_printer_covers_every_vectorisable_construct():
 def test_half_kernels_use_half_types():
     (source,) = _sources(["relu", "mul_scalar"], dtype="float16").values()
     assert "AscendC::LocalTensor<half>" in source and "float>" not in source
+
+
+# tensors named like what the printers declare themselves (the product tile is ``cTile``, the
+# output queue ``outQue``, Init takes ``tiling`` / ``t`` and ``pipe``, the entry ``workspace``)
+PRINTER_LIKE_NAMES = ("c", "out", "tiling", "t", "pipe", "workspace", "op", "tilingData",
+                      "rowBuf", "acc")
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+def test_tensor_names_the_printers_use_themselves_compile(soc):
+    """One input of each such name through every vector and cube template: the kernels
+    compile (they did not: ``redeclaration of cTile``, ``request for member InitBuffer in
+    pipe``) and match onnxruntime."""
+    b = ModelBuilder("float32", seed=4)
+    for name in PRINTER_LIKE_NAMES:
+        x = b.input(name, (4, 8))
+        w = b.const(b.rng.standard_normal((8, 8)), "w")
+        b.output(b.node("Add", [b.node("MatMul", [x, w]), x]), (4, 8))
+        b.output(b.node("Mul", [b.node("Softmax", [x], axis=-1), x]), (4, 8))
+        b.output(b.node("Relu", [b.node("Sub", [x, b.const(np.array(1.0), "one")])]), (4, 8))
+        b.output(b.node("Concat", [x, b.node("Neg", [x])], axis=1), (4, 16))
+        b.output(b.node("ReduceSum", [x, b.int_const([0])], keepdims=1), (1, 8))
+    model = b.model()
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(soc_version=soc))
+    for out, ref in zip(lib.run(b.feeds), run_onnxruntime(model, b.feeds)):
+        assert_close(out, ref, "float32")
+    assert lib.fusion_report()["kernels"]["host"] == 0
+
+
+# what the printers declare (members, Init / entry parameters, locals) and the suffixes a
+# tensor's identifier takes (xGm, xTile, ...)
+_DECLARED = re.compile(
+    r"(?:u?int(?:8|16|32|64)_t|auto|float|half|bool|LocalTensor<[^>]*>|TBuf<[^>]*>|"
+    r"TQue<[^>]*>|TPipe\*?|TilingData&?|Kernel|GM_ADDR|GlobalTensor<[^>]*>) "
+    r"([a-z][A-Za-z0-9_]*)\s*[=;,)\[]")
+_SUFFIXED = re.compile(r"(?<![{A-Za-z0-9_])([a-z][A-Za-z0-9_]*?)"
+                       r"(Gm|Que|Tile|Val|Col|Res|Epi|Row|Rep|Local|RowVal|RepBuf)\b")
+
+
+def test_every_identifier_a_printer_declares_is_reserved_from_tensor_names():
+    """A tensor named like one of them gets another identifier (``ident``), so adding a member
+    or a local to a printer cannot break a model whose tensor has that name."""
+    from pathlib import Path
+
+    from tvm_ascend.codegen import kernel_parts
+    from tvm_ascend.codegen.kernel_parts import PRINTER_NAMES, ident
+
+    declared = set()
+    for path in Path(kernel_parts.__file__).parent.glob("*.py"):
+        text = path.read_text()
+        declared |= set(_DECLARED.findall(text))
+        declared |= {stem for stem, _ in _SUFFIXED.findall(text)}
+    assert declared - PRINTER_NAMES == set()
+    assert [ident(n) for n in ("c", "tiling", "x", "long")] == ["c_", "tiling_", "x", "long_"]
+
+
+def _planned_sources(model, config):
+    """Each NPU kernel's source as printed for ``model``: planned, scheduled and printed, not
+    compiled, run or given any memory."""
+    from tvm_ascend import ir_attrs
+    from tvm_ascend.codegen.ascendc_printer import kernel_source
+    from tvm_ascend.codegen.ext_codegen import scheduled_kernels
+    from tvm_ascend.scheduling import schedule_groups
+
+    result = tvm_ascend.partition_for_ascend(model, config)
+    scheduled, _ = schedule_groups(result.mod, config.soc)
+    funcs = [f for f in scheduled.functions.values() if f.attrs and ir_attrs.PRIM_FUNC in f.attrs]
+    return [kernel_source(kernel, config.soc) for kernel in scheduled_kernels(funcs)]
+
+
+def test_a_row_too_long_for_its_32_bit_tiling_field_is_refused_not_truncated():
+    """x[2, 5e9] -> Relu is planned as rows of 5e9 elements; the kernel keeps a row's length
+    in ``uint32_t cols`` and printed 5000000000 into it."""
+    from onnx import TensorProto, helper
+
+    from tvm_ascend.errors import CodegenError
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "long_rows",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5_000_000_000])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5_000_000_000])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(CodegenError) as info:
+        _planned_sources(model, tvm_ascend.CompileConfig())
+    message = str(info.value)
+    assert "cols" in message and "5000000000" in message and "uint32_t" in message, message
+
+
+def test_tiling_fields_are_checked_against_their_types():
+    from tvm_ascend.codegen.cpp_types import field_literal
+    from tvm_ascend.errors import CodegenError
+
+    assert field_literal("k0", "cols", "uint32_t", 2**32 - 1) == "4294967295"
+    assert field_literal("k0", "rows", "uint64_t", 5_000_000_000) == "5000000000"
+    for ctype, value in (("uint32_t", 2**32), ("int32_t", 2**31), ("uint32_t", -1)):
+        with pytest.raises(CodegenError, match=f"k0: tiling field f = {value} .*{ctype}"):
+            field_literal("k0", "f", ctype, value)

@@ -15,7 +15,7 @@ from ..schedules.attention import attention_shape, ub_layout
 from ..schedules.tile_values import buffer_size
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
-from .kernel_parts import cube_prelude, emit_cube_entry, ident
+from .kernel_parts import cube_prelude, emit_cube_entry, emit_field_assignments, ident
 from .matmul_kernel import CUBE_FIELDS
 
 SYNC = ("AscendC::SetFlag<AscendC::HardEvent::{0}>(0); "
@@ -324,10 +324,10 @@ class AttentionKernelPrinter:
               "baseK": p["base_kv"]}
         buf.line(f"{self.symbol}_impl::TilingData {var}{{}};")
         for name, values in (("qk", qk), ("pv", pv)):
-            for field in CUBE_FIELDS:
-                buf.line(f"{var}.{name}.{field} = {values[field]};")
-        buf.line(f"{var}.itemsPerCore = {t.block_len};")
-        buf.line(f"{var}.totalItems = {t.total};")
+            emit_field_assignments(buf, self.symbol, var, "int32_t",
+                                   {f"{name}.{field}": values[field] for field in CUBE_FIELDS})
+        emit_field_assignments(buf, self.symbol, var, "uint32_t",
+                               {"itemsPerCore": t.block_len, "totalItems": t.total})
 
     def tiling_values(self) -> dict:
         return {}

@@ -23,7 +23,8 @@ from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
-from .kernel_parts import emit_vector_kernel, ident
+from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
+                           tiling_values)
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
 from .vector_emitters import Operand
@@ -69,13 +70,7 @@ class AxisReduceKernelPrinter:
         emit_vector_kernel(buf, self, [self.names[p.name] for p in self.params])
 
     def emit_tiling_struct(self, buf):
-        with buf.indent("struct TilingData {", "};"):
-            buf.line("uint64_t units;       // (outer index, chunk of the inner axes) pairs")
-            buf.line("uint64_t blockUnits;  // units per core (the last core takes the rest)")
-            buf.line("uint64_t outer;       // product of the axes before the reduced ones")
-            buf.line("uint64_t reduce;      // product of the reduced axes")
-            buf.line("uint64_t inner;       // product of the axes after them")
-            buf.line("uint32_t tileRows;    // reduced rows per UB tile")
+        emit_tiling_fields(buf, self.symbol, self.tiling_fields())
         buf.line(f"constexpr uint32_t CHUNK = {self.tiling.cols};  // inner elements per unit, "
                  "UB row stride (32-byte aligned)")
         buf.line(f"constexpr uint32_t SLOT_BYTES = {self.program.slot_bytes};  // per element, "
@@ -351,12 +346,25 @@ class AxisReduceKernelPrinter:
             buf.line(f"uint64_t {name} = 0;")
         buf.line("uint32_t tileRows = 0;")
 
+    def tiling_fields(self) -> list[TilingField]:
+        """TilingData's fields with the values the host launcher writes."""
+        t = self.tiling
+        return [TilingField("uint64_t", "units", t.total,
+                            "(outer index, chunk of the inner axes) pairs"),
+                TilingField("uint64_t", "blockUnits", t.block_len,
+                            "units per core (the last core takes the rest)"),
+                TilingField("uint64_t", "outer", t.params["outer"],
+                            "product of the axes before the reduced ones"),
+                TilingField("uint64_t", "reduce", t.params["reduce"],
+                            "product of the reduced axes"),
+                TilingField("uint64_t", "inner", t.params["inner"],
+                            "product of the axes after them"),
+                TilingField("uint32_t", "tileRows", t.params["tile_rows"],
+                            "reduced rows per UB tile")]
+
     def tiling_values(self) -> dict:
         """Values the host launcher writes into TilingData, in field order."""
-        t = self.tiling
-        return {"units": t.total, "blockUnits": t.block_len, "outer": t.params["outer"],
-                "reduce": t.params["reduce"], "inner": t.params["inner"],
-                "tileRows": t.params["tile_rows"]}
+        return tiling_values(self.tiling_fields())
 
     def kernel_params(self) -> list:
         """(name, dtype, element count) of each GM parameter, in entry order."""

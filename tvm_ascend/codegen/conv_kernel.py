@@ -34,7 +34,7 @@ from ..schedules.tir_walk import expr_dtype, schedule_blocks
 from .code_buffer import CodeBuffer
 from .conv_img2col_printer import Img2colPrinter
 from .cpp_types import cpp_type
-from .kernel_parts import cube_prelude, emit_cube_entry, ident
+from .kernel_parts import cube_prelude, emit_cube_entry, emit_field_assignments, ident
 from .matmul_kernel import CUBE_FIELDS
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
@@ -431,21 +431,17 @@ class ConvKernelPrinter:
                   "stepKa": 1, "stepKb": 1, "isBias": 0, "iterateOrder": 0, "dbL0A": 2,
                   "dbL0B": 2, "dbL0C": 1}
         buf.line(f"{self.symbol}_impl::TilingData {var}{{}};")
-        for field in CUBE_FIELDS:
-            buf.line(f"{var}.cube.{field} = {values[field]};")
-        for field in GEOMETRY:
-            buf.line(f"{var}.{field} = {p[field]};")
-        for field, value in (("sh", p["stride"][0]), ("sw", p["stride"][1]),
-                             ("dh", p["dilation"][0]), ("dw", p["dilation"][1]),
-                             ("padT", p["pad"][0]), ("padL", p["pad"][1]),
-                             ("pitch", p["align_n"]),
-                             ("kChunk", p["k_chunk"]), ("tilesM", p["tiles_m"]),
-                             ("tilesN", p["tiles_n"]), ("tilesPerCore", t.block_len),
-                             ("totalTiles", t.total), ("slabLead", p["slab_lead"]),
-                             ("slabRowPitch", p["slab_row_pitch"]),
-                             ("slabPitch", p["slab_pitch"]),
-                             ("slabChannels", p["slab_channels"])):
-            buf.line(f"{var}.{field} = {value};")
+        emit_field_assignments(buf, self.symbol, var, "int32_t",
+                               {f"cube.{field}": values[field] for field in CUBE_FIELDS})
+        emit_field_assignments(buf, self.symbol, var, "int32_t", {
+            **{field: p[field] for field in GEOMETRY},
+            "sh": p["stride"][0], "sw": p["stride"][1], "dh": p["dilation"][0],
+            "dw": p["dilation"][1], "padT": p["pad"][0], "padL": p["pad"][1]})
+        emit_field_assignments(buf, self.symbol, var, "uint32_t", {
+            "pitch": p["align_n"], "kChunk": p["k_chunk"], "tilesM": p["tiles_m"],
+            "tilesN": p["tiles_n"], "tilesPerCore": t.block_len, "totalTiles": t.total,
+            "slabLead": p["slab_lead"], "slabRowPitch": p["slab_row_pitch"],
+            "slabPitch": p["slab_pitch"], "slabChannels": p["slab_channels"]})
 
     def user_workspace_bytes(self) -> int:
         """GM workspace of the col blocks: one per core (split chips, not the direct mode)."""

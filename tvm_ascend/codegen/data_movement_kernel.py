@@ -15,7 +15,8 @@ from ..schedules.tile_values import buffer_size, expr_key, flat_offset
 from ..schedules.tir_walk import load_buffer
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type, float_literal
-from .kernel_parts import emit_vector_kernel, ident
+from .kernel_parts import (emit_tiling_fields, emit_vector_kernel, ident, row_tiling_fields,
+                           tiling_values)
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
 from .vector_emitters import Operand
@@ -73,11 +74,7 @@ class DataMovementKernelPrinter:
         emit_vector_kernel(buf, self, [self.names[p.name] for p in self.params])
 
     def emit_tiling_struct(self, buf):
-        with buf.indent("struct TilingData {", "};"):
-            buf.line("uint64_t rows;       // rows of the output")
-            buf.line("uint64_t blockRows;  // rows per core (the last core takes the rest)")
-            buf.line("uint32_t tileRows;   // rows per UB tile")
-            buf.line("uint32_t cols;       // elements per row")
+        emit_tiling_fields(buf, self.symbol, row_tiling_fields(self.tiling))
         buf.line(f"constexpr uint32_t ROW_STRIDE = {self.program.row_stride};  // a row padded "
                  "to 32 bytes")
         buf.line(f"constexpr uint32_t TILE_ROWS = {self.tiling.tile_len};  // staging layout")
@@ -317,8 +314,7 @@ class DataMovementKernelPrinter:
         buf.line("uint32_t cols = 0;")
 
     def tiling_values(self) -> dict:
-        return {"rows": self.tiling.total, "blockRows": self.tiling.block_len,
-                "tileRows": self.tiling.tile_len, "cols": self.tiling.cols}
+        return tiling_values(row_tiling_fields(self.tiling))
 
     def kernel_params(self) -> list:
         return [(self.names[q.name], str(q.dtype), buffer_size(q)) for q in self.params]

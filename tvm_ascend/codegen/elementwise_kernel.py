@@ -16,7 +16,8 @@ from ..schedules.tile_values import (AccessKind, buffer_size, classify_load, exp
                                      make_analyzer, plan_tile_values)
 from ..schedules.tir_walk import expr_dtype, first_block_realize, param_buffers
 from .code_buffer import CodeBuffer
-from .kernel_parts import emit_vector_kernel, ident
+from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
+                           tiling_values)
 from .cpp_types import cpp_type, dtype_bytes
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
@@ -113,10 +114,7 @@ class ElementwiseKernelPrinter:
         emit_vector_kernel(buf, self, [self._name(p) for p in self.params])
 
     def emit_tiling_struct(self, buf):
-        with buf.indent("struct TilingData {", "};"):
-            buf.line("uint64_t totalLength;   // elements of the output")
-            buf.line("uint64_t blockLength;   // elements per core (the last core takes the rest)")
-            buf.line("uint32_t tileLength;    // elements per UB tile")
+        emit_tiling_fields(buf, self.symbol, self.tiling_fields())
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
         buf.line(f"constexpr uint32_t SLOT_BYTES = {self.slot_bytes};  // per element, temps")
         buf.line()
@@ -259,10 +257,17 @@ class ElementwiseKernelPrinter:
         buf.line("uint64_t blockLen = 0;")
         buf.line("uint32_t tileLength = 0;")
 
+    def tiling_fields(self) -> list[TilingField]:
+        """TilingData's fields with the values the host launcher writes."""
+        t = self.tiling
+        return [TilingField("uint64_t", "totalLength", t.total, "elements of the output"),
+                TilingField("uint64_t", "blockLength", t.block_len,
+                            "elements per core (the last core takes the rest)"),
+                TilingField("uint32_t", "tileLength", t.tile_len, "elements per UB tile")]
+
     def tiling_values(self) -> dict:
         """Values the host launcher writes into TilingData."""
-        return {"totalLength": self.tiling.total, "blockLength": self.tiling.block_len,
-                "tileLength": self.tiling.tile_len}
+        return tiling_values(self.tiling_fields())
 
     def kernel_params(self) -> list:
         """(name, dtype, element count) of each GM parameter, in entry order."""

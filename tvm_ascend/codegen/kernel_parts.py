@@ -2,7 +2,10 @@
 ``extern "C"`` entry. Each function prints one construct."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .code_buffer import CodeBuffer
+from .cpp_types import field_literal
 from .templates import tile_copy_helpers
 
 
@@ -16,11 +19,81 @@ CPP_KEYWORDS = frozenset({
     "union", "unsigned", "using", "virtual", "void", "volatile", "while", "half"})
 
 
+# What the printers declare themselves (members, Init and entry parameters, locals), and the
+# stems of those that end in a suffix a tensor's identifier takes (``cTile`` is ``c`` +
+# ``Tile``, ``outQue`` ``out`` + ``Que``): a tensor named so would redeclare or shadow one of
+# them. test_printer derives the set from the printers' sources and checks it is complete.
+PRINTER_NAMES = frozenset("""
+    acc accBuf accLocal aligned at avail b base batch before bits blockBuf blockEnd blockLen
+    blockLength blockRows blockStart blockUnits blocks bottom burst bursts c c0 cTile chunkCols
+    chunks ci ciLo cnt co0 col colBuf colElems colFor colGm colKey colOff cols copied copy count
+    countBuf counts coutG curKv curM curN curQ device divisor dst elapsedMs epiBuf f fillValue
+    first first0 first1 firstRow fit folded g h hi i i0 ih ihHi image in inQue inTile inner item
+    itemsPerCore iw j jj k k0 kBase kChunk kHi kLo kc keepBase keepBits keepH kk kvOff kx ky
+    landed last len lo m mIdx mOff mTile margin maskBase maskF n nOff nTile now numel o offs
+    offsetBuf offsets offsetsFor oh oh0 oh1 on op out outGm outQue outT outTile outer over p p0
+    padded part partBuf pipe pitch plane planesPer planesPerTile preBuf q qAt qOff r r0 reduce
+    reducedBuf repRows repeats rest restM restN round roundM roundN row rowBuf rowEnd rowMax
+    rowOff rowStart rowTaps rowTiles rows rowsPer rowsPerTile s shift shifted singleM singleN
+    slab slabBuf slabLead src stat stride t tail tap taps tile tileLength tileRows tiles tilesM
+    tilesN tilesPerCore tiling tilingData tmpBuf top totalItems totalLength totalTiles
+    totalUnits u unit unitEnd unitStart units unitsPerCore v vBase vBuf vRow valueBuf values
+    whole work workBuf workspace
+""".split())
+
+
 def ident(name: str) -> str:
-    """A C++ identifier for a TIR buffer name: never a keyword, never starting with a digit
-    (ONNX tensor names are free text: ``long``, ``1``)."""
+    """A C++ identifier for a TIR buffer name: never a keyword, never a name the printers
+    declare themselves, never starting with a digit (ONNX tensor names are free text:
+    ``long``, ``1``, ``c`` beside the product tile ``cTile``)."""
     text = "".join(ch if ch.isalnum() else "_" for ch in name)
-    return text + "_" if text in CPP_KEYWORDS or text[:1].isdigit() else text
+    reserved = text in CPP_KEYWORDS or text in PRINTER_NAMES or text[:1].isdigit()
+    return text + "_" if reserved else text
+
+
+@dataclass(frozen=True)
+class TilingField:
+    """One field of a vector kernel's ``struct TilingData``: its type, name, the value the
+    launcher writes and what it counts."""
+
+    ctype: str
+    name: str
+    value: int
+    comment: str = ""
+
+
+def emit_tiling_fields(buf: CodeBuffer, symbol: str, fields: list[TilingField]) -> None:
+    """``struct TilingData`` of ``fields``, each value checked against its type
+    (``field_literal``: a value too large is refused, never truncated)."""
+    width = max(len(f"{f.ctype} {f.name};") for f in fields) + 2
+    with buf.indent("struct TilingData {", "};"):
+        for f in fields:
+            field_literal(symbol, f.name, f.ctype, f.value)
+            decl = f"{f.ctype} {f.name};"
+            buf.line(f"{decl:<{width}}// {f.comment}" if f.comment else decl)
+
+
+def emit_field_assignments(buf: CodeBuffer, symbol: str, var: str, ctype: str,
+                           values: dict) -> None:
+    """``var.field = value;`` for each of ``values`` (a launcher filling a cube kernel's
+    TilingData, fields such as ``cube.M``), every value checked against the fields' type."""
+    for field, value in values.items():
+        buf.line(f"{var}.{field} = {field_literal(symbol, field, ctype, value)};")
+
+
+def row_tiling_fields(tiling) -> list[TilingField]:
+    """The fields of the row kernels (row reduce, data movement): rows split over the cores,
+    tiles of whole rows."""
+    return [TilingField("uint64_t", "rows", tiling.total, "rows of the output"),
+            TilingField("uint64_t", "blockRows", tiling.block_len,
+                        "rows per core (the last core takes the rest)"),
+            TilingField("uint32_t", "tileRows", tiling.tile_len, "rows per UB tile"),
+            TilingField("uint32_t", "cols", tiling.cols, "elements per row")]
+
+
+def tiling_values(fields: list[TilingField]) -> dict:
+    """{name: value} of ``fields`` in field order: what the host launcher writes."""
+    return {f.name: f.value for f in fields}
 
 
 def emit_vector_kernel(buf: CodeBuffer, printer, params: list[str]) -> None:

@@ -28,7 +28,8 @@ from ..schedules.row_program import RowAccessKind
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
-from .kernel_parts import cube_prelude, emit_cube_entry, emit_resident_columns, ident
+from .kernel_parts import (cube_prelude, emit_cube_entry, emit_field_assignments,
+                           emit_resident_columns, ident)
 from .cpp_types import cpp_type
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
@@ -71,7 +72,7 @@ class MatmulKernelPrinter:
         self.params = list(func.params)
         self.names = {p.name: ident(p.name) for p in self.params}
         self.ctype = cpp_type(self.shape.dtype)
-        self.a_name, self.b_name = self.names[self.params[0].name], self.names[self.params[1].name]
+        self.a_name, self.b_name = self.names[self.shape.a_name], self.names[self.shape.b_name]
         self.out_name = self.names[self.params[-1].name]
 
     @property
@@ -345,14 +346,12 @@ class MatmulKernelPrinter:
                   "isBias": 0, "iterateOrder": p["iterate_order"], "dbL0A": 2, "dbL0B": 2,
                   "dbL0C": 1, **mdl_steps(p)}
         buf.line(f"{self.symbol}_impl::TilingData {var}{{}};")
-        for field in CUBE_FIELDS:
-            buf.line(f"{var}.cube.{field} = {values[field]};")
-        tiles_m = -(-p["m"] // p["single_m"])
-        buf.line(f"{var}.batch = {p['batch']};")
-        buf.line(f"{var}.tilesM = {tiles_m};")
-        buf.line(f"{var}.tilesN = {-(-p['n'] // p['single_n'])};")
-        buf.line(f"{var}.tilesPerCore = {t.block_len};")
-        buf.line(f"{var}.totalTiles = {t.total};")
+        emit_field_assignments(buf, self.symbol, var, "int32_t",
+                               {f"cube.{field}": values[field] for field in CUBE_FIELDS})
+        emit_field_assignments(buf, self.symbol, var, "uint32_t", {
+            "batch": p["batch"], "tilesM": -(-p["m"] // p["single_m"]),
+            "tilesN": -(-p["n"] // p["single_n"]), "tilesPerCore": t.block_len,
+            "totalTiles": t.total})
 
     def tiling_values(self) -> dict:
         return {}

@@ -20,7 +20,8 @@ from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import expr_dtype, schedule_blocks
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type, dtype_bytes, float_literal
-from .kernel_parts import emit_vector_kernel, ident
+from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
+                           tiling_values)
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
 from .vector_emitters import Operand
@@ -94,12 +95,7 @@ class PoolKernelPrinter:
         emit_vector_kernel(buf, self, [self.names[p.name] for p in self.params])
 
     def emit_tiling_struct(self, buf):
-        with buf.indent("struct TilingData {", "};"):
-            buf.line("uint32_t totalUnits;     // (plane, chunk of output rows) units")
-            buf.line("uint32_t unitsPerCore;   // the last core takes the rest")
-            buf.line("uint32_t planesPerTile;  // units per tile (whole planes when > 1)")
-            buf.line("uint32_t rowsPerTile;    // output rows per chunk")
-            buf.line("uint32_t chunks;         // chunks per plane")
+        emit_tiling_fields(buf, self.symbol, self.tiling_fields())
         values = [(name, self.p[key] if index is None else self.p[key][index])
                   for name, key, index in GEOMETRY]
         buf.line("constexpr int32_t " + ", ".join(f"{n} = {v}" for n, v in values) + ";")
@@ -385,10 +381,21 @@ class PoolKernelPrinter:
         buf.line("uint32_t unitEnd = 0;")
 
     # ---- what the launcher needs ------------------------------------------------------------
-    def tiling_values(self) -> dict:
+    def tiling_fields(self) -> list[TilingField]:
+        """TilingData's fields with the values the host launcher writes."""
         t = self.tiling
-        return {"totalUnits": t.total, "unitsPerCore": t.block_len, "planesPerTile": t.tile_len,
-                "rowsPerTile": self.p["rows_per_tile"], "chunks": self.p["chunks"]}
+        return [TilingField("uint32_t", "totalUnits", t.total,
+                            "(plane, chunk of output rows) units"),
+                TilingField("uint32_t", "unitsPerCore", t.block_len,
+                            "the last core takes the rest"),
+                TilingField("uint32_t", "planesPerTile", t.tile_len,
+                            "units per tile (whole planes when > 1)"),
+                TilingField("uint32_t", "rowsPerTile", self.p["rows_per_tile"],
+                            "output rows per chunk"),
+                TilingField("uint32_t", "chunks", self.p["chunks"], "chunks per plane")]
+
+    def tiling_values(self) -> dict:
+        return tiling_values(self.tiling_fields())
 
     def kernel_params(self) -> list:
         return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]

@@ -19,7 +19,8 @@ from ..schedules.row_reduce import CHUNK_STREAMED, row_layout, row_passes
 from ..schedules.tile_values import buffer_size, expr_key
 from ..schedules.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
-from .kernel_parts import emit_resident_columns, emit_vector_kernel, ident
+from .kernel_parts import (TilingField, emit_resident_columns, emit_tiling_fields,
+                           emit_vector_kernel, ident, row_tiling_fields, tiling_values)
 from .cpp_types import cpp_type
 from .scalar_printer import ScalarPrinter
 from .tile_program import TileProgramPrinter
@@ -101,11 +102,7 @@ class RowReduceKernelPrinter:
         emit_vector_kernel(buf, self, [self._name(p) for p in self.params])
 
     def emit_tiling_struct(self, buf):
-        with buf.indent("struct TilingData {", "};"):
-            buf.line("uint64_t rows;       // rows of the output")
-            buf.line("uint64_t blockRows;  // rows per core (the last core takes the rest)")
-            buf.line("uint32_t tileRows;   // rows per UB tile")
-            buf.line("uint32_t cols;       // elements per row")
+        emit_tiling_fields(buf, self.symbol, row_tiling_fields(self.tiling))
         buf.line(f"constexpr uint32_t ROW_STRIDE = {self.stride};  // a row padded to 32 bytes")
         buf.line(f"constexpr uint32_t SLOT_BYTES = {self.slot_bytes};  // per element, row slots")
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
@@ -306,8 +303,7 @@ class RowReduceKernelPrinter:
         buf.line("uint32_t cols = 0;")
 
     def tiling_values(self) -> dict:
-        return {"rows": self.tiling.total, "blockRows": self.tiling.block_len,
-                "tileRows": self.tiling.tile_len, "cols": self.tiling.cols}
+        return tiling_values(row_tiling_fields(self.tiling))
 
     def kernel_params(self) -> list:
         return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
@@ -341,11 +337,7 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
         return list(self.passes.streamed[p - 1])
 
     def emit_tiling_struct(self, buf):
-        with buf.indent("struct TilingData {", "};"):
-            buf.line("uint64_t rows;       // rows of the output")
-            buf.line("uint64_t blockRows;  // rows per core (the last core takes the rest)")
-            buf.line("uint32_t cols;       // elements per row")
-            buf.line("uint32_t chunkCols;  // elements per chunk: each pass sweeps the row")
+        emit_tiling_fields(buf, self.symbol, self.tiling_fields())
         buf.line(f"// {self.passes.count} pass(es) per row over chunks of {self.chunk} columns")
         buf.line(f"constexpr uint32_t CHUNK_STRIDE = {self.chunk};  // a chunk slot, 32-byte "
                  "aligned")
@@ -562,9 +554,18 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
         buf.line("uint32_t cols = 0;")
         buf.line("uint32_t chunkCols = 0;")
 
+    def tiling_fields(self) -> list[TilingField]:
+        """TilingData's fields with the values the host launcher writes."""
+        t = self.tiling
+        return [TilingField("uint64_t", "rows", t.total, "rows of the output"),
+                TilingField("uint64_t", "blockRows", t.block_len,
+                            "rows per core (the last core takes the rest)"),
+                TilingField("uint32_t", "cols", t.cols, "elements per row"),
+                TilingField("uint32_t", "chunkCols", self.chunk,
+                            "elements per chunk: each pass sweeps the row")]
+
     def tiling_values(self) -> dict:
-        return {"rows": self.tiling.total, "blockRows": self.tiling.block_len,
-                "cols": self.tiling.cols, "chunkCols": self.chunk}
+        return tiling_values(self.tiling_fields())
 
 
 __all__ = ["RowReduceKernelPrinter", "ChunkedRowKernelPrinter"]

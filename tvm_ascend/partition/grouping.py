@@ -29,7 +29,7 @@ from ..errors import FusionConfigError
 from ..schedules import supports
 from .cost import GroupCost, host_estimate, tir_flops
 from .decision import Decision
-from .merge import Site, merge_sites, unfused_edges
+from .merge import Site, distinct_args, merge_sites, unfused_edges
 from .policy import FusionPolicy
 from .rules import anchor_rule, group_rules
 from .patterns import check_call, is_view_only, register_ascend_patterns
@@ -472,8 +472,10 @@ def _sites(fused, by_callee, members, split, policy: FusionPolicy, ops) -> list[
         var, callee = binding.var, call.args[0]
         infos, formed_by = _group_for(callee.name_hint, by_callee, members)
         parts = members.get(callee.name_hint, [callee.name_hint])
-        site = Site(var, call, callee.name_hint, fused[callee], list(call.args[1].fields),
-                    infos, formed_by, _npu_decision(infos, call),
+        prim, args = distinct_args(fused[callee], list(call.args[1].fields), call.ty_args[0],
+                                   callee.name_hint)
+        site = Site(var, call, callee.name_hint, prim, args, infos, formed_by,
+                    _npu_decision(infos, call),
                     split_reason=next((split[p] for p in parts if p in split), ""),
                     fence=_fence(infos, policy))
         sites.append(site)

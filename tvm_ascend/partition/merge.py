@@ -117,6 +117,38 @@ def _fuse(producer: Site, consumer: Site, name: str):
     return prim, external
 
 
+def distinct_args(prim, args: list, out_ty, name: str) -> tuple:
+    """(PrimFunc, args) of a call that passes one tensor several times (``Add(x, x)``,
+    ``Concat(x, x)``, ``MatMul(x, x)``): one parameter per distinct tensor, each of its own
+    name, as FuseTIR gives a fused group. LegalizeOps names each parameter after its argument,
+    so the PrimFunc of such a call has two buffers of one name, which every printer would
+    declare twice; one buffer also means the kernel reads the tensor from GM once. Calls with
+    distinct arguments and parameter names are returned unchanged."""
+    distinct = []
+    for arg in args:
+        if not any(seen.same_as(arg) for seen in distinct):
+            distinct.append(arg)
+    names = [p.name for p in prim.params]
+    if len(distinct) == len(args) and len(set(names)) == len(names):
+        return prim, args
+    # FuseTIR names each buffer after its parameter: the tensor's own name where it is unique
+    hints = [arg.name if isinstance(arg, relax.Var) else "" for arg in distinct]
+    params = [relax.Var(hint if hint and hints.count(hint) == 1 else f"p{i}", arg.ty)
+              for i, (hint, arg) in enumerate(zip(hints, distinct))]
+    param_of = lambda arg: next(p for a, p in zip(distinct, params) if a.same_as(arg))  # noqa: E731
+    bb = relax.BlockBuilder()
+    callee = bb.add_func(prim, f"{name}_repeated")
+    with bb.function(name, params, {"Primitive": True}, private=True):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.call_tir(
+                callee, relax.Tuple([param_of(a) for a in args]), out_ty))
+        wrapper = bb.emit_func_output(out)
+    with bb.function("main", params):
+        bb.emit_func_output(bb.emit(relax.Call(wrapper, params)))
+    fused = relax.transform.FuseTIR()(bb.get())
+    return next(f for gv, f in fused.functions.items() if gv.name_hint == name), distinct
+
+
 def merge_sites(sites: list[Site], main, policy, cost, matches) -> list[Site]:
     """Merge producers into consumers where the rules above allow; returns the updated sites.
 
