@@ -186,3 +186,42 @@ def test_and_with_a_per_row_mask_then_where_in_a_row_kernel(soc, level):
     assert group["tiling"]["template"] == "row_reduce"
     (source,) = lib.kernel_sources().values()
     assert "GetValue((row % 24LL))" in source and "} else {" in source
+
+
+@pytest.mark.parametrize("soc,level", SOCS_AND_LEVELS)
+def test_reductions_over_a_length_one_axis(soc, level):
+    """A row of one element (Softmax of [7, 1], LayerNormalization of [3, 1], a Slice down to
+    [4, 1, 1], a reduction of a reduction): the row is its own row value. The printer found
+    no kernel variable for the row's element, or refused the "reduction of a row scalar"."""
+    b = ModelBuilder("float32", seed=28)
+    x = b.input("x", (7, 1))
+    b.feeds["x"] = b.rng.standard_normal((7, 1)).astype(np.float32)
+    b.output(b.node("Softmax", [x], axis=-1), (7, 1))
+    y = b.input("y", (3, 1))
+    b.output(b.node("LayerNormalization", [y, b.const([1.5], "gamma"), b.const([0.5], "beta")],
+                    axis=-1), (3, 1))
+    z = b.input("z", (4, 3, 5))
+    sliced = b.node("Slice", [z, b.int_const([0, 2]), b.int_const([1, 3]), b.int_const([1, 2])])
+    b.output(b.node("ReduceMax", [sliced], axes=[-1], keepdims=1), (4, 1, 1))
+    w = b.input("w", (4, 1, 1))
+    total = b.node("ReduceSum", [w, b.int_const([-1])], keepdims=1)
+    b.output(b.node("ReduceMin", [total], axes=[-1], keepdims=1), (4, 1, 1))
+    v, u = b.input("v", (7, 1)), b.input("u", (7,))
+    b.output(b.node("Mul", [b.node("ReduceSum", [v, b.int_const([-1])], keepdims=0), u]), (7,))
+    config = tvm_ascend.CompileConfig(soc_version=soc, fusion_level=level)
+    _, report = _compare(b, config=config)
+    assert {g["tiling"]["template"] for g in report["groups"]} == {"row_reduce"}
+
+
+def test_sum_of_a_row_value_broadcast_along_the_row():
+    """ReduceSum over an Expand of one value per row: the reduced operand does not vary along
+    the row, so its sum is cols times it (no vector reduction of a scalar)."""
+    b = ModelBuilder("float32", seed=29)
+    x, y = b.input("x", (4, 1)), b.input("y", (4, 1))
+    wide = b.node("Expand", [x, b.int_const([4, 8])])
+    b.output(b.node("Add", [b.node("ReduceSum", [wide, b.int_const([-1])], keepdims=1), y]),
+             (4, 1))
+    lib, report = _compare(b)
+    assert [g["tiling"]["template"] for g in report["groups"]] == ["row_reduce"]
+    (source,) = lib.kernel_sources().values()
+    assert "ReduceSum(" not in source
