@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import tvm_ascend
 from conftest import TOLERANCES, assert_close, run_onnxruntime
@@ -258,6 +258,9 @@ def test_and_or_with_a_broadcast_bool_operand(soc, level):
         per_row = b.bool_input(f"{op}_per_row", (2, 1))
         b.feeds[per_row] = np.array([[True], [False]])
         b.typed_output(b.node(op, [rows, per_row]), (2, 129), "bool")
+    b.inits.append(numpy_helper.from_array(np.array([True]), "const_true"))  # a [1] constant
+    b.typed_output(b.node("And", [b.bool_input("const_tile", (13,)), "const_true"]), (13,),
+                   "bool")
     x, y = b.input("x", (2, 129)), b.input("y", (2, 129))
     keep = b.node("And", [b.bool_input("keep_rows", (2, 129)), b.bool_input("keep", (2, 1))])
     b.output(b.node("Where", [keep, x, y]), (2, 129))
