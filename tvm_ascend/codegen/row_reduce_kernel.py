@@ -3,7 +3,9 @@
 Rows are split over the cores; ``tileRows`` rows are copied in at once (each row lands 32-byte
 aligned, ``ROW_STRIDE`` elements apart); then each row runs the row program: reductions into one
 value (ReduceSum/ReduceMax/ReduceMin, read back on the scalar unit), full-row steps as vector
-instructions with the row values as scalar operands, and the row's output.
+instructions with the row values as scalar operands, and the row's output. A reduction of a
+value that does not vary along the row (rows of one element, a broadcast row value) needs no
+vector instruction: it is printed on the scalar unit (``scalar_reduction``).
 
 A row longer than the UB (a Tiling with ``params["passes"]``) is printed by
 ``ChunkedRowKernelPrinter``: each pass sweeps the row in chunks of ``chunkCols`` columns
