@@ -93,8 +93,13 @@ def is_full_row_block(extents, rows: int, cols: int) -> bool:
     --------
     >>> is_full_row_block([4, 8, 128], 32, 128), is_full_row_block([4, 8], 32, 128)
     (True, False)
+    >>> is_full_row_block([7, 1], 7, 1), is_full_row_block([7], 7, 1)
+    (True, False)
     """
-    return bool(extents) and extents[-1] == cols and math.prod(extents[:-1]) == rows and cols > 1
+    # a block of [rows] is one value per row; with rows of one element, a block of
+    # [rows, 1] is still a full row (its trailing axis says so)
+    return bool(extents) and extents[-1] == cols and math.prod(extents[:-1]) == rows and (
+        cols > 1 or len(extents) > 1)
 
 
 def row_program(blocks, func, rows: int, cols: int, given=None) -> RowProgram:
@@ -125,7 +130,9 @@ def row_program(blocks, func, rows: int, cols: int, given=None) -> RowProgram:
             kind = "reduce"
         else:
             extents = [int(iv.dom.extent) for iv in block.iter_vars]
-            kind = "full" if is_full_row_block(extents, rows, cols) else "row"
+            # a row of one element is its own row value: computed as a (1-element) row, so
+            # that inputs it reads are row tiles wherever they are read
+            kind = "full" if cols == 1 or is_full_row_block(extents, rows, cols) else "row"
             reducer, expr = "", store.value
 
         def classify(load, analyzer=analyzer):

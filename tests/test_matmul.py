@@ -213,3 +213,24 @@ def test_gemm_with_a_full_matrix_c_alone_matches_onnx():
     assert [i.name for i in case["model"].graph.input] == ["a", "b", "c"]
     row = table.run_case(case)
     assert (row["result"], row["where"]) == ("passed", "npu"), row
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+def test_matmul_with_k_1_is_an_outer_product_on_the_vector_unit(soc):
+    """x[2, 1] @ w[1, 129] and a batched K = 1 product with its epilogue: each output is one
+    product, a "reduction" over one element, which the row kernel refused ("reduction of a row
+    scalar"); it is now a row kernel over rows of one element."""
+    b = ModelBuilder("float32", seed=31)
+    x, w = b.input("x", (2, 1)), b.input("w", (1, 129))
+    b.output(b.node("MatMul", [x, w]), (2, 129))
+    u, v = b.input("u", (2, 3, 1)), b.input("v", (2, 1, 5))
+    bias = b.const(b.rng.standard_normal(5), "bias")
+    b.output(b.node("Relu", [b.node("Add", [b.node("MatMul", [u, v]), bias])]), (2, 3, 5))
+    model = b.model()
+    for level in ("conservative", "aggressive"):
+        lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(soc_version=soc,
+                                                                      fusion_level=level))
+        for out, ref in zip(lib.run(b.feeds), run_onnxruntime(model, b.feeds)):
+            assert_close(out, ref, "float32")
+        report = lib.fusion_report()
+        assert report["host_groups"] == 0 and report["npu_kernels"] == 2

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 import tvm_ascend
+from onnx import TensorProto, helper
+
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
 
@@ -28,9 +30,9 @@ def _layernorm_chain(b: ModelBuilder, x: str, cols: int, rms: bool = False) -> s
     return b.node("Add", [b.node("Mul", [normed, gamma]), beta])
 
 
-def _compare(builder, expect_npu_only=True):
+def _compare(builder, expect_npu_only=True, config=None):
     model = builder.model()
-    lib = tvm_ascend.build(model)
+    lib = tvm_ascend.build(model, config=config)
     outs = lib.run(builder.feeds)
     for out, ref in zip(outs, run_onnxruntime(model, builder.feeds)):
         assert_close(out, ref, builder.dtype)
@@ -153,3 +155,73 @@ def test_transpose_keeping_the_last_axis_is_a_row_copy(dtype):
     # data-movement template's (a vector Gather per tile)
     npu = [g for g in report["groups"] if g["on_npu"]]
     assert [g["tiling"]["template"] for g in npu] == ["row_reduce", "data_movement"]
+
+
+SOCS_AND_LEVELS = [(soc, level) for soc in ("Ascend910B1", "Ascend310P3")
+                   for level in ("conservative", "aggressive")]
+
+
+def _bool_input(b: ModelBuilder, name: str, shape) -> str:
+    b.inputs.append(helper.make_tensor_value_info(name, TensorProto.BOOL, shape))
+    b.feeds[name] = b.rng.random(shape) < 0.6
+    return name
+
+
+@pytest.mark.parametrize("soc,level", SOCS_AND_LEVELS)
+def test_and_with_a_per_row_mask_then_where_in_a_row_kernel(soc, level):
+    """BERT as torch dynamo exports it: And of a per-row bool (one value per row, read on the
+    scalar unit) and a [b, 1, 1, s] mask, then Where, in one row kernel. The printer closed the
+    `if` of the scalar branch twice (`} } else {`), which g++ refused."""
+    b = ModelBuilder("float32", seed=27)
+    batch, seq = 2, 24
+    row_mask = _bool_input(b, "row_mask", (seq, 1))
+    key_mask = _bool_input(b, "key_mask", (batch, 1, 1, seq))
+    keep = b.node("And", [row_mask, key_mask])
+    bias = b.node("Where", [keep, b.const(np.array(0.0), "zero"), b.const(np.array(-1e4), "neg")])
+    scores = b.input("scores", (batch, 1, seq, seq))
+    b.output(b.node("Add", [bias, scores]), (batch, 1, seq, seq))
+    config = tvm_ascend.CompileConfig(soc_version=soc, fusion_level=level)
+    lib, report = _compare(b, config=config)
+    (group,) = report["groups"]
+    assert group["tiling"]["template"] == "row_reduce"
+    (source,) = lib.kernel_sources().values()
+    assert "GetValue((row % 24LL))" in source and "} else {" in source
+
+
+@pytest.mark.parametrize("soc,level", SOCS_AND_LEVELS)
+def test_reductions_over_a_length_one_axis(soc, level):
+    """A row of one element (Softmax of [7, 1], LayerNormalization of [3, 1], a Slice down to
+    [4, 1, 1], a reduction of a reduction): the row is its own row value. The printer found
+    no kernel variable for the row's element, or refused the "reduction of a row scalar"."""
+    b = ModelBuilder("float32", seed=28)
+    x = b.input("x", (7, 1))
+    b.feeds["x"] = b.rng.standard_normal((7, 1)).astype(np.float32)
+    b.output(b.node("Softmax", [x], axis=-1), (7, 1))
+    y = b.input("y", (3, 1))
+    b.output(b.node("LayerNormalization", [y, b.const([1.5], "gamma"), b.const([0.5], "beta")],
+                    axis=-1), (3, 1))
+    z = b.input("z", (4, 3, 5))
+    sliced = b.node("Slice", [z, b.int_const([0, 2]), b.int_const([1, 3]), b.int_const([1, 2])])
+    b.output(b.node("ReduceMax", [sliced], axes=[-1], keepdims=1), (4, 1, 1))
+    w = b.input("w", (4, 1, 1))
+    total = b.node("ReduceSum", [w, b.int_const([-1])], keepdims=1)
+    b.output(b.node("ReduceMin", [total], axes=[-1], keepdims=1), (4, 1, 1))
+    v, u = b.input("v", (7, 1)), b.input("u", (7,))
+    b.output(b.node("Mul", [b.node("ReduceSum", [v, b.int_const([-1])], keepdims=0), u]), (7,))
+    config = tvm_ascend.CompileConfig(soc_version=soc, fusion_level=level)
+    _, report = _compare(b, config=config)
+    assert {g["tiling"]["template"] for g in report["groups"]} == {"row_reduce"}
+
+
+def test_sum_of_a_row_value_broadcast_along_the_row():
+    """ReduceSum over an Expand of one value per row: the reduced operand does not vary along
+    the row, so its sum is cols times it (no vector reduction of a scalar)."""
+    b = ModelBuilder("float32", seed=29)
+    x, y = b.input("x", (4, 1)), b.input("y", (4, 1))
+    wide = b.node("Expand", [x, b.int_const([4, 8])])
+    b.output(b.node("Add", [b.node("ReduceSum", [wide, b.int_const([-1])], keepdims=1), y]),
+             (4, 1))
+    lib, report = _compare(b)
+    assert [g["tiling"]["template"] for g in report["groups"]] == ["row_reduce"]
+    (source,) = lib.kernel_sources().values()
+    assert "ReduceSum(" not in source

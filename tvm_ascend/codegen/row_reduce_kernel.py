@@ -3,7 +3,9 @@
 Rows are split over the cores; ``tileRows`` rows are copied in at once (each row lands 32-byte
 aligned, ``ROW_STRIDE`` elements apart); then each row runs the row program: reductions into one
 value (ReduceSum/ReduceMax/ReduceMin, read back on the scalar unit), full-row steps as vector
-instructions with the row values as scalar operands, and the row's output.
+instructions with the row values as scalar operands, and the row's output. A reduction of a
+value that does not vary along the row (rows of one element, a broadcast row value) needs no
+vector instruction: it is printed on the scalar unit (``scalar_reduction``).
 
 A row longer than the UB (a Tiling with ``params["passes"]``) is printed by
 ``ChunkedRowKernelPrinter``: each pass sweeps the row in chunks of ``chunkCols`` columns
@@ -29,13 +31,22 @@ from .vector_emitters import Operand
 REDUCE_API = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
 
 
-def reduced_operand(buf, printer, step, tiles, slot, count: str, symbol: str):
-    """Print what a reduce step reduces (over ``count`` elements); returns its tile operand."""
+def reduced_operand(buf, printer, step, tiles, slot, count: str):
+    """Print what a reduce step reduces (over ``count`` elements); returns its operand: a tile,
+    or a scalar where the reduced value is the same for every column (``scalar_reduction``)."""
     temp = slot(step.plan.n_slots, step.expr) if step.plan.order else None
-    operand = printer.emit(buf, step.plan, tiles, temp or "", slot, count)
-    if not operand.is_tile:
-        raise CodegenError(f"{symbol}: reduction of a row scalar")
-    return operand
+    return printer.emit(buf, step.plan, tiles, temp or "", slot, count)
+
+
+def scalar_reduction(step, operand, count: str) -> str:
+    """The reduction over ``count`` columns of a value that does not vary along the row (a row
+    of one element, a slice down to one column, a broadcast row value): the value itself for
+    max and min, ``count`` times it for a sum; a C++ expression in the operand's dtype."""
+    ctype = cpp_type(operand.dtype)
+    if step.reducer != "sum":
+        return f"static_cast<{ctype}>({operand.text})"
+    return (f"static_cast<{ctype}>(static_cast<float>({operand.text}) * "
+            f"static_cast<float>({count}))")
 
 
 def emit_reduce_call(buf, step, operand, count: str) -> str:
@@ -243,9 +254,12 @@ class RowReduceKernelPrinter:
                 return self._row_slot(self.slot_base + k, expr_dtype(node))
 
             if step.kind == "reduce":
-                operand = reduced_operand(buf, printer, step, tiles, slot, "cols", self.symbol)
-                acc = emit_reduce_call(buf, step, operand, "cols")
-                value = f"static_cast<{t}>(reducedBuf.Get<{acc}>().GetValue(0))"
+                operand = reduced_operand(buf, printer, step, tiles, slot, "cols")
+                if operand.is_tile:
+                    acc = emit_reduce_call(buf, step, operand, "cols")
+                    value = f"static_cast<{t}>(reducedBuf.Get<{acc}>().GetValue(0))"
+                else:
+                    value = f"static_cast<{t}>({scalar_reduction(step, operand, 'cols')})"
                 if step.is_output:
                     buf.line(f"outTile.SetValue(r, {value});")
                 else:
@@ -491,12 +505,16 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
             return self._row_slot(self.slot_base + k, expr_dtype(node))
 
         if step.kind == "reduce":
-            operand = reduced_operand(buf, printer, step, tiles, slot, "n", self.symbol)
+            operand = reduced_operand(buf, printer, step, tiles, slot, "n")
             with buf.indent("{", "}"):
-                acc = emit_reduce_call(buf, step, operand, "n")
-                # partial results add up in float: fp16 chunk sums lose no more bits
-                buf.line(f"float part = static_cast<float>(reducedBuf.Get<{acc}>()"
-                         ".GetValue(0));")
+                if operand.is_tile:
+                    acc = emit_reduce_call(buf, step, operand, "n")
+                    # partial results add up in float: fp16 chunk sums lose no more bits
+                    buf.line(f"float part = static_cast<float>(reducedBuf.Get<{acc}>()"
+                             ".GetValue(0));")
+                else:
+                    buf.line("float part = static_cast<float>("
+                             f"{scalar_reduction(step, operand, 'n')});")
                 rule = ACCUMULATE[step.reducer].format(acc=f"acc{step.index}")
                 buf.line(f"acc{step.index} = {rule};")
             return

@@ -222,7 +222,7 @@ def _emit_logic(name):
         tile, scalar = (a, b) if a.is_tile else (b, a)
         # And(t, s) = s ? t : 0; Or(t, s) = s ? 1 : t (a kernel scalar: decided at run time)
         keeps = scalar.text if name == "And" else f"!({scalar.text})"
-        with buf.indent(f"if ({keeps}) {{"):
+        with buf.indent(f"if ({keeps}) {{", None):  # the else line closes it
             _emit_mask_copy(buf, dst, tile, n)
         with buf.indent("} else {", "}"):
             _emit_mask_fill(buf, dst, name == "Or", n)
@@ -239,12 +239,27 @@ def emit_isnan(buf, dst, a, n):
     emit_not(buf, dst, Operand(dst, True, "bool", True), n)
 
 
+def _emit_value_copy(buf, dst, op: Operand, dtype: str, n):
+    """``dst = op`` over ``n`` elements of ``dtype``: a tile added to 0, a scalar duplicated."""
+    if not op.is_tile:
+        buf.line(f"AscendC::Duplicate({dst}, {_scalar(op, dtype)}, {n});")
+    elif op.text != dst:
+        buf.line(f"AscendC::Adds({dst}, {op.text}, static_cast<{cpp_type(dtype)}>(0), {n});")
+
+
 def emit_select(buf, dst, cond, a, b, n):
-    """dst = cond ? a : b for a mask ``cond``; the planner never gives ``dst`` the slot of a
-    tile ``b`` when ``a`` is a scalar (the destination is filled with ``a`` first)."""
-    if not cond.is_tile:
-        raise CodegenError("Select on a scalar condition is printed on the scalar unit")
+    """dst = cond ? a : b for a mask or a kernel scalar ``cond``; the planner never gives
+    ``dst`` the slot of a tile ``b`` when ``a`` is a scalar (the destination is filled with ``a``
+    first)."""
     dtype = a.dtype if a.is_tile else b.dtype
+    if not cond.is_tile:
+        # one condition for the whole tile (a 0-d bool, one element of a sliced mask): the
+        # scalar unit picks the operand at run time
+        with buf.indent(f"if ({cond.text}) {{", None):  # the else line closes it
+            _emit_value_copy(buf, dst, a, dtype, n)
+        with buf.indent("} else {", "}"):
+            _emit_value_copy(buf, dst, b, dtype, n)
+        return
     tensor_tensor = "AscendC::SELMODE::VSEL_TENSOR_TENSOR_MODE"
     tensor_scalar = "AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE"
     if a.is_tile and b.is_tile:
