@@ -328,3 +328,28 @@ def test_negative_step_slice_after_reshape_reads_in_bounds(soc, dtype, fused):
     report = lib.fusion_report()
     assert all(_group_of(report, node)["on_npu"] for node in slices)
     assert all(p["warnings"] == [] for p in lib.profile())
+
+
+@pytest.mark.parametrize("data_shape,target", [
+    ((3, 1), [2, 1, 6]),      # ONNX's test_expand_dim_changed: (2, 3, 6), TVM gave (2, 1, 6)
+    ((2, 3, 4), [3, 1]),      # a target shorter than the data broadcasts right-aligned
+    ((1, 5), [4, 1]),
+])
+def test_expand_to_a_shape_given_at_run_time_broadcasts_with_the_data(data_shape, target):
+    """Expand's target is broadcast with the data's shape (ONNX), not taken as it is: TVM's
+    importer expanded x[3, 1] to a [2, 1, 6] shape input as (2, 1, 6)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, data_shape)
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [len(target)])
+    out_shape = np.broadcast_shapes(data_shape, tuple(target))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)
+    graph = helper.make_graph([helper.make_node("Expand", ["x", "shape"], ["y"], name="expand")],
+                              "expand", [x, shape], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    feeds = {"x": np.arange(np.prod(data_shape), dtype=np.float32).reshape(data_shape),
+             "shape": np.array(target, np.int64)}
+    (out,) = tvm_ascend.build(model).run(feeds)
+    (ref,) = run_onnxruntime(model, feeds)
+    assert out.shape == ref.shape == out_shape
+    np.testing.assert_array_equal(out, ref)

@@ -183,9 +183,9 @@ def _import_with_node_names(model, shapes) -> tuple[tvm.IRModule, dict]:
     helper bindings emitted while converting a node come just before its output binding, so
     they are credited to the next node output in binding order.
     """
-    from tvm.relax.frontend.onnx import onnx_frontend
+    from .converters import AscendOnnxImporter
 
-    importer = onnx_frontend.ONNXGraphImporter(shapes, "float32", keep_params_in_input=False)
+    importer = AscendOnnxImporter(shapes, "float32", keep_params_in_input=False)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     mod = importer.from_onnx(model.graph, opset)
     producers = []
