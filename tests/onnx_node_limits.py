@@ -30,10 +30,6 @@ _SAME_IN_TVM = "TVM's own llvm build of from_onnx fails the same way"
 
 # test name -> why it fails and is not a bug of tvm-ascend (quoted in the table).
 KNOWN_LIMITS: dict[str, str] = {
-    "test_expand_dim_changed": (
-        "TVM 0.27's ONNX importer expands to a shape given as a graph input without broadcasting "
-        "it with the data's shape ((3, 1) to [2, 1, 6] gives (2, 1, 6), not (2, 3, 6)); TVM's "
-        "own llvm build of from_onnx gives the same wrong shape"),
     "test_isinf_negative": (
         "TVM 0.27's ONNX importer ignores IsInf's detect_positive=0 (it flags +inf too); TVM's "
         "own llvm build of from_onnx gives the same result"),
