@@ -233,8 +233,14 @@ def _score_terms(expr, resolver, env, bounds, scores, terms, coef=1.0, select=No
     if kind in ("Mul", "Div"):
         const = expr.b if isinstance(expr.b, tirx.FloatImm) else \
             expr.a if kind == "Mul" and isinstance(expr.a, tirx.FloatImm) else None
-        if const is None or float(const.value) == 0.0:
-            raise _NotAttention("the scores are scaled by something other than a constant")
+        if const is None:
+            tensors = [load_buffer(x).name for x in (expr.a, expr.b)
+                       if isinstance(x, BufferLoad) and resolver.is_param(load_buffer(x))]
+            raise _NotAttention(f"the scores are {'multiplied' if kind == 'Mul' else 'divided'} "
+                                f"by {' and '.join(tensors) or 'a computed value'}, not a "
+                                "compile-time constant (the kernel's scale is an immediate)")
+        if float(const.value) == 0.0:
+            raise _NotAttention("the scores are scaled by 0")
         other = expr.a if const.same_as(expr.b) else expr.b
         factor = float(const.value) if kind == "Mul" else 1.0 / float(const.value)
         _score_terms(other, resolver, env, bounds, scores, terms, coef * factor, select)

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 import pytest
 import tvm
 from tvm import relax
@@ -29,9 +29,10 @@ ATTENTION_TOL = {"float32": {"rtol": 1e-4, "atol": 1e-4}, "float16": {"rtol": 2e
 
 
 def attention_model(batch=2, seq=20, heads=2, dim=64, proj=True, mask="row", dtype="float32",
-                    scale_op="Div", seed=3):
+                    scale_op="Div", seed=3, scale_shape=()):
     """MatMul(Q, K^T) -> Div/Mul scale -> Add mask -> Softmax -> MatMul V, with the head
-    Reshape/Transpose around it (``proj``) or on [B, H, S, D] inputs."""
+    Reshape/Transpose around it (``proj``) or on [B, H, S, D] inputs. A ``scale_shape`` other
+    than 0-d makes the scale an ONNX Constant node of that shape (as exporters write it)."""
     mb = ModelBuilder(dtype, seed=seed)
     if proj:
         q, k, v = (mb.input(n, [batch, seq, heads * dim]) for n in "qkv")
@@ -49,7 +50,14 @@ def attention_model(batch=2, seq=20, heads=2, dim=64, proj=True, mask="row", dty
                                 0.0).astype(mb.np_dtype)
     scores = mb.node("MatMul", [qh, kh])
     factor = np.sqrt(dim) if scale_op == "Div" else 1.0 / np.sqrt(dim)
-    scores = mb.node(scale_op, [scores, mb.const(np.array(factor), "scale")])
+    if scale_shape:
+        scale = mb.name("scale")
+        mb.nodes.append(helper.make_node("Constant", [], [scale], name=scale,
+                                         value=numpy_helper.from_array(np.full(
+                                             scale_shape, factor, mb.np_dtype))))
+    else:
+        scale = mb.const(np.array(factor), "scale")
+    scores = mb.node(scale_op, [scores, scale])
     probs = mb.node("Softmax", [mb.node("Add", [scores, m])], axis=-1)
     out = mb.node("MatMul", [probs, vh])
     if proj:
@@ -181,6 +189,38 @@ def test_attention_is_one_kernel_matching_onnxruntime(case):
     assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
     assert launch["cube_macs"] == tiling["params"]["cube_macs"]
     assert launch["peak_ub_bytes"] == tiling["ub_bytes"] and launch["warnings"] == []
+
+
+@pytest.mark.parametrize("scale_shape,scale_op,dtype,target", [
+    ((1,), "Mul", "float32", "ascend"), ((1, 1), "Div", "float16", "ascend/310p3"),
+    ((1, 1, 1, 1), "Mul", "float16", "ascend")])
+def test_attention_with_a_one_element_scale_is_one_kernel(scale_shape, scale_op, dtype, target):
+    """Exporters write the scale as Mul(scores, Constant([0.125])): a one-element constant of
+    any rank scales the scores as a 0-d one does (it was 4 kernels, the attention template
+    saying the scores were scaled by something other than a constant)."""
+    mb = attention_model(batch=2, heads=2, seq=30, dim=32, proj=True, mask="row", dtype=dtype,
+                         scale_op=scale_op, scale_shape=scale_shape)
+    lib = tvm_ascend.build(mb.model(), target=target,
+                           config=tvm_ascend.CompileConfig(fusion_level="aggressive"))
+    group = _attention_group(lib)
+    assert any(n.startswith(scale_op.lower()) for n in group["nodes"]), group["nodes"]
+    assert group["tiling"]["params"]["scale"] == pytest.approx(1 / np.sqrt(32), rel=1e-3)
+    assert lib.fusion_report()["kernels"]["host"] == 0
+    (out,), (ref,) = lib.run(mb.feeds), run_onnxruntime(mb.model(), mb.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
+                               **ATTENTION_TOL[dtype])
+
+
+def test_a_scale_read_at_run_time_is_named_in_the_refusal():
+    """A scale that is a graph input is no constant: the template says which tensor it is."""
+    mb = attention_model(proj=False, scale_op="Mul")
+    scale = next(n for n in mb.nodes if n.op_type == "Mul").input[1]
+    mb.inits = [t for t in mb.inits if t.name != scale]
+    mb.input(scale, [1])
+    decision = AttentionSchedule.applies(fused_prim_func(mb.model()))
+    assert not decision
+    assert "multiplied by" in decision.reason and "not a compile-time constant" in \
+        decision.reason, decision.reason
 
 
 @pytest.mark.parametrize("case", [

@@ -287,3 +287,70 @@ def test_emulator_gather_permutes_and_checks_bounds(tmp_path):
     assert stats["warnings"] == []
     bad = subprocess.run([str(exe), "bad"], capture_output=True, text=True)
     assert bad.returncode == 3 and "Gather" in bad.stdout and "outside src" in bad.stdout
+
+
+# (input shape, Reshape target, starts, ends, axes, steps): the issue-16 case first; the reshape
+# makes the slice's reversed index a floordiv/floormod of a possibly negative value
+NEGATIVE_STEP_AFTER_RESHAPE = [
+    ((3, 8, 32), [-1, 24, 4], [-1, 2, -1], [-100, 21, -100], [0, 1, 2], [-2, 1, -1]),
+    ((6, 35), [5, 7, 6], [-1], [-100], [1], [-3]),
+    ((6, 35), [5, 7, 6], [-2, 4], [-100, 0], [0, 2], [-1, -2]),
+    ((4, 3, 50), [12, 50], [-1, 48], [-100, 1], [0, 1], [-1, -3]),
+    ((2, 600, 64), [1200, 64], [-1, -1], [-2000, -100], [0, 1], [-1, -1]),   # many cores, tails
+    ((4, 9000), [2, 18000], [-1], [-100000], [1], [-1]),
+    ((4, 35000), [2, 70000], [-1, -3], [-9, -100000], [0, 1], [-1, -2]),       # rows > the UB
+]
+
+
+@pytest.mark.parametrize("soc,dtype,fused", [
+    ("Ascend910B1", "float32", False), ("Ascend310P3", "float32", False),
+    ("Ascend910B1", "float16", True), ("Ascend310P3", "float16", True)])
+def test_negative_step_slice_after_reshape_reads_in_bounds(soc, dtype, fused):
+    """x[3,8,32] -> Reshape [-1,24,4] -> Slice steps [-2,1,-1] read 4 * 2**32 bytes past its UB
+    buffer: the fused index's floordiv of a negative value was printed as C++'s ``/``."""
+    b = ModelBuilder(dtype, seed=6)
+    slices = []
+    for shape, target, starts, ends, axes, steps in NEGATIVE_STEP_AFTER_RESHAPE:
+        x = b.input(b.name("x"), shape)
+        view = b.node("Reshape", [x, b.int_const(target, "shape")])
+        out = b.node("Slice", [view] + [b.int_const(v, "s") for v in (starts, ends, axes, steps)])
+        ref = np.zeros(shape).reshape(target)[tuple(
+            slice(starts[axes.index(a)], ends[axes.index(a)], steps[axes.index(a)])
+            if a in axes else slice(None) for a in range(len(target)))]
+        b.output(_relu(b, out) if fused else out, ref.shape)
+        slices.append(out)
+    model = b.model()
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(soc_version=soc))
+    for out, ref in zip(lib.run(b.feeds), run_onnxruntime(model, b.feeds)):
+        if fused:
+            assert_close(out, ref, dtype)
+        else:
+            np.testing.assert_array_equal(out, ref)
+    report = lib.fusion_report()
+    assert all(_group_of(report, node)["on_npu"] for node in slices)
+    assert all(p["warnings"] == [] for p in lib.profile())
+
+
+@pytest.mark.parametrize("data_shape,target", [
+    ((3, 1), [2, 1, 6]),      # ONNX's test_expand_dim_changed: (2, 3, 6), TVM gave (2, 1, 6)
+    ((2, 3, 4), [3, 1]),      # a target shorter than the data broadcasts right-aligned
+    ((1, 5), [4, 1]),
+])
+def test_expand_to_a_shape_given_at_run_time_broadcasts_with_the_data(data_shape, target):
+    """Expand's target is broadcast with the data's shape (ONNX), not taken as it is: TVM's
+    importer expanded x[3, 1] to a [2, 1, 6] shape input as (2, 1, 6)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, data_shape)
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [len(target)])
+    out_shape = np.broadcast_shapes(data_shape, tuple(target))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)
+    graph = helper.make_graph([helper.make_node("Expand", ["x", "shape"], ["y"], name="expand")],
+                              "expand", [x, shape], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    feeds = {"x": np.arange(np.prod(data_shape), dtype=np.float32).reshape(data_shape),
+             "shape": np.array(target, np.int64)}
+    (out,) = tvm_ascend.build(model).run(feeds)
+    (ref,) = run_onnxruntime(model, feeds)
+    assert out.shape == ref.shape == out_shape
+    np.testing.assert_array_equal(out, ref)

@@ -322,3 +322,24 @@ def _relu_model():
     b = ModelBuilder("float32", seed=51)
     b.output(b.node("Relu", [b.input("x", (4, 6))]), (4, 6))
     return b.model()
+
+
+# ---- one-element constants (prepare_passes.one_element_constants_as_scalars) ------------------
+
+def test_one_element_constants_become_scalars_only_where_the_shape_stays():
+    """Mul(x, c[1, 1]) reads c as a 0-d constant (an immediate in the kernel, as the attention
+    template needs its scale); Add(y[3], c[1, 1]) broadcasts y up to [1, 3] and keeps c."""
+    b = ModelBuilder("float32", seed=51)
+    x, y = b.input("x", (4, 6)), b.input("y", (3,))
+    scaled = b.node("Mul", [x, b.const(np.full((1, 1), 0.75), "scale")])
+    b.output(scaled, (4, 6))
+    b.output(b.node("Add", [y, b.const(np.full((1, 1), 0.5), "shift")]), (1, 3))
+    from tvm.ir.expr import Constant
+
+    mod = prepare(tvm_ascend.frontend.load_model(b.model()))
+    consts = {str(call.op.name): [a.ty.ndim for a in call.args if isinstance(a, Constant)]
+              for call in (bnd.value for blk in mod["main"].body.blocks for bnd in blk.bindings)
+              if isinstance(call, relax.Call) and hasattr(call.op, "name")}
+    assert consts["relax.multiply"] == [0] and consts["relax.add"] == [2]
+    lib, report = _build(b)
+    assert [o.shape for o in lib.run(b.feeds)] == [(4, 6), (1, 3)]

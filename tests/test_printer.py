@@ -169,3 +169,36 @@ def test_tiling_fields_are_checked_against_their_types():
     for ctype, value in (("uint32_t", 2**32), ("int32_t", 2**31), ("uint32_t", -1)):
         with pytest.raises(CodegenError, match=f"k0: tiling field f = {value} .*{ctype}"):
             field_literal("k0", "f", ctype, value)
+
+
+def test_floor_division_of_a_possibly_negative_index_keeps_tir_meaning(tmp_path):
+    """TIR's floordiv/floormod round down, C++'s / and % towards zero: an index that may be
+    negative (a reversed slice's) is printed with the prelude's helpers, which g++ checks here
+    against numpy; provably non-negative ones stay plain / and %."""
+    import shutil
+    import subprocess
+
+    import numpy as np
+    import pytest
+    from tvm import tirx
+    from tvm_ascend.codegen.scalar_printer import ScalarPrinter
+    from tvm_ascend.codegen.templates import KERNEL_PRELUDE
+
+    f, i64 = tirx.Var("f", "int64"), (lambda v: tirx.IntImm("int64", v))
+    printer = ScalarPrinter({})
+    assert printer.print(tirx.FloorDiv(tirx.FloorMod(f, i64(76)) + i64(3), i64(4))) == \
+        "(((f % 76LL) + 3LL) / 4LL)"
+    reversed_index = printer.print(tirx.FloorMod(i64(21) - f * i64(6), i64(8)))
+    assert reversed_index == "static_cast<int64_t>(FloorModInt((21LL - (f * 6LL)), 8LL))"
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found")
+    pairs = [(a, b) for a in range(-9, 10) for b in (-4, -3, 1, 3, 8)]
+    body = "".join(f'  std::printf("%lld %lld\\n", (long long)FloorDivInt({a}, {b}), '
+                   f"(long long)FloorModInt({a}, {b}));\n" for a, b in pairs)
+    src = tmp_path / "floor.cpp"
+    src.write_text(KERNEL_PRELUDE + "#include <cstdio>\nint main() {\n" + body + "}\n")
+    subprocess.run(["g++", "-std=c++17", "-DASCENDC_CPU_DEBUG", f"-I{emulator_dir()}", str(src),
+                    "-o", str(tmp_path / "floor"), "-pthread"], check=True, capture_output=True)
+    got = subprocess.run([str(tmp_path / "floor")], capture_output=True, text=True, check=True)
+    expected = [f"{np.floor_divide(a, b)} {np.mod(a, b)}" for a, b in pairs]
+    assert got.stdout.splitlines() == expected

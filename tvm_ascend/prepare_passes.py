@@ -8,6 +8,9 @@ statistics fold; anything else is left as it is.
 
 ``stack_sum_to_adds``: ONNX Sum, imported as broadcast_to + stack + sum(axis 0), becomes Adds.
 
+``one_element_constants_as_scalars``: a ``[1]`` or ``[1, 1]`` constant operand of a broadcasting
+binary op becomes 0-d where the result's shape stays, so it is an immediate in the kernel.
+
 Example
 -------
 >>> mod = fold_batch_norm(mod)            # doctest: +SKIP
@@ -17,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from . import ir_attrs
@@ -341,6 +345,66 @@ def split_as_slices(mod: tvm.IRModule) -> tvm.IRModule:
     out = mod.__class__(dict(mod.functions), attrs=mod.attrs)
     out[mod.get_global_var("main")] = new
     return relax.transform.DeadCodeElimination(["main"])(out)
+
+
+# broadcasting binary ops: a one-element operand broadcasts as a 0-d one does wherever the
+# other operand has at least its rank
+_BROADCAST_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+                     "relax.power", "relax.maximum", "relax.minimum", "relax.floor_divide",
+                     "relax.less", "relax.less_equal", "relax.greater", "relax.greater_equal",
+                     "relax.equal", "relax.not_equal")
+
+
+def _one_element_const(expr, other):
+    """``expr`` as a 0-d constant where it is a one-element constant of rank >= 1 that ``other``
+    (of known rank, at least as high) broadcasts to the same result; else None."""
+    if not isinstance(expr, Constant) or expr.ty.ndim < 1:
+        return None
+    value = expr.value.numpy()
+    other_rank = getattr(other.ty, "ndim", -1)
+    if value.size != 1 or other_rank < expr.ty.ndim:
+        return None
+    return relax.const(value.reshape(()), str(value.dtype))
+
+
+@mutator
+class _ScalarConstants(PyExprMutator):
+    """``x * c`` with ``c`` a one-element constant of shape [1], [1, 1], ... -> ``x * c[()]``.
+    Exporters write scales so (the attention scale ``Mul(scores, Constant([0.125]))``); a 0-d
+    constant is legalized into the kernel as an immediate, which the templates read as a
+    constant (the attention template needs its scale so), a [1] one as a tensor to load."""
+
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.rewritten = 0
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if call_name(call) not in _BROADCAST_BINARY or len(call.args) != 2:
+            return call
+        a, b = call.args
+        new_a, new_b = _one_element_const(a, b), _one_element_const(b, a)
+        if new_a is None and new_b is None:
+            return call
+        self.rewritten += 1
+        return relax.Call(call.op, [new_a or a, new_b or b], call.attrs)
+
+
+def one_element_constants_as_scalars(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every one-element constant operand of a broadcasting binary op in ``main`` made 0-d,
+    where that leaves the op's result shape as it is (``_ScalarConstants``).
+
+    Example
+    -------
+    >>> mod = one_element_constants_as_scalars(mod)         # doctest: +SKIP
+    """
+    rewriter = _ScalarConstants(mod)
+    new = rewriter.visit_expr(mod["main"])
+    if not rewriter.rewritten:
+        return mod
+    out = mod.__class__(dict(mod.functions), attrs=mod.attrs)
+    out[mod.get_global_var("main")] = new
+    return out
 
 
 @mutator

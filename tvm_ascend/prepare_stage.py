@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import tvm
 
-from .prepare_passes import (fold_batch_norm, hoist_matmul_scales, split_as_slices,
+from .prepare_passes import (fold_batch_norm, hoist_matmul_scales,
+                             one_element_constants_as_scalars, split_as_slices,
                              stack_sum_to_adds)
 from .prepare_rewrites import lower_batch_norm, remove_dropout, softmax_axis_to_last
 from .reduction_axes import reductions_to_rows
@@ -29,6 +30,7 @@ def prepare_graph(mod: tvm.IRModule, fold_batchnorm: bool = True) -> tvm.IRModul
     -------
     >>> mod = prepare_graph(relax.transform.FoldConstant()(mod))  # doctest: +SKIP
     """
+    mod = one_element_constants_as_scalars(mod)  # a [1]-shaped scale is a constant too
     mod = hoist_matmul_scales(split_as_slices(stack_sum_to_adds(remove_dropout(mod))))
     if fold_batchnorm:
         mod = fold_batch_norm(mod)

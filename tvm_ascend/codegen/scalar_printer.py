@@ -1,7 +1,10 @@
 """C++ text of scalar TIR expressions: kernel-wide scalars and gather index arithmetic."""
 from __future__ import annotations
 
+import tvm
+from tvm import tirx
 from tvm.ir.expr import Call
+from tvm.sym.analyzer import Analyzer
 
 from ..errors import CodegenError
 from .cpp_types import cpp_type, float_literal
@@ -83,9 +86,51 @@ class ScalarPrinter:
     def _binary(self, expr) -> str:
         return f"({self.print(expr.a)} {_BINARY[type(expr).__name__]} {self.print(expr.b)})"
 
-    print_Add = print_Sub = print_Mul = print_Div = print_FloorDiv = print_FloorMod = _binary
+    def _floor(self, expr) -> str:
+        # C++ rounds / and % towards zero; TIR's floordiv/floormod towards minus infinity. They
+        # agree where the dividend is >= 0 and the divisor > 0 (nearly every index); elsewhere
+        # (a negative-step slice's reversed index, a Gather's negative ids) the prelude's
+        # helpers keep TIR's meaning: an index printed with C++'s would point before its tensor
+        dtype = str(expr.ty.dtype)
+        if not dtype.startswith("int") or _nonnegative_operands(expr):
+            return self._binary(expr)
+        helper = "FloorDivInt" if type(expr).__name__ == "FloorDiv" else "FloorModInt"
+        return (f"static_cast<{cpp_type(dtype)}>({helper}({self.print(expr.a)}, "
+                f"{self.print(expr.b)}))")
+
+    print_Add = print_Sub = print_Mul = print_Div = _binary
+    print_FloorDiv = print_FloorMod = _floor
     print_LT = print_LE = print_GT = print_GE = print_EQ = print_NE = _binary
     print_And = print_Or = _binary
+
+
+def _nonnegative_operands(expr) -> bool:
+    """Whether ``expr.a >= 0`` and ``expr.b > 0`` are provable, every variable being a loop
+    position (the kernels print indices over rows, elements and tiles, all counted from 0);
+    a tensor load (a Gather's id) can be anything."""
+    analyzer = Analyzer()
+    for var in _variables(expr, {}).values():
+        dtype = str(var.ty.dtype)
+        top = (1 << (int(dtype[3:] or 32) - 1)) - 1 if dtype.startswith("int") else None
+        if top is not None:
+            analyzer.bind(var, tvm.ir.Range.from_min_extent(tirx.IntImm(dtype, 0),
+                                                           tirx.IntImm(dtype, top)))
+    zero = tirx.IntImm(str(expr.ty.dtype), 0)
+    return bool(analyzer.can_prove(expr.a >= zero)) and bool(analyzer.can_prove(expr.b > zero))
+
+
+def _variables(expr, found: dict) -> dict:
+    kind = type(expr).__name__
+    if kind == "Var":
+        found.setdefault(expr.name, expr)
+    elif kind != "TensorLoad":  # a load's value is unknown whatever its indices
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(expr, name, None)
+            if child is not None and not isinstance(child, (int, float, str)):
+                _variables(child, found)
+        for child in getattr(expr, "args", None) or []:
+            _variables(child, found)
+    return found
 
 
 __all__ = ["ScalarPrinter", "SCALAR_CALLS"]

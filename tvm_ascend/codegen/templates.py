@@ -2,6 +2,18 @@
 
 KERNEL_PRELUDE = """\
 #include "kernel_operator.h"
+
+// TIR's floordiv/floormod round towards minus infinity, C++'s / and % towards zero: index
+// arithmetic whose dividend may be negative (a slice with a negative step, a Gather's negative
+// ids) is printed with these (scalar_printer.py)
+__aicore__ inline int64_t FloorDivInt(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__aicore__ inline int64_t FloorModInt(int64_t a, int64_t b) {
+  int64_t m = a % b;
+  return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m;
+}
 """
 
 # GM <-> UB copies of any element count: DataCopy needs whole 32-byte blocks, DataCopyPad
