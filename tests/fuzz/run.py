@@ -25,6 +25,8 @@ from .generate import Case, generate
 
 LEVELS = ("off", "conservative", "aggressive")
 SOCS = ("Ascend910B1", "Ascend310P3")
+DTYPE_WORDS = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+               "bfloat16"}
 FAILURES = ("build", "compile", "run", "mismatch", "crash", "timeout")
 
 
@@ -41,6 +43,7 @@ class Outcome:
     size: tuple = (0, 0)      # Case.size, to pick the smallest case of a cause
     ops: list = field(default_factory=list)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # of the case's process and its g++: what it costs on an idle core
 
     @property
     def case_id(self) -> str:
@@ -125,7 +128,7 @@ def normalise(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     gxx = [ln for ln in lines if " error: " in ln]
     line = gxx[0].split(" error: ", 1)[1] if gxx else (lines[0] if lines else "")
-    line = re.sub(r"\b[A-Za-z_]*\d[\w.]*", "#", line)
+    line = re.sub(r"\b\w*?\d+\b", lambda m: m[0] if m[0] in DTYPE_WORDS else "#", line)
     return line[:160]
 
 
@@ -172,12 +175,22 @@ def _failed(outcome: Outcome, kind: str, err: BaseException, start: float) -> Ou
 # ---- many cases, each in a process of its own ------------------------------------------------
 def _child(conn, task):
     try:
-        conn.send(asdict(run_case(*task)))
+        outcome = run_case(*task)
+        outcome.cpu_seconds = _cpu_seconds()
+        conn.send(asdict(outcome))
     except BaseException as err:  # noqa: BLE001 - the generator itself failed
         seed, index, level, soc = task
         conn.send(asdict(_failed(Outcome(seed, index, level, soc, "discarded"), "discarded",
                                  err, time.time())))
     conn.close()
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                         resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def run_many(tasks, jobs: int = 1, timeout: float = 600.0, on_outcome=None) -> list[Outcome]:
