@@ -609,3 +609,29 @@ def _factor(total: int, rng: random.Random) -> tuple:
     for q in primes:
         dims[rng.randrange(rank)] *= q
     return tuple(dims)
+
+
+def helper_code(case: Case) -> str:
+    """The case as a few lines of onnx.helper (initializers as random arrays of their shape), to
+    paste into a bug report or a regression test."""
+    g = case.model.graph
+    vi = lambda v: (f"helper.make_tensor_value_info({v.name!r}, TensorProto."  # noqa: E731
+                    f"{TensorProto.DataType.Name(v.type.tensor_type.elem_type)}, "
+                    f"{[d.dim_value for d in v.type.tensor_type.shape.dim]})")
+    lines = [f"# case {case.case_id}, opset {case.model.opset_import[0].version}"]
+    for init in g.initializer:
+        array = numpy_helper.to_array(init)
+        if array.dtype == np.int64 and array.size <= 8:
+            value = f"np.array({array.tolist()}, np.int64)"
+        elif array.dtype == np.bool_:
+            value = f"np.random.rand(*{list(array.shape)}) < 0.5"
+        else:
+            value = f"np.random.rand(*{list(array.shape)}).astype({str(array.dtype)!r})"
+        lines.append(f"{init.name} = numpy_helper.from_array({value}, {init.name!r})")
+    for node in g.node:
+        attrs = "".join(f", {a.name}={helper.get_attribute_value(a)!r}" for a in node.attribute)
+        lines.append(f"helper.make_node({node.op_type!r}, {list(node.input)}, "
+                     f"{list(node.output)}{attrs})")
+    lines.append("inputs = [" + ", ".join(vi(v) for v in g.input) + "]")
+    lines.append("outputs = [" + ", ".join(vi(v) for v in g.output) + "]")
+    return "\n".join(lines)

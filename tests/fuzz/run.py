@@ -134,9 +134,13 @@ def normalise(text: str) -> str:
 
 def run_case(seed: int, index: int, level: str, soc: str) -> Outcome:
     """Generate, build, run and compare one case, in this process."""
+    return run_built(generate(seed, index), level, soc)
+
+
+def run_built(case: Case, level: str, soc: str) -> Outcome:
+    """Build, run and compare ``case`` at (level, soc), in this process."""
     start = time.time()
-    case = generate(seed, index)
-    outcome = Outcome(seed, index, level, soc, "ok", size=case.size, ops=case.ops)
+    outcome = Outcome(case.seed, case.index, level, soc, "ok", size=case.size, ops=case.ops)
     try:
         refs = reference(case)
     except Exception as err:  # noqa: BLE001 - any refusal is the generator's bug
