@@ -108,7 +108,8 @@ def compare(case: Case, outs: list, refs: list) -> str:
             if wrong:
                 problems.append(f"output {name}: {wrong} of {ref.size} {ref.dtype} values differ")
         else:
-            tol = table[tolerance_key(case, ref.dtype)]
+            key = tolerance_key(case, ref.dtype)
+            tol = table[key]
             a, e = out.astype(np.float64), ref.astype(np.float64)
             bad = ~np.isclose(a, e, **tol) & ~(np.isnan(a) & np.isnan(e))
             if bad.any():
@@ -116,7 +117,7 @@ def compare(case: Case, outs: list, refs: list) -> str:
                 problems.append(
                     f"output {name}: {int(bad.sum())} of {ref.size} values off, max abs error "
                     f"{np.nanmax(err):.3g}, max rel error "
-                    f"{np.nanmax(err / np.maximum(np.abs(e), 1e-30)):.3g} ({tol})")
+                    f"{np.nanmax(err / np.maximum(np.abs(e), 1e-30)):.3g} ({key} tolerance)")
     if len(outs) != len(refs):
         problems.append(f"{len(outs)} outputs, onnxruntime {len(refs)}")
     return "\n".join(problems)
@@ -128,8 +129,13 @@ def normalise(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     gxx = [ln for ln in lines if " error: " in ln]
     line = gxx[0].split(" error: ", 1)[1] if gxx else (lines[0] if lines else "")
-    line = re.sub(r"\b\w*?\d+\b", lambda m: m[0] if m[0] in DTYPE_WORDS else "#", line)
+    line = re.sub(r"\b\w*\d\w*\b", lambda m: m[0] if _kept(m[0]) else "#", line)
     return line[:160]
+
+
+def _kept(word: str) -> bool:
+    """Words with digits that say what went wrong rather than where: dtypes, C integer types."""
+    return word in DTYPE_WORDS or re.fullmatch(r"(u?int|b?float)\d+(_t)?", word) is not None
 
 
 def run_case(seed: int, index: int, level: str, soc: str) -> Outcome:
@@ -161,9 +167,19 @@ def run_built(case: Case, level: str, soc: str) -> Outcome:
     problems = compare(case, outs, refs)
     if problems:
         outcome.kind, outcome.detail = "mismatch", problems
-        outcome.cause = "mismatch: " + normalise(problems.split(": ", 1)[1].split(",")[0])
+        outcome.cause = "mismatch: " + _mismatch_cause(problems.splitlines()[0])
     outcome.seconds = time.time() - start
     return outcome
+
+
+def _mismatch_cause(problem: str) -> str:
+    """The kind of a compare() line without its output name or figures."""
+    what = problem.split(": ", 1)[-1]
+    if " values off" in what:
+        return "values off (" + what.rsplit("(", 1)[-1]
+    if " values differ" in what:
+        return what.split(" ", 3)[-1]
+    return normalise(what)
 
 
 def _failed(outcome: Outcome, kind: str, err: BaseException, start: float) -> Outcome:
