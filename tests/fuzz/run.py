@@ -129,6 +129,7 @@ def normalise(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     gxx = [ln for ln in lines if " error: " in ln]
     line = gxx[0].split(" error: ", 1)[1] if gxx else (lines[0] if lines else "")
+    line = re.sub(r"\b\w+\[[^\]]*\]", "#[...]", line)    # an indexed buffer: where, not what
     line = re.sub(r"\b\w*\d\w*\b", lambda m: m[0] if _kept(m[0]) else "#", line)
     return line[:160]
 
