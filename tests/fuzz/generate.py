@@ -98,14 +98,7 @@ class Builder:
         name = self._name("in")
         shape = tuple(shape)
         self.inputs.append(helper.make_tensor_value_info(name, ONNX_TYPES[dtype], shape))
-        if dtype == "bool":
-            value = self.values.random(shape) < 0.5
-            lo, hi = 0, 1
-        elif dtype == "int64":
-            lo, hi = int(lo), int(hi)
-            value = self.values.integers(lo, hi + 1, size=shape, dtype=np.int64)
-        else:
-            value = self.values.uniform(lo, hi, size=shape).astype(dtype)
+        value, lo, hi = self._draw(dtype, shape, lo, hi)
         self.feeds[name] = np.asarray(value)
         self.graph_inputs.add(name)
         tensor = Tensor(name, dtype, shape, lo, hi, exact=True)
@@ -121,14 +114,17 @@ class Builder:
         """A new graph input or initializer of ``shape`` with values in [lo, hi]."""
         if self.rng.random() < 0.5:
             return self.new_input(dtype, shape, lo, hi)
-        if dtype == "bool":
-            value, lo, hi = self.values.random(shape) < 0.5, 0, 1
-        elif dtype == "int64":
-            lo, hi = int(lo), int(hi)
-            value = self.values.integers(lo, hi + 1, size=shape, dtype=np.int64)
-        else:
-            value = self.values.uniform(lo, hi, size=shape).astype(dtype)
+        value, lo, hi = self._draw(dtype, shape, lo, hi)
         return Tensor(self.const(value), dtype, tuple(shape), lo, hi, exact=True)
+
+    def _draw(self, dtype: str, shape, lo, hi) -> tuple:
+        """Values of ``dtype`` in [lo, hi] (bools: either), and the bounds they keep."""
+        if dtype == "bool":
+            return self.values.random(shape) < 0.5, 0, 1
+        if dtype == "int64":
+            lo, hi = int(lo), int(hi)
+            return self.values.integers(lo, hi + 1, size=shape, dtype=np.int64), lo, hi
+        return self.values.uniform(lo, hi, size=shape).astype(dtype), lo, hi
 
     def node(self, op: str, inputs: list, dtype: str, shape, lo=0.0, hi=0.0, exact=False,
              outputs: int = 1, **attrs) -> Tensor:
@@ -160,7 +156,7 @@ class Builder:
         with a new leading dimension."""
         r = self.rng.random()
         if r < 0.35 or not shape:
-            return shape if r < 0.9 or not shape else ()
+            return shape
         if r < 0.6:
             return tuple(1 if self.rng.random() < 0.5 else d for d in shape)
         if r < 0.8:
