@@ -130,6 +130,7 @@ def normalise(text: str) -> str:
     gxx = [ln for ln in lines if " error: " in ln]
     line = gxx[0].split(" error: ", 1)[1] if gxx else (lines[0] if lines else "")
     line = re.sub(r"\b\w+\[[^\]]*\]", "#[...]", line)    # an indexed buffer: where, not what
+    line = re.sub(r"(\w\*\s*)\w+", r"\1#", line)          # a pointer's name, as in 'uint8_t* x'
     line = re.sub(r"\b\w*\d\w*\b", lambda m: m[0] if _kept(m[0]) else "#", line)
     return line[:160]
 

@@ -149,8 +149,9 @@ def test_every_level_and_soc_is_in_the_sample():
 
 def test_causes_are_normalised_across_graphs():
     gxx = ("model.cpp:12:5: error: redefinition of 'uint8_t* in3'\nmore",
-           "model.cpp:40:1: error: redefinition of 'uint8_t* relu17'")
-    assert normalise(gxx[0]) == normalise(gxx[1]) == "redefinition of 'uint8_t* #'"
+           "model.cpp:40:1: error: redefinition of 'uint8_t* relu17'",
+           "model.cpp:9:1: error: redefinition of 'uint8_t* x'")
+    assert {normalise(text) for text in gxx} == {"redefinition of 'uint8_t* #'"}
     loads = ("ascend_k5_softmax1: scalar load lv[v_i0] has no kernel variable",
              "scalar load in3[v_i0, v_i1] has no kernel variable")
     assert normalise(loads[0]) == "#: scalar load #[...] has no kernel variable"
