@@ -85,6 +85,7 @@ def tolerance_key(case: Case, dtype) -> str:
 
 
 def reference(case: Case) -> list:
+    """onnxruntime's outputs of ``case`` (CPU provider): what every build is compared with."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(case.model.SerializeToString(),
@@ -264,6 +265,7 @@ def run_many(tasks, jobs: int = 1, timeout: float = 600.0, on_outcome=None) -> l
 
 
 def combos(levels=LEVELS, socs=SOCS) -> list[tuple]:
+    """Every (level, soc) pair, levels outermost."""
     return [(level, soc) for level in levels for soc in socs]
 
 
