@@ -42,7 +42,7 @@ from tvm_ascend.errors import TilingError
 from .tile_values import (FLOAT_DTYPES, Access, AccessKind, child_exprs, buffer_size, expr_key,
                           flat_offset, make_analyzer, plan_tile_values, unsupported_construct,
                           uses_var)
-from .tiling import ceil_div, dtype_bytes, round_up
+from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
 from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, Tiling, UB_RESERVED_BYTES
 from .tir_walk import (BufferLoad, expr_dtype, load_buffer, param_buffers, reduce_iter_vars,
                        reducer_of, schedule_blocks)
@@ -414,14 +414,7 @@ class AxisReduceSchedule:
         cores = sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)}, reverse=True)
         chunks = [None] + sorted({round_up(max(1, default.cols // d), align) for d in (2, 4)
                                   if default.cols // d >= align}, reverse=True)
-        space = [AxisReduceKnobs()]
-        for double in (True, False):
-            for n in cores:
-                for chunk in chunks:
-                    knobs = AxisReduceKnobs(None if n == soc.vector_blocks else n, chunk, double)
-                    if knobs not in space:
-                        space.append(knobs)
-        return space
+        return knob_grid(AxisReduceKnobs, soc.vector_blocks, cores, chunks)
 
 
 def _tile_loops(sch, program: AxisProgram, tiling: Tiling) -> None:

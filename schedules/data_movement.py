@@ -45,7 +45,7 @@ from tvm_ascend.errors import TilingError
 from .movement_program import (MAX_BURSTS, Choice, MovementProgram, evaluate,
                                inlined_output_block, movement_program)
 from .tir_walk import load_buffer, param_buffers
-from .tiling import ceil_div, dtype_bytes
+from .tiling import ceil_div, dtype_bytes, knob_grid
 from .tiling import CORE_LOOP_ANNOTATION, Tiling, UB_RESERVED_BYTES
 
 
@@ -109,14 +109,7 @@ class DataMovementSchedule:
         cores = sorted({max(1, default.cores // d) for d in (1, 2, 4)}, reverse=True)
         rows = [None] + sorted({default.tile_len // d for d in (2, 4, 8)
                                 if default.tile_len // d >= 1}, reverse=True)
-        space = [DataMovementKnobs()]
-        for double in (True, False):
-            for n in cores:
-                for tile in rows:
-                    knobs = DataMovementKnobs(None if n == default.cores else n, tile, double)
-                    if knobs not in space:
-                        space.append(knobs)
-        return space
+        return knob_grid(DataMovementKnobs, default.cores, cores, rows)
 
 
 def ub_bytes(program: MovementProgram, tile_rows: int, buffer_num: int) -> int:

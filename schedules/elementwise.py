@@ -25,7 +25,7 @@ from tvm_ascend.errors import TilingError
 from .tile_values import (AccessKind, buffer_size, classify_load, make_analyzer, plan_tile_values,
                           unsupported_construct)
 from .tir_walk import expr_dtype, first_block_realize, param_buffers, root_blocks, walk
-from .tiling import ceil_div, dtype_bytes, round_up
+from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 
 RESIDENT_GATHER_MAX_BYTES = 16384  # broadcast sources up to this size stay in the UB per core
@@ -101,14 +101,7 @@ class ElementwiseSchedule:
         cores = sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)}, reverse=True)
         tiles = [None] + sorted({default.tile_len // d // 128 * 128 for d in (2, 4, 8, 16)
                                  if default.tile_len // d >= 128}, reverse=True)
-        space = [ElementwiseKnobs()]
-        for double in (True, False):
-            for n in cores:
-                for tile in tiles:
-                    knobs = ElementwiseKnobs(None if n == soc.vector_blocks else n, tile, double)
-                    if knobs not in space:
-                        space.append(knobs)
-        return space
+        return knob_grid(ElementwiseKnobs, soc.vector_blocks, cores, tiles)
 
 
 @dataclass(frozen=True)

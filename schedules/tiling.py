@@ -31,6 +31,30 @@ def pieces(extent: int, size: int) -> list[int]:
     return [min(size, extent - start) for start in range(0, extent, size)]
 
 
+def knob_grid(knobs_cls, all_cores: int, cores: list, sizes: list) -> list:
+    """The tuner's grid of a template whose knobs are (cores, a tile size, double_buffer):
+    the defaults first, then every (buffering, core count, size), a core count equal to
+    ``all_cores`` spelled None (the default), without repeats.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class K:
+    ...     cores: int = None
+    ...     size: int = None
+    ...     double_buffer: bool = True
+    >>> len(knob_grid(K, 8, [8, 4], [None, 64]))
+    8
+    """
+    space = [knobs_cls()]
+    for double in (True, False):
+        for n in cores:
+            for size in sizes:
+                knobs = knobs_cls(None if n == all_cores else n, size, double)
+                if knobs not in space:
+                    space.append(knobs)
+    return space
+
+
 def round_up(a: int, b: int) -> int:
     """``a`` rounded up to a multiple of ``b``."""
     return ceil_div(a, b) * b

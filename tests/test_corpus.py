@@ -32,7 +32,6 @@ import pytest
 import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from tvm_ascend import CompileConfig
-from tvm_ascend.errors import FusionConfigError, ModelLoadError, ToolchainError
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 MANIFEST = json.loads((CORPUS / "MANIFEST.json").read_text())
@@ -55,47 +54,12 @@ DEFAULT_RUN = {
     "mobilenet_torchscript_op17_fp32.onnx": ("aggressive", "Ascend310P3"),
 }
 
-# Why cases fail today: (exception classes, reason). The first class is today's failure; a
-# second is the one known to be behind it (seen with dumps off), so that fixing the first
-# keeps the case an xfail until the second is fixed too.
-IMPORT_0D = ((ModelLoadError, ToolchainError),
-             "ModelLoadError: ONNX import failed: broadcast_to expects the input shape to have "
-             "the number of ndim at least as the input tensor's (TVM's ConstantOfShape converter "
-             "on the TorchScript exporter's 0-d ConstantOfShape); behind it, for BERT and T5, the "
-             "ToolchainError of the And-by-scalar printer")
-PLAN_SHARED = ((FusionConfigError,),
-               "FusionConfigError: fusion report: ONNX node ... is in groups ..., not all of "
-               "which recompute it (RecomputeFusion); a plan cannot say that (dump_graph's "
-               "fusion_plan.json writer)")
-PLAN_THEN_AND = ((FusionConfigError, ToolchainError),
-                 PLAN_SHARED[1] + "; behind it ToolchainError: compiling the kernels failed "
-                 "(g++: a stray '}' in a fused logical_and -> where row kernel, And by a per-row "
-                 "scalar)")
-HORIZONTAL_BIAS = ((ValueError,),
-                   "ValueError: all the input arrays must have same number of dimensions "
-                   "(HorizontalFusion of parallel MatMuls, only some with a bias: Whisper's "
-                   "k_proj)")
-
-# (file, level, soc) -> cause; "*" stands for every level or every SoC.
-KNOWN_FAILURES: dict[tuple[str, str, str], tuple] = {
-    **{(f"{stem}.onnx", "*", "*"): IMPORT_0D for stem in (
-        "bert_torchscript_op17_fp32", "bert_torchscript_op18_fp16", "gpt2_torchscript_op18_fp32",
-        "gpt2_torchscript_op17_fp16", "llama_torchscript_op17_fp32",
-        "llama_torchscript_op18_fp16", "t5_encoder_torchscript_op17_fp32")},
-    **{(f"{stem}.onnx", "*", "*"): PLAN_SHARED for stem in (
-        "gpt2_dynamo_op18_fp32", "gpt2_dynamo_op18_fp16", "llama_dynamo_op18_fp32",
-        "llama_dynamo_op18_fp16", "resnet_torchscript_op18_fp32", "resnet_dynamo_op18_fp32",
-        "resnet_torchscript_op17_fp16", "resnet_dynamo_op18_fp16")},
-    **{(f"{stem}.onnx", "*", "*"): PLAN_THEN_AND for stem in (
-        "bert_dynamo_op18_fp32", "bert_dynamo_op17_fp16", "t5_encoder_dynamo_op18_fp32")},
-    ("vit_torchscript_op18_fp32.onnx", "off", "*"): PLAN_SHARED,
-    ("mobilenet_torchscript_op17_fp32.onnx", "off", "*"): PLAN_SHARED,
-    ("mobilenet_dynamo_op18_fp32.onnx", "off", "*"): PLAN_SHARED,
-    ("whisper_encoder_torchscript_op18_fp32.onnx", "off", "*"): PLAN_SHARED,
-    ("whisper_encoder_torchscript_op18_fp32.onnx", "conservative", "*"): PLAN_SHARED,
-    ("whisper_encoder_torchscript_op18_fp32.onnx", "aggressive", "*"): HORIZONTAL_BIAS,
-    ("whisper_encoder_dynamo_op17_fp32.onnx", "aggressive", "*"): HORIZONTAL_BIAS,
-}
+# (file, level, soc) -> cause; "*" stands for every level or every SoC. Empty: the four causes
+# the corpus found (TorchScript's 0-d ConstantOfShape, fusion_plan.json's split nodes, the
+# row printer's stray brace, HorizontalFusion of MatMuls with mixed biases) are fixed, each
+# with a named regression test (test_onnx_rewrites, test_plan_file, test_row_reduce,
+# test_horizontal_fusion). A new failure goes here with its cause until its fix lands.
+KNOWN_FAILURES: dict[tuple[str, str, str], tuple] = {}
 
 
 def sample_inputs(row: dict) -> dict:
