@@ -42,7 +42,7 @@ import numpy as np
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .movement_program import (MAX_BURSTS, Choice, MovementProgram, evaluate,
+from .movement_program import (MAX_BURSTS, Choice, MovementProgram, evaluate, index_loads,
                                inlined_output_block, movement_program)
 from .tir_walk import load_buffer, param_buffers
 from .tiling import ceil_div, dtype_bytes, knob_grid
@@ -146,6 +146,8 @@ def gm_read_bytes(program: MovementProgram, cores: int) -> int:
         else:
             total += _tree_bytes(seg.tree, np.ones(program.rows, bool), seg.row_len * elem)
     total += cores * sum(dtype_bytes(b.dtype) for b, _ in program.scalars.values())
+    total += cores * sum(dtype_bytes(load_buffer(ld).dtype)  # ids that address a scalar
+                         for _, offset in program.scalars.values() for ld in index_loads(offset))
     return total
 
 

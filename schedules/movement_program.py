@@ -542,7 +542,7 @@ class _Analysis:
         if uses(rest, COL):
             raise TilingError(f"{buffer.name} is read as {load}: not linear along the last axis")
         base = analyzer.simplify(rest + tirx.IntImm("int64", stride * c0))
-        for index_load in _index_loads(base):
+        for index_load in index_loads(base):
             if str(load_buffer(index_load).dtype) not in INDEX_DTYPES:
                 raise TilingError(f"index tensor {load_buffer(index_load).name} is "
                                   f"{load_buffer(index_load).dtype}")
@@ -572,7 +572,8 @@ class _Analysis:
         operand.segments = merged
 
 
-def _index_loads(base) -> list:
+def index_loads(base) -> list:
+    """The loads inside an index expression (a Gather's ids read to address another load)."""
     found: list = []
     _collect_loads(base, found)
     return found
@@ -585,4 +586,5 @@ def movement_program(func) -> MovementProgram:
 
 
 __all__ = ["MovementProgram", "Operand", "Segment", "Leaf", "Choice", "DataDependent",
-           "movement_program", "inlined_output_block", "evaluate", "uses", "MAX_BURSTS"]
+           "movement_program", "inlined_output_block", "evaluate", "uses", "MAX_BURSTS",
+           "index_loads"]

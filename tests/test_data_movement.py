@@ -354,3 +354,25 @@ def test_expand_to_a_shape_given_at_run_time_broadcasts_with_the_data(data_shape
     (ref,) = run_onnxruntime(model, feeds)
     assert out.shape == ref.shape == out_shape
     np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+def test_a_gather_by_a_0d_id_fused_with_its_reader_declares_the_id_tensor(soc):
+    """Regression (issue 16, fuzz case 1-69): Gather(x[37], id 0-d) + Add(g, z) is one kernel
+    that reads x at the id's value; the id tensor was read (p1Gm.GetValue) but never declared,
+    and g++ failed. Values against onnxruntime, GM bytes of plan and emulator equal."""
+    b = ModelBuilder("float32", seed=8)
+    x, z = b.input("x", [37]), b.input("z", [37])
+    for value in (-3, 5):
+        ids = b.int_const(np.array(value), "id")
+        b.output(b.node("Add", [b.node("Gather", [x, ids], axis=0), z]), [37])
+    model = b.model()
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(soc_version=soc))
+    for out, ref in zip(lib.run(b.feeds), run_onnxruntime(model, b.feeds)):
+        assert_close(out, ref, "float32")
+    report = lib.fusion_report()
+    profile = {p["kernel"]: p for p in lib.profile()}
+    fused = [g for g in report["groups"] if g["on_npu"] and len(g["nodes"]) == 2]
+    assert len(fused) == 2
+    for group in fused:
+        assert profile[group["kernel"]]["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]

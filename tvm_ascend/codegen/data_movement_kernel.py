@@ -10,7 +10,7 @@ rows once.
 from __future__ import annotations
 
 from ..errors import CodegenError
-from ..schedules.movement_program import Choice, Leaf, movement_program
+from ..schedules.movement_program import Choice, Leaf, index_loads, movement_program
 from ..schedules.tile_values import buffer_size, expr_key, flat_offset
 from ..schedules.tir_walk import load_buffer
 from .code_buffer import CodeBuffer
@@ -84,6 +84,9 @@ class DataMovementKernelPrinter:
     def _read_buffers(self) -> list:
         """Input parameters the kernel reads (data, index tensors, scalars), in order."""
         used = {b.name for b, _ in self.program.scalars.values()}
+        # a scalar read at an index another tensor holds (a Gather by a 0-d id) reads both
+        used.update(load_buffer(ld).name for _, offset in self.program.scalars.values()
+                    for ld in index_loads(offset))
         for seg in self.program.segments():
             for leaf in seg.leaves():
                 if leaf.buffer is not None:
