@@ -168,9 +168,11 @@ def test_acl_launcher_calls_in_order_checked_and_freed(scheduled):
     text = _acl_text(scheduled)
     launch, timer = text.split("static double TimeUs")
     sym = scheduled.symbol
+    # every parameter (the inputs, then the output) is copied to its device buffer
+    devices = ", ".join(f"dev{i}" for i in range(len(scheduled.prim_func.params)))
     _in_order(launch, ["CheckArg(a0", "tvm_ascend_acl::Stream()", "do {", "aclrtMalloc(",
                        "ACL_MEMCPY_HOST_TO_DEVICE", f"{sym}<<<{scheduled.tiling.cores}, nullptr, "
-                       "stream>>>(dev0, dev1, dev2, devWorkspace, devTiling);",
+                       f"stream>>>({devices}, devWorkspace, devTiling);",
                        "aclrtSynchronizeStream(stream)", "ACL_MEMCPY_DEVICE_TO_HOST",
                        "} while (false);", "Free(devTiling", "Free(dev0", "ThrowIfFailed"])
     _in_order(timer, ["aclrtMalloc(", "aclrtMemset(", "aclrtCreateEvent(&start)",

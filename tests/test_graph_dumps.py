@@ -78,9 +78,14 @@ DEMO_CONFIG = tvm_ascend.CompileConfig(no_fuse_nodes=("transpose",))
 
 @pytest.fixture
 def no_dot(monkeypatch, tmp_path):
-    empty = tmp_path / "empty_bin"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
+    """Graphviz's dot is not found (the rest of PATH stays: build() runs g++)."""
+    import shutil
+
+    from tvm_ascend import graph_dumps
+
+    real = shutil.which
+    monkeypatch.setattr(graph_dumps.shutil, "which",
+                        lambda name, *a, **k: None if name == "dot" else real(name, *a, **k))
 
 
 def _fake_dot(monkeypatch, tmp_path, script: str) -> None:

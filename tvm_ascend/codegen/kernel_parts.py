@@ -24,7 +24,7 @@ CPP_KEYWORDS = frozenset({
 # ``Tile``, ``outQue`` ``out`` + ``Que``): a tensor named so would redeclare or shadow one of
 # them. test_printer derives the set from the printers' sources and checks it is complete.
 PRINTER_NAMES = frozenset("""
-    acc accBuf accLocal aligned at avail b base batch before bits blockBuf blockEnd blockLen
+    a acc accBuf accLocal aligned at avail b base batch before bits blockBuf blockEnd blockLen
     blockLength blockRows blockStart blockUnits blocks bottom burst bursts c c0 cTile chunkCols
     chunks ci ciLo cnt co0 col colBuf colElems colFor colGm colKey colOff cols copied copy count
     countBuf counts coutG curKv curM curN curQ device divisor dst elapsedMs epiBuf f fillValue

@@ -140,8 +140,10 @@ def distinct_args(prim, args: list, out_ty, name: str) -> tuple:
     callee = bb.add_func(prim, f"{name}_repeated")
     with bb.function(name, params, {"Primitive": True}, private=True):
         with bb.dataflow():
+            # a call of several outputs (a BatchNorm kept whole) names each output's type
+            outs = list(out_ty.fields) if isinstance(out_ty, relax.TupleType) else out_ty
             out = bb.emit_output(relax.op.call_tir(
-                callee, relax.Tuple([param_of(a) for a in args]), out_ty))
+                callee, relax.Tuple([param_of(a) for a in args]), outs))
         wrapper = bb.emit_func_output(out)
     with bb.function("main", params):
         bb.emit_func_output(bb.emit(relax.Call(wrapper, params)))
