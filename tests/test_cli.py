@@ -43,12 +43,7 @@ def test_compile_demo_model(tmp_path):
 
 
 def test_input_shape_flag_and_errors(tmp_path):
-    builder = ModelBuilder()
-    add_chain(builder, 0, (4, 4), ["relu"])
-    model = builder.model()
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    path = tmp_path / "dyn.onnx"
-    onnx.save(model, path)
+    path = _dynamic_batch_model(tmp_path)
     done = _cli("compile", "--model", str(path), "--output", str(tmp_path / "dyn.so"))
     assert done.returncode == 0, done.stderr  # runs on the host, and says which dimension
     assert "'x0' dimension 0 (batch) is dynamic" in done.stderr
