@@ -82,6 +82,9 @@ def test_export_and_load_in_a_fresh_process(demo, tmp_path):
 def test_export_leaves_no_partial_file_on_failure(demo, tmp_path, monkeypatch):
     _, _, lib = demo
     fresh = tvm_ascend.build(make_demo_model(seed=7), target="ascend")
+    # build() compiled it already and export copies that library: forget it, so that export
+    # compiles (with the broken flags below) as for a module made from an executable alone
+    fresh._library_path = None
     monkeypatch.setattr("tvm_ascend.runtime.module.emulator_compile_options",
                         lambda soc, cache: ["-DTHIS_FLAG_BREAKS=(", "--no-such-flag"])
     with pytest.raises(tvm_ascend.ToolchainError, match="compiling the kernels"):

@@ -311,10 +311,13 @@ def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str
     metadata = {"soc_version": soc.name, "report": report, "inputs": names,
                 "input_specs": _input_specs(scheduled, names),
                 "dim_ranges": _dim_ranges(imported)}
-    errors = _print_errors(scheduled, soc)
-    if errors:
-        raise _failed(result, "print", errors)
-    lowered, source = _codegen(scheduled, soc, metadata)
+    try:
+        lowered, source = _codegen(scheduled, soc, metadata)
+    except CodegenError as err:  # printed again one by one, only now, to name the culprits
+        errors = _print_errors(scheduled, soc)
+        if not errors:
+            raise
+        raise _failed(result, "print", errors) from err
     executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
     module = AscendModule(executable, metadata_from_source(source),
                           cache_key=_cache_key(lowered, source), cache_dir=config.cache_dir,

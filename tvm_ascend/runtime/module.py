@@ -13,6 +13,8 @@ import hashlib
 import json
 import logging
 import shutil
+import tempfile
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -101,21 +103,13 @@ class AscendModule:
         is an ExportError naming it.
         """
         path = check_output_path(path)
+        if self._library_path is None and self._executable is None:
+            raise ModelLoadError("this module holds neither an executable nor a library")
+        library = self.compile()  # a no-op once built: build() compiled it already
         with staging_dir(self._cache_dir) as staging:
             staged = staging / "model.so"
-            if self._executable is None:
-                if self._library_path is None:
-                    raise ModelLoadError("this module holds neither an executable nor a library")
-                verify_library(self._library_path)
-                shutil.copyfile(self._library_path, staged)
-            else:
-                cached = self._cached_library()
-                if cached is not None:
-                    build_cache.record(self._build_key, cached, self.metadata, self._cache_dir)
-                    shutil.copyfile(cached, staged)
-                else:
-                    self._compile_into(staged)
-                    self._store_in_cache(staged)
+            verify_library(library)
+            shutil.copyfile(library, staged)
             verify_library(staged)  # a copy made while the source changed under it is no copy
             try:
                 publish(staged, path)
@@ -181,20 +175,20 @@ class AscendModule:
         build_cache.record(self._build_key, path, self.metadata, self._cache_dir)
         return path
 
-    def compile(self) -> Path | None:
+    def compile(self) -> Path:
         """Compile the kernels (g++ against the emulator) now, unless the compile cache holds
         them; ``build`` calls it, so a kernel that does not compile shows at build time (and
-        is planned again without it) rather than at the first ``run`` or ``export_library``.
-        Returns the library's path in the cache, or None where no cache keeps it (the cache
-        disabled or not writable: the library is then loaded from its staging copy at once,
-        the mapping outliving the file). Raises ToolchainError with the compiler's output.
+        is planned again without it) rather than at the first ``run`` or ``export_library``,
+        which then use this library. Returns its path: in the cache, or, where no cache keeps
+        it (disabled or not writable), a private copy removed with the module. Raises
+        ToolchainError with the compiler's output.
 
         Example
         -------
         >>> lib.compile()                                             # doctest: +SKIP
         PosixPath('.../compile_cache/<key>.so')
         """
-        if self._library_path is not None or self._vm is not None:
+        if self._library_path is not None:
             return self._library_path
         cached = self._cached_library()
         if cached is not None:
@@ -204,20 +198,18 @@ class AscendModule:
                 staged = staging / "model.so"
                 self._compile_into(staged)
                 cached = self._store_in_cache(staged)
-                if cached is None:
-                    self._lib = _load_verified(staged)
-                    self._vm = relax.VirtualMachine(self._lib, tvm.cpu())
-                    return None
+                if cached is None:  # compiled once either way: run and export read this copy
+                    private = Path(tempfile.mkdtemp(prefix="tvm_ascend_"))
+                    weakref.finalize(self, shutil.rmtree, private, True)
+                    cached = Path(shutil.move(str(staged), str(private / "model.so")))
         self._library_path = cached
         return cached
 
     def _ensure_loaded(self):
         if self._vm is not None:
             return
-        self.compile()
-        if self._vm is None:
-            self._lib = _load_verified(self._library_path)
-            self._vm = relax.VirtualMachine(self._lib, tvm.cpu())
+        self._lib = _load_verified(self.compile())
+        self._vm = relax.VirtualMachine(self._lib, tvm.cpu())
 
     @classmethod
     def load(cls, path) -> "AscendModule":
