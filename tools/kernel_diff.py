@@ -212,10 +212,11 @@ def _check_tree(tree: Path) -> None:
                              f"{tree}; run with PYTHONPATH={tree}")
 
 
-def against(rev: str, corpus_set: str, jobs: int, work: Path, tree: Path) -> int:
+def against(rev: str, corpus_set: str, jobs: int, work: Path, tree: Path, only: str = ""
+            ) -> int:
     """Dump ``tree`` and ``rev`` over the same models and compare; the exit status."""
     models, old, new = work / "models", work / "old", work / "new"
-    _run_side(tree, ["models", "--out", str(models), "--set", corpus_set])
+    _run_side(tree, ["models", "--out", str(models), "--set", corpus_set, "--only", only])
     base = _checkout(tree, rev, work / "base")
     try:
         for side, root in ((old, base), (new, tree)):
@@ -232,7 +233,7 @@ def report(old: Path, new: Path, rev: str) -> int:
     builds, kernels, failed = counts(new)
     seconds = {side.name: sum(json.loads((side / "timings.json").read_text()).values())
                for side in (old, new)}
-    times = f"build time {seconds['old']:.0f} s at {rev}, {seconds['new']:.0f} s here"
+    times = f"summed build time {seconds['old']:.0f} s at {rev}, {seconds['new']:.0f} s here"
     if not differences:
         print(f"kernels unchanged: {builds} builds, {kernels} kernels, {failed} failed builds "
               f"identical to {rev} ({times})")
@@ -252,6 +253,8 @@ def main(argv=None) -> int:
     parser.add_argument("--against", dest="rev", default="HEAD",
                         help="the commit to compare with (default HEAD)")
     parser.add_argument("--set", dest="corpus_set", choices=("quick", "full"), default="quick")
+    parser.add_argument("--only", default="", help="build only the cases whose name holds "
+                        "this text (e.g. demo, bert, fuzz, Ascend310P3)")
     parser.add_argument("--jobs", type=int, default=max(1, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, help="models/dump: the folder to write")
     parser.add_argument("--cases", type=Path, help="dump: cases.json written by `models`")
@@ -267,7 +270,8 @@ def main(argv=None) -> int:
         print("\n".join(differences) if differences else "kernels unchanged")
         return 1 if differences else 0
     if args.command == "models":
-        cases = write_models(tree, args.out, args.corpus_set)
+        cases = [case for case in write_models(tree, args.out, args.corpus_set)
+                 if args.only in case["name"]]
         (args.out / "cases.json").write_text(json.dumps(cases, indent=1) + "\n")
         return 0
     if args.command == "dump":
@@ -280,7 +284,7 @@ def main(argv=None) -> int:
         dump(cases, args.out, args.jobs)
         return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="kernel-diff-"))
-    status = against(args.rev, args.corpus_set, args.jobs, work, tree)
+    status = against(args.rev, args.corpus_set, args.jobs, work, tree, args.only)
     if status == 0 and args.work is None:
         shutil.rmtree(work, ignore_errors=True)
     return status
