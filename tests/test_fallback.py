@@ -155,3 +155,62 @@ def test_compile_errors_map_to_the_kernels_whose_lines_they_name():
               "kernel_operator.h:10:2: error: in a template, required from lib0.cc:3:4: here")
     assert compile_error_kernels(source, output) == ["ascend_k1_b", "ascend_k0_a"]
     assert compile_error_kernels(source, "lib0.cc:1:1: error: in the prelude") == []
+
+
+_SCRIPT_WITHOUT_LOGGING = """
+import numpy as np
+from onnx import TensorProto, helper
+import tvm_ascend
+from tvm_ascend.codegen import ascendc_printer
+from tvm_ascend.errors import CodegenError
+
+real = ascendc_printer.kernel_printer
+class Broken:
+    def __init__(self, printer):
+        self._printer = printer
+    def __getattr__(self, name):
+        return getattr(self._printer, name)
+    def print(self, buf):
+        raise CodegenError(self._printer.symbol + ": injected printer failure")
+ascendc_printer.kernel_printer = lambda kernel: Broken(real(kernel))
+graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(build_cache=False))
+x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
+assert np.array_equal(lib.run({"x": x})[0], np.maximum(x, 0))
+"""
+
+
+def test_a_fallback_warning_reaches_a_script_that_configured_no_logging(tmp_path):
+    """The package logger had only a NullHandler, so a script that calls build() without
+    configuring logging (most do) never heard that a kernel failed and ran on the host."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TVM_ASCEND_STRICT"}
+    script = tmp_path / "build_relu.py"
+    script.write_text(_SCRIPT_WITHOUT_LOGGING)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    warnings = [line for line in done.stderr.splitlines() if ": WARNING: " in line]
+    assert len(warnings) == 1, done.stderr[-2000:]
+    assert warnings[0].startswith("tvm_ascend")
+    assert "injected printer failure" in warnings[0] and "host" in warnings[0]
+
+
+def test_a_configured_application_gets_each_warning_once(capfd):
+    """Once the application configures logging, the package's stderr fallback stays silent."""
+    import logging
+
+    root = logging.getLogger()
+    handler = logging.StreamHandler()
+    root.addHandler(handler)
+    try:
+        logging.getLogger("tvm_ascend.pipeline").warning("configured-once")
+    finally:
+        root.removeHandler(handler)
+    assert capfd.readouterr().err.count("configured-once") == 1

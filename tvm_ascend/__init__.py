@@ -9,9 +9,7 @@ Example
 """
 from __future__ import annotations
 
-import logging
-
-from . import relay
+from . import logs, relay
 from .config import CompileConfig
 from .errors import (AscendError, CodegenError, DeviceRuleError, ExportError,
                      FusionConfigError, ModelLoadError, TargetError, TilingError, ToolchainError,
@@ -22,7 +20,7 @@ from .target import register_targets
 
 __version__ = "0.1.0"
 
-logging.getLogger("tvm_ascend").addHandler(logging.NullHandler())
+logs.install()
 register_targets()
 
 
