@@ -28,7 +28,7 @@ from .errors import CodegenError, ToolchainError
 from .fallback import KernelFailure, compile_error_kernels, failure_of, policy_after
 from .frontend import load_model, read_model
 from .partition.grouping import node_graph, partition
-from .partition.policy import FusionPolicy
+from .partition.policy import FusionPolicy, switches_of
 from .dumps import Dumper
 from .partition.report import fusion_report
 from .precision import apply_precision_mode
@@ -220,6 +220,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     _, target_soc = resolve_target(target)
     if str(target).strip().lower() != "ascend" and target_soc != config.soc_version:
         config = config.replace(soc_version=target_soc)
+    switches_of(config)  # parse now: a bad switch file is an error before any work starts
     register_codegen()
     mod = read_model(mod)
     key = build_key(mod, params, config)
