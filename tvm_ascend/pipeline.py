@@ -147,6 +147,17 @@ def fusion_policy(config: CompileConfig, imported: tvm.IRModule) -> FusionPolicy
     return FusionPolicy.from_config(config, plan, imported)
 
 
+def partition_for_ascend(mod, config: CompileConfig | None = None):
+    """Partition a Relax module for Ascend, in the style of TVM's other BYOC backends.
+
+    Returns the module with NPU groups as ``Codegen="ascend"`` functions and the decisions.
+    """
+    config = (config or CompileConfig()).with_env()
+    imported = load_model(mod, config.input_shape)
+    policy = fusion_policy(config, imported)
+    return plan_fusion(imported, policy, config.soc, precision=precision_of(config))
+
+
 def _estimate_retiled(result, scheduled, tilings: dict, soc) -> None:
     """Estimate again the groups whose kernel is built with another tiling than the partitioner
     estimated (a tuning database record), so the report and its model estimate describe the

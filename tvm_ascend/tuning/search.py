@@ -136,9 +136,10 @@ def tune_model(model, trials: int = 16, database=None, config=None, runner=None,
     """
     from tqdm import tqdm
 
-    from .. import ir_attrs, partition_for_ascend
+    from .. import ir_attrs
     from ..config import CompileConfig
     from ..cost_model.xgb_model import CostModel, load_or_none
+    from ..pipeline import partition_for_ascend
 
     config = config or CompileConfig()
     soc = config.soc
