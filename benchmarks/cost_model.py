@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tvm_ascend.cost_model.workloads import OP_CLASSES, dataset, generate_workloads
+from tvm_ascend.tuning.workloads import OP_CLASSES, dataset, generate_workloads
 from tvm_ascend.cost_model.xgb_model import (DEFAULT_MODEL_PATH, CostModel, pairwise_accuracy,
                                              top_k_score)
 from tvm_ascend.partition.report import write_json_atomic

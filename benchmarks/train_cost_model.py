@@ -17,7 +17,7 @@ import json
 import logging
 import time
 
-from tvm_ascend.cost_model.workloads import dataset, generate_workloads
+from tvm_ascend.tuning.workloads import dataset, generate_workloads
 from tvm_ascend.cost_model.xgb_model import DEFAULT_MODEL_PATH, fit_best
 from tvm_ascend.soc import get_soc
 

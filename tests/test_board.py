@@ -20,12 +20,12 @@ from tvm_ascend.codegen.code_buffer import CodeBuffer
 from tvm_ascend.codegen.npu_unit import npu_kernel_mode, npu_unit_source
 from tvm_ascend.codegen.launcher import (ACL_TIME_SUFFIX, emit_acl_launcher,
                                          emit_host_launcher)
-from tvm_ascend.cost_model import RPCRunner
-from tvm_ascend.cost_model.runner import Candidate, LocalRunner, build_with_knobs
 from tvm_ascend.errors import AscendError, CodegenError, ToolchainError
-from tvm_ascend.runtime import board, cann
+from tvm_ascend.runtime import cann
 from tvm_ascend.schedules import template_by_name
 from tvm_ascend.soc import emulator_dir, get_soc
+from tvm_ascend.tuning import RPCRunner, board
+from tvm_ascend.tuning.runner import Candidate, LocalRunner, build_with_knobs
 from onnx_models import ModelBuilder, add_chain
 
 SOC = get_soc("Ascend910B1")

@@ -9,15 +9,14 @@ import pytest
 
 import tvm_ascend
 from tvm_ascend import ir_attrs, pipeline
-from tvm_ascend.cost_model import (LocalRunner, TuningDatabase, TuningDatabaseError,
-                                   summary_table, tune_model, workload_of)
-from tvm_ascend.cost_model.runner import Candidate
+from tvm_ascend.cost_model import TuningDatabase, TuningDatabaseError, workload_of
 from tvm_ascend.schedules import (DataMovementKnobs, DataMovementSchedule,
                                   ElementwiseKnobs, ElementwiseSchedule, MatmulKnobs,
                                   MatmulSchedule, RowReduceKnobs, RowReduceSchedule,
                                   template_by_name)
 from tvm_ascend.scheduling import schedule_groups
 from tvm_ascend.soc import get_soc
+from tvm_ascend.tuning import Candidate, LocalRunner, summary_table, tune_model
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder, add_chain
 

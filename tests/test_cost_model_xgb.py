@@ -9,14 +9,14 @@ import socket
 import numpy as np
 import pytest
 
-from tvm_ascend.cost_model import (FEATURE_NAMES, CostModel, CostModelError, RPCRunner,
-                                   extract_features, load_or_none, tune_kernel)
-from tvm_ascend.cost_model.runner import Candidate
-from tvm_ascend.cost_model.workloads import dataset, generate_workloads
+from tvm_ascend.cost_model import (FEATURE_NAMES, CostModel, CostModelError, extract_features,
+                                   load_or_none)
 from tvm_ascend.cost_model.xgb_model import (DEFAULT_MODEL_PATH, evaluate, fit_best,
                                              pairwise_accuracy, peak_score, top_k_score)
 from tvm_ascend.schedules import template_by_name
 from tvm_ascend.soc import get_soc
+from tvm_ascend.tuning import Candidate, RPCRunner, tune_kernel
+from tvm_ascend.tuning.workloads import dataset, generate_workloads
 
 SOC = get_soc("Ascend910B1")
 
@@ -134,7 +134,7 @@ def _candidate():
 
 
 def test_rpc_runner_against_a_loopback_server_skips_the_device_part():
-    from tvm_ascend.cost_model.rpc_runner import loopback_server
+    from tvm_ascend.tuning.rpc_runner import loopback_server
 
     with loopback_server(key="ascend.test", port=_free_port()) as server:
         runner = RPCRunner(server=("127.0.0.1", server.port), key="ascend.test")
@@ -147,7 +147,7 @@ def test_rpc_runner_against_a_loopback_tracker():
     pytest.importorskip("tornado", reason="TVM's RPC tracker needs tornado")
     from tvm.rpc.tracker import Tracker
 
-    from tvm_ascend.cost_model.rpc_runner import loopback_server
+    from tvm_ascend.tuning.rpc_runner import loopback_server
 
     port = _free_port()
     tracker = Tracker("127.0.0.1", port=port, port_end=port + 20, silent=True)

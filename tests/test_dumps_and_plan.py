@@ -131,13 +131,13 @@ def test_a_dump_writer_that_raises_is_a_warning_naming_the_file(tmp_path, monkey
     """Regression: an exception in any dump writer failed the whole build; now the build goes
     on, the warning names the file, and the other dumps are written."""
     import tvm_ascend.dumps
-    import tvm_ascend.graph_dumps
+    import tvm_ascend.dumps.graphs
 
     def broken(*args, **kwargs):
         raise RuntimeError("writer broke")
 
     monkeypatch.setattr(tvm_ascend.dumps, "export_plan", broken)
-    monkeypatch.setattr(tvm_ascend.graph_dumps, "graph_dot", broken)
+    monkeypatch.setattr(tvm_ascend.dumps.graphs, "graph_dot", broken)
     warnings = _build_checked(tmp_path, caplog)
     plan, dot = tmp_path / "fusion_plan.json", tmp_path / "graphs" / "graph_before.dot"
     assert any(str(plan) in w and "writer broke" in w for w in warnings), warnings
@@ -150,12 +150,12 @@ def test_a_dump_writer_that_raises_is_a_warning_naming_the_file(tmp_path, monkey
 
 
 def test_a_graph_dump_that_cannot_be_drawn_is_a_warning(tmp_path, monkeypatch, caplog):
-    import tvm_ascend.graph_dumps
+    import tvm_ascend.dumps.graphs
 
     def broken(*args, **kwargs):
         raise tvm_ascend.AscendError("the report's groups form a cycle")
 
-    monkeypatch.setattr(tvm_ascend.graph_dumps, "fused_onnx_model", broken)
+    monkeypatch.setattr(tvm_ascend.dumps.graphs, "fused_onnx_model", broken)
     warnings = _build_checked(tmp_path, caplog)
     assert any(str(tmp_path / "graphs") in w and "form a cycle" in w for w in warnings)
     assert (tmp_path / "fusion_plan.json").is_file()

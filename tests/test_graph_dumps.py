@@ -19,9 +19,9 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_ascend
 from onnx_models import ModelBuilder
 from tvm_ascend.dumps import Dumper
+from tvm_ascend.dumps.graphs import (FUSION_DOMAIN, FUSION_OP, fused_onnx_model, graph_dot,
+                                     report_groups_json, write_graph_dumps)
 from tvm_ascend.errors import AscendError, FusionConfigError, ToolchainError
-from tvm_ascend.graph_dumps import (FUSION_DOMAIN, FUSION_OP, fused_onnx_model, graph_dot,
-                                    report_groups_json, write_graph_dumps)
 from tvm_ascend.partition.fusion_result import fusion_result, result_name, write_fusion_result
 from tvm_ascend.partition.plan_file import export_plan, load_plan, onnx_node_graph
 from tvm_ascend.partition.report import fusion_report
@@ -81,10 +81,10 @@ def no_dot(monkeypatch, tmp_path):
     """Graphviz's dot is not found (the rest of PATH stays: build() runs g++)."""
     import shutil
 
-    from tvm_ascend import graph_dumps
+    from tvm_ascend.dumps import graphs
 
     real = shutil.which
-    monkeypatch.setattr(graph_dumps.shutil, "which",
+    monkeypatch.setattr(graphs.shutil, "which",
                         lambda name, *a, **k: None if name == "dot" else real(name, *a, **k))
 
 

@@ -8,6 +8,7 @@ import pytest
 
 import tvm_ascend
 from tvm_ascend.errors import FusionConfigError
+from tvm_ascend.partition.policy import enabled_rules
 from tvm_ascend.partition.rules import RULES, rules_for_level
 from tvm_ascend.partition.switch_file import FusionSwitches, load_switch_file
 
@@ -89,10 +90,14 @@ def test_apply_over_levels_and_rule_sets(tmp_path):
 def test_compile_config_uses_the_switch_file(tmp_path):
     path = _write(tmp_path, "ElementwiseFusion:off\n")
     config = tvm_ascend.CompileConfig(fusion_switch_file=path)
-    assert config.enabled_rules == rules_for_level("conservative") - {"ElementwiseFusion"}
-    bad = _write(tmp_path, "ElementwiseFusoin:off\n", "bad.cfg")
+    assert enabled_rules(config) == rules_for_level("conservative") - {"ElementwiseFusion"}
+    bad = tvm_ascend.CompileConfig(fusion_switch_file=_write(tmp_path, "ElementwiseFusoin:off\n",
+                                                               "bad.cfg"))
     with pytest.raises(FusionConfigError, match="ElementwiseFusion"):
-        tvm_ascend.CompileConfig(fusion_switch_file=bad)
+        enabled_rules(bad)
+    # before any work starts: the model, a file that is not there, is never read
+    with pytest.raises(FusionConfigError, match="ElementwiseFusion"):
+        tvm_ascend.build(str(tmp_path / "missing.onnx"), config=bad)
 
 
 @pytest.mark.parametrize("text, line, words", [

@@ -187,7 +187,7 @@ def _tune_parser(sub) -> None:
 
 
 def _run_tune(args) -> int:
-    from .cost_model import LocalRunner, summary_table, tune_model
+    from .tuning import LocalRunner, summary_table, tune_model
 
     if args.trials < 1:
         raise FusionConfigError(f"--trials={args.trials} must be at least 1")

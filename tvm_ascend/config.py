@@ -83,7 +83,9 @@ class CompileConfig:
         Folder for dumps (default ``./tvm_ascend_dump``).
     fusion_switch_file : str or None
         ATC-style fusion switch file (``RuleName:off`` lines or ATC's JSON ``{"Switch": ...}``),
-        applied on top of the fusion level; ``ALL: off`` turns every rule off.
+        applied on top of the fusion level; ``ALL: off`` turns every rule off. It is read by
+        ``partition/policy.py::enabled_rules``; ``build`` reads it first, so a bad file is an
+        error before any work starts.
     rule_set : str
         ``"tvm_ascend"`` (every rule, cost-checked), ``"atc_style"`` (only the rules ATC applies
         by default, as fixed patterns: an emulation of ATC for comparisons) or ``"tvm_fuseops"``
@@ -173,33 +175,12 @@ class CompileConfig:
         if isinstance(self.no_fuse_nodes, str):
             object.__setattr__(self, "no_fuse_nodes", tuple(
                 n.strip() for n in self.no_fuse_nodes.split(",") if n.strip()))
-        if self.fusion_switch_file is not None:
-            self.switches  # parse now: a bad file is an error before any work starts
         get_soc(self.soc_version)  # raises TargetError naming the known SoCs
 
     @property
     def fusion_enabled(self) -> bool:
         """Whether any operator may be grouped with another."""
         return self.autofusion and self.fusion_level != "off"
-
-    @property
-    def switches(self):
-        """The parsed fusion switch file (None when there is none)."""
-        if self.fusion_switch_file is None:
-            return None
-        from .partition.switch_file import load_switch_file
-        return load_switch_file(self.fusion_switch_file)
-
-    @property
-    def enabled_rules(self) -> frozenset:
-        """Names of the fusion rules on: the level's rules in the rule set, then the switch
-        file's overrides."""
-        from .partition.rules import rules_for_level
-        if not self.autofusion:
-            return frozenset()
-        rules = rules_for_level(self.fusion_level, self.rule_set)
-        switches = self.switches
-        return switches.apply(rules) if switches is not None else rules
 
     @property
     def soc(self):

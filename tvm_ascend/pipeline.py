@@ -28,7 +28,7 @@ from .errors import CodegenError, ToolchainError
 from .fallback import KernelFailure, compile_error_kernels, failure_of, policy_after
 from .frontend import load_model, read_model
 from .partition.grouping import node_graph, partition
-from .partition.policy import FusionPolicy
+from .partition.policy import FusionPolicy, switches_of
 from .dumps import Dumper
 from .partition.report import fusion_report
 from .precision import apply_precision_mode
@@ -147,6 +147,17 @@ def fusion_policy(config: CompileConfig, imported: tvm.IRModule) -> FusionPolicy
     return FusionPolicy.from_config(config, plan, imported)
 
 
+def partition_for_ascend(mod, config: CompileConfig | None = None):
+    """Partition a Relax module for Ascend, in the style of TVM's other BYOC backends.
+
+    Returns the module with NPU groups as ``Codegen="ascend"`` functions and the decisions.
+    """
+    config = (config or CompileConfig()).with_env()
+    imported = load_model(mod, config.input_shape)
+    policy = fusion_policy(config, imported)
+    return plan_fusion(imported, policy, config.soc, precision=precision_of(config))
+
+
 def _estimate_retiled(result, scheduled, tilings: dict, soc) -> None:
     """Estimate again the groups whose kernel is built with another tiling than the partitioner
     estimated (a tuning database record), so the report and its model estimate describe the
@@ -220,6 +231,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     _, target_soc = resolve_target(target)
     if str(target).strip().lower() != "ascend" and target_soc != config.soc_version:
         config = config.replace(soc_version=target_soc)
+    switches_of(config)  # parse now: a bad switch file is an error before any work starts
     register_codegen()
     mod = read_model(mod)
     key = build_key(mod, params, config)

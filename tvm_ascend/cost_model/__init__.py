@@ -1,9 +1,10 @@
-"""The cost model: Ascend timing model, features, XGBoost ranking model, runners, tuning.
+"""The cost model: Ascend timing model, features, XGBoost ranking model, tuning database.
 
-``estimate_kernel`` / ``estimate_launch`` are the analytic timing model the fusion planner and
-the search call; ``CostModel`` learns to rank candidates from measured (or estimated) times;
-``LocalRunner`` / ``RPCRunner`` measure them; ``TuningDatabase`` keeps the best knobs per
-workload; ``tune_kernel`` / ``tune_model`` search.
+Estimates only: ``estimate_kernel`` / ``estimate_launch`` are the analytic timing model the
+fusion planner and the tuner call; ``CostModel`` learns to rank candidates from measured (or
+estimated) times; ``TuningDatabase`` keeps the best knobs per workload. The tuner that measures
+and searches (``tvm_ascend.tuning``) stands above the pipeline and imports this package, never
+the other way.
 
 Example
 -------
@@ -17,12 +18,8 @@ from .vector_work import VectorWork, count_vector_work
 from .database import TuningDatabase, TuningDatabaseError, workload_of
 from .features import FEATURE_NAMES, extract_features
 from .xgb_model import CostModel, CostModelError, load_or_none
-from .runner import Candidate, LocalRunner, MeasureResult
-from .rpc_runner import RPCRunner
-from .search import TuneResult, summary_table, tune_kernel, tune_model
 
 __all__ = ["KernelEstimate", "estimate_kernel", "estimate_launch", "estimate_model",
            "VectorWork", "count_vector_work", "TuningDatabase", "TuningDatabaseError",
            "workload_of", "FEATURE_NAMES", "extract_features", "CostModel", "CostModelError",
-           "load_or_none", "Candidate", "LocalRunner", "MeasureResult", "RPCRunner",
-           "TuneResult", "summary_table", "tune_kernel", "tune_model"]
+           "load_or_none"]

@@ -1,7 +1,7 @@
 """The one cost interface the planner asks: estimated time of a candidate kernel.
 
 It uses the timing model of ``tvm_ascend.cost_model`` (per-core pipes, double buffering, launch
-overhead) and, when that model is not installed, the roofline of the kernel's GM traffic plus
+overhead) and, for a kernel that model fails on, the roofline of the kernel's GM traffic plus
 the SoC's launch overhead, so every decision still has a number. Plans (template choice and
 tiling) are cached by the structural hash of the PrimFunc: a transformer repeats the same
 candidate once per layer.
@@ -23,6 +23,7 @@ import tvm_ffi
 from tvm.ir.expr import Call, TensorLoad
 from tvm.s_tir.stmt import SBlock
 
+from ..cost_model.timing import estimate_kernel, estimate_launch
 from ..decision import Decision
 from ..errors import TilingError
 from ..schedules import plan_template
@@ -46,14 +47,6 @@ class KernelPlan:
     @property
     def ok(self) -> bool:
         return self.template is not None
-
-
-def _timing_model():
-    try:
-        from ..cost_model import estimate_kernel
-    except ImportError:
-        return None
-    return estimate_kernel
 
 
 def _arith_nodes(expr) -> int:
@@ -88,16 +81,9 @@ def host_estimate(io_bytes: int, soc, flops: float = 0.0) -> dict:
     """A group with no Ascend kernel, counted as one device launch at its roofline (what it
     would cost if an op-by-op kernel ran it), so whole-model estimates compare like with like:
     its GM bytes and its flops (a host Conv costs its MACs, not only its bytes)."""
-    try:
-        from ..cost_model import estimate_launch
-        est = estimate_launch(io_bytes, flops, soc, dtype_bytes=4)
-        return {"time_us": round(est.time_us, 3), "roofline_us": round(est.roofline_us, 3),
-                "source": "host op counted as one device launch (timing model)"}
-    except ImportError:
-        roofline = io_bytes / (soc.gm_bandwidth_gbps * 1e3)
-        return {"time_us": round(roofline + soc.launch_overhead_us, 3),
-                "roofline_us": round(roofline, 3),
-                "source": "host op counted as one device launch (GM-bytes roofline)"}
+    est = estimate_launch(io_bytes, flops, soc, dtype_bytes=4)
+    return {"time_us": round(est.time_us, 3), "roofline_us": round(est.roofline_us, 3),
+            "source": "host op counted as one device launch (timing model)"}
 
 
 class GroupCost:
@@ -106,7 +92,6 @@ class GroupCost:
     def __init__(self, soc):
         self.soc = soc
         self._cache: dict[int, list] = {}
-        self._estimate = _timing_model()
 
     def plan(self, prim) -> KernelPlan:
         """The plan of ``prim``: template, tiling and estimated time."""
@@ -126,7 +111,7 @@ class GroupCost:
         defaults) estimated too; the fastest is kept and its knobs passed down, and the
         decision says what it beat."""
         variants = getattr(plan.template, "variants", None)
-        if variants is None or self._estimate is None:
+        if variants is None:
             return plan
         best, default_us = plan, plan.time_us
         for knobs in variants(prim, self.soc)[1:]:
@@ -147,14 +132,13 @@ class GroupCost:
 
     def _with_estimate(self, plan: KernelPlan, prim) -> KernelPlan:
         tiling = plan.tiling
-        if self._estimate is not None:
-            try:
-                est = self._estimate(prim, tiling, self.soc)
-                return KernelPlan(plan.template, tiling, plan.decision, est.time_us,
-                                  est.roofline_us, "timing model", plan.knobs)
-            except Exception as err:  # noqa: BLE001 - an estimate must never stop a build
-                logger.warning("timing model failed on a %s kernel (%s); using the GM-bytes "
-                               "roofline instead", plan.template.name, err)
+        try:
+            est = estimate_kernel(prim, tiling, self.soc)
+            return KernelPlan(plan.template, tiling, plan.decision, est.time_us,
+                              est.roofline_us, "timing model", plan.knobs)
+        except Exception as err:  # noqa: BLE001 - an estimate must never stop a build
+            logger.warning("timing model failed on a %s kernel (%s); using the GM-bytes "
+                           "roofline instead", plan.template.name, err)
         gm = tiling.gm_read_bytes + tiling.gm_write_bytes
         roofline = gm / (self.soc.gm_bandwidth_gbps * 1e3)  # GB/s -> bytes per us
         return KernelPlan(plan.template, tiling, plan.decision,

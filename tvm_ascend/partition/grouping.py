@@ -25,10 +25,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from collections import Counter
 
 from .. import ir_attrs
+from ..decision import Decision
 from ..errors import FusionConfigError
 from ..schedules import supports
 from .cost import GroupCost, host_estimate, tir_flops
-from .decision import Decision
 from .merge import Site, distinct_args, merge_sites, unfused_edges
 from .policy import FusionPolicy
 from .rules import anchor_rule, group_rules

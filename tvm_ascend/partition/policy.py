@@ -1,5 +1,8 @@
 """FusionPolicy: what the planner may do, decided once from CompileConfig and passed down.
 
+The config's fusion level, rule set and switch file are resolved into rule names here
+(``enabled_rules``, ``switches_of``), not in ``config.py``, which stands below every stage.
+
 Example
 -------
 >>> from tvm_ascend import CompileConfig
@@ -14,6 +17,8 @@ from dataclasses import dataclass
 
 from .. import ir_attrs
 from ..errors import check_known_names
+from .rules import rules_for_level
+from .switch_file import load_switch_file
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class FusionPolicy:
             check_known_names("--no_fuse_nodes", config.no_fuse_nodes, names)
         # An imported plan is the person's (or an earlier build's) decision: no estimate
         # overrides it; the rules switched on still apply.
-        return FusionPolicy(rules=config.enabled_rules, merge=config.rule_set != "tvm_fuseops",
+        return FusionPolicy(rules=enabled_rules(config), merge=config.rule_set != "tvm_fuseops",
                             cost_checked=config.rule_set == "tvm_ascend" and plan is None,
                             no_fuse_nodes=frozenset(config.no_fuse_nodes), plan=plan,
                             rule_set=config.rule_set,
@@ -75,9 +80,25 @@ class FusionPolicy:
     @staticmethod
     def default(fuse: bool = True) -> "FusionPolicy":
         """The default policy (conservative rules, cost-checked), or fusion off."""
-        from .rules import rules_for_level
         return FusionPolicy(rules=rules_for_level("conservative") if fuse else frozenset(),
                             merge=fuse, level="conservative" if fuse else "off")
+
+
+def switches_of(config):
+    """The parsed fusion switch file of a CompileConfig (None when there is none)."""
+    if config.fusion_switch_file is None:
+        return None
+    return load_switch_file(config.fusion_switch_file)
+
+
+def enabled_rules(config) -> frozenset:
+    """Names of the fusion rules a CompileConfig switches on: the level's rules in the rule
+    set, then the switch file's overrides."""
+    if not config.autofusion:
+        return frozenset()
+    rules = rules_for_level(config.fusion_level, config.rule_set)
+    switches = switches_of(config)
+    return switches.apply(rules) if switches is not None else rules
 
 
 def onnx_node_names(mod) -> list[str] | None:
@@ -88,4 +109,4 @@ def onnx_node_names(mod) -> list[str] | None:
     return None
 
 
-__all__ = ["FusionPolicy", "onnx_node_names"]
+__all__ = ["FusionPolicy", "enabled_rules", "onnx_node_names", "switches_of"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tvm
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
 
-from ..decision import Decision
+from ...decision import Decision
 from .conv import check_conv_call, conv_patterns
 from .elementwise import check_elementwise_call, elementwise_patterns, tensor_type_of
 from .layout import HOST_VIEW_OPS, check_view_call, is_view_only, view_patterns

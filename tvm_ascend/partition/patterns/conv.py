@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm.relax.dpl.pattern import is_op, wildcard
 
-from ..decision import Decision
+from ...decision import Decision
 from .elementwise import SUPPORTED_DTYPES, static_shape, tensor_type_of
 
 POOL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")

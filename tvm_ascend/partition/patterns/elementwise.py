@@ -4,7 +4,7 @@ from __future__ import annotations
 from tvm import relax
 from tvm.relax.dpl.pattern import is_op, wildcard
 
-from ..decision import Decision
+from ...decision import Decision
 
 # relax op -> number of tensor operands; every name here has a printer rule in codegen.
 ELEMENTWISE_OPS = {

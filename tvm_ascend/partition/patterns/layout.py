@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tvm.relax.dpl.pattern import is_op, wildcard
 
-from ..decision import Decision
+from ...decision import Decision
 from .elementwise import SUPPORTED_DTYPES, short_op_name, static_shape, tensor_type_of
 
 VIEW_OPS = {"relax.reshape": 2, "relax.squeeze": 1, "relax.expand_dims": 1,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tvm.relax.dpl.pattern import is_op, wildcard
 
-from ..decision import Decision
+from ...decision import Decision
 from .elementwise import SUPPORTED_DTYPES, static_shape, tensor_type_of
 
 

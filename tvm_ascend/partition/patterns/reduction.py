@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tvm.relax.dpl.pattern import is_op, wildcard
 
-from ..decision import Decision
+from ...decision import Decision
 from .elementwise import SUPPORTED_DTYPES, short_op_name, static_shape, tensor_type_of
 
 # relax op -> (operands, name of the axis attribute)

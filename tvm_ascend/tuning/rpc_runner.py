@@ -6,7 +6,7 @@ loads a library that registers ``tvm_ascend.cann_device_count`` and
 This runner requests a session per batch, uploads each candidate's built library and asks for
 its time. Where the remote has no CANN runtime those functions are absent: the device part is
 skipped and every result says so (``error``), so a search falls back on other measurements.
-The board side is ``tvm_ascend.runtime.board`` (``python -m tvm_ascend.runtime.board --tracker
+The board side is ``tvm_ascend.tuning.board`` (``python -m tvm_ascend.tuning.board --tracker
 host:port --key ascend.910b1 [--backend acl|emulator]``): it registers both functions, through
 CANN (``acl``) or, for tests and boardless CI, through the CPU emulator and the timing model
 (``emulator``: estimates, not measurements).
@@ -30,7 +30,7 @@ from tvm import rpc
 from ..errors import AscendError
 from .runner import Candidate, MeasureResult, build_with_knobs
 
-logger = logging.getLogger("tvm_ascend.cost_model")
+logger = logging.getLogger("tvm_ascend.tuning")
 
 DEVICE_COUNT_FUNC = "tvm_ascend.cann_device_count"
 TIME_KERNEL_FUNC = "tvm_ascend.time_kernel"

@@ -8,7 +8,7 @@
     fusion_plan.json     the groups as an editable plan (CompileConfig.fusion_plan_file)
     kernels/<name>.cpp   every AscendC kernel, standalone
     graphs/              graphs before and after fusion: JSON, DOT (SVG with Graphviz), and
-                         graph_after.onnx with FusionGroup nodes (see graph_dumps.py)
+                         graph_after.onnx with FusionGroup nodes (see dumps/graphs.py)
 
 A dump is for reading, never a reason for a build to fail: a writer that raises (a folder that
 is read-only or a regular file, a full disk, a report a writer cannot draw) logs a warning
@@ -20,11 +20,11 @@ import logging
 import os
 import tempfile
 
-from . import ir_attrs
-from .graph_dumps import write_graph_dumps
-from .partition.fusion_result import write_fusion_result
-from .partition.plan_file import export_plan
-from .partition.report import report_table, write_json_atomic
+from .. import ir_attrs
+from ..partition.fusion_result import write_fusion_result
+from ..partition.plan_file import export_plan
+from ..partition.report import report_table, write_json_atomic
+from .graphs import write_graph_dumps
 
 logger = logging.getLogger("tvm_ascend.dumps")
 

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import tvm
 
+from ..cost_model.database import TuningDatabase, knobs_to_json, workload_of
+from ..cost_model.timing import estimate_kernel
+from ..cost_model.tuned import knobs_from_json
 from ..errors import AscendError, TilingError
 from ..schedules import template_by_name
 from ..soc import get_soc
-from .database import TuningDatabase, knobs_to_json, workload_of
-from .timing import estimate_kernel
-from .tuned import knobs_from_json
 
-logger = logging.getLogger("tvm_ascend.cost_model")
+logger = logging.getLogger("tvm_ascend.tuning")
 
 
 @dataclass

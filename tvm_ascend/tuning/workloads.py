@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import te, topi
 
+from ..cost_model.features import extract_features
 from ..errors import TilingError
 from ..schedules import template_by_name
-from .features import extract_features
 from .runner import LocalRunner
 from .search import planned_candidates
 

@@ -29,7 +29,7 @@ graph lists the report's ops without edges, the after graph takes its edges from
 
 Example
 -------
->>> from tvm_ascend.graph_dumps import write_graph_dumps
+>>> from tvm_ascend.dumps.graphs import write_graph_dumps
 >>> write_graph_dumps(model, lib.fusion_report(), "dump/graphs")  # doctest: +SKIP
 ['dump/graphs/graph_before.json', ...]
 """
@@ -44,8 +44,8 @@ import tempfile
 import onnx
 from onnx import helper
 
-from .errors import AscendError, ToolchainError
-from .partition.report import write_json_atomic
+from ..errors import AscendError, ToolchainError
+from ..partition.report import write_json_atomic
 
 logger = logging.getLogger("tvm_ascend.dumps")
 

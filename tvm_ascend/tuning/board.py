@@ -1,8 +1,8 @@
 """The board side of the RPC runner: a TVM RPC server that times kernels for RPCRunner.
 
-``python -m tvm_ascend.runtime.board --tracker host:port --key ascend.910b1 [--backend acl]``
+``python -m tvm_ascend.tuning.board --tracker host:port --key ascend.910b1 [--backend acl]``
 starts a TVM RPC server (``tvm.rpc.Server``) registered with the tracker under ``key``, whose
-session processes carry the two functions ``cost_model.rpc_runner.RPCRunner`` calls:
+session processes carry the two functions ``tuning.rpc_runner.RPCRunner`` calls:
 ``tvm_ascend.cann_device_count() -> int`` and
 ``tvm_ascend.time_kernel(lib_path, kernel, repeats) -> microseconds``. They are registered by
 the server's ``server_init_callback`` in the server process, before it forks a worker per
@@ -42,15 +42,15 @@ import tvm
 import tvm_ffi
 
 from ..codegen.launcher import ACL_TIME_SUFFIX
-from ..cost_model.rpc_runner import DEVICE_COUNT_FUNC, TIME_KERNEL_FUNC
 from ..cost_model.timing import KernelEstimate, estimate_kernel
 from ..cost_model.vector_work import VectorWork
 from ..errors import AscendError
+from ..runtime import cann
 from ..schedules.tiling import Tiling
 from ..soc import get_soc
-from . import cann
+from .rpc_runner import DEVICE_COUNT_FUNC, TIME_KERNEL_FUNC
 
-logger = logging.getLogger("tvm_ascend.runtime")
+logger = logging.getLogger("tvm_ascend.tuning")
 
 BACKENDS = ("emulator", "acl")
 
@@ -173,7 +173,7 @@ def emulator_time_kernel(lib_path: str, kernel: str, repeats: int) -> float:
     >>> emulator_time_kernel("kernel.so", "ascend_k0_fused_add", 3)      # doctest: +SKIP
     3.93
     """
-    from .module import AscendModule
+    from ..runtime.module import AscendModule
 
     repeats = int(repeats)
     if repeats < 1:
@@ -339,13 +339,13 @@ def _host_port(text: str, flag: str) -> tuple[str, int]:
 
 
 def main(argv=None) -> int:
-    """``python -m tvm_ascend.runtime.board``: serve until interrupted (exit 2 on bad flags).
+    """``python -m tvm_ascend.tuning.board``: serve until interrupted (exit 2 on bad flags).
 
     Example
     -------
     >>> main(["--tracker", "10.0.0.1:9190", "--key", "ascend.910b1"])   # doctest: +SKIP
     """
-    parser = argparse.ArgumentParser(prog="python -m tvm_ascend.runtime.board",
+    parser = argparse.ArgumentParser(prog="python -m tvm_ascend.tuning.board",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--tracker", help="RPC tracker host:port to register with")
     parser.add_argument("--key", default="ascend", help="device key, e.g. ascend.910b1")

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cost_model.database import TuningDatabase, knobs_to_json, open_database, workload_of
+from ..cost_model.features import extract_features
+from ..cost_model.timing import estimate_kernel
 from ..errors import TilingError
 from ..schedules import template_by_name
-from .database import TuningDatabase, knobs_to_json, open_database, workload_of
-from .features import extract_features
 from .runner import Candidate, LocalRunner
-from .timing import estimate_kernel
 
-logger = logging.getLogger("tvm_ascend.cost_model")
+logger = logging.getLogger("tvm_ascend.tuning")
 
 
 @dataclass
@@ -136,9 +136,10 @@ def tune_model(model, trials: int = 16, database=None, config=None, runner=None,
     """
     from tqdm import tqdm
 
-    from .. import ir_attrs, partition_for_ascend
+    from .. import ir_attrs
     from ..config import CompileConfig
-    from .xgb_model import CostModel, load_or_none
+    from ..cost_model.xgb_model import CostModel, load_or_none
+    from ..pipeline import partition_for_ascend
 
     config = config or CompileConfig()
     soc = config.soc
