@@ -1,6 +1,6 @@
-"""Helpers shared by the prepare stage's Relax rewrites (prepare_passes, prepare_rewrites,
-reduction_axes, window_sum): what a call is, constant values, the bindings of a function,
-bindings that keep the ONNX node names of what they replace, and the per-node records
+"""Helpers shared by the prepare stage's Relax rewrites (canonical, batch_norm, horizontal,
+reductions): what a call is, constant values, the bindings of a function, bindings that keep
+the ONNX node names of what they replace, and the per-node records
 (``ir_attrs.PREPARE_REWRITES``) the fusion report lists under ``prepare_rewrites``.
 
 Example
@@ -16,7 +16,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
 
-from . import ir_attrs
+from .. import ir_attrs
 
 
 def call_name(expr) -> str | None:
@@ -89,6 +89,20 @@ def with_rewrite_records(func, records: list[str]):
     old = [str(r) for r in func.attrs[ir_attrs.PREPARE_REWRITES]] \
         if func.attrs and ir_attrs.PREPARE_REWRITES in func.attrs else []
     return func.with_attr(ir_attrs.PREPARE_REWRITES, old + records)
+
+
+def prepare_rewrites(mod: tvm.IRModule) -> list[dict]:
+    """The prepare-rewrite records of ``mod``'s ``main`` (empty when none ran).
+
+    Example
+    -------
+    >>> prepare_rewrites(remove_dropout(mod))[0]["rewrite"]   # doctest: +SKIP
+    'DropoutRemoval'
+    """
+    attrs = mod["main"].attrs
+    if not attrs or ir_attrs.PREPARE_REWRITES not in attrs:
+        return []
+    return [json.loads(str(r)) for r in attrs[ir_attrs.PREPARE_REWRITES]]
 
 
 def replace_main(mod: tvm.IRModule, func) -> tvm.IRModule:
