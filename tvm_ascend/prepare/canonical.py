@@ -40,8 +40,8 @@ from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .. import ir_attrs
-from .relax_rewrite import (NamedRewrite, RecordedRewrite, bindings, call_name, const_value,
-                            replace_main, rewrite_record, static_dims, use_counts,
+from .relax_rewrite import (CallRewrite, NamedRewrite, bindings, call_name, const_value,
+                            replace_main, rewrite_record, run_rewrite, static_dims, use_counts,
                             with_rewrite_records)
 
 DROPOUT_REMOVAL = "DropoutRemoval"
@@ -371,18 +371,11 @@ def _on_npu(exprs) -> str:
 
 
 @mutator
-class _SoftmaxAxisRewriter(PyExprMutator, RecordedRewrite):
+class _SoftmaxAxisRewriter(CallRewrite):
     """``softmax(x, axis=k)`` (k not last) -> permute / softmax(-1) / permute back."""
 
     REWRITE = SOFTMAX_AXIS_TO_LAST
-
-    def __init__(self, mod, func):
-        super().__init__(mod)
-        self._setup(func, "softmax_last")
-
-    def visit_var_binding_(self, binding):
-        self.current = binding.var.name
-        super().visit_var_binding_(binding)
+    STEM = "softmax_last"
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -460,9 +453,7 @@ def softmax_axis_to_last(mod: tvm.IRModule) -> tvm.IRModule:
     -------
     >>> mod = softmax_axis_to_last(mod)                     # doctest: +SKIP
     """
-    func = mod["main"]
-    rewriter = _SoftmaxAxisRewriter(mod, func)
-    return rewriter.finish(mod, rewriter.visit_expr(func))
+    return run_rewrite(mod, _SoftmaxAxisRewriter)
 
 
 __all__ = ["one_element_constants_as_scalars", "remove_dropout", "stack_sum_to_adds",

@@ -42,9 +42,9 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.relax.expr_functor import mutator
 
-from .relax_rewrite import RecordedRewrite, call_name, static_dims
+from .relax_rewrite import CallRewrite, call_name, run_rewrite, static_dims
 
 REDUCTION_AXES_TO_ROWS = "ReductionAxesToRows"
 _OPS = {"relax.sum": relax.op.sum, "relax.mean": relax.op.mean, "relax.max": relax.op.max,
@@ -72,16 +72,9 @@ def _plan(axes: list[int], rank: int) -> str | None:
 
 
 @mutator
-class _ReductionRowsRewriter(PyExprMutator, RecordedRewrite):
+class _ReductionRowsRewriter(CallRewrite):
     REWRITE = REDUCTION_AXES_TO_ROWS
-
-    def __init__(self, mod, func):
-        super().__init__(mod)
-        self._setup(func, "reduce_rows")
-
-    def visit_var_binding_(self, binding):
-        self.current = binding.var.name
-        super().visit_var_binding_(binding)
+    STEM = "reduce_rows"
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -132,8 +125,7 @@ def reductions_to_rows(mod: tvm.IRModule) -> tvm.IRModule:
     -------
     >>> mod = reductions_to_rows(mod)                            # doctest: +SKIP
     """
-    rewriter = _ReductionRowsRewriter(mod, mod["main"])
-    return rewriter.finish(mod, rewriter.visit_expr(mod["main"]))
+    return run_rewrite(mod, _ReductionRowsRewriter)
 
 
 WINDOW_SUM_AS_SLICES = "WindowSumAsSlices"
@@ -161,16 +153,9 @@ def _window_axis(attrs) -> tuple[int, int, int, int] | None:
 
 
 @mutator
-class _WindowSumRewriter(PyExprMutator, RecordedRewrite):
+class _WindowSumRewriter(CallRewrite):
     REWRITE = WINDOW_SUM_AS_SLICES
-
-    def __init__(self, mod, func):
-        super().__init__(mod)
-        self._setup(func, "window")
-
-    def visit_var_binding_(self, binding):
-        self.current = binding.var.name
-        super().visit_var_binding_(binding)
+    STEM = "window"
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -223,5 +208,4 @@ def window_sums_to_slices(mod: tvm.IRModule) -> tvm.IRModule:
     -------
     >>> mod = window_sums_to_slices(mod)                         # doctest: +SKIP
     """
-    rewriter = _WindowSumRewriter(mod, mod["main"])
-    return rewriter.finish(mod, rewriter.visit_expr(mod["main"]))
+    return run_rewrite(mod, _WindowSumRewriter)

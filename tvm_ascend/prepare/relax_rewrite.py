@@ -15,6 +15,7 @@ import json
 import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
+from tvm.relax.expr_functor import PyExprMutator
 
 from .. import ir_attrs
 
@@ -125,7 +126,8 @@ def static_dims(ty) -> list[int] | None:
 class RecordedRewrite(NamedRewrite):
     """A NamedRewrite that says, per ONNX node it looked at, whether it rewrote it and why
     (``REWRITE`` names the rewrite in the report). A subclass tracks ``self.current`` in its
-    ``visit_var_binding_`` and calls ``note``; ``finish`` puts the records on ``main``."""
+    ``visit_var_binding_`` (``CallRewrite`` does) and calls ``note``; ``finish`` puts the
+    records on ``main``."""
 
     REWRITE = ""
 
@@ -145,3 +147,28 @@ class RecordedRewrite(NamedRewrite):
             return mod
         return replace_main(mod, with_rewrite_records(self._with_nodes(new_main), self.records))
 
+
+class CallRewrite(PyExprMutator, RecordedRewrite):
+    """A RecordedRewrite of the calls of ``main``: ``self.current`` follows the binding being
+    visited, so ``note`` and the new bindings (``STEM`` and a count) take its ONNX node. A
+    subclass sets ``REWRITE`` and ``STEM``, overrides ``visit_call_`` and is decorated with
+    ``@mutator`` (TVM's ``derived_object`` takes the methods of undecorated bases too);
+    ``run_rewrite`` applies it."""
+
+    STEM = ""
+
+    def __init__(self, mod, func):
+        super().__init__(mod)
+        self._setup(func, self.STEM)
+
+    def visit_var_binding_(self, binding):
+        self.current = binding.var.name
+        super().visit_var_binding_(binding)
+
+
+def run_rewrite(mod: tvm.IRModule, rewriter) -> tvm.IRModule:
+    """``mod`` with ``main`` rewritten by ``rewriter`` (a ``CallRewrite`` class), with its
+    records (``mod`` itself when it looked at nothing)."""
+    func = mod["main"]
+    instance = rewriter(mod, func)
+    return instance.finish(mod, instance.visit_expr(func))
