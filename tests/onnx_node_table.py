@@ -226,7 +226,7 @@ def _first_line(err: BaseException) -> str:
 def applicability(case: dict) -> tuple[str, list[str]]:
     """('' or why the case is not applicable, the Relax ops of its lowering)."""
     from tvm_ascend.frontend import load_model
-    from tvm_ascend.pipeline import prepare
+    from tvm_ascend.prepare import prepare
 
     problem = _value_kind_problem(case["model"])
     if problem:

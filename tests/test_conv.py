@@ -18,7 +18,7 @@ from conftest import run_onnxruntime
 from onnx_models import ModelBuilder
 from tvm_ascend import ir_attrs
 from tvm_ascend.frontend import load_model
-from tvm_ascend.pipeline import prepare
+from tvm_ascend.prepare import prepare
 
 # A conv output sums K = Cin/G * kh * kw products in another order than onnxruntime (K chunks
 # on the cube, then added): float32 differs by a few ulps of the largest partial sum; float16

@@ -9,8 +9,8 @@ import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
 from tvm_ascend import ir_attrs
-from tvm_ascend.horizontal_fusion import merge_parallel_elementwise
-from tvm_ascend.pipeline import prepare
+from tvm_ascend.prepare import prepare
+from tvm_ascend.prepare.horizontal import merge_parallel_elementwise
 
 AGGRESSIVE = tvm_ascend.CompileConfig(fusion_level="aggressive")
 

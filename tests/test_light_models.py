@@ -40,10 +40,10 @@ class LightModel:
 
 
 # LRN lowers to x / (bias + alpha/size * avg_pool3d(x^2))^beta; the prepare stage turns the
-# channel window into shifted slices added up (tvm_ascend/window_sum.py): all on the NPU.
+# channel window into shifted slices added up (tvm_ascend/prepare/reductions.py): all on the NPU.
 # Dropout (an identity at inference) is removed and a BatchNormalization with no Conv before
 # it (DenseNet's BN-ReLU-Conv after a Concat) lowered to a scale and shift by the prepare stage
-# (tvm_ascend/prepare_rewrites.py): neither may reach the host.
+# (tvm_ascend/prepare/canonical.py, batch_norm.py): neither may reach the host.
 # A reshape between host ops is a free view on the host.
 VIEW_HOST = frozenset({"relax.reshape"})
 

@@ -1,7 +1,7 @@
-"""The prepare-stage rewrites that move host ops onto the NPU (prepare_rewrites.py): Dropout
-removed, a BatchNorm with no Conv before it lowered to a scale and shift, Softmax over a
-non-last axis turned to the last. Each model matches onnxruntime (or numpy), runs where the
-report says, and the report names the rewrite (or why it was not made)."""
+"""The prepare-stage rewrites that move host ops onto the NPU (prepare/canonical.py,
+prepare/batch_norm.py): Dropout removed, a BatchNorm with no Conv before it lowered to a scale
+and shift, Softmax over a non-last axis turned to the last. Each model matches onnxruntime (or
+numpy), runs where the report says, and the report names the rewrite (or why it was not made)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +15,8 @@ from conftest import TOLERANCES, assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
 from test_conv import CONV_TOL
 from tvm_ascend.partition.report import explain_node
-from tvm_ascend.pipeline import prepare
-from tvm_ascend.prepare_rewrites import prepare_rewrites
+from tvm_ascend.prepare import prepare
+from tvm_ascend.prepare.relax_rewrite import prepare_rewrites
 
 
 def _build(builder, tol=None, **config):
@@ -324,7 +324,7 @@ def _relu_model():
     return b.model()
 
 
-# ---- one-element constants (prepare_passes.one_element_constants_as_scalars) ------------------
+# ---- one-element constants (canonical.one_element_constants_as_scalars) ------------------
 
 def test_one_element_constants_become_scalars_only_where_the_shape_stays():
     """Mul(x, c[1, 1]) reads c as a 0-d constant (an immediate in the kernel, as the attention

@@ -1,4 +1,4 @@
-"""Reductions over several axes run as rows on the NPU (tvm_ascend/reduction_axes.py)."""
+"""Reductions over several axes run as rows on the NPU (tvm_ascend/prepare/reductions.py)."""
 from __future__ import annotations
 
 import numpy as np

@@ -110,7 +110,7 @@ def test_rows_longer_than_the_ub_run_in_passes_and_other_axes_become_rows():
     x = b.input("x", (2, 70000))
     b.output(b.node("Softmax", [x], axis=-1), (2, 70000))
     # axes that are neither the last nor one run of adjacent axes (the axis-reduce kernel's):
-    # the prepare stage moves them last (tvm_ascend/reduction_axes.py)
+    # the prepare stage moves them last (tvm_ascend/prepare/reductions.py)
     y = b.input("y", (4, 6, 5))
     b.output(b.node("ReduceSum", [y, b.int_const([0, 2])], keepdims=0), (6,))
     _, report = _compare(b, expect_npu_only=False)

@@ -1,5 +1,5 @@
 """LRN's channel window on the NPU: the window average as shifted slices added up
-(tvm_ascend/window_sum.py)."""
+(tvm_ascend/prepare/reductions.py)."""
 from __future__ import annotations
 
 import numpy as np

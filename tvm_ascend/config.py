@@ -102,7 +102,7 @@ class CompileConfig:
         Target SoC in ATC spelling (``Ascend910B1``, ``Ascend310P3``, ...).
     precision_mode : str
         ATC precision mode: ``must_keep_origin_dtype`` (default), ``allow_fp32_to_fp16``,
-        ``force_fp16``, ``allow_mix_precision``, ``force_fp32`` (tvm_ascend/precision.py).
+        ``force_fp16``, ``allow_mix_precision``, ``force_fp32`` (tvm_ascend/prepare/precision.py).
     keep_dtype : tuple of str
         ONNX node names computed in their original dtype whatever the precision mode.
     cache_dir : str or None

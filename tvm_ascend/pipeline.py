@@ -31,10 +31,8 @@ from .partition.grouping import node_graph, partition
 from .partition.policy import FusionPolicy, switches_of
 from .dumps import Dumper
 from .partition.report import fusion_report
-from .precision import apply_precision_mode
-from .horizontal_fusion import merge_parallel_elementwise
-from .prepare_passes import merge_parallel_matmuls
-from .prepare_stage import prepare_graph
+from .prepare import prepare
+from .prepare.horizontal import merge_parallel_elementwise, merge_parallel_matmuls
 from .runtime import AscendModule
 from .runtime.build_cache import build_key, lookup
 from .runtime.toolchain import default_cache_dir
@@ -42,46 +40,6 @@ from .scheduling import schedule_groups
 from .target import resolve_target
 
 logger = logging.getLogger("tvm_ascend")
-
-
-def prepare(mod: tvm.IRModule, params=None, fold_batchnorm: bool = True,
-            precision: tuple = ("must_keep_origin_dtype", ())) -> tvm.IRModule:
-    """Bind weights, fold constants (and BatchNorm into Conv weights), then apply the precision
-    mode ``precision`` = (mode, keep_dtype) before grouping.
-
-    The precision mode comes last, as ATC applies it to the optimised graph: a BatchNorm is
-    folded into its Conv's weights in float32 first, so under a float16 mode the Conv and
-    what is left of the BatchNorm (an Add) are one cube kernel, not a float16 Conv, a
-    float32 BatchNorm and the Casts between them."""
-    if params:
-        mod = relax.transform.BindParams("main", params)(mod)
-    folded = relax.transform.FoldConstant()(mod)
-    missing = _undefined_callees(folded)
-    if missing:
-        # TVM 0.27's FoldConstant leaks the legalized shape computation of a
-        # dynamic_strided_slice (ONNX Slice with starts/ends as graph inputs) into main as a
-        # call_tir of a PrimFunc it never adds; unfolded, the slice legalizes whole later
-        logger.info("FoldConstant left calls of undefined functions %s; not folding", missing)
-        folded = mod
-    return apply_precision_mode(prepare_graph(folded, fold_batchnorm), *precision)
-
-
-def _undefined_callees(mod: tvm.IRModule) -> list[str]:
-    """Names of the functions that ``call_tir`` bindings of ``mod`` call but it does not
-    define."""
-    defined = {gv.name_hint for gv in mod.get_global_vars()}
-    call_tir = tvm.ir.Op.get("relax.call_tir")
-    missing = []
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function):
-            continue
-        for block in getattr(func.body, "blocks", []):
-            for binding in block.bindings:
-                value = binding.value
-                if (isinstance(value, relax.Call) and value.op.same_as(call_tir)
-                        and value.args[0].name_hint not in defined):
-                    missing.append(value.args[0].name_hint)
-    return missing
 
 
 def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
@@ -93,7 +51,7 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
     the groups that follow (a merged Q/K/V projection pays when the attention kernel takes
     the slices; parallel MatMuls with their own epilogues lose them): the unmerged partition,
     the one with parallel MatMuls merged and the one with parallel elementwise ops merged too
-    (``horizontal_fusion.merge_parallel_elementwise``) are made and the one with the lowest
+    (``prepare.horizontal.merge_parallel_elementwise``) are made and the one with the lowest
     estimated latency is kept; the report's ``horizontal_fusion`` records every estimate.
     """
     fold = "BatchNormFolding" in policy.rules

@@ -4,8 +4,8 @@ Only ``relax.nn.conv2d`` is claimed here: its bias, folded BatchNorm, activation
 Add join it through FuseOps as the elementwise epilogue. MaxPool / AveragePool (NCHW, static
 shapes, float16/float32) run on the vector pooling kernel (the pool2d template); adaptive
 average pooling other than global has no kernel and is answered here so the report says so;
-GlobalAveragePool is rewritten into a last-axis mean by ``tvm_ascend.prepare_passes`` and runs
-on the row-reduce kernel.
+GlobalAveragePool is rewritten into a last-axis mean by ``tvm_ascend.prepare.reductions`` and
+runs on the row-reduce kernel.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ MOVE_OPS = {"relax.permute_dims": 1, "relax.strided_slice": 5, "relax.concat": 1
 INDEX_DTYPES = ("int32", "int64")
 # Ops the VM runs on the host without a copy or a kernel: a view of rows of a tensor (the
 # HorizontalFusion results) and the zero-offset check that hands the view on with its data
-# pointer moved (horizontal_fusion.VIEW_ALIGN_BYTES keeps that copy-free).
+# pointer moved (prepare.horizontal.VIEW_ALIGN_BYTES keeps that copy-free).
 HOST_VIEW_OPS = frozenset({"relax.memory.view", "relax.memory.ensure_zero_offset"})
 
 

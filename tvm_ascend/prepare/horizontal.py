@@ -1,9 +1,13 @@
-"""HorizontalFusion of parallel elementwise ops: one kernel for ops with no path between them.
+"""HorizontalFusion: parallel ops with no path between them computed by one kernel.
 
-Ops of the same type (Relu, Sigmoid, Cast, Add of a constant, ...), dtype and trailing shape
-that neither reaches the other (Relu(a) and Relu(b) of unrelated inputs; x * c1 and x * c2)
-become ONE op over the concatenation of their inputs along the first axis, followed by one
-first-axis piece per original result::
+``merge_parallel_matmuls``: MatMuls of the same input by constant weights (the Q, K and V
+projections) become one MatMul by the concatenated weights, with their bias Adds, and a
+last-axis slice per original result, which the planner fuses into the consumers.
+
+``merge_parallel_elementwise``: ops of the same type (Relu, Sigmoid, Cast, Add of a
+constant, ...), dtype and trailing shape that neither reaches the other (Relu(a) and Relu(b)
+of unrelated inputs; x * c1 and x * c2) become ONE op over the concatenation of their inputs
+along the first axis, followed by one first-axis piece per original result::
 
     r_a = relu(a); r_b = relu(b)
       ->  m = relu(concat([a, b], axis=0)); r_a = m[0:n_a]; r_b = m[n_a:n_a + n_b]
@@ -22,6 +26,7 @@ result itself, so parallel chains stay one kernel.
 
 Example
 -------
+>>> mod, merged = merge_parallel_matmuls(mod)           # doctest: +SKIP
 >>> mod, merged = merge_parallel_elementwise(mod)       # doctest: +SKIP
 >>> merged                                              # doctest: +SKIP
 1
@@ -35,8 +40,141 @@ from tvm import relax
 from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from . import ir_attrs
-from .partition.patterns.elementwise import ELEMENTWISE_OPS, check_elementwise_call
+from .. import ir_attrs
+from ..partition.patterns.elementwise import ELEMENTWISE_OPS, check_elementwise_call
+from .relax_rewrite import NamedRewrite, bindings, call_name, const_value, use_counts
+
+
+class _ParallelMatmuls:
+    """MatMuls of one input by constant weights (and their constant bias Adds), as found."""
+
+    def __init__(self, func):
+        self.values = {b.var: b.value for b in bindings(func)}
+        self.uses = use_counts(func)
+        users: dict = {}
+        for binding in bindings(func):
+            for arg in getattr(binding.value, "args", []):
+                if isinstance(arg, relax.Var):
+                    users.setdefault(arg, []).append(binding)
+        self.groups = []
+        by_input: dict = {}
+        for binding in bindings(func):
+            member = self._member(binding, users)
+            if member is not None:
+                by_input.setdefault(member[0], []).append(member[1:])
+        for members in by_input.values():
+            # a model output cannot become a slice inside the dataflow block
+            members = [m for m in members
+                       if isinstance((m[1] or m[0]).var, relax.DataflowVar)]
+            if len(members) >= 2:
+                with_bias = all(m[3] is not None for m in members)  # m: (mm, add, w, bias)
+                self.groups.append([(mm, add if with_bias else None, w, b if with_bias else None)
+                                    for mm, add, w, b in members])
+
+    def _member(self, binding, users):
+        value = binding.value
+        if call_name(value) != "relax.matmul" or not isinstance(value.args[0], relax.Var):
+            return None
+        weight = const_value(value.args[1], self.values)
+        if weight is None or weight.ndim != 2:
+            return None
+        add, bias = None, None
+        readers = users.get(binding.var, [])
+        if len(readers) == 1 and self.uses.get(binding.var) == 1 and \
+                call_name(readers[0].value) == "relax.add":
+            other = [a for a in readers[0].value.args if not a.same_as(binding.var)]
+            found = const_value(other[0], self.values) if len(other) == 1 else None
+            if found is not None and found.size == weight.shape[1]:
+                add, bias = readers[0], found.reshape(-1)
+        key = (value.args[0], weight.shape[0], str(weight.dtype), str(value.attrs.out_dtype))
+        return (key, binding, add, weight, bias)
+
+
+@mutator
+class _HorizontalMerger(PyExprMutator, NamedRewrite):
+    """Rewrites each group of parallel MatMuls as one MatMul by the concatenated weights (plus
+    one bias Add) and a last-axis slice per original result."""
+
+    def __init__(self, mod, func, groups):
+        super().__init__(mod)
+        self._setup(func, "horizontal")
+        self.first = {group[0][0].var: group for group in groups}
+        self.skip = {m[i].var for group in groups for m in group for i in (0, 1)
+                     if m[i] is not None}
+        self.merged_vars = []
+
+    def visit_var_binding_(self, binding):
+        group = self.first.get(binding.var)
+        if group is not None:
+            self._emit_group(group)
+        if binding.var in self.skip:
+            return
+        super().visit_var_binding_(binding)
+
+    def _emit_group(self, group):
+        matmul = group[0][0].value
+        x = self.visit_expr(matmul.args[0])
+        weight = np.concatenate([m[2] for m in group], axis=1)
+        # the merged op computes every member's ONNX node (newline-joined, as OpInfo reads it)
+        self.nodes["__mm"] = "\n".join(str(self.nodes.get(m[0].var.name, "")) for m in group)
+        out = self._emit(relax.op.matmul(x, relax.const(weight), matmul.attrs.out_dtype), "__mm")
+        self.merged_vars.append(out.name)
+        if group[0][1] is not None:
+            bias = np.concatenate([m[3] for m in group]).astype(group[0][3].dtype)
+            self.nodes["__add"] = "\n".join(str(self.nodes.get(m[1].var.name, ""))
+                                            for m in group)
+            out = self._emit(relax.op.add(out, relax.const(bias)), "__add")
+            self.merged_vars.append(out.name)
+        self.nodes.pop("__mm")
+        self.nodes.pop("__add", None)
+        axis = len(out.ty.shape.values) - 1
+        offset = 0
+        for mm, add, weight_part, _ in group:
+            width = weight_part.shape[1]
+            piece = self._emit(relax.op.strided_slice(out, [axis], [offset], [offset + width]),
+                               "__none")
+            offset += width
+            self.set_var_remap((add or mm).var, piece)
+
+
+def _slices_run_on_npu(group) -> bool:
+    """Whether the last-axis slices the merge needs have an Ascend kernel: if they would run on
+    the host, one merged MatMul plus host slices is slower than the MatMuls it replaces."""
+    from ..partition.patterns import check_call
+
+    out_ty = group[0][0].var.ty
+    probe = relax.Var("probe", relax.TensorType(out_ty.shape, out_ty.dtype))
+    axis = len(out_ty.shape.values) - 1
+    call = relax.BlockBuilder().normalize(relax.op.strided_slice(probe, [axis], [0], [1]))
+    return bool(check_call(call))
+
+
+def merge_parallel_matmuls(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+    """HorizontalFusion: MatMuls of the same input by constant weights (Q, K and V projections)
+    become one MatMul by the concatenated weights, with their bias Adds, and a last-axis slice
+    per original result; returns (module, groups merged). The slices are data movement that
+    the planner fuses into their consumers.
+
+    Example
+    -------
+    >>> mod, merged = merge_parallel_matmuls(mod)         # doctest: +SKIP
+    >>> merged                                            # doctest: +SKIP
+    1
+    """
+    func = mod["main"]
+    groups = _ParallelMatmuls(func).groups
+    if not groups or not _slices_run_on_npu(groups[0]):
+        return mod, 0
+    merger = _HorizontalMerger(mod, func, groups)
+    new = merger.visit_expr(func)
+    attrs = merger._with_nodes(new)
+    marked = list(merger.merged_vars)
+    if func.attrs and ir_attrs.HORIZONTAL in func.attrs:
+        marked += [str(v) for v in func.attrs[ir_attrs.HORIZONTAL]]
+    out = mod.__class__(dict(mod.functions), attrs=mod.attrs)
+    out[mod.get_global_var("main")] = attrs.with_attr(ir_attrs.HORIZONTAL, marked)
+    return relax.transform.Normalize()(out), len(groups)
+
 
 # ops of one tensor operand, or of two with one constant; where (3 operands) is left out
 _UNARY = frozenset(name for name, arity in ELEMENTWISE_OPS.items() if arity == 1)
@@ -433,4 +571,4 @@ def merge_parallel_elementwise(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     return relax.transform.Normalize()(out), len(groups)
 
 
-__all__ = ["merge_parallel_elementwise", "parallel_groups"]
+__all__ = ["merge_parallel_matmuls", "merge_parallel_elementwise", "parallel_groups"]

@@ -1,6 +1,6 @@
-"""Helpers shared by the prepare stage's Relax rewrites (prepare_passes, prepare_rewrites,
-reduction_axes, window_sum): what a call is, constant values, the bindings of a function,
-bindings that keep the ONNX node names of what they replace, and the per-node records
+"""Helpers shared by the prepare stage's Relax rewrites (canonical, batch_norm, horizontal,
+reductions): what a call is, constant values, the bindings of a function, bindings that keep
+the ONNX node names of what they replace, and the per-node records
 (``ir_attrs.PREPARE_REWRITES``) the fusion report lists under ``prepare_rewrites``.
 
 Example
@@ -15,8 +15,9 @@ import json
 import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
+from tvm.relax.expr_functor import PyExprMutator
 
-from . import ir_attrs
+from .. import ir_attrs
 
 
 def call_name(expr) -> str | None:
@@ -91,6 +92,20 @@ def with_rewrite_records(func, records: list[str]):
     return func.with_attr(ir_attrs.PREPARE_REWRITES, old + records)
 
 
+def prepare_rewrites(mod: tvm.IRModule) -> list[dict]:
+    """The prepare-rewrite records of ``mod``'s ``main`` (empty when none ran).
+
+    Example
+    -------
+    >>> prepare_rewrites(remove_dropout(mod))[0]["rewrite"]   # doctest: +SKIP
+    'DropoutRemoval'
+    """
+    attrs = mod["main"].attrs
+    if not attrs or ir_attrs.PREPARE_REWRITES not in attrs:
+        return []
+    return [json.loads(str(r)) for r in attrs[ir_attrs.PREPARE_REWRITES]]
+
+
 def replace_main(mod: tvm.IRModule, func) -> tvm.IRModule:
     """A copy of ``mod`` whose ``main`` is ``func``."""
     out = mod.__class__(dict(mod.functions), attrs=mod.attrs)
@@ -111,7 +126,8 @@ def static_dims(ty) -> list[int] | None:
 class RecordedRewrite(NamedRewrite):
     """A NamedRewrite that says, per ONNX node it looked at, whether it rewrote it and why
     (``REWRITE`` names the rewrite in the report). A subclass tracks ``self.current`` in its
-    ``visit_var_binding_`` and calls ``note``; ``finish`` puts the records on ``main``."""
+    ``visit_var_binding_`` (``CallRewrite`` does) and calls ``note``; ``finish`` puts the
+    records on ``main``."""
 
     REWRITE = ""
 
@@ -131,3 +147,28 @@ class RecordedRewrite(NamedRewrite):
             return mod
         return replace_main(mod, with_rewrite_records(self._with_nodes(new_main), self.records))
 
+
+class CallRewrite(PyExprMutator, RecordedRewrite):
+    """A RecordedRewrite of the calls of ``main``: ``self.current`` follows the binding being
+    visited, so ``note`` and the new bindings (``STEM`` and a count) take its ONNX node. A
+    subclass sets ``REWRITE`` and ``STEM``, overrides ``visit_call_`` and is decorated with
+    ``@mutator`` (TVM's ``derived_object`` takes the methods of undecorated bases too);
+    ``run_rewrite`` applies it."""
+
+    STEM = ""
+
+    def __init__(self, mod, func):
+        super().__init__(mod)
+        self._setup(func, self.STEM)
+
+    def visit_var_binding_(self, binding):
+        self.current = binding.var.name
+        super().visit_var_binding_(binding)
+
+
+def run_rewrite(mod: tvm.IRModule, rewriter) -> tvm.IRModule:
+    """``mod`` with ``main`` rewritten by ``rewriter`` (a ``CallRewrite`` class), with its
+    records (``mod`` itself when it looked at nothing)."""
+    func = mod["main"]
+    instance = rewriter(mod, func)
+    return instance.finish(mod, instance.visit_expr(func))

@@ -36,8 +36,8 @@ from tvm import relax
 from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from . import ir_attrs
-from .errors import FusionConfigError, check_known_names
+from .. import ir_attrs
+from ..errors import FusionConfigError, check_known_names
 
 logger = logging.getLogger("tvm_ascend.precision")
 
