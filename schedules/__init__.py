@@ -13,7 +13,7 @@ from .matmul_rows import MatmulRowsKnobs, MatmulRowsSchedule
 from .pool2d import Pool2dKnobs, Pool2dSchedule
 from .row_reduce import RowReduceKnobs, RowReduceSchedule
 from .tiling import Tiling
-from .tile_values import AccessKind, classify_load, plan_tile_values
+from .analysis.tile_values import AccessKind, classify_load, plan_tile_values
 
 # Conv2dSchedule last: no other template takes a conv (its first block is pad_temp and its
 # reduction runs over three axes), so its place only matters for ties, which it cannot have.

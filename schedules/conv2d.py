@@ -80,17 +80,17 @@ from tvm.sym.analyzer import Analyzer
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .row_program import RowAccessKind, program_dtypes, row_program
-from .epilogue_checks import epilogue_refusal
-from .tile_values import buffer_size
+from .analysis.row_program import RowAccessKind, program_dtypes, row_program
+from .analysis.epilogue_checks import epilogue_refusal
+from .analysis.tile_values import buffer_size
 from .tiling import FRACTAL, ceil_div, dtype_bytes, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
 from .conv_epilogue import column_bytes, row_columns
 from .conv_img2col import (IMG2COL_MODES, block_tails, count_col_builds, gather_mode,
                            img2col_plan, pointwise)
 from .conv_traffic import column_scalar_writes, conv_traffic, img2col_work, streamed_tails
-from .tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars,
-                       root_blocks, schedule_blocks)
+from .analysis.tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars,
+                                root_blocks, schedule_blocks)
 
 EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR)
 

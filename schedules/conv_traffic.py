@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .conv_img2col import build_reads, chunk_channels, row_elems, window_rows
-from .row_program import RowAccessKind
-from .tile_values import buffer_size
+from .analysis.row_program import RowAccessKind
+from .analysis.tile_values import buffer_size
 from .tiling import FRACTAL, dtype_bytes, pieces, round_up
 
 if TYPE_CHECKING:  # conv2d.py imports this module

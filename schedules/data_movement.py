@@ -42,9 +42,9 @@ import numpy as np
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .movement_program import (MAX_BURSTS, Choice, MovementProgram, evaluate, index_loads,
-                               inlined_output_block, movement_program)
-from .tir_walk import load_buffer, param_buffers
+from .analysis.movement_program import (MAX_BURSTS, Choice, MovementProgram, evaluate, index_loads,
+                                        inlined_output_block, movement_program)
+from .analysis.tir_walk import load_buffer, param_buffers
 from .tiling import ceil_div, dtype_bytes, knob_grid
 from .tiling import CORE_LOOP_ANNOTATION, Tiling, UB_RESERVED_BYTES
 

@@ -37,13 +37,13 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .epilogue_checks import epilogue_refusal
-from .row_program import RowAccessKind, program_dtypes, row_program
-from .tile_values import buffer_size
+from .analysis.epilogue_checks import epilogue_refusal
+from .analysis.row_program import RowAccessKind, program_dtypes, row_program
+from .analysis.tile_values import buffer_size
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
-from .tir_walk import (BufferLoad, load_buffer, reduce_iter_vars, root_blocks,
-                       schedule_blocks)
+from .analysis.tir_walk import (BufferLoad, load_buffer, reduce_iter_vars, root_blocks,
+                                schedule_blocks)
 
 MAX_BASE = 256  # 128 x 256 float32 accumulators fill a 910B L0C (128 KB)
 

@@ -26,7 +26,7 @@ from tvm.s_tir.stmt import SBlock
 from ..decision import Decision
 from ..errors import TilingError
 from ..schedules import plan_template
-from ..schedules.tir_walk import walk
+from ..schedules.analysis.tir_walk import walk
 
 logger = logging.getLogger("tvm_ascend.partition")
 

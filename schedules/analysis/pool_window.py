@@ -25,7 +25,7 @@ import numpy as np
 import tvm
 from tvm.sym.analyzer import Analyzer
 
-from .conv2d import access_at
+from ..conv2d import access_at
 from .tile_values import uses_var
 from .tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars, reducer_of,
                        schedule_blocks)
