@@ -27,7 +27,7 @@ from contextlib import nullcontext
 
 from ..errors import CodegenError
 from ..schedules.conv2d import conv_block_index, conv_shape, epilogue_program
-from ..schedules.conv_epilogue import BLOCK_BYTES, row_columns
+from ..schedules.conv2d.epilogue import BLOCK_BYTES, row_columns
 from ..schedules.analysis.row_program import RowAccessKind
 from ..schedules.analysis.tile_values import buffer_size, expr_key
 from ..schedules.analysis.tir_walk import expr_dtype, schedule_blocks

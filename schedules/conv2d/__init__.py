@@ -20,7 +20,7 @@ B in one of two ways (``params["col_in_gm"]``):
   route there too (``Conv2dKnobs.col_in_gm``) and keeps the faster.
 
 The elementwise epilogue (bias, a folded BatchNorm's shift, activation, residual Add) then runs on
-the tile, ``epilogue_rows`` output rows per vector call (``conv_epilogue``: per-channel values
+the tile, ``epilogue_rows`` output rows per vector call (``epilogue.py``: per-channel values
 become columns), before the single write to GM.
 
 How ``col`` is built (``params["img2col"]``; the default is ``gather_mode``'s, the
@@ -35,7 +35,7 @@ How ``col`` is built (``params["img2col"]``; the default is ``gather_mode``'s, t
   for every channel tile of its pixel tile.
 * ``window``: every other convolution. The input rows under the pixel tile's taps, for the
   chunk's input channels, go to a UB slab, one multi-row copy per channel; each row is followed
-  by zeros, and so is the slab's start (``conv_img2col.WindowLayout``): a tap in the left or
+  by zeros, and so is the slab's start (``img2col.WindowLayout``): a tap in the left or
   right padding reads zeros with no branch. Once per pixel tile, the byte offsets of its
   pixels' first tap are built on the scalar unit, and each other tap's row of offsets by one
   vector ``Adds``. Then one vector ``Gather`` per channel writes that channel's col rows, all
@@ -80,17 +80,17 @@ from tvm.sym.analyzer import Analyzer
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .analysis.row_program import RowAccessKind, program_dtypes, row_program
-from .analysis.epilogue_checks import epilogue_refusal
-from .analysis.tile_values import buffer_size
-from .tiling import FRACTAL, ceil_div, dtype_bytes, round_up
-from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
-from .conv_epilogue import column_bytes, row_columns
-from .conv_img2col import (IMG2COL_MODES, block_tails, count_col_builds, gather_mode,
-                           img2col_plan, pointwise)
-from .conv_traffic import column_scalar_writes, conv_traffic, img2col_work, streamed_tails
-from .analysis.tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars,
-                                root_blocks, schedule_blocks)
+from ..analysis.row_program import RowAccessKind, program_dtypes, row_program
+from ..analysis.epilogue_checks import epilogue_refusal
+from ..analysis.tile_values import buffer_size
+from ..tiling import FRACTAL, ceil_div, dtype_bytes, round_up
+from ..tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
+from .epilogue import column_bytes, row_columns
+from .img2col import (IMG2COL_MODES, block_tails, count_col_builds, gather_mode, img2col_plan,
+                      pointwise)
+from .traffic import column_scalar_writes, conv_traffic, img2col_work, streamed_tails
+from ..analysis.tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars,
+                                 root_blocks, schedule_blocks)
 
 EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR)
 
@@ -103,7 +103,7 @@ class Conv2dKnobs:
     base_m: int | None = None  # output channels per tile; None: 128 (fp16) / 64 (fp32)
     base_n: int | None = None  # output pixels per tile; likewise
     img2col: str | None = None  # IMG2COL_MODES; None: gather_mode's choice
-    # output rows per epilogue call (``conv_epilogue``), at most the tile's; None: the most
+    # output rows per epilogue call (``epilogue.py``), at most the tile's; None: the most
     # that leave the K chunks as many as with one row
     epilogue_rows: int | None = None
     # the col block through the core's GM workspace (built once per run of channel tiles,
@@ -488,7 +488,7 @@ def _epilogue_rows(shape: ConvShape, mode: str, columns, slots: int, base_m: int
                    align_n: int, budget: int, wanted: int | None = None):
     """(rows per epilogue call, Img2colPlan, UB bytes of the epilogue's temporaries and
     columns) within ``budget`` UB bytes: ``wanted`` rows (at most the tile's), else the most
-    (``conv_epilogue``), halving from ``base_m``, that leave the K chunks as many as with one
+    (``epilogue.py``), halving from ``base_m``, that leave the K chunks as many as with one
     row. More rows may cost K chunks where the img2col chunk had all the UB; the partitioner
     estimates the whole tile's rows as a variant (``Conv2dSchedule.variants``)."""
     elem = dtype_bytes(shape.dtype)
