@@ -5,19 +5,16 @@ K chunk that fits the UB (``img2col_plan``), how often the cores build each pixe
 
 Example
 -------
->>> from tvm_ascend.schedules.conv2d import ConvShape                     # doctest: +SKIP
+>>> from tvm_ascend.schedules.conv2d.shape import ConvShape               # doctest: +SKIP
 >>> img2col_plan(shape, "window", 128, 128, 150000).mode                  # doctest: +SKIP
 'window'
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from .shape import ConvShape
 from ..tiling import dtype_bytes, round_up
-
-if TYPE_CHECKING:  # the package (__init__.py) imports this module
-    from . import ConvShape
 
 
 IMG2COL_MODES = ("direct", "rows", "window", "scalar")

@@ -12,17 +12,13 @@ True
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from .img2col import build_reads, chunk_channels, row_elems, window_rows
 from ..analysis.row_program import RowAccessKind
 from ..analysis.tile_values import buffer_size
+from .shape import ConvShape
 from ..tiling import FRACTAL, dtype_bytes, pieces, round_up
-
-if TYPE_CHECKING:  # the package (__init__.py) imports this module
-    from . import ConvShape
 
 
 def column_scalar_writes(shape: ConvShape, columns, soc, base_m: int, tiles_n: int) -> int:
