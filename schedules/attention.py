@@ -39,12 +39,11 @@ from tvm.sym.analyzer import Analyzer
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import product_loads
 from .analysis.tile_values import bool_behind_int_test, buffer_size, flat_offset
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
-from .analysis.tir_walk import (BufferLoad, load_buffer, param_buffers, reduce_iter_vars,
-                                reducer_of, root_blocks)
+from .analysis.tir_walk import (BufferLoad, load_buffer, param_buffers, product_loads,
+                                reduce_iter_vars, reducer_of, root_blocks)
 
 SCORE_BYTES = 4  # scores, probabilities' statistics and the output accumulator are float
 

@@ -119,6 +119,19 @@ def reducer_of(store) -> tuple[str, object] | None:
     return None
 
 
+def product_loads(store):
+    """(acc, A load, B load) of ``acc = acc + A * B`` or None."""
+    value = store.value
+    if type(value).__name__ != "Add":
+        return None
+    for acc, prod in ((value.a, value.b), (value.b, value.a)):
+        if isinstance(acc, BufferLoad) and load_buffer(acc).same_as(store.buffer) and \
+                type(prod).__name__ == "Mul" and isinstance(prod.a, BufferLoad) and \
+                isinstance(prod.b, BufferLoad):
+            return acc, prod.a, prod.b
+    return None
+
+
 def access_at(expr, values: dict) -> int | None:
     """``expr`` with the given variables fixed, if that makes it a constant."""
     analyzer = Analyzer()
@@ -151,4 +164,5 @@ def root_blocks(func: tirx.PrimFunc) -> list:
 
 __all__ = ["expr_dtype", "BufferLoad", "Call", "load_buffer", "walk", "written_buffers",
            "param_buffers", "first_block_realize", "SBlock", "SBlockRealize", "root_blocks",
-           "schedule_blocks", "reduce_iter_vars", "reducer_of", "access_at"]
+           "schedule_blocks", "reduce_iter_vars", "reducer_of", "product_loads",
+           "access_at"]

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from tvm.sym.analyzer import Analyzer
 
-from ..analysis.tir_walk import (BufferLoad, Call, access_at, load_buffer, reduce_iter_vars,
-                                 root_blocks)
+from ..analysis.tir_walk import (BufferLoad, Call, access_at, load_buffer, product_loads,
+                                 reduce_iter_vars, root_blocks)
 
 
 @dataclass(frozen=True)
@@ -61,19 +61,6 @@ def conv_block_index(blocks) -> int | None:
     return None
 
 
-def _conv_loads(store):
-    """(pad_temp load, weight load) of ``acc = acc + pad[...] * w[...]`` or None."""
-    value = store.value
-    if type(value).__name__ != "Add":
-        return None
-    for acc, prod in ((value.a, value.b), (value.b, value.a)):
-        if isinstance(acc, BufferLoad) and load_buffer(acc).same_as(store.buffer) and \
-                type(prod).__name__ == "Mul" and isinstance(prod.a, BufferLoad) and \
-                isinstance(prod.b, BufferLoad):
-            return prod.a, prod.b
-    return None
-
-
 def _pad_source(pad_block):
     """(x load, (top, left)) of the pad_temp block: a copy or ``if_then_else(in range, x, 0)``."""
     value = pad_block.body.value
@@ -104,7 +91,8 @@ def conv_shape(func) -> ConvShape | None:
     if index is None or index < 1:
         return None
     pad_block, conv = blocks[index - 1], blocks[index]
-    loads = _conv_loads(conv.body)
+    found = product_loads(conv.body)  # (acc, pad_temp and weight loads in either order)
+    loads = found[1:] if found is not None else None
     source = _pad_source(pad_block) if type(pad_block.body).__name__ == "BufferStore" else None
     if loads is None or source is None:
         return None
