@@ -405,6 +405,7 @@ class AttentionSchedule:
     """Template for attention groups: two cube products around an online softmax."""
 
     name = "attention"
+    Knobs = AttentionKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

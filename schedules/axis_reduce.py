@@ -359,6 +359,7 @@ class AxisReduceSchedule:
     with elementwise prologues and epilogues."""
 
     name = "axis_reduce"
+    Knobs = AxisReduceKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

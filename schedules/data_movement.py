@@ -63,6 +63,7 @@ class DataMovementSchedule:
     """Template for groups that move data (and compute elementwise on what they moved)."""
 
     name = "data_movement"
+    Knobs = DataMovementKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

@@ -48,6 +48,7 @@ class ElementwiseSchedule:
     """Template for groups of elementwise, broadcast and scalar operations."""
 
     name = "elementwise"
+    Knobs = ElementwiseKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func: tirx.PrimFunc) -> Decision:

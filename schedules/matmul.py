@@ -129,6 +129,7 @@ class MatmulSchedule:
     """Template for MatMul groups (cube) with elementwise epilogues (vector)."""
 
     name = "matmul"
+    Knobs = MatmulKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

@@ -104,6 +104,7 @@ class MatmulRowsSchedule:
     """Template for a MatMul on the cube followed by row reductions over its N axis."""
 
     name = "matmul_rows"
+    Knobs = MatmulRowsKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

@@ -120,6 +120,7 @@ class Pool2dSchedule:
     """Template for MaxPool / AveragePool groups (NCHW) with elementwise epilogues."""
 
     name = "pool2d"
+    Knobs = Pool2dKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

@@ -75,6 +75,7 @@ class RowReduceSchedule:
     """Template for last-axis reductions with elementwise prologues and epilogues."""
 
     name = "row_reduce"
+    Knobs = RowReduceKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

@@ -16,7 +16,7 @@ from tvm import relax, te, topi
 import tvm_ascend
 from conftest import TOLERANCES, assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
-from tvm_ascend.cost_model.tuned import knobs_from_json
+from tvm_ascend.schedules import knobs_from_json
 from tvm_ascend.errors import TilingError
 from tvm_ascend.partition.patterns.conv import check_conv_call
 from tvm_ascend.schedules import TEMPLATES, plan_template

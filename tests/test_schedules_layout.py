@@ -1,4 +1,5 @@
-"""The floor plan of ``schedules/``: no import circle, and nothing from the stages above.
+"""The floor plan of ``schedules/``: no import circle, nothing from the stages above, and one
+registry per template (its knobs on the class, its printer under its name).
 
 Templates and TIR readers (``schedules/analysis/``) sit below the partitioner, codegen and the
 timing model, which all read them; a circle among them, or an import of a later stage, is how
@@ -7,6 +8,8 @@ the conv template came about. The import checks read the source (every import, l
 TYPE_CHECKING ones included), so they hold without importing anything.
 """
 import ast
+import dataclasses
+import inspect
 from pathlib import Path
 
 import pytest
@@ -113,3 +116,31 @@ def test_the_readers_import_no_template():
                          and not d.startswith(shared))
             assert not bad, f"{name} imports the templates {bad}"
 
+
+# ---- one registry per template --------------------------------------------------------------
+def _templates():
+    from tvm_ascend.schedules import TEMPLATES
+
+    return TEMPLATES
+
+
+@pytest.mark.parametrize("template", _templates(), ids=lambda t: t.name)
+def test_every_template_names_the_knobs_its_schedule_takes(template):
+    """``Template.Knobs`` is what the tuning records are read into (``knobs_from_json``) and
+    what the partitioner's choice is written from; a template without it cannot be tuned."""
+    from tvm_ascend.schedules import knobs_from_json
+
+    knobs = template.Knobs
+    assert dataclasses.is_dataclass(knobs) and knobs.__dataclass_params__.frozen
+    annotation = inspect.signature(template.schedule).parameters["knobs"].annotation
+    assert knobs.__name__ in str(annotation), f"{template.name}.schedule takes {annotation}"
+    default = knobs()
+    assert knobs_from_json(template.name, dataclasses.asdict(default)) == default
+    with pytest.raises(TypeError, match="unknown"):
+        knobs_from_json(template.name, {"no_such_knob": 1})
+
+
+def test_every_template_has_a_printer_and_every_printer_a_template():
+    from tvm_ascend.codegen.ascendc_printer import KERNEL_PRINTERS
+
+    assert set(KERNEL_PRINTERS) == {t.name for t in _templates()}

@@ -126,6 +126,7 @@ class Conv2dSchedule:
     """Template for Conv2D groups (img2col + cube) with elementwise epilogues (vector)."""
 
     name = "conv2d"
+    Knobs = Conv2dKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

@@ -24,11 +24,10 @@ import numpy as np
 import tvm
 
 from ..errors import AscendError, TilingError
-from ..schedules import template_by_name
+from ..schedules import knobs_from_json, template_by_name
 from ..soc import get_soc
 from .database import TuningDatabase, knobs_to_json, workload_of
 from .timing import estimate_kernel
-from .tuned import knobs_from_json
 
 logger = logging.getLogger("tvm_ascend.cost_model")
 
