@@ -3,6 +3,8 @@
 A template recognises a fused PrimFunc of its class, plans a ``Tiling`` for a SoC, and applies it
 with TVM's TIR schedule primitives. Templates know TIR and the SoC profile, never ONNX.
 """
+import dataclasses
+
 from .attention import AttentionKnobs, AttentionSchedule
 from .axis_reduce import AxisReduceKnobs, AxisReduceSchedule
 from .conv2d import Conv2dKnobs, Conv2dSchedule
@@ -13,7 +15,7 @@ from .matmul_rows import MatmulRowsKnobs, MatmulRowsSchedule
 from .pool2d import Pool2dKnobs, Pool2dSchedule
 from .row_reduce import RowReduceKnobs, RowReduceSchedule
 from .tiling import Tiling
-from .tile_values import AccessKind, classify_load, plan_tile_values
+from .analysis.tile_values import AccessKind, classify_load, plan_tile_values
 
 # Conv2dSchedule last: no other template takes a conv (its first block is pad_temp and its
 # reduction runs over three axes), so its place only matters for ties, which it cannot have.
@@ -44,7 +46,7 @@ __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "Matm
            "Pool2dSchedule", "Pool2dKnobs",
            "Tiling", "AccessKind", "classify_load",
            "plan_tile_values", "TEMPLATES", "plan_template", "select_template", "template_by_name",
-           "supports"]
+           "knobs_from_json", "supports"]
 
 
 def plan_template(func, soc):
@@ -124,6 +126,17 @@ def template_by_name(name: str):
         if template.name == name:
             return template
     raise KeyError(name)
+
+
+def knobs_from_json(template_name: str, values: dict):
+    """The knobs dataclass of ``template_name`` (its template's ``Knobs``) from a record's
+    ``knobs`` object."""
+    cls = template_by_name(template_name).Knobs
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+        raise TypeError(f"unknown {template_name} knobs {sorted(unknown)}")
+    return cls(**values)
 
 
 def supports(func):

@@ -39,13 +39,13 @@ from tvm import tirx
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .tile_values import (FLOAT_DTYPES, Access, AccessKind, child_exprs, buffer_size, expr_key,
-                          flat_offset, make_analyzer, plan_tile_values, unsupported_construct,
-                          uses_var)
+from .analysis.tile_values import (FLOAT_DTYPES, Access, AccessKind, child_exprs, buffer_size,
+                                   expr_key, flat_offset, make_analyzer, plan_tile_values,
+                                   unsupported_construct, uses_var)
 from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
 from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, Tiling, UB_RESERVED_BYTES
-from .tir_walk import (BufferLoad, expr_dtype, load_buffer, param_buffers, reduce_iter_vars,
-                       reducer_of, schedule_blocks)
+from .analysis.tir_walk import (BufferLoad, expr_dtype, load_buffer, param_buffers,
+                                reduce_iter_vars, reducer_of, schedule_blocks)
 
 MAX_BURSTS = 4095      # DataCopyPad blockCount limit: rows per tile
 REPEAT_BYTES = 256     # one vector repeat: the smallest chunk worth splitting I into
@@ -359,6 +359,7 @@ class AxisReduceSchedule:
     with elementwise prologues and epilogues."""
 
     name = "axis_reduce"
+    Knobs = AxisReduceKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

@@ -42,9 +42,9 @@ import numpy as np
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .movement_program import (MAX_BURSTS, Choice, MovementProgram, evaluate, index_loads,
-                               inlined_output_block, movement_program)
-from .tir_walk import load_buffer, param_buffers
+from .analysis.movement_program import (MAX_BURSTS, Choice, MovementProgram, evaluate, index_loads,
+                                        inlined_output_block, movement_program)
+from .analysis.tir_walk import load_buffer, param_buffers
 from .tiling import ceil_div, dtype_bytes, knob_grid
 from .tiling import CORE_LOOP_ANNOTATION, Tiling, UB_RESERVED_BYTES
 
@@ -63,6 +63,7 @@ class DataMovementSchedule:
     """Template for groups that move data (and compute elementwise on what they moved)."""
 
     name = "data_movement"
+    Knobs = DataMovementKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

@@ -22,9 +22,9 @@ from tvm import tirx
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .tile_values import (AccessKind, buffer_size, classify_load, make_analyzer, plan_tile_values,
-                          unsupported_construct)
-from .tir_walk import expr_dtype, first_block_realize, param_buffers, root_blocks, walk
+from .analysis.tile_values import (AccessKind, buffer_size, classify_load, make_analyzer,
+                                   plan_tile_values, unsupported_construct)
+from .analysis.tir_walk import expr_dtype, first_block_realize, param_buffers, root_blocks, walk
 from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
 
@@ -48,6 +48,7 @@ class ElementwiseSchedule:
     """Template for groups of elementwise, broadcast and scalar operations."""
 
     name = "elementwise"
+    Knobs = ElementwiseKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func: tirx.PrimFunc) -> Decision:

@@ -37,13 +37,13 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .epilogue_checks import epilogue_refusal
-from .row_program import RowAccessKind, program_dtypes, row_program
-from .tile_values import buffer_size
+from .analysis.epilogue_checks import epilogue_refusal
+from .analysis.row_program import RowAccessKind, program_dtypes, row_program
+from .analysis.tile_values import buffer_size
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
-from .tir_walk import (BufferLoad, load_buffer, reduce_iter_vars, root_blocks,
-                       schedule_blocks)
+from .analysis.tir_walk import (load_buffer, product_loads, reduce_iter_vars, root_blocks,
+                                schedule_blocks)
 
 MAX_BASE = 256  # 128 x 256 float32 accumulators fill a 910B L0C (128 KB)
 
@@ -85,22 +85,6 @@ class MatmulShape:
     # from the product's loads, never from the parameters' order
     a_name: str = ""
     b_name: str = ""
-
-
-
-
-
-def product_loads(store):
-    """(acc, A load, B load) of ``acc = acc + A * B`` or None."""
-    value = store.value
-    if type(value).__name__ != "Add":
-        return None
-    for acc, prod in ((value.a, value.b), (value.b, value.a)):
-        if isinstance(acc, BufferLoad) and load_buffer(acc).same_as(store.buffer) and \
-                type(prod).__name__ == "Mul" and isinstance(prod.a, BufferLoad) and \
-                isinstance(prod.b, BufferLoad):
-            return acc, prod.a, prod.b
-    return None
 
 
 def matmul_shape(func) -> MatmulShape | None:
@@ -145,6 +129,7 @@ class MatmulSchedule:
     """Template for MatMul groups (cube) with elementwise epilogues (vector)."""
 
     name = "matmul"
+    Knobs = MatmulKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

@@ -37,14 +37,15 @@ from tvm_ascend.errors import TilingError
 
 from .matmul import (FRACTAL, MatmulShape, l1_params, l1_reuse, product_round_trip,
                      matmul_traffic, epilogue_program, matmul_shape, scalar_tail_elems)
-from .row_program import (RowAccessKind, check_program_dtypes, input_dtypes, is_full_row_block,
-                          program_dtypes)
+from .analysis.row_program import (RowAccessKind, check_program_dtypes, input_dtypes,
+                                   is_full_row_block, program_dtypes)
 from .row_reduce import inline_row_blocks
-from .tile_values import unsupported_construct
+from .analysis.tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, pieces, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling,
                      UB_RESERVED_BYTES)
-from .tir_walk import param_buffers, reduce_iter_vars, reducer_of, root_blocks, schedule_blocks
+from .analysis.tir_walk import (param_buffers, reduce_iter_vars, reducer_of, root_blocks,
+                                schedule_blocks)
 
 # L0A/L0B are double-buffered and L0C single (the values the matmul printer's TCubeTiling
 # carries: dbL0A = dbL0B = 2, dbL0C = 1, depthA1 = depthB1 = 2); L0C accumulates in float32.
@@ -103,6 +104,7 @@ class MatmulRowsSchedule:
     """Template for a MatMul on the cube followed by row reductions over its N axis."""
 
     name = "matmul_rows"
+    Knobs = MatmulRowsKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

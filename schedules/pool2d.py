@@ -45,13 +45,13 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .epilogue_checks import epilogue_refusal
-from .pool_window import PoolShape, pool_shape
-from .row_program import RowAccessKind, program_dtypes, row_program
+from .analysis.epilogue_checks import epilogue_refusal
+from .analysis.pool_window import PoolShape, pool_shape
+from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, \
     UB_RESERVED_BYTES
-from .tir_walk import schedule_blocks
+from .analysis.tir_walk import schedule_blocks
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per copy
 EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR)
@@ -120,6 +120,7 @@ class Pool2dSchedule:
     """Template for MaxPool / AveragePool groups (NCHW) with elementwise epilogues."""
 
     name = "pool2d"
+    Knobs = Pool2dKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

@@ -27,12 +27,12 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .row_program import (RowAccessKind, RowProgram, check_program_dtypes, input_dtypes,
-                          is_full_row_block, program_dtypes, row_program)
-from .tile_values import unsupported_construct
+from .analysis.row_program import (RowAccessKind, RowProgram, check_program_dtypes, input_dtypes,
+                                   is_full_row_block, program_dtypes, row_program)
+from .analysis.tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
-from .tir_walk import param_buffers, reduce_iter_vars, reducer_of, schedule_blocks
+from .analysis.tir_walk import param_buffers, reduce_iter_vars, reducer_of, schedule_blocks
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
 # default chunks are whole multiples of this many columns: whole 256-byte Compare repeats in
@@ -75,6 +75,7 @@ class RowReduceSchedule:
     """Template for last-axis reductions with elementwise prologues and epilogues."""
 
     name = "row_reduce"
+    Knobs = RowReduceKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:

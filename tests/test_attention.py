@@ -17,7 +17,8 @@ from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_ascend
 from tvm_ascend.schedules import AttentionSchedule, RowReduceSchedule
-from tvm_ascend.schedules.attention import AttentionKnobs, attention_shape
+from tvm_ascend.schedules.analysis.attention_shape import attention_shape
+from tvm_ascend.schedules.attention import AttentionKnobs
 from tvm_ascend.soc import get_soc
 from conftest import run_onnxruntime
 from onnx_models import ModelBuilder

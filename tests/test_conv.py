@@ -224,7 +224,7 @@ def test_conv_sweep_on_soc_without_datacopypad(dtype):
     (GM bytes and scalar writes included). The float32 model adds a Conv + folded BatchNorm +
     ReLU over 121 pixels (4-byte row tails)."""
     from tvm_ascend.schedules.conv2d import ConvShape
-    from tvm_ascend.schedules.conv_img2col import chunk_channels, count_col_builds, window_rows
+    from tvm_ascend.schedules.conv2d.img2col import chunk_channels, count_col_builds, window_rows
 
     b = ModelBuilder(dtype, seed=12)
     for index, case in enumerate(SWEEP_310P):
@@ -410,7 +410,7 @@ def test_consecutive_rows_tells_a_channel_walk_from_others():
     from tvm import tirx
 
     from tvm_ascend.schedules.conv2d import ConvShape
-    from tvm_ascend.schedules.conv_epilogue import consecutive_rows
+    from tvm_ascend.schedules.conv2d.epilogue import consecutive_rows
 
     row = tirx.Var("row", "int64")
     shape = ConvShape(2, 8, 9, 9, 40, 3, 3, 9, 9, (1, 1), (1, 1), (1, 1), 1, "float32", "x", "w")

@@ -173,7 +173,7 @@ def test_unusable_recorded_knobs_fall_back_to_the_default(tmp_path, caplog):
     ((_, template, func),) = _kernels(_chain_model().model())
     db = TuningDatabase(tmp_path / "db")
     db.commit(workload_of(func, template.name, SOC), {"tile_len": 12}, 1.0)  # not aligned
-    from tvm_ascend.cost_model.tuned import tuned_schedule
+    from tvm_ascend.scheduling import tuned_schedule
 
     _, tiling = tuned_schedule(template, func, SOC, db, "k")
     assert tiling == template.schedule(func, SOC)[1]

@@ -11,7 +11,7 @@ import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
 from tvm_ascend.schedules.data_movement import DataMovementSchedule
-from tvm_ascend.schedules.movement_program import movement_program
+from tvm_ascend.schedules.analysis.movement_program import movement_program
 
 
 def _relu(b, x):

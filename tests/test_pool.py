@@ -16,12 +16,12 @@ from tvm import relax, te, topi
 import tvm_ascend
 from conftest import TOLERANCES, assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
-from tvm_ascend.cost_model.tuned import knobs_from_json
+from tvm_ascend.schedules import knobs_from_json
 from tvm_ascend.errors import TilingError
 from tvm_ascend.partition.patterns.conv import check_conv_call
 from tvm_ascend.schedules import TEMPLATES, plan_template
 from tvm_ascend.schedules.pool2d import Pool2dKnobs, Pool2dSchedule
-from tvm_ascend.schedules.pool_window import pool_shape
+from tvm_ascend.schedules.analysis.pool_window import pool_shape
 from tvm_ascend.soc import get_soc
 
 SOC = get_soc("Ascend910B1")

@@ -9,7 +9,7 @@ import pytest
 import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from tvm_ascend.codegen import EMITTED_API
-from tvm_ascend.schedules.tile_values import VECTOR_BINARY, VECTOR_CALLS
+from tvm_ascend.schedules.analysis.tile_values import VECTOR_BINARY, VECTOR_CALLS
 from tvm_ascend.codegen.vector_emitters import BINARY_CALL_EMITTERS, BINARY_EMITTERS, CALL_EMITTERS
 from tvm_ascend.soc import emulator_dir
 from onnx_models import ModelBuilder, add_chain

@@ -16,7 +16,7 @@ from onnx_models import ModelBuilder
 from test_row_reduce import _layernorm_chain
 from tvm_ascend import CompileConfig, ir_attrs
 from tvm_ascend.cost_model.database import TuningDatabase, knobs_to_json, workload_of
-from tvm_ascend.cost_model.tuned import knobs_from_json
+from tvm_ascend.schedules import knobs_from_json
 from tvm_ascend.errors import TilingError
 from tvm_ascend.schedules import RowReduceKnobs, RowReduceSchedule
 from tvm_ascend.soc import get_soc

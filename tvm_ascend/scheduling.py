@@ -8,7 +8,8 @@ import tvm
 from tvm import relax
 
 from . import ir_attrs
-from .schedules import template_by_name
+from .errors import TilingError
+from .schedules import knobs_from_json, template_by_name
 
 logger = logging.getLogger("tvm_ascend.schedule")
 
@@ -25,7 +26,6 @@ def schedule_groups(mod: tvm.IRModule, soc, database=None, failures: dict | None
     without it the error propagates.
     """
     from .cost_model.database import open_database
-    from .cost_model.tuned import knobs_from_json, tuned_schedule
 
     database = open_database(database)
     tilings = {}
@@ -49,3 +49,26 @@ def schedule_groups(mod: tvm.IRModule, soc, database=None, failures: dict | None
                                    ir_attrs.TILING: tiling.to_json()})
         logger.debug("%s: %s", gv.name_hint, tiling)
     return mod, tilings
+
+
+def tuned_schedule(template, prim_func, soc, database=None, kernel: str = "", knobs=None):
+    """(scheduled PrimFunc, Tiling) with the database's best knobs for this workload when it
+    holds any that still plan, else ``knobs`` (the partitioner's choice; None: the template's
+    defaults). A recorded choice that no longer plans is logged, never an error."""
+    from .cost_model.database import workload_of
+
+    if database is not None:
+        record = database.best(workload_of(prim_func, template.name, soc))
+        if record is not None:
+            try:
+                recorded = knobs_from_json(template.name, record["knobs"])
+                scheduled, tiling = template.schedule(prim_func, soc, recorded)
+                logger.info("%s: tuned knobs %s (%.2f us estimated)", kernel, record["knobs"],
+                            record["time_us"])
+                return scheduled, tiling
+            except (TypeError, TilingError) as err:
+                logger.warning("%s: recorded knobs %s not usable (%s); %s tiling", kernel,
+                               record["knobs"], err, "the planned" if knobs else "default")
+    if knobs is not None:
+        return template.schedule(prim_func, soc, knobs)
+    return template.schedule(prim_func, soc)

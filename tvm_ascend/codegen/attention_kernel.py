@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..errors import CodegenError
 from ..schedules.attention import attention_shape, ub_layout
-from ..schedules.tile_values import buffer_size
+from ..schedules.analysis.tile_values import buffer_size
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
 from .kernel_parts import cube_prelude, emit_cube_entry, emit_field_assignments, ident

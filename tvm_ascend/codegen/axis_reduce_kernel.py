@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from ..errors import CodegenError
 from ..schedules.axis_reduce import AxisInput, axis_program
-from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import SBlock, expr_dtype, walk
+from ..schedules.analysis.tile_values import buffer_size, expr_key
+from ..schedules.analysis.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type
 from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,

@@ -27,10 +27,10 @@ from contextlib import nullcontext
 
 from ..errors import CodegenError
 from ..schedules.conv2d import conv_block_index, conv_shape, epilogue_program
-from ..schedules.conv_epilogue import BLOCK_BYTES, row_columns
-from ..schedules.row_program import RowAccessKind
-from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import expr_dtype, schedule_blocks
+from ..schedules.conv2d.epilogue import BLOCK_BYTES, row_columns
+from ..schedules.analysis.row_program import RowAccessKind
+from ..schedules.analysis.tile_values import buffer_size, expr_key
+from ..schedules.analysis.tir_walk import expr_dtype, schedule_blocks
 from .code_buffer import CodeBuffer
 from .conv_img2col_printer import Img2colPrinter
 from .cpp_types import cpp_type

@@ -10,9 +10,9 @@ rows once.
 from __future__ import annotations
 
 from ..errors import CodegenError
-from ..schedules.movement_program import Choice, Leaf, index_loads, movement_program
-from ..schedules.tile_values import buffer_size, expr_key, flat_offset
-from ..schedules.tir_walk import load_buffer
+from ..schedules.analysis.movement_program import Choice, Leaf, index_loads, movement_program
+from ..schedules.analysis.tile_values import buffer_size, expr_key, flat_offset
+from ..schedules.analysis.tir_walk import load_buffer
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type, float_literal
 from .kernel_parts import (emit_tiling_fields, emit_vector_kernel, ident, row_tiling_fields,

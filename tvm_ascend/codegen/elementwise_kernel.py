@@ -12,9 +12,9 @@ from tvm import tirx
 
 from ..errors import CodegenError
 from ..schedules.elementwise import is_resident
-from ..schedules.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
-                                     make_analyzer, plan_tile_values)
-from ..schedules.tir_walk import expr_dtype, first_block_realize, param_buffers
+from ..schedules.analysis.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
+                                              make_analyzer, plan_tile_values)
+from ..schedules.analysis.tir_walk import expr_dtype, first_block_realize, param_buffers
 from .code_buffer import CodeBuffer
 from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
                            tiling_values)

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from ..errors import CodegenError
 from ..schedules.matmul import epilogue_program, matmul_shape
-from ..schedules.row_program import RowAccessKind
-from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import SBlock, expr_dtype, walk
+from ..schedules.analysis.row_program import RowAccessKind
+from ..schedules.analysis.tile_values import buffer_size, expr_key
+from ..schedules.analysis.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
 from .kernel_parts import (cube_prelude, emit_cube_entry, emit_field_assignments,
                            emit_resident_columns, ident)

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from ..errors import CodegenError
 from ..schedules.matmul_rows import row_slots
-from ..schedules.row_program import RowAccessKind
-from ..schedules.tile_values import expr_key
-from ..schedules.tir_walk import expr_dtype
+from ..schedules.analysis.row_program import RowAccessKind
+from ..schedules.analysis.tile_values import expr_key
+from ..schedules.analysis.tir_walk import expr_dtype
 from .cpp_types import cpp_type
 from .kernel_parts import ident
 from .matmul_kernel import MatmulKernelPrinter

@@ -14,10 +14,10 @@ import tvm
 
 from ..errors import CodegenError
 from ..schedules.pool2d import copied_input, epilogue_program, prologue_program
-from ..schedules.pool_window import pool_shape
-from ..schedules.row_program import RowAccessKind
-from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import expr_dtype, schedule_blocks
+from ..schedules.analysis.pool_window import pool_shape
+from ..schedules.analysis.row_program import RowAccessKind
+from ..schedules.analysis.tile_values import buffer_size, expr_key
+from ..schedules.analysis.tir_walk import expr_dtype, schedule_blocks
 from .code_buffer import CodeBuffer
 from .cpp_types import cpp_type, dtype_bytes, float_literal
 from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 
 from ..errors import CodegenError
-from ..schedules.row_program import RowAccessKind, input_dtypes, row_program
+from ..schedules.analysis.row_program import RowAccessKind, input_dtypes, row_program
 from ..schedules.row_reduce import CHUNK_STREAMED, row_layout, row_passes
-from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import SBlock, expr_dtype, walk
+from ..schedules.analysis.tile_values import buffer_size, expr_key
+from ..schedules.analysis.tir_walk import SBlock, expr_dtype, walk
 from .code_buffer import CodeBuffer
 from .kernel_parts import (TilingField, emit_resident_columns, emit_tiling_fields,
                            emit_vector_kernel, ident, row_tiling_fields, tiling_values)

@@ -7,8 +7,8 @@ dispatches each to its emitter.
 from __future__ import annotations
 
 from ..errors import CodegenError
-from ..schedules.tile_values import expr_key
-from ..schedules.tir_walk import Call, expr_dtype
+from ..schedules.analysis.tile_values import expr_key
+from ..schedules.analysis.tir_walk import Call, expr_dtype
 from .cpp_types import cpp_type
 from .vector_emitters import (BINARY_CALL_EMITTERS, BINARY_EMITTERS, CALL_EMITTERS, Operand,
                               emit_cast, emit_not, emit_select)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from tvm import tirx
 from tvm.runtime import DataType
 
-from ..schedules.tir_walk import BufferLoad, Call, walk
-from ..schedules.tile_values import child_exprs
+from ..schedules.analysis.tir_walk import BufferLoad, Call, walk
+from ..schedules.analysis.tile_values import child_exprs
 
 # Cost of one element of each class relative to one basic op (Add, Mul, ...), in vector passes.
 # basic: one hardware instruction at the full 256 B/cycle rate (ascendc.md 6.2).

@@ -27,7 +27,7 @@ from ..cost_model.timing import estimate_kernel, estimate_launch
 from ..decision import Decision
 from ..errors import TilingError
 from ..schedules import plan_template
-from ..schedules.tir_walk import walk
+from ..schedules.analysis.tir_walk import walk
 
 logger = logging.getLogger("tvm_ascend.partition")
 

@@ -25,9 +25,8 @@ import tvm
 
 from ..cost_model.database import TuningDatabase, knobs_to_json, workload_of
 from ..cost_model.timing import estimate_kernel
-from ..cost_model.tuned import knobs_from_json
 from ..errors import AscendError, TilingError
-from ..schedules import template_by_name
+from ..schedules import knobs_from_json, template_by_name
 from ..soc import get_soc
 
 logger = logging.getLogger("tvm_ascend.tuning")

@@ -1,5 +1,5 @@
 """What the conv kernel moves and computes, exactly as the printed kernel does it
-(``schedules/conv2d.py`` describes the kernel): GM bytes read and written, the cube's and the
+(``schedules/conv2d/`` describes the kernel): GM bytes read and written, the cube's and the
 workspace's share of them, the scalar unit's elements and the img2col's vector work. The plan
 sums these into its Tiling; the tests check them equal to the emulator's counters.
 
@@ -12,17 +12,13 @@ True
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from .conv_img2col import build_reads, chunk_channels, row_elems, window_rows
-from .row_program import RowAccessKind
-from .tile_values import buffer_size
-from .tiling import FRACTAL, dtype_bytes, pieces, round_up
-
-if TYPE_CHECKING:  # conv2d.py imports this module
-    from .conv2d import ConvShape
+from .img2col import build_reads, chunk_channels, row_elems, window_rows
+from ..analysis.row_program import RowAccessKind
+from ..analysis.tile_values import buffer_size
+from .shape import ConvShape
+from ..tiling import FRACTAL, dtype_bytes, pieces, round_up
 
 
 def column_scalar_writes(shape: ConvShape, columns, soc, base_m: int, tiles_n: int) -> int:

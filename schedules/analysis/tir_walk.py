@@ -9,6 +9,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.ir.expr import Call, TensorLoad
 from tvm.s_tir.stmt import SBlock, SBlockRealize
+from tvm.sym.analyzer import Analyzer
 
 # TVM 0.27 names: a buffer read is a TensorLoad whose ``source`` is the buffer (a Var with shape
 # and dtype); ``tvm.tirx.BufferLoad`` is only a constructor function.
@@ -118,6 +119,28 @@ def reducer_of(store) -> tuple[str, object] | None:
     return None
 
 
+def product_loads(store):
+    """(acc, A load, B load) of ``acc = acc + A * B`` or None."""
+    value = store.value
+    if type(value).__name__ != "Add":
+        return None
+    for acc, prod in ((value.a, value.b), (value.b, value.a)):
+        if isinstance(acc, BufferLoad) and load_buffer(acc).same_as(store.buffer) and \
+                type(prod).__name__ == "Mul" and isinstance(prod.a, BufferLoad) and \
+                isinstance(prod.b, BufferLoad):
+            return acc, prod.a, prod.b
+    return None
+
+
+def access_at(expr, values: dict) -> int | None:
+    """``expr`` with the given variables fixed, if that makes it a constant."""
+    analyzer = Analyzer()
+    for var, value in values.items():
+        analyzer.bind(var, tirx.IntImm(str(var.ty.dtype), value))
+    out = analyzer.simplify(expr)
+    return int(out.value) if type(out).__name__ == "IntImm" else None
+
+
 _ROOT_BLOCKS: dict = {}  # id(func) -> (func, blocks): a few entries, newest last
 
 
@@ -141,4 +164,5 @@ def root_blocks(func: tirx.PrimFunc) -> list:
 
 __all__ = ["expr_dtype", "BufferLoad", "Call", "load_buffer", "walk", "written_buffers",
            "param_buffers", "first_block_realize", "SBlock", "SBlockRealize", "root_blocks",
-           "schedule_blocks", "reduce_iter_vars", "reducer_of"]
+           "schedule_blocks", "reduce_iter_vars", "reducer_of", "product_loads",
+           "access_at"]

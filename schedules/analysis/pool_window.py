@@ -25,10 +25,9 @@ import numpy as np
 import tvm
 from tvm.sym.analyzer import Analyzer
 
-from .conv2d import access_at
 from .tile_values import uses_var
-from .tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars, reducer_of,
-                       schedule_blocks)
+from .tir_walk import (BufferLoad, Call, access_at, load_buffer, param_buffers, reduce_iter_vars,
+                       reducer_of, schedule_blocks)
 
 _SHAPES: OrderedDict = OrderedDict()  # pool_shape's memo
 _SHAPES_LOCK = threading.Lock()

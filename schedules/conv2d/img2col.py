@@ -1,23 +1,20 @@
-"""How the conv kernel builds its img2col block (``schedules/conv2d.py`` describes the methods):
+"""How the conv kernel builds its img2col block (``schedules/conv2d/`` describes the methods):
 the method's choice (``gather_mode``), the UB slab of the window method (``WindowLayout``), the
 K chunk that fits the UB (``img2col_plan``), how often the cores build each pixel tile's block
 (``count_col_builds``) and the GM elements one build reads (``build_reads``).
 
 Example
 -------
->>> from tvm_ascend.schedules.conv2d import ConvShape                     # doctest: +SKIP
+>>> from tvm_ascend.schedules.conv2d.shape import ConvShape               # doctest: +SKIP
 >>> img2col_plan(shape, "window", 128, 128, 150000).mode                  # doctest: +SKIP
 'window'
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .tiling import dtype_bytes, round_up
-
-if TYPE_CHECKING:  # conv2d.py imports this module
-    from .conv2d import ConvShape
+from .shape import ConvShape
+from ..tiling import dtype_bytes, round_up
 
 
 IMG2COL_MODES = ("direct", "rows", "window", "scalar")

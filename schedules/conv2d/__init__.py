@@ -20,7 +20,7 @@ B in one of two ways (``params["col_in_gm"]``):
   route there too (``Conv2dKnobs.col_in_gm``) and keeps the faster.
 
 The elementwise epilogue (bias, a folded BatchNorm's shift, activation, residual Add) then runs on
-the tile, ``epilogue_rows`` output rows per vector call (``conv_epilogue``: per-channel values
+the tile, ``epilogue_rows`` output rows per vector call (``epilogue.py``: per-channel values
 become columns), before the single write to GM.
 
 How ``col`` is built (``params["img2col"]``; the default is ``gather_mode``'s, the
@@ -35,7 +35,7 @@ How ``col`` is built (``params["img2col"]``; the default is ``gather_mode``'s, t
   for every channel tile of its pixel tile.
 * ``window``: every other convolution. The input rows under the pixel tile's taps, for the
   chunk's input channels, go to a UB slab, one multi-row copy per channel; each row is followed
-  by zeros, and so is the slab's start (``conv_img2col.WindowLayout``): a tap in the left or
+  by zeros, and so is the slab's start (``img2col.WindowLayout``): a tap in the left or
   right padding reads zeros with no branch. Once per pixel tile, the byte offsets of its
   pixels' first tap are built on the scalar unit, and each other tap's row of offsets by one
   vector ``Adds``. Then one vector ``Gather`` per channel writes that channel's col rows, all
@@ -74,23 +74,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-from tvm import tirx
-from tvm.sym.analyzer import Analyzer
 
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .row_program import RowAccessKind, program_dtypes, row_program
-from .epilogue_checks import epilogue_refusal
-from .tile_values import buffer_size
-from .tiling import FRACTAL, ceil_div, dtype_bytes, round_up
-from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
-from .conv_epilogue import column_bytes, row_columns
-from .conv_img2col import (IMG2COL_MODES, block_tails, count_col_builds, gather_mode,
-                           img2col_plan, pointwise)
-from .conv_traffic import column_scalar_writes, conv_traffic, img2col_work, streamed_tails
-from .tir_walk import (BufferLoad, Call, load_buffer, param_buffers, reduce_iter_vars,
-                       root_blocks, schedule_blocks)
+from ..analysis.row_program import RowAccessKind, program_dtypes, row_program
+from ..analysis.epilogue_checks import epilogue_refusal
+from ..analysis.tile_values import buffer_size
+from ..tiling import FRACTAL, ceil_div, dtype_bytes, round_up
+from ..tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
+from .epilogue import column_bytes, row_columns
+from .shape import ConvShape, conv_block_index, conv_shape
+from .img2col import (IMG2COL_MODES, block_tails, count_col_builds, gather_mode, img2col_plan,
+                      pointwise)
+from .traffic import column_scalar_writes, conv_traffic, img2col_work, streamed_tails
+from ..analysis.tir_walk import param_buffers, root_blocks, schedule_blocks
 
 EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR)
 
@@ -103,157 +101,12 @@ class Conv2dKnobs:
     base_m: int | None = None  # output channels per tile; None: 128 (fp16) / 64 (fp32)
     base_n: int | None = None  # output pixels per tile; likewise
     img2col: str | None = None  # IMG2COL_MODES; None: gather_mode's choice
-    # output rows per epilogue call (``conv_epilogue``), at most the tile's; None: the most
+    # output rows per epilogue call (``epilogue.py``), at most the tile's; None: the most
     # that leave the K chunks as many as with one row
     epilogue_rows: int | None = None
     # the col block through the core's GM workspace (built once per run of channel tiles,
     # B read from GM) instead of the UB operand; None: on split chips only
     col_in_gm: bool | None = None
-
-
-@dataclass(frozen=True)
-class ConvShape:
-    """Sizes of one NCHW convolution ``out[n, co, oh, ow]`` (OIHW weights, ``groups`` groups)."""
-
-    n: int
-    cin: int
-    h: int
-    w: int
-    cout: int
-    kh: int
-    kw: int
-    oh: int
-    ow: int
-    stride: tuple
-    dilation: tuple
-    pad: tuple  # (top, left); bottom/right padding only shows as output size
-    groups: int
-    dtype: str
-    x_name: str
-    w_name: str
-
-    @property
-    def cin_g(self) -> int:
-        return self.cin // self.groups
-
-    @property
-    def cout_g(self) -> int:
-        return self.cout // self.groups
-
-    @property
-    def k(self) -> int:
-        return self.cin_g * self.kh * self.kw
-
-    @property
-    def pixels(self) -> int:
-        return self.oh * self.ow
-
-
-
-
-
-def access_at(expr, values: dict) -> int | None:
-    """``expr`` with the given variables fixed, if that makes it a constant."""
-    analyzer = Analyzer()
-    for var, value in values.items():
-        analyzer.bind(var, tirx.IntImm(str(var.ty.dtype), value))
-    out = analyzer.simplify(expr)
-    return int(out.value) if type(out).__name__ == "IntImm" else None
-
-
-def conv_block_index(blocks) -> int | None:
-    for index, block in enumerate(blocks):
-        if len(reduce_iter_vars(block)) == 3:
-            return index
-    return None
-
-
-def _conv_loads(store):
-    """(pad_temp load, weight load) of ``acc = acc + pad[...] * w[...]`` or None."""
-    value = store.value
-    if type(value).__name__ != "Add":
-        return None
-    for acc, prod in ((value.a, value.b), (value.b, value.a)):
-        if isinstance(acc, BufferLoad) and load_buffer(acc).same_as(store.buffer) and \
-                type(prod).__name__ == "Mul" and isinstance(prod.a, BufferLoad) and \
-                isinstance(prod.b, BufferLoad):
-            return prod.a, prod.b
-    return None
-
-
-def _pad_source(pad_block):
-    """(x load, (top, left)) of the pad_temp block: a copy or ``if_then_else(in range, x, 0)``."""
-    value = pad_block.body.value
-    if isinstance(value, Call) and value.op.name.endswith("if_then_else"):
-        if not (type(value.args[2]).__name__ in ("FloatImm", "IntImm")
-                and float(value.args[2].value) == 0.0):
-            return None
-        value = value.args[1]
-    if not isinstance(value, BufferLoad) or len(value.indices) != 4:
-        return None
-    ivs = [iv.var for iv in pad_block.iter_vars]
-    if len(ivs) != 4:
-        return None
-    zero = {v: 0 for v in ivs}
-    offsets = [access_at(idx, zero) for idx in value.indices]
-    if None in offsets or offsets[0] != 0 or offsets[1] != 0:
-        return None
-    for axis, idx in enumerate(value.indices):  # x[i0, i1, i2 - top, i3 - left]
-        if access_at(idx, {**zero, ivs[axis]: 1}) != offsets[axis] + 1:
-            return None
-    return value, (-offsets[2], -offsets[3])
-
-
-def conv_shape(func) -> ConvShape | None:
-    """The convolution of ``func`` (pad_temp block, then conv2d_nchw), if the template takes it."""
-    blocks = root_blocks(func)
-    index = conv_block_index(blocks)
-    if index is None or index < 1:
-        return None
-    pad_block, conv = blocks[index - 1], blocks[index]
-    loads = _conv_loads(conv.body)
-    source = _pad_source(pad_block) if type(pad_block.body).__name__ == "BufferStore" else None
-    if loads is None or source is None:
-        return None
-    pad_load, w_load = loads
-    if not load_buffer(pad_load).same_as(pad_block.body.buffer):
-        pad_load, w_load = w_load, pad_load
-    if not load_buffer(pad_load).same_as(pad_block.body.buffer):
-        return None
-    x_load, (top, left) = source
-    x, w, out = load_buffer(x_load), load_buffer(w_load), conv.body.buffer
-    if len(x.shape) != 4 or len(w.shape) != 4 or len(out.shape) != 4:
-        return None
-    n, cin, h, wd = (int(d) for d in x.shape)
-    cout, cin_g, kh, kw = (int(d) for d in w.shape)
-    _, _, oh, ow = (int(d) for d in out.shape)
-    if cin_g == 0 or cin % cin_g or cout % (cin // cin_g):
-        return None
-    groups = cin // cin_g
-    spatial = [iv.var for iv in conv.iter_vars if int(iv.iter_type) == 0]
-    rc, ry, rx = (iv.var for iv in reduce_iter_vars(conv))
-    nn, ff, yy, xx = spatial
-    zero = {v: 0 for v in (nn, ff, yy, xx, rc, ry, rx)}
-    hi, wi = pad_load.indices[2], pad_load.indices[3]
-    sh, dh = access_at(hi, {**zero, yy: 1}), access_at(hi, {**zero, ry: 1})
-    sw, dw = access_at(wi, {**zero, xx: 1}), access_at(wi, {**zero, rx: 1})
-    if None in (sh, dh, sw, dw) or min(sh, dh, sw, dw) < 1:
-        return None
-    # the whole access must be the convolution's, not just its slopes at the origin
-    analyzer = Analyzer()
-    for iv in conv.iter_vars:
-        analyzer.bind(iv.var, iv.dom)
-    cout_g = cout // groups
-    expected = [nn, ff // cout_g * cin_g + rc, yy * sh + ry * dh, xx * sw + rx * dw]
-    if not all(analyzer.can_prove_equal(a, b) for a, b in zip(pad_load.indices, expected)):
-        return None
-    if not all(analyzer.can_prove_equal(a, b) for a, b in zip(w_load.indices, [ff, rc, ry, rx])):
-        return None
-    dtypes = {str(x.dtype), str(w.dtype), str(out.dtype)}
-    if len(dtypes) != 1:
-        return None
-    return ConvShape(n, cin, h, wd, cout, kh, kw, oh, ow, (sh, sw), (dh, dw), (top, left),
-                     groups, str(out.dtype), x.name, w.name)
 
 
 def epilogue_program(blocks, func, shape: ConvShape, conv_index: int):
@@ -273,6 +126,7 @@ class Conv2dSchedule:
     """Template for Conv2D groups (img2col + cube) with elementwise epilogues (vector)."""
 
     name = "conv2d"
+    Knobs = Conv2dKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:
@@ -488,7 +342,7 @@ def _epilogue_rows(shape: ConvShape, mode: str, columns, slots: int, base_m: int
                    align_n: int, budget: int, wanted: int | None = None):
     """(rows per epilogue call, Img2colPlan, UB bytes of the epilogue's temporaries and
     columns) within ``budget`` UB bytes: ``wanted`` rows (at most the tile's), else the most
-    (``conv_epilogue``), halving from ``base_m``, that leave the K chunks as many as with one
+    (``epilogue.py``), halving from ``base_m``, that leave the K chunks as many as with one
     row. More rows may cost K chunks where the img2col chunk had all the UB; the partitioner
     estimates the whole tile's rows as a variant (``Conv2dSchedule.variants``)."""
     elem = dtype_bytes(shape.dtype)

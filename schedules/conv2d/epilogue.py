@@ -28,10 +28,10 @@ import tvm
 from tvm import tirx
 from tvm.sym.analyzer import Analyzer
 
-from .row_program import RowAccessKind
-from .tile_values import child_exprs, expr_key
-from .tiling import BLOCK_BYTES  # a column holds one 32-byte block per row
-from .tir_walk import BufferLoad, expr_dtype, load_buffer
+from ..analysis.row_program import RowAccessKind
+from ..analysis.tile_values import child_exprs, expr_key
+from ..tiling import BLOCK_BYTES  # a column holds one 32-byte block per row
+from ..analysis.tir_walk import BufferLoad, expr_dtype, load_buffer
 
 # tile-op-column instructions of the repeat form (both operand orders: Sub and Div too)
 COLUMN_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})

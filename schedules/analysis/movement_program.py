@@ -33,8 +33,8 @@ from tvm_ascend.errors import TilingError
 from .tile_values import (VECTOR_BINARY, VECTOR_CALLS, AccessKind, Access,
                           expr_key, flat_offset, plan_tile_values)
 from .tir_walk import BufferLoad, Call, expr_dtype, load_buffer, param_buffers
-from .tiling import dtype_bytes, round_up
-from .tiling import BLOCK_BYTES, SUPPORTED_DTYPES
+from ..tiling import dtype_bytes, round_up
+from ..tiling import BLOCK_BYTES, SUPPORTED_DTYPES
 
 ROW, COL = tirx.Var("r", "int64"), tirx.Var("c", "int64")
 MAX_BURSTS = 4095      # DataCopyPad blockCount limit
