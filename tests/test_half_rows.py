@@ -16,6 +16,7 @@ import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
 from test_row_reduce_long import _build_and_compare, _chunked
+from tvm_ascend.errors import FusionConfigError
 
 
 def _one_op(op: str, shape, seed: int = 70) -> ModelBuilder:
@@ -60,6 +61,29 @@ def test_half_row_op_is_one_kernel_computing_in_float(op, shape, level):
     # onnxruntime computes in float32 and rounds once; so does the kernel, so (but for the
     # hardware Exp/Ln, emulated with libm) they agree to the bit nearly everywhere
     assert np.count_nonzero(out != ref) <= out.size // 100, (out, ref)
+
+
+def test_high_performance_keeps_float16_arithmetic():
+    """ATC's --op_select_implmode high_performance: the kernel computes in half (half the UB
+    per row slot), as TVM legalizes it."""
+    b = _one_op("Softmax", (4, 8))
+    precise = tvm_ascend.build(b.model())
+    fast = tvm_ascend.build(b.model(), config=tvm_ascend.CompileConfig(
+        op_select_implmode="high_performance"))
+    (source,) = fast.kernel_sources().values()
+    assert _reductions_on(source) == {"half"} and "AscendC::Cast(" not in source
+    (group,), (wide,) = fast.fusion_report()["groups"], precise.fusion_report()["groups"]
+    assert group["tiling"]["ub_bytes"] < wide["tiling"]["ub_bytes"]
+    assert fast.fusion_report()["op_select_implmode"] == "high_performance"
+    assert precise.fusion_report()["op_select_implmode"] == "high_precision"
+    assert_close(fast.run(b.feeds)[0], run_onnxruntime(b.model(), b.feeds)[0], "float16")
+
+
+
+def test_an_unknown_implmode_is_an_error_naming_the_field():
+    with pytest.raises(FusionConfigError, match="op_select_implmode='fast' is not one of "
+                       "high_precision, high_performance"):
+        tvm_ascend.CompileConfig(op_select_implmode="fast")
 
 
 @pytest.mark.parametrize("op", ["Softmax", "ReduceSum"])

@@ -47,7 +47,7 @@ logger = logging.getLogger("tvm_ascend")
 def prepare(mod: tvm.IRModule, params=None, fold_batchnorm: bool = True,
             precision: tuple = ("must_keep_origin_dtype", ())) -> tvm.IRModule:
     """Bind weights, fold constants (and BatchNorm into Conv weights), then apply the precision
-    mode ``precision`` = (mode, keep_dtype) before grouping.
+    mode ``precision`` = (mode, keep_dtype[, op_select_implmode]) before grouping.
 
     The precision mode comes last, as ATC applies it to the optimised graph: a BatchNorm is
     folded into its Conv's weights in float32 first, so under a float16 mode the Conv and
@@ -128,8 +128,9 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
 
 
 def precision_of(config: CompileConfig) -> tuple:
-    """The (precision mode, keep_dtype) that ``prepare`` applies for ``config``."""
-    return config.precision_mode, tuple(config.keep_dtype)
+    """The (precision mode, keep_dtype, op_select_implmode) that ``prepare`` applies for
+    ``config``."""
+    return config.precision_mode, tuple(config.keep_dtype), config.op_select_implmode
 
 
 def _estimated_us(result) -> float:

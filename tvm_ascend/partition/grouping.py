@@ -30,7 +30,7 @@ from ..errors import FusionConfigError
 from ..schedules import supports
 from .cost import GroupCost, host_estimate, tir_flops
 from .decision import Decision
-from .legalize import legalize_map
+from .legalize import impl_mode_of, legalize_map
 from .merge import Site, distinct_args, merge_sites, unfused_edges
 from .policy import FusionPolicy
 from .rules import anchor_rule, group_rules
@@ -378,7 +378,7 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True,
     policy = policy or FusionPolicy.default(fuse)
     ops = mark_support(mod)
     _refuse_host_ops(ops, policy)
-    lowered = relax.transform.LegalizeOps(legalize_map())(mod)
+    lowered = relax.transform.LegalizeOps(legalize_map(impl_mode_of(mod)))(mod)
     lowered = relax.transform.AnnotateTIROpPattern()(lowered)
     lowered, by_callee = _unshare_callees(lowered, ops)
     matches: Counter = Counter()

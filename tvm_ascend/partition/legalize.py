@@ -17,16 +17,21 @@ computes, and casts the result back: the kernel loads half, computes in float an
 so no kernel is added at any fusion level and the op's inputs and outputs keep the model's
 dtype (``precision_mode`` is about those, as ATC's is). The row templates plan the float row
 slots (twice the UB per slot of a half plan; a row longer than the UB streams in smaller
-chunks).
+chunks). That is ``op_select_implmode="high_precision"``, the default;
+``"high_performance"`` (ATC's other value of ``--op_select_implmode``, recorded on ``main`` by
+the prepare stage) keeps TVM's float16 arithmetic: half the UB per row slot, results an ulp or
+more from onnxruntime.
 
 Example
 -------
->>> lowered = relax.transform.LegalizeOps(legalize_map())(mod)  # doctest: +SKIP
+>>> lowered = relax.transform.LegalizeOps(legalize_map(impl_mode_of(mod)))(mod)  # doctest: +SKIP
 """
 from __future__ import annotations
 
 import tvm
 from tvm import te, tirx, topi
+
+from .. import ir_attrs
 
 _WIDE = "float32"
 
@@ -128,10 +133,22 @@ _COMPUTE = {
 }
 
 
-def legalize_map() -> dict:
-    """The ``customize_legalize_map`` for LegalizeOps: the float16 ops of ``_COMPUTE``
-    widened."""
+def impl_mode_of(mod: tvm.IRModule) -> str:
+    """The ``op_select_implmode`` the prepare stage recorded on ``main`` (default
+    ``high_precision``)."""
+    attrs = mod["main"].attrs
+    if attrs and ir_attrs.OP_IMPL_MODE in attrs:
+        return str(attrs[ir_attrs.OP_IMPL_MODE])
+    return "high_precision"
+
+
+def legalize_map(impl_mode: str = "high_precision") -> dict:
+    """The ``customize_legalize_map`` for LegalizeOps under ``op_select_implmode``
+    ``impl_mode``: ``high_precision`` widens the float16 ops of ``_COMPUTE``,
+    ``high_performance`` leaves TVM's legalization as it is."""
+    if impl_mode == "high_performance":
+        return {}
     return {op: _widened(compute) for op, compute in _COMPUTE.items()}
 
 
-__all__ = ["legalize_map"]
+__all__ = ["impl_mode_of", "legalize_map"]
