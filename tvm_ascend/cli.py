@@ -15,7 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
-from .config import CACHE_MODES, FUSION_LEVELS, PRECISION_MODES, RULE_SETS, CompileConfig
+from .config import (CACHE_MODES, FUSION_LEVELS, IMPL_MODES, PRECISION_MODES, RULE_SETS,
+                     CompileConfig)
 from .errors import AscendError, FusionConfigError, ModelLoadError
 from .frontend import describe_inputs, parse_input_shape
 
@@ -39,6 +40,9 @@ def _compile_parser(sub) -> None:
                    help="ATC's precision modes (force_fp16 keeps reductions in float32)")
     p.add_argument("--keep_dtype", default="",
                    help="comma-separated ONNX node names kept in their original dtype")
+    p.add_argument("--op_select_implmode", default="high_precision", choices=IMPL_MODES,
+                   help="high_precision: float16 Softmax/LayerNorm/ReduceSum/ReduceMean compute "
+                   "in float32 inside their kernels (the default); high_performance: in float16")
     p.add_argument("--dump_graph", action="store_true",
                    help="write dumps (report, fusion_result.json, fusion_plan.json, graphs, "
                    "kernel sources) into --dump_path")
@@ -116,6 +120,7 @@ def _run_compile(args) -> int:
     check_output_path(args.output if os.path.isdir(args.output) else output, create=False)
     config = _config(args, precision_mode=args.precision_mode, dump_graph=args.dump_graph,
                      dump_path=args.dump_path, keep_dtype=args.keep_dtype, strict=args.strict,
+                     op_select_implmode=args.op_select_implmode,
                      op_compiler_cache_mode=args.op_compiler_cache_mode,
                      cache_dir=args.op_compiler_cache_dir)
     lib = build(args.model, target="ascend", config=config)

@@ -25,6 +25,7 @@ FUSION_LEVELS = ("off", "conservative", "aggressive")
 CACHE_MODES = ("enable", "force", "disable")  # ATC's --op_compiler_cache_mode
 PRECISION_MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision",
                    "must_keep_origin_dtype", "force_fp32")
+IMPL_MODES = ("high_precision", "high_performance")  # ATC's --op_select_implmode
 
 
 def _parse_bool(name: str, text: str) -> bool:
@@ -105,6 +106,11 @@ class CompileConfig:
         ``force_fp16``, ``allow_mix_precision``, ``force_fp32`` (tvm_ascend/prepare/precision.py).
     keep_dtype : tuple of str
         ONNX node names computed in their original dtype whatever the precision mode.
+    op_select_implmode : str
+        ATC's ``--op_select_implmode``: ``"high_precision"`` (default) computes float16
+        Softmax, LogSoftmax, LayerNorm, ReduceSum and ReduceMean in float32 inside their
+        kernels, as onnxruntime does; ``"high_performance"`` keeps them in float16 (half the UB
+        per row, results an ulp or more away): ``tvm_ascend/partition/legalize.py``.
     cache_dir : str or None
         Folder of the compile cache (default ``~/.cache/tvm_ascend``).
     build_cache : bool
@@ -145,6 +151,7 @@ class CompileConfig:
     fusion_plan_file: str | None = None
     tuning_database: str | None = None
     keep_dtype: tuple = ()
+    op_select_implmode: str = "high_precision"
     search_width: int = 4
     build_cache: bool = True
     strict: bool = False
@@ -162,6 +169,10 @@ class CompileConfig:
             raise FusionConfigError(
                 f"precision_mode={self.precision_mode!r} is not one of "
                 f"{', '.join(PRECISION_MODES)}")
+        if self.op_select_implmode not in IMPL_MODES:
+            raise FusionConfigError(
+                f"op_select_implmode={self.op_select_implmode!r} is not one of "
+                f"{', '.join(IMPL_MODES)}")
         if isinstance(self.keep_dtype, str):
             object.__setattr__(self, "keep_dtype", tuple(
                 n.strip() for n in self.keep_dtype.split(",") if n.strip()))

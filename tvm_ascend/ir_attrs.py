@@ -17,3 +17,5 @@ ONNX_NODE_NAMES = "ascend.onnx_node_names"  # on main: every ONNX node name (fro
 FOLDED_BATCH_NORM = "ascend.folded_batch_norm"  # on main: convs that took a BatchNorm in, and
 # the Multiplies standalone BatchNorms were lowered to (prepare)
 PREPARE_REWRITES = "ascend.prepare_rewrites"  # on main: JSON records of prepare rewrites (prepare)
+OP_IMPL_MODE = "ascend.op_select_implmode"  # on main: "high_performance" when float16
+# normalisations keep float16 arithmetic (prepare: precision.py; partition/legalize.py reads it)

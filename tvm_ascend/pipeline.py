@@ -86,8 +86,9 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
 
 
 def precision_of(config: CompileConfig) -> tuple:
-    """The (precision mode, keep_dtype) that ``prepare`` applies for ``config``."""
-    return config.precision_mode, tuple(config.keep_dtype)
+    """The (precision mode, keep_dtype, op_select_implmode) that ``prepare`` applies for
+    ``config``."""
+    return config.precision_mode, tuple(config.keep_dtype), config.op_select_implmode
 
 
 def _estimated_us(result) -> float:

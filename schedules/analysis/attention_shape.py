@@ -191,6 +191,11 @@ def _score_terms(expr, resolver, env, bounds, scores, terms, coef=1.0, select=No
         key = "scores" if is_scores else (buffer, tuple(indices))
         terms[key] = terms.get(key, 0.0) + coef
         return
+    if kind == "Cast" and str(expr.ty.dtype) == "float32":
+        # a float16 softmax legalizes to float32 (tvm_ascend/partition/legalize.py); the
+        # kernel keeps the scores in float anyway
+        _score_terms(expr.value, resolver, env, bounds, scores, terms, coef, select)
+        return
     if kind in ("Add", "Sub"):
         _score_terms(expr.a, resolver, env, bounds, scores, terms, coef, select)
         _score_terms(expr.b, resolver, env, bounds, scores, terms,

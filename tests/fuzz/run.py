@@ -2,7 +2,9 @@
 
 An outcome's ``kind`` is one of ``ok``, ``build`` (``tvm_ascend.build`` raised), ``compile``
 (g++ rejected the printed kernels, raised by the first ``lib.run``), ``run`` (running raised),
-``mismatch`` (shape, dtype or values differ from onnxruntime beyond ``TOLERANCES``), ``crash``
+``mismatch`` (shape, dtype or values differ from onnxruntime beyond ``TOLERANCES``; a graph
+with float16 tensors also matches if it matches onnxruntime run node by node, each float16
+tensor rounded as the graph declares: ``reference_per_node``), ``crash``
 (the process died: a signal), ``timeout``, or ``discarded`` (onnxruntime rejected the graph: a
 generator bug, counted apart). Every outcome names its ``(seed, index, level, soc)``, which is
 all it takes to reproduce it.
@@ -20,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import helper, numpy_helper
 
 from .generate import Case, generate
 
@@ -91,6 +95,40 @@ def reference(case: Case) -> list:
     session = ort.InferenceSession(case.model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     return session.run(None, case.feeds)
+
+
+def reference_per_node(case: Case) -> list:
+    """onnxruntime's outputs of ``case`` with every tensor rounded to the dtype the graph
+    declares: each node run alone, fed what the nodes before it gave.
+
+    onnxruntime runs a chain of float16 nodes that have no float16 CPU kernel (Softmax,
+    LayerNormalization, Add, ...) in float32 with no rounding between them (its
+    InsertCastTransformer casts at the chain's ends only), even where an intermediate is a
+    graph output. A build that stores each float16 tensor, as separate kernels do, rounds
+    there, as the ONNX graph says; where a node magnifies its input's rounding (a
+    LayerNormalization of a near-constant row, its variance far below epsilon) the two
+    results differ beyond any fixed tolerance, and both are onnxruntime's."""
+    import onnxruntime as ort
+
+    graph = case.model.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in
+             onnx.shape_inference.infer_shapes(case.model).graph.value_info}
+    types.update({v.name: v.type.tensor_type.elem_type for v in graph.output})
+    values = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    values.update(case.feeds)
+    for node in graph.node:
+        names = [n for n in dict.fromkeys(node.input) if n]
+        inputs = [helper.make_tensor_value_info(
+            n, helper.np_dtype_to_tensor_dtype(values[n].dtype), values[n].shape) for n in names]
+        outputs = [helper.make_tensor_value_info(n, types[n], None) for n in node.output if n]
+        model = helper.make_model(helper.make_graph([node], "node", inputs, outputs),
+                                  opset_imports=case.model.opset_import)
+        model.ir_version = case.model.ir_version
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        results = session.run(None, {n: values[n] for n in names})
+        values.update(zip([n for n in node.output if n], results))
+    return [values[v.name] for v in graph.output]
 
 
 def compare(case: Case, outs: list, refs: list) -> str:
@@ -168,6 +206,9 @@ def run_built(case: Case, level: str, soc: str) -> Outcome:
     except Exception as err:  # noqa: BLE001
         return _failed(outcome, "run", err, start)
     problems = compare(case, outs, refs)
+    if problems and case.half and not compare(case, outs, reference_per_node(case)):
+        problems = ""  # right as the graph rounds its float16 tensors (reference_per_node)
+        outcome.detail = "matches onnxruntime run node by node, not run whole"
     if problems:
         outcome.kind, outcome.detail = "mismatch", problems
         outcome.cause = "mismatch: " + _mismatch_cause(problems.splitlines()[0])

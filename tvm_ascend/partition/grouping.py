@@ -2,8 +2,9 @@
 
 Flow inside this stage (one direction):
   support marking  every binding of ``main`` is checked against the ``ascend.*`` table
-  legalize         LegalizeOps + AnnotateTIROpPattern; host-only ops become opaque so FuseOps
-                   never joins them with NPU ops
+  legalize         LegalizeOps (float16 softmax, LayerNorm, sums and means computed in float32
+                   inside their PrimFunc: legalize.py) + AnnotateTIROpPattern; host-only ops
+                   become opaque so FuseOps never joins them with NPU ops
   FuseOps/FuseTIR  TVM's lattice (elemwise < broadcast < injective < reduce < opaque) groups
   offload          each group whose ops all passed becomes a Relax function with
                    ``Codegen="ascend"``, carrying its fused PrimFunc and provenance as attributes
@@ -29,6 +30,7 @@ from ..decision import Decision
 from ..errors import FusionConfigError
 from ..schedules import supports
 from .cost import GroupCost, host_estimate, tir_flops
+from .legalize import impl_mode_of, legalize_map
 from .merge import Site, distinct_args, merge_sites, unfused_edges
 from .policy import FusionPolicy
 from .rules import anchor_rule, group_rules
@@ -376,7 +378,7 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True,
     policy = policy or FusionPolicy.default(fuse)
     ops = mark_support(mod)
     _refuse_host_ops(ops, policy)
-    lowered = relax.transform.LegalizeOps()(mod)
+    lowered = relax.transform.LegalizeOps(legalize_map(impl_mode_of(mod)))(mod)
     lowered = relax.transform.AnnotateTIROpPattern()(lowered)
     lowered, by_callee = _unshare_callees(lowered, ops)
     matches: Counter = Counter()

@@ -46,6 +46,7 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
         "soc_version": config.soc_version,
         "fusion_level": config.fusion_level if config.autofusion else "off",
         "precision_mode": config.precision_mode,
+        "op_select_implmode": config.op_select_implmode,
         "nodes_before": nodes_before,
         "ops": len(result.ops),
         "kernels": {"ascend": len(npu), "host": len(host)},

@@ -38,7 +38,7 @@ logger = logging.getLogger("tvm_ascend")
 def prepare(mod: tvm.IRModule, params=None, fold_batchnorm: bool = True,
             precision: tuple = ("must_keep_origin_dtype", ())) -> tvm.IRModule:
     """Bind weights, fold constants (and BatchNorm into Conv weights), then apply the precision
-    mode ``precision`` = (mode, keep_dtype) before grouping.
+    mode ``precision`` = (mode, keep_dtype[, op_select_implmode]) before grouping.
 
     The precision mode comes last, as ATC applies it to the optimised graph: a BatchNorm is
     folded into its Conv's weights in float32 first, so under a float16 mode the Conv and

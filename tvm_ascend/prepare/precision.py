@@ -187,8 +187,12 @@ def _restore_output_dtype(func: relax.Function, original: relax.Function) -> rel
     return relax.Function(func.params, body, original.ret_ty, func.is_pure, func.attrs)
 
 
-def apply_precision_mode(mod: tvm.IRModule, mode: str, keep_dtype=()) -> tvm.IRModule:
-    """``mod`` with ATC precision mode ``mode`` applied (see the module docstring).
+def apply_precision_mode(mod: tvm.IRModule, mode: str, keep_dtype=(),
+                         impl_mode: str = "high_precision") -> tvm.IRModule:
+    """``mod`` with ATC precision mode ``mode`` applied (see the module docstring), and ATC's
+    ``op_select_implmode`` ``impl_mode`` recorded on ``main`` for the legalization
+    (``high_performance`` keeps float16 normalisations in float16:
+    ``tvm_ascend/partition/legalize.py``).
 
     Parameters
     ----------
@@ -198,6 +202,8 @@ def apply_precision_mode(mod: tvm.IRModule, mode: str, keep_dtype=()) -> tvm.IRM
         One of ATC's precision modes.
     keep_dtype : iterable of str
         ONNX node names computed in their original dtype whatever the mode.
+    impl_mode : str
+        ``high_precision`` or ``high_performance``.
 
     Raises FusionConfigError for an unknown mode, or a ``keep_dtype`` name that is not an ONNX
     node of the model.
@@ -206,6 +212,10 @@ def apply_precision_mode(mod: tvm.IRModule, mode: str, keep_dtype=()) -> tvm.IRM
     if keep_dtype and attrs and ir_attrs.ONNX_NODE_NAMES in attrs:
         check_known_names("--keep_dtype", keep_dtype,
                           [str(name) for name in attrs[ir_attrs.ONNX_NODE_NAMES]])
+    if impl_mode == "high_performance":
+        out = mod.__class__(dict(mod.functions), attrs=mod.attrs)
+        out[mod.get_global_var("main")] = mod["main"].with_attr(ir_attrs.OP_IMPL_MODE, impl_mode)
+        mod = out
     if mode in ("must_keep_origin_dtype", "allow_fp32_to_fp16"):
         return mod
     only = None
