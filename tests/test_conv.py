@@ -347,7 +347,7 @@ def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
     from tvm_ascend.codegen.launcher import (ACL_SYS_WORKSPACE_BYTES, emit_acl_launcher,
                                              emit_launcher, user_workspace_bytes)
     from tvm_ascend.codegen.code_buffer import CodeBuffer
-    from tvm_ascend.codegen.conv_kernel import ConvKernelPrinter
+    from tvm_ascend.codegen.kernels.conv2d import ConvKernelPrinter
     from tvm_ascend.schedules.conv2d import Conv2dSchedule
     from tvm_ascend.soc import get_soc
 

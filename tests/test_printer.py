@@ -120,7 +120,7 @@ def test_every_identifier_a_printer_declares_is_reserved_from_tensor_names():
     from tvm_ascend.codegen.kernel_parts import PRINTER_NAMES, ident
 
     declared = set()
-    for path in Path(kernel_parts.__file__).parent.glob("*.py"):
+    for path in Path(kernel_parts.__file__).parent.rglob("*.py"):  # kernels/ too
         text = path.read_text()
         declared |= set(_DECLARED.findall(text))
         declared |= {stem for stem, _ in _SUFFIXED.findall(text)}

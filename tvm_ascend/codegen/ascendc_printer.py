@@ -1,8 +1,8 @@
 """The AscendC printer: scheduled groups in, one C++ translation unit (kernels + launchers) out.
 
-Each kernel is printed by the printer of its template's class from the scheduled TIR; the unit
-adds the fixed scaffolding once. ``kernel_source`` gives a kernel as a standalone file, as a user
-would hand it to CANN's toolchain.
+Each kernel is printed from the scheduled TIR by its template's printer
+(``kernels/<template name>.py``); the unit adds the fixed scaffolding once. ``kernel_source``
+gives a kernel as a standalone file, as a user would hand it to CANN's toolchain.
 """
 from __future__ import annotations
 
@@ -10,26 +10,22 @@ import json
 from dataclasses import dataclass
 
 from ..errors import CodegenError
-from .attention_kernel import AttentionKernelPrinter
-from .axis_reduce_kernel import AxisReduceKernelPrinter
 from .code_buffer import CodeBuffer
-from .conv_kernel import ConvKernelPrinter
-from .data_movement_kernel import DataMovementKernelPrinter
-from .elementwise_kernel import ElementwiseKernelPrinter
-from .matmul_kernel import MatmulKernelPrinter
-from .matmul_rows_kernel import MatmulRowsKernelPrinter
-from .pool_kernel import PoolKernelPrinter
-from .row_reduce_kernel import RowReduceKernelPrinter
+from .kernels import (attention, axis_reduce, conv2d, data_movement, elementwise, matmul,
+                      matmul_rows, pool2d, row_reduce)
 from .launcher import emit_launcher, launch_blocks
 from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE,
                         ROW_COPY_HELPERS_LOOP, ROW_COPY_HELPERS_PAD)
 
-KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter, "row_reduce": RowReduceKernelPrinter,
-                   "matmul": MatmulKernelPrinter, "conv2d": ConvKernelPrinter,
-                   "attention": AttentionKernelPrinter,
-                   "data_movement": DataMovementKernelPrinter,
-                   "matmul_rows": MatmulRowsKernelPrinter,
-                   "axis_reduce": AxisReduceKernelPrinter, "pool2d": PoolKernelPrinter}
+# keyed by template name; the printer of template NAME lives in codegen/kernels/NAME.py
+KERNEL_PRINTERS = {"elementwise": elementwise.ElementwiseKernelPrinter,
+                   "row_reduce": row_reduce.RowReduceKernelPrinter,
+                   "matmul": matmul.MatmulKernelPrinter, "conv2d": conv2d.ConvKernelPrinter,
+                   "attention": attention.AttentionKernelPrinter,
+                   "data_movement": data_movement.DataMovementKernelPrinter,
+                   "matmul_rows": matmul_rows.MatmulRowsKernelPrinter,
+                   "axis_reduce": axis_reduce.AxisReduceKernelPrinter,
+                   "pool2d": pool2d.PoolKernelPrinter}
 METADATA_DELIMITER = "ascendmeta"
 
 

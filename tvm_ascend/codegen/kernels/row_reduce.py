@@ -15,18 +15,18 @@ row values are computed between passes (``schedules/row_reduce.py``, ``row_passe
 from __future__ import annotations
 
 
-from ..errors import CodegenError
-from ..schedules.row_program import RowAccessKind, input_dtypes, row_program
-from ..schedules.row_reduce import CHUNK_STREAMED, row_layout, row_passes
-from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import SBlock, expr_dtype, walk
-from .code_buffer import CodeBuffer
-from .kernel_parts import (TilingField, emit_resident_columns, emit_tiling_fields,
+from ...errors import CodegenError
+from ...schedules.row_program import RowAccessKind, input_dtypes, row_program
+from ...schedules.row_reduce import CHUNK_STREAMED, row_layout, row_passes
+from ...schedules.tile_values import buffer_size, expr_key
+from ...schedules.tir_walk import SBlock, expr_dtype, walk
+from ..code_buffer import CodeBuffer
+from ..kernel_parts import (TilingField, emit_resident_columns, emit_tiling_fields,
                            emit_vector_kernel, ident, row_tiling_fields, tiling_values)
-from .cpp_types import cpp_type
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ..cpp_types import cpp_type
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 REDUCE_API = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
 

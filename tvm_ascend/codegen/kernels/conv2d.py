@@ -25,20 +25,20 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-from ..errors import CodegenError
-from ..schedules.conv2d import conv_block_index, conv_shape, epilogue_program
-from ..schedules.conv_epilogue import BLOCK_BYTES, row_columns
-from ..schedules.row_program import RowAccessKind
-from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import expr_dtype, schedule_blocks
-from .code_buffer import CodeBuffer
-from .conv_img2col_printer import Img2colPrinter
-from .cpp_types import cpp_type
-from .kernel_parts import cube_prelude, emit_cube_entry, emit_field_assignments, ident
-from .matmul_kernel import CUBE_FIELDS
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import ColumnLayout, Operand
+from ...errors import CodegenError
+from ...schedules.conv2d import conv_block_index, conv_shape, epilogue_program
+from ...schedules.conv_epilogue import BLOCK_BYTES, row_columns
+from ...schedules.row_program import RowAccessKind
+from ...schedules.tile_values import buffer_size, expr_key
+from ...schedules.tir_walk import expr_dtype, schedule_blocks
+from ..code_buffer import CodeBuffer
+from ..cpp_types import cpp_type
+from ..kernel_parts import cube_prelude, emit_cube_entry, emit_field_assignments, ident
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import ColumnLayout, Operand
+from .conv2d_img2col import Img2colPrinter
+from .matmul import CUBE_FIELDS
 
 GEOMETRY = ("n", "cin", "h", "w", "cout", "kh", "kw", "oh", "ow", "groups", "k")
 

@@ -17,17 +17,17 @@ True
 """
 from __future__ import annotations
 
-from ..errors import CodegenError
-from ..schedules.axis_reduce import AxisInput, axis_program
-from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import SBlock, expr_dtype, walk
-from .code_buffer import CodeBuffer
-from .cpp_types import cpp_type
-from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
+from ...errors import CodegenError
+from ...schedules.axis_reduce import AxisInput, axis_program
+from ...schedules.tile_values import buffer_size, expr_key
+from ...schedules.tir_walk import SBlock, expr_dtype, walk
+from ..code_buffer import CodeBuffer
+from ..cpp_types import cpp_type
+from ..kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
                            tiling_values)
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 COMBINE_API = {"sum": "Add", "max": "Max", "min": "Min"}
 class AxisReduceKernelPrinter:

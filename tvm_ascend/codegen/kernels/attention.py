@@ -10,13 +10,13 @@ vector halves of the group run as one kernel (on 910B, an AIC with its AIVs).
 """
 from __future__ import annotations
 
-from ..errors import CodegenError
-from ..schedules.attention import attention_shape, ub_layout
-from ..schedules.tile_values import buffer_size
-from .code_buffer import CodeBuffer
-from .cpp_types import cpp_type
-from .kernel_parts import cube_prelude, emit_cube_entry, emit_field_assignments, ident
-from .matmul_kernel import CUBE_FIELDS
+from ...errors import CodegenError
+from ...schedules.attention import attention_shape, ub_layout
+from ...schedules.tile_values import buffer_size
+from ..code_buffer import CodeBuffer
+from ..cpp_types import cpp_type
+from ..kernel_parts import cube_prelude, emit_cube_entry, emit_field_assignments, ident
+from .matmul import CUBE_FIELDS
 
 SYNC = ("AscendC::SetFlag<AscendC::HardEvent::{0}>(0); "
         "AscendC::WaitFlag<AscendC::HardEvent::{0}>(0);")

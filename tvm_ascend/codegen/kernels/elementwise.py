@@ -10,18 +10,18 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from ..errors import CodegenError
-from ..schedules.elementwise import is_resident
-from ..schedules.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
+from ...errors import CodegenError
+from ...schedules.elementwise import is_resident
+from ...schedules.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
                                      make_analyzer, plan_tile_values)
-from ..schedules.tir_walk import expr_dtype, first_block_realize, param_buffers
-from .code_buffer import CodeBuffer
-from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
+from ...schedules.tir_walk import expr_dtype, first_block_realize, param_buffers
+from ..code_buffer import CodeBuffer
+from ..kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
                            tiling_values)
-from .cpp_types import cpp_type, dtype_bytes
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ..cpp_types import cpp_type, dtype_bytes
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 
 

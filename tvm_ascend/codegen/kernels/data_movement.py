@@ -9,17 +9,17 @@ rows once.
 """
 from __future__ import annotations
 
-from ..errors import CodegenError
-from ..schedules.movement_program import Choice, Leaf, index_loads, movement_program
-from ..schedules.tile_values import buffer_size, expr_key, flat_offset
-from ..schedules.tir_walk import load_buffer
-from .code_buffer import CodeBuffer
-from .cpp_types import cpp_type, float_literal
-from .kernel_parts import (emit_tiling_fields, emit_vector_kernel, ident, row_tiling_fields,
+from ...errors import CodegenError
+from ...schedules.movement_program import Choice, Leaf, index_loads, movement_program
+from ...schedules.tile_values import buffer_size, expr_key, flat_offset
+from ...schedules.tir_walk import load_buffer
+from ..code_buffer import CodeBuffer
+from ..cpp_types import cpp_type, float_literal
+from ..kernel_parts import (emit_tiling_fields, emit_vector_kernel, ident, row_tiling_fields,
                            tiling_values)
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 _COMPARE = {"LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "EQ": "==", "NE": "!=",
             "And": "&&", "Or": "||"}

@@ -22,18 +22,18 @@ True
 """
 from __future__ import annotations
 
-from ..errors import CodegenError
-from ..schedules.matmul import epilogue_program, matmul_shape
-from ..schedules.row_program import RowAccessKind
-from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import SBlock, expr_dtype, walk
-from .code_buffer import CodeBuffer
-from .kernel_parts import (cube_prelude, emit_cube_entry, emit_field_assignments,
+from ...errors import CodegenError
+from ...schedules.matmul import epilogue_program, matmul_shape
+from ...schedules.row_program import RowAccessKind
+from ...schedules.tile_values import buffer_size, expr_key
+from ...schedules.tir_walk import SBlock, expr_dtype, walk
+from ..code_buffer import CodeBuffer
+from ..kernel_parts import (cube_prelude, emit_cube_entry, emit_field_assignments,
                            emit_resident_columns, ident)
-from .cpp_types import cpp_type
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ..cpp_types import cpp_type
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 CUBE_FIELDS = ("usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN", "singleCoreK",
                "baseM", "baseN", "baseK", "depthA1", "depthB1", "stepM", "stepN", "stepKa",

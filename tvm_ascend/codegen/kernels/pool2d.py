@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import tvm
 
-from ..errors import CodegenError
-from ..schedules.pool2d import copied_input, epilogue_program, prologue_program
-from ..schedules.pool_window import pool_shape
-from ..schedules.row_program import RowAccessKind
-from ..schedules.tile_values import buffer_size, expr_key
-from ..schedules.tir_walk import expr_dtype, schedule_blocks
-from .code_buffer import CodeBuffer
-from .cpp_types import cpp_type, dtype_bytes, float_literal
-from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
+from ...errors import CodegenError
+from ...schedules.pool2d import copied_input, epilogue_program, prologue_program
+from ...schedules.pool_window import pool_shape
+from ...schedules.row_program import RowAccessKind
+from ...schedules.tile_values import buffer_size, expr_key
+from ...schedules.tir_walk import expr_dtype, schedule_blocks
+from ..code_buffer import CodeBuffer
+from ..cpp_types import cpp_type, dtype_bytes, float_literal
+from ..kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
                            tiling_values)
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 # geometry the kernel is specialised for: (constant, tiling param, index in a pair param)
 GEOMETRY = (("H", "h", None), ("W", "w", None), ("OH", "oh", None), ("OW", "ow", None),
