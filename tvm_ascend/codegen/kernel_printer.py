@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from ..schedules.tile_values import buffer_size
 from .code_buffer import CodeBuffer
 from .kernel_parts import (TilingField, emit_simple_entry, emit_tiling_fields, ident,
-                           tiling_values)
+                           row_tiling_fields, tiling_values)
 
 
 class KernelPrinter(abc.ABC):
@@ -219,5 +219,17 @@ class VectorKernelPrinter(KernelPrinter):
         buf.line(f"{self.symbol}_impl::TilingData {var}{{{fields}}};")
 
 
-__all__ = ["KernelPrinter", "VectorKernelPrinter", "CoreShare", "TileLoop", "ELEMENT_SHARE",
-           "ROW_SHARE", "UNIT_SHARE"]
+class RowKernelPrinter(VectorKernelPrinter):
+    """A vector kernel over whole rows (row reduce, data movement): the rows split over the
+    cores, tiles of ``tileRows`` rows of ``cols`` elements (``row_tiling_fields``)."""
+
+    share = ROW_SHARE
+    copied_fields = ("cols", "tileRows")
+    loop = TileLoop("tileRows", "n", "i, n")
+
+    def tiling_fields(self) -> list[TilingField]:
+        return row_tiling_fields(self.tiling)
+
+
+__all__ = ["KernelPrinter", "VectorKernelPrinter", "RowKernelPrinter", "CoreShare", "TileLoop",
+           "ELEMENT_SHARE", "ROW_SHARE", "UNIT_SHARE"]
