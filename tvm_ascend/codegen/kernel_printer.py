@@ -1,4 +1,4 @@
-"""The kernel printers' base: what every printer answers, and the vector kernel's skeleton.
+"""The kernel printers' base: what every printer answers, and the two kernel skeletons.
 
 A printer turns one scheduled PrimFunc and its Tiling into AscendC. ``print`` writes the kernel
 (the ``<symbol>_impl`` namespace with its ``TilingData`` and ``class Kernel``, then the
@@ -11,6 +11,9 @@ ask it the rest: ``extra_includes``, ``kernel_params``, ``emit_tiling_init``, ``
 Init and Process public and CopyIn / Compute / CopyOut private, ``Init``'s head (the fields it
 keeps, this core's ``share`` of the work) and ``Process``'s tile ``loop``. A printer states what
 differs as class attributes and fills the hooks, as tinygrad's ``Renderer`` subclasses do.
+``CubeKernelPrinter`` does the same for the MIX kernels that drive Matmul objects (matmul,
+conv2d, attention): types, ``class Kernel``, ``Init``'s head and the entry that registers the
+Matmuls (``kernel_parts.emit_cube_entry``).
 
 Example
 -------
@@ -27,8 +30,8 @@ from dataclasses import dataclass
 
 from ..schedules.tile_values import buffer_size
 from .code_buffer import CodeBuffer
-from .kernel_parts import (TilingField, emit_simple_entry, emit_tiling_fields, ident,
-                           row_tiling_fields, tiling_values)
+from .kernel_parts import (TilingField, cube_prelude, emit_cube_entry, emit_simple_entry,
+                           emit_tiling_fields, ident, row_tiling_fields, tiling_values)
 
 
 class KernelPrinter(abc.ABC):
@@ -231,5 +234,63 @@ class RowKernelPrinter(VectorKernelPrinter):
         return row_tiling_fields(self.tiling)
 
 
-__all__ = ["KernelPrinter", "VectorKernelPrinter", "RowKernelPrinter", "CoreShare", "TileLoop",
-           "ELEMENT_SHARE", "ROW_SHARE", "UNIT_SHARE"]
+class CubeKernelPrinter(KernelPrinter):
+    """A MIX kernel: the cube drives the Matmul objects ``matmuls``, the vector unit runs the
+    epilogue. The skeleton: ``emit_types`` (TilingData, the Matmul types), ``class Kernel``
+    (Init keeping the tiling, then ``emit_buffers``; ``emit_process``; ``emit_matmuls``; the
+    private ``emit_private`` and ``emit_members``) and the entry that registers the Matmuls."""
+
+    kernel_mode = "MIX_AIC_1_1"  # one AIV per AIC: the kernel's blocks are its AIC groups
+    matmuls: tuple = (("mm", "cube"),)  # (member, TilingData's field) of each Matmul object
+
+    extra_includes = staticmethod(cube_prelude)  # Matmul header + tile copies, once a unit
+
+    def takes_user_workspace(self) -> bool:
+        """Whether Init takes the user workspace (``GetUserWorkspace``) after its GM tensors."""
+        return False
+
+    def print(self, buf: CodeBuffer) -> None:
+        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
+            self.emit_types(buf)
+            self.emit_class(buf)
+        emit_cube_entry(buf, self.symbol, self.entry_params(), list(self.matmuls),
+                        self.kernel_mode, user_workspace=self.takes_user_workspace())
+
+    def emit_class(self, buf: CodeBuffer) -> None:
+        with buf.indent("class Kernel {", "};"):
+            buf.label("public:")
+            buf.line("__aicore__ inline Kernel() {}")
+            self.emit_init(buf)
+            self.emit_process(buf)
+            self.emit_matmuls(buf)
+            buf.line()
+            buf.label("private:")
+            self.emit_private(buf)
+            self.emit_members(buf)
+
+    def emit_init(self, buf: CodeBuffer) -> None:
+        args = self.gm_args() + (", GM_ADDR userWorkspace" if self.takes_user_workspace() else "")
+        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t, "
+                        "AscendC::TPipe* pipe) {"):
+            buf.line("tiling = t;")
+            self.emit_buffers(buf)
+
+    @abc.abstractmethod
+    def emit_types(self, buf: CodeBuffer) -> None:
+        """``TilingData`` (TCubeTiling and the kernel's fields), the Matmul types, constants."""
+
+    @abc.abstractmethod
+    def emit_process(self, buf: CodeBuffer) -> None:
+        """``Process``: this core's tiles or work items."""
+
+    @abc.abstractmethod
+    def emit_matmuls(self, buf: CodeBuffer) -> None:
+        """The public Matmul members ``matmuls`` names."""
+
+    @abc.abstractmethod
+    def emit_private(self, buf: CodeBuffer) -> None:
+        """The private methods ``Process`` calls."""
+
+
+__all__ = ["KernelPrinter", "VectorKernelPrinter", "RowKernelPrinter", "CubeKernelPrinter",
+           "CoreShare", "TileLoop", "ELEMENT_SHARE", "ROW_SHARE", "UNIT_SHARE"]
