@@ -128,6 +128,19 @@ def test_every_identifier_a_printer_declares_is_reserved_from_tensor_names():
     assert [ident(n) for n in ("c", "tiling", "x", "long")] == ["c_", "tiling_", "x", "long_"]
 
 
+def test_every_template_is_printed_by_the_kernel_printer_of_its_name():
+    """A printer is found by its template's name: ``schedules/NAME`` is printed by a
+    ``KernelPrinter`` in ``codegen/kernels/NAME.py``, and no printer is left without one."""
+    from tvm_ascend.codegen.ascendc_printer import KERNEL_PRINTERS
+    from tvm_ascend.codegen.kernel_printer import KernelPrinter
+    from tvm_ascend.schedules import TEMPLATES
+
+    assert sorted(KERNEL_PRINTERS) == sorted(template.name for template in TEMPLATES)
+    for name, printer in KERNEL_PRINTERS.items():
+        assert printer.__module__ == f"tvm_ascend.codegen.kernels.{name}", name
+        assert issubclass(printer, KernelPrinter), name
+
+
 def _planned_sources(model, config):
     """Each NPU kernel's source as printed for ``model``: planned, scheduled and printed, not
     compiled, run or given any memory."""

@@ -11,21 +11,22 @@ from dataclasses import dataclass
 
 from ..errors import CodegenError
 from .code_buffer import CodeBuffer
+from .kernel_printer import KernelPrinter
 from .kernels import (attention, axis_reduce, conv2d, data_movement, elementwise, matmul,
                       matmul_rows, pool2d, row_reduce)
-from .launcher import emit_launcher, launch_blocks
+from .launcher import emit_launcher
 from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE,
                         ROW_COPY_HELPERS_LOOP, ROW_COPY_HELPERS_PAD)
 
 # keyed by template name; the printer of template NAME lives in codegen/kernels/NAME.py
-KERNEL_PRINTERS = {"elementwise": elementwise.ElementwiseKernelPrinter,
-                   "row_reduce": row_reduce.RowReduceKernelPrinter,
-                   "matmul": matmul.MatmulKernelPrinter, "conv2d": conv2d.ConvKernelPrinter,
-                   "attention": attention.AttentionKernelPrinter,
-                   "data_movement": data_movement.DataMovementKernelPrinter,
-                   "matmul_rows": matmul_rows.MatmulRowsKernelPrinter,
-                   "axis_reduce": axis_reduce.AxisReduceKernelPrinter,
-                   "pool2d": pool2d.PoolKernelPrinter}
+KERNEL_PRINTERS: dict[str, type[KernelPrinter]] = {
+    "elementwise": elementwise.ElementwiseKernelPrinter,
+    "row_reduce": row_reduce.RowReduceKernelPrinter,
+    "matmul": matmul.MatmulKernelPrinter, "conv2d": conv2d.ConvKernelPrinter,
+    "attention": attention.AttentionKernelPrinter,
+    "data_movement": data_movement.DataMovementKernelPrinter,
+    "matmul_rows": matmul_rows.MatmulRowsKernelPrinter,
+    "axis_reduce": axis_reduce.AxisReduceKernelPrinter, "pool2d": pool2d.PoolKernelPrinter}
 METADATA_DELIMITER = "ascendmeta"
 
 
@@ -60,7 +61,7 @@ def _printer_name(tiling) -> str:
     return "matmul_rows" if tiling.params.get("row_epilogue") else tiling.template
 
 
-def kernel_printer(kernel: ScheduledKernel):
+def kernel_printer(kernel: ScheduledKernel) -> KernelPrinter:
     try:
         cls = KERNEL_PRINTERS[_printer_name(kernel.tiling)]
     except KeyError as err:
@@ -70,9 +71,8 @@ def kernel_printer(kernel: ScheduledKernel):
 
 
 def _extra_includes(kernel: ScheduledKernel, soc) -> tuple:
-    """Lines a printer adds to the prelude once per unit (a callable picks them per SoC)."""
-    extra = getattr(KERNEL_PRINTERS[_printer_name(kernel.tiling)], "extra_includes", ())
-    return extra(soc) if callable(extra) else extra
+    """Lines a printer adds to the prelude once per unit, for ``soc``."""
+    return KERNEL_PRINTERS[_printer_name(kernel.tiling)].extra_includes(soc)
 
 
 def _prelude(soc, kernels) -> str:
@@ -109,7 +109,7 @@ def translation_unit(kernels: list[ScheduledKernel], soc, metadata: dict) -> tup
         buf.line()
         _provenance(buf, kernel)
         printer.print(buf)
-        emit_launcher(buf, kernel.symbol, printer, launch_blocks(printer, kernel.tiling))
+        emit_launcher(buf, kernel.symbol, printer, printer.block_dim)
     meta = json.dumps({**metadata, "kernel_sources": sources}, sort_keys=True)
     if f"){METADATA_DELIMITER}\"" in meta:
         raise CodegenError("metadata contains the raw-string delimiter")

@@ -50,21 +50,60 @@ class KernelPrinter(abc.ABC):
         """Lines the unit's prelude holds once for the kernels of this printer on ``soc``."""
         return ()
 
-    @abc.abstractmethod
     def print(self, buf: CodeBuffer) -> None:
         """The kernel: its ``<symbol>_impl`` namespace, then its ``extern "C"`` entry."""
+        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
+            self.emit_types(buf)
+            self.emit_class(buf)
+        self.emit_entry(buf)
+
+    def emit_class(self, buf: CodeBuffer) -> None:
+        """``class Kernel``: Init, Process and the public members, then the private part."""
+        with buf.indent("class Kernel {", "};"):
+            buf.label("public:")
+            buf.line("__aicore__ inline Kernel() {}")
+            self.emit_init(buf)
+            self.emit_process(buf)
+            self.emit_public_members(buf)
+            buf.line()
+            buf.label("private:")
+            self.emit_private(buf)
+            self.emit_members(buf)
+
+    def emit_public_members(self, buf: CodeBuffer) -> None:
+        """Members after Process (the Matmul objects of a cube kernel)."""
 
     @abc.abstractmethod
-    def emit_tiling_init(self, buf: CodeBuffer, var: str) -> None:
-        """The launcher's ``TilingData`` named ``var``, with the plan's values."""
+    def emit_types(self, buf: CodeBuffer) -> None:
+        """``TilingData`` and the constants and types the class uses."""
+
+    @abc.abstractmethod
+    def emit_init(self, buf: CodeBuffer) -> None:
+        """``Init``: the tiling, this core's work, then ``emit_buffers``."""
 
     @abc.abstractmethod
     def emit_buffers(self, buf: CodeBuffer) -> None:
         """The rest of ``Init``: GM views, UB queues and buffers, values read once."""
 
     @abc.abstractmethod
+    def emit_process(self, buf: CodeBuffer) -> None:
+        """``Process``: this core's tiles or work items."""
+
+    @abc.abstractmethod
+    def emit_private(self, buf: CodeBuffer) -> None:
+        """The private methods ``Process`` calls."""
+
+    @abc.abstractmethod
     def emit_members(self, buf: CodeBuffer) -> None:
         """``class Kernel``'s data members."""
+
+    @abc.abstractmethod
+    def emit_entry(self, buf: CodeBuffer) -> None:
+        """The ``extern "C"`` entry: the tiling from GM, Init, Process."""
+
+    @abc.abstractmethod
+    def emit_tiling_init(self, buf: CodeBuffer, var: str) -> None:
+        """The launcher's ``TilingData`` named ``var``, with the plan's values."""
 
     @property
     def block_dim(self) -> int:
@@ -143,30 +182,18 @@ class VectorKernelPrinter(KernelPrinter):
     loop: TileLoop | None = None  # Process's tile loop; None where emit_process is the printer's
     keeps_tiling = False  # True: Init keeps the whole TilingData in the member ``tiling``
 
-    def print(self, buf: CodeBuffer) -> None:
-        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
-            self.emit_tiling_struct(buf)
-            self.emit_class(buf)
-        emit_simple_entry(buf, self.symbol, self.entry_params())
-
-    def emit_tiling_struct(self, buf: CodeBuffer) -> None:
+    def emit_types(self, buf: CodeBuffer) -> None:
         emit_tiling_fields(buf, self.symbol, self.tiling_fields())
         self.emit_tiling_constants(buf)
         buf.line()
 
-    def emit_class(self, buf: CodeBuffer) -> None:
-        """``class Kernel`` with Init/Process public and CopyIn/Compute/CopyOut private."""
-        with buf.indent("class Kernel {", "};"):
-            buf.label("public:")
-            buf.line("__aicore__ inline Kernel() {}")
-            self.emit_init(buf)
-            self.emit_process(buf)
-            buf.line()
-            buf.label("private:")
-            self.emit_copy_in(buf)
-            self.emit_compute(buf)
-            self.emit_copy_out(buf)
-            self.emit_members(buf)
+    def emit_private(self, buf: CodeBuffer) -> None:
+        self.emit_copy_in(buf)
+        self.emit_compute(buf)
+        self.emit_copy_out(buf)
+
+    def emit_entry(self, buf: CodeBuffer) -> None:
+        emit_simple_entry(buf, self.symbol, self.entry_params())
 
     def emit_init(self, buf: CodeBuffer) -> None:
         tiling = "t" if self.keeps_tiling else "tiling"
@@ -236,9 +263,10 @@ class RowKernelPrinter(VectorKernelPrinter):
 
 class CubeKernelPrinter(KernelPrinter):
     """A MIX kernel: the cube drives the Matmul objects ``matmuls``, the vector unit runs the
-    epilogue. The skeleton: ``emit_types`` (TilingData, the Matmul types), ``class Kernel``
-    (Init keeping the tiling, then ``emit_buffers``; ``emit_process``; ``emit_matmuls``; the
-    private ``emit_private`` and ``emit_members``) and the entry that registers the Matmuls."""
+    epilogue. ``Init`` keeps the tiling and the pipe, the Matmul objects are the public members
+    after Process, and the entry registers them; the printer gives ``emit_types`` (TilingData,
+    the Matmul types), ``emit_buffers``, ``emit_process``, ``emit_public_members``,
+    ``emit_private``, ``emit_members`` and ``emit_tiling_init``."""
 
     kernel_mode = "MIX_AIC_1_1"  # one AIV per AIC: the kernel's blocks are its AIC groups
     matmuls: tuple = (("mm", "cube"),)  # (member, TilingData's field) of each Matmul object
@@ -249,24 +277,9 @@ class CubeKernelPrinter(KernelPrinter):
         """Whether Init takes the user workspace (``GetUserWorkspace``) after its GM tensors."""
         return False
 
-    def print(self, buf: CodeBuffer) -> None:
-        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
-            self.emit_types(buf)
-            self.emit_class(buf)
+    def emit_entry(self, buf: CodeBuffer) -> None:
         emit_cube_entry(buf, self.symbol, self.entry_params(), list(self.matmuls),
                         self.kernel_mode, user_workspace=self.takes_user_workspace())
-
-    def emit_class(self, buf: CodeBuffer) -> None:
-        with buf.indent("class Kernel {", "};"):
-            buf.label("public:")
-            buf.line("__aicore__ inline Kernel() {}")
-            self.emit_init(buf)
-            self.emit_process(buf)
-            self.emit_matmuls(buf)
-            buf.line()
-            buf.label("private:")
-            self.emit_private(buf)
-            self.emit_members(buf)
 
     def emit_init(self, buf: CodeBuffer) -> None:
         args = self.gm_args() + (", GM_ADDR userWorkspace" if self.takes_user_workspace() else "")
@@ -274,22 +287,6 @@ class CubeKernelPrinter(KernelPrinter):
                         "AscendC::TPipe* pipe) {"):
             buf.line("tiling = t;")
             self.emit_buffers(buf)
-
-    @abc.abstractmethod
-    def emit_types(self, buf: CodeBuffer) -> None:
-        """``TilingData`` (TCubeTiling and the kernel's fields), the Matmul types, constants."""
-
-    @abc.abstractmethod
-    def emit_process(self, buf: CodeBuffer) -> None:
-        """``Process``: this core's tiles or work items."""
-
-    @abc.abstractmethod
-    def emit_matmuls(self, buf: CodeBuffer) -> None:
-        """The public Matmul members ``matmuls`` names."""
-
-    @abc.abstractmethod
-    def emit_private(self, buf: CodeBuffer) -> None:
-        """The private methods ``Process`` calls."""
 
 
 __all__ = ["KernelPrinter", "VectorKernelPrinter", "RowKernelPrinter", "CubeKernelPrinter",

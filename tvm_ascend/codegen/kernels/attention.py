@@ -80,7 +80,7 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("if (last > tiling.totalItems) last = tiling.totalItems;")
             buf.line("for (uint32_t item = first; item < last; ++item) Item(item);")
 
-    def emit_matmuls(self, buf):
+    def emit_public_members(self, buf):  # the Matmul objects
         buf.line("matmul::Matmul<QType, KType, SType, SType> qk;")
         buf.line("matmul::Matmul<PType, QType, SType, SType> pv;")
 

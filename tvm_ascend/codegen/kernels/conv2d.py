@@ -94,7 +94,7 @@ class ConvKernelPrinter(CubeKernelPrinter):
         buf.line(f"constexpr uint32_t C0 = 32 / sizeof({t});  // elements per 32-byte block")
         buf.line()
 
-    def emit_matmuls(self, buf):
+    def emit_public_members(self, buf):  # the Matmul objects
         buf.line("matmul::Matmul<AType, BType, CType, AType> mm;")
 
     def emit_private(self, buf):

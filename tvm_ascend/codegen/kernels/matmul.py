@@ -112,7 +112,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         buf.line(f"constexpr uint32_t C0 = 32 / sizeof({t});  // elements per 32-byte block")
         buf.line()
 
-    def emit_matmuls(self, buf):
+    def emit_public_members(self, buf):  # the Matmul objects
         # CFG_MDL: L1 keeps the operand blocks the tiling's depths give it across tiles
         buf.line("matmul::Matmul<AType, AType, CType, AType, CFG_MDL> mm;")
 
