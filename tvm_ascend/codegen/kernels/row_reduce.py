@@ -120,7 +120,6 @@ class RowReduceKernelPrinter(RowKernelPrinter):
         return ScalarPrinter({self.program.row_var.name: "row"}).print(self.program.bases[name])
 
     def emit_buffers(self, buf):
-        t = self.ctype
         for name in self._inputs(RowAccessKind.ROWS):
             n, ct = self.names[name], self._ctype(name)
             buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n} + rowStart * cols, "
@@ -146,20 +145,10 @@ class RowReduceKernelPrinter(RowKernelPrinter):
             n, ct = self.names[name], self._ctype(name)
             buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, 1);")
             buf.line(f"{n}Val = {n}Gm.GetValue(0);")
-        out = self.names[self.program.out_buffer.name]
-        if self.program.out_full:
-            buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart * cols, "
-                     "blockRows * cols);")
-            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileRows * ROW_STRIDE * "
-                     f"sizeof({t}));")
-        else:
-            buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart, blockRows);")
-            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileRows * sizeof({t}));")
-        rows = self.slot_base + self.program.temp_slots
-        if rows:
-            buf.line(f"pipe.InitBuffer(rowBuf, {rows} * ROW_STRIDE * SLOT_BYTES);")
-        buf.line("pipe.InitBuffer(workBuf, ROW_STRIDE * SLOT_BYTES);")
-        buf.line("pipe.InitBuffer(reducedBuf, 32);")
+        t = self.ctype
+        self._emit_output_buffers(buf, f"tileRows * ROW_STRIDE * sizeof({t})",
+                                  f"tileRows * sizeof({t})")
+        self._emit_row_buffers(buf, "ROW_STRIDE")
 
     def emit_copy_in(self, buf):
         t = self.ctype
@@ -199,20 +188,66 @@ class RowReduceKernelPrinter(RowKernelPrinter):
         for key, (kind, buffer, step) in self.program.loads.items():
             n_ = self.names.get(buffer.name, ident(buffer.name))
             dtype = str(buffer.dtype)
-            if kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
-                tiles[key] = Operand(f"{n_}Tile[r * ROW_STRIDE]", True, dtype)
-            elif kind is RowAccessKind.COLUMN:
-                tiles[key] = Operand(f"{n_}Col", True, dtype)
+            if kind in CHUNK_STREAMED:
+                tiles[key] = Operand(self._input_tile(n_, kind), True, dtype)
             elif kind is RowAccessKind.INTERMEDIATE:
                 tiles[key] = Operand(self._row_slot(self.program.intermediate_slot(step), dtype),
                                      True, dtype, mask=dtype == "bool")
             elif kind is RowAccessKind.ROW_SCALAR:
-                scalars[key] = f"{n_}Gm.GetValue({self._base(buffer.name)})"
+                scalars[key] = self._row_scalar(n_, buffer.name)
             elif kind is RowAccessKind.SCALAR:
                 scalars[key] = f"{n_}Val"
-            else:  # a value computed by an earlier step of this row
+            else:  # a value computed by an earlier step of this row (or pass)
                 scalars[key] = f"rowValue{step}"
         return tiles, scalars
+
+    def _input_tile(self, n_: str, kind) -> str:
+        """The UB tile of input ``n_`` a step reads: the current row of its tile, or the
+        resident column."""
+        return f"{n_}Col" if kind is RowAccessKind.COLUMN else f"{n_}Tile[r * ROW_STRIDE]"
+
+    def _row_scalar(self, n_: str, name: str) -> str:
+        """The current row's value of a per-row input, read from GM where it is used."""
+        return f"{n_}Gm.GetValue({self._base(name)})"
+
+    def _temp_slot(self, k: int, node) -> str:
+        """Temp ``k`` of the row program (after the intermediates' slots), as ``node``'s dtype."""
+        return self._row_slot(self.slot_base + k, expr_dtype(node))
+
+    def _emit_full(self, buf, printer, step, tiles, out: str, count: str) -> None:
+        """A full step over ``count`` elements: into ``out`` for the output, else into the
+        step's row slot."""
+        dst = out if step.is_output else self._row_slot(
+            self.program.intermediate_slot(step.index), str(step.buffer.dtype))
+        emit_full_step(buf, printer, step, tiles, self._temp_slot, dst, count)
+
+    def _emit_row_buffers(self, buf, stride: str) -> None:
+        """Init's row slots, the reduction's work space and its one value, ``stride`` apart."""
+        slots = self.slot_base + self.program.temp_slots
+        if slots:
+            buf.line(f"pipe.InitBuffer(rowBuf, {slots} * {stride} * SLOT_BYTES);")
+        buf.line(f"pipe.InitBuffer(workBuf, {stride} * SLOT_BYTES);")
+        buf.line("pipe.InitBuffer(reducedBuf, 32);")
+
+    def _emit_output_buffers(self, buf, rows_bytes: str, values_bytes: str) -> None:
+        """Init's output view and VECOUT queue: whole rows, or one value a row."""
+        t, out = self.ctype, self.names[self.program.out_buffer.name]
+        if self.program.out_full:
+            buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart * cols, "
+                     "blockRows * cols);")
+            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, {rows_bytes});")
+        else:
+            buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart, blockRows);")
+            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, {values_bytes});")
+
+    def _emit_row_members(self, buf) -> None:
+        """The output's members and the row buffers ``_emit_row_buffers`` sets up."""
+        buf.line(f"AscendC::GlobalTensor<{self.ctype}> outGm;")
+        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
+        if self.slot_base + self.program.temp_slots:
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
+        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> workBuf;")
+        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> reducedBuf;")
 
     def emit_row(self, buf):
         for step in self.program.steps:
@@ -220,12 +255,8 @@ class RowReduceKernelPrinter(RowKernelPrinter):
             scalars = ScalarPrinter(scalar_names, expr_key)
             printer = TileProgramPrinter(self.symbol, scalars)
             t = cpp_type(str(step.buffer.dtype))
-
-            def slot(k, node, printer=printer):
-                return self._row_slot(self.slot_base + k, expr_dtype(node))
-
             if step.kind == "reduce":
-                operand = reduced_operand(buf, printer, step, tiles, slot, "cols")
+                operand = reduced_operand(buf, printer, step, tiles, self._temp_slot, "cols")
                 if operand.is_tile:
                     acc = emit_reduce_call(buf, step, operand, "cols")
                     value = f"static_cast<{t}>(reducedBuf.Get<{acc}>().GetValue(0))"
@@ -242,12 +273,7 @@ class RowReduceKernelPrinter(RowKernelPrinter):
                 else:
                     buf.line(f"{t} rowValue{step.index} = {value};")
             else:
-                if step.is_output:
-                    dst = "outTile[r * ROW_STRIDE]"
-                else:
-                    dst = self._row_slot(self.program.intermediate_slot(step.index),
-                                         str(step.buffer.dtype))
-                emit_full_step(buf, printer, step, tiles, slot, dst, "cols")
+                self._emit_full(buf, printer, step, tiles, "outTile[r * ROW_STRIDE]", "cols")
 
     def emit_copy_out(self, buf):
         t = self.ctype
@@ -276,12 +302,7 @@ class RowReduceKernelPrinter(RowKernelPrinter):
                 buf.line(f"AscendC::LocalTensor<{t}> {n_}Col;")
             elif kind is RowAccessKind.SCALAR:
                 buf.line(f"{t} {n_}Val;")
-        buf.line(f"AscendC::GlobalTensor<{self.ctype}> outGm;")
-        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
-        if self.slot_base + self.program.temp_slots:
-            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
-        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> workBuf;")
-        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> reducedBuf;")
+        self._emit_row_members(buf)
         self.emit_share_members(buf, "tileRows", "cols")
 
 
@@ -322,7 +343,6 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
 
     def emit_buffers(self, buf):
-        t = self.ctype
         for name, kind in self.program.inputs.items():
             n, ct = self.names[name], self._ctype(name)
             size = buffer_size(next(p for p in self.params if p.name == name))
@@ -337,19 +357,8 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
             if kind in CHUNK_STREAMED:
                 buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, CHUNK_STRIDE * "
                          f"sizeof({ct}));")
-        out = self.names[self.program.out_buffer.name]
-        if self.program.out_full:
-            buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart * cols, "
-                     "blockRows * cols);")
-            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, CHUNK_STRIDE * sizeof({t}));")
-        else:
-            buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart, blockRows);")
-            buf.line("pipe.InitBuffer(outQue, BUFFER_NUM, 32);")
-        slots = self.slot_base + self.program.temp_slots
-        if slots:
-            buf.line(f"pipe.InitBuffer(rowBuf, {slots} * CHUNK_STRIDE * SLOT_BYTES);")
-        buf.line("pipe.InitBuffer(workBuf, CHUNK_STRIDE * SLOT_BYTES);")
-        buf.line("pipe.InitBuffer(reducedBuf, 32);")
+        self._emit_output_buffers(buf, f"CHUNK_STRIDE * sizeof({self.ctype})", "32")
+        self._emit_row_buffers(buf, "CHUNK_STRIDE")
 
     def _step_names(self, indices) -> str:
         return ", ".join(f"{s.kind} {s.buffer.name}" for s in self.program.steps
@@ -424,23 +433,11 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
                                  f"{cpp_type(str(step.buffer.dtype))}>(acc{step.index});")
                 self._emit_row_steps(buf, p)
 
-    def _leaves(self) -> tuple[dict, dict]:
-        tiles, scalars = {}, {}
-        for key, (kind, buffer, step) in self.program.loads.items():
-            n_ = self.names.get(buffer.name, ident(buffer.name))
-            dtype = str(buffer.dtype)
-            if kind in CHUNK_STREAMED:
-                tiles[key] = Operand(f"{n_}Tile", True, dtype)
-            elif kind is RowAccessKind.INTERMEDIATE:
-                tiles[key] = Operand(self._row_slot(self.program.intermediate_slot(step), dtype),
-                                     True, dtype, mask=dtype == "bool")
-            elif kind is RowAccessKind.ROW_SCALAR:
-                scalars[key] = f"{n_}RowVal"
-            elif kind is RowAccessKind.SCALAR:
-                scalars[key] = f"{n_}Val"
-            else:  # a row value computed before this pass
-                scalars[key] = f"rowValue{step}"
-        return tiles, scalars
+    def _input_tile(self, n_: str, kind) -> str:
+        return f"{n_}Tile"  # every streamed input, the columns too, comes chunk by chunk
+
+    def _row_scalar(self, n_: str, name: str) -> str:
+        return f"{n_}RowVal"  # read once a row by BeginRow
 
     def _emit_row_steps(self, buf, after: int) -> None:
         """The row steps whose inputs are complete after pass ``after`` (0: the row start)."""
@@ -454,12 +451,8 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
         """One reduction or full step of the row program on the chunk ``[c0, c0 + n)``."""
         tiles, scalar_names = self._leaves()
         printer = TileProgramPrinter(self.symbol, ScalarPrinter(scalar_names, expr_key))
-
-        def slot(k, node):
-            return self._row_slot(self.slot_base + k, expr_dtype(node))
-
         if step.kind == "reduce":
-            operand = reduced_operand(buf, printer, step, tiles, slot, "n")
+            operand = reduced_operand(buf, printer, step, tiles, self._temp_slot, "n")
             with buf.indent("{", "}"):
                 if operand.is_tile:
                     acc = emit_reduce_call(buf, step, operand, "n")
@@ -472,12 +465,7 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
                 rule = ACCUMULATE[step.reducer].format(acc=f"acc{step.index}")
                 buf.line(f"acc{step.index} = {rule};")
             return
-        if step.is_output:
-            dst = "outTile"
-        else:
-            dst = self._row_slot(self.program.intermediate_slot(step.index),
-                                 str(step.buffer.dtype))
-        emit_full_step(buf, printer, step, tiles, slot, dst, "n")
+        self._emit_full(buf, printer, step, tiles, "outTile", "n")
 
     def emit_copy_out(self, buf):
         t = self.ctype
@@ -510,12 +498,7 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
                 buf.line(f"{t} {n_}Val;")
             else:
                 buf.line(f"{t} {n_}RowVal;")
-        buf.line(f"AscendC::GlobalTensor<{self.ctype}> outGm;")
-        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
-        if self.slot_base + self.program.temp_slots:
-            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
-        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> workBuf;")
-        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> reducedBuf;")
+        self._emit_row_members(buf)
         for step in self.program.steps:
             if step.kind == "reduce":
                 buf.line(f"float acc{step.index} = 0;  // partial {step.reducer}")
