@@ -8,7 +8,7 @@ before the products and after the last one. The template reads all of that back 
 maps: every operand is an affine map of (batch..., row, column) onto its parameter buffer, so
 the head transposes turn into strides and disappear into the kernel.
 
-The kernel (codegen/attention_kernel.py) computes it FlashAttention-style: each work item is a
+The kernel (codegen/kernels/attention.py) computes it FlashAttention-style: each work item is a
 block of ``base_q`` query rows of one batch*head; it walks the keys in blocks of ``base_kv``:
 the cube computes a ``base_q x base_kv`` score tile (Matmul API, K read in place with
 isTransposeB), the vector unit scales and masks it (the Where's condition block read as bytes,

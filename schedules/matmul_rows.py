@@ -13,7 +13,7 @@ on the scalar unit), and 310P's 256 KB L0C holds twice the rows of 910B's.
 
 The Tiling is a matmul tiling in every field (the timing model, features and tuning read it as
 one; ``params["row_epilogue"]`` marks it), so the printer dispatch picks
-``codegen/matmul_rows_kernel.py`` for it.
+``codegen/kernels/matmul_rows.py`` for it.
 
 Example
 -------

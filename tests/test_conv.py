@@ -345,9 +345,9 @@ def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
     Matmul takes B from there, all of K at once: no partial products, fewer builds than
     tiles. 310P keeps the UB operand (on chip there), chunk by chunk."""
     from tvm_ascend.codegen.launcher import (ACL_SYS_WORKSPACE_BYTES, emit_acl_launcher,
-                                             emit_launcher, user_workspace_bytes)
+                                             emit_launcher)
     from tvm_ascend.codegen.code_buffer import CodeBuffer
-    from tvm_ascend.codegen.conv_kernel import ConvKernelPrinter
+    from tvm_ascend.codegen.kernels.conv2d import ConvKernelPrinter
     from tvm_ascend.schedules.conv2d import Conv2dSchedule
     from tvm_ascend.soc import get_soc
 
@@ -373,13 +373,13 @@ def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
                if f.attrs and f.attrs.get("Codegen") == "ascend"]
     scheduled, tiling = Conv2dSchedule.schedule(func, get_soc("Ascend910B1"))
     printer = ConvKernelPrinter("k", scheduled, tiling)
-    assert user_workspace_bytes(printer) == tiling.cores * p["k"] * p["align_n"] * 4
+    assert printer.user_workspace_bytes() == tiling.cores * p["k"] * p["align_n"] * 4
     buf = CodeBuffer()
     emit_launcher(buf, "k", printer, tiling.cores)
-    assert f"kSysWorkspaceBytes + {user_workspace_bytes(printer)}" in buf.text()
+    assert f"kSysWorkspaceBytes + {printer.user_workspace_bytes()}" in buf.text()
     acl = CodeBuffer()
     emit_acl_launcher(acl, "k", printer, tiling.cores, timed=False)
-    size = ACL_SYS_WORKSPACE_BYTES + user_workspace_bytes(printer)
+    size = ACL_SYS_WORKSPACE_BYTES + printer.user_workspace_bytes()
     assert f"aclrtMalloc(reinterpret_cast<void**>(&devWorkspace), {size}," in acl.text()
     _, coupled = Conv2dSchedule.schedule(func, get_soc("Ascend310P3"))
     assert not coupled.params["col_in_gm"] and coupled.params["col_workspace_bytes"] == 0

@@ -1,4 +1,4 @@
-"""MaxPool / AveragePool on the vector unit (schedules/pool2d.py, codegen/pool_kernel.py).
+"""MaxPool / AveragePool on the vector unit (schedules/pool2d.py, codegen/kernels/pool2d.py).
 
 Several independent pools share one model so that one g++ build covers a sweep; every output
 is compared with onnxruntime and every kernel's GM bytes, cores and UB bytes from its tiling

@@ -120,12 +120,25 @@ def test_every_identifier_a_printer_declares_is_reserved_from_tensor_names():
     from tvm_ascend.codegen.kernel_parts import PRINTER_NAMES, ident
 
     declared = set()
-    for path in Path(kernel_parts.__file__).parent.glob("*.py"):
+    for path in Path(kernel_parts.__file__).parent.rglob("*.py"):  # kernels/ too
         text = path.read_text()
         declared |= set(_DECLARED.findall(text))
         declared |= {stem for stem, _ in _SUFFIXED.findall(text)}
     assert declared - PRINTER_NAMES == set()
     assert [ident(n) for n in ("c", "tiling", "x", "long")] == ["c_", "tiling_", "x", "long_"]
+
+
+def test_every_template_is_printed_by_the_kernel_printer_of_its_name():
+    """A printer is found by its template's name: ``schedules/NAME`` is printed by a
+    ``KernelPrinter`` in ``codegen/kernels/NAME.py``, and no printer is left without one."""
+    from tvm_ascend.codegen.ascendc_printer import KERNEL_PRINTERS
+    from tvm_ascend.codegen.kernel_printer import KernelPrinter
+    from tvm_ascend.schedules import TEMPLATES
+
+    assert sorted(KERNEL_PRINTERS) == sorted(template.name for template in TEMPLATES)
+    for name, printer in KERNEL_PRINTERS.items():
+        assert printer.__module__ == f"tvm_ascend.codegen.kernels.{name}", name
+        assert issubclass(printer, KernelPrinter), name
 
 
 def _planned_sources(model, config):

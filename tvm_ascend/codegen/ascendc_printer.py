@@ -1,8 +1,8 @@
 """The AscendC printer: scheduled groups in, one C++ translation unit (kernels + launchers) out.
 
-Each kernel is printed by the printer of its template's class from the scheduled TIR; the unit
-adds the fixed scaffolding once. ``kernel_source`` gives a kernel as a standalone file, as a user
-would hand it to CANN's toolchain.
+Each kernel is printed from the scheduled TIR by its template's printer
+(``kernels/<template name>.py``); the unit adds the fixed scaffolding once. ``kernel_source``
+gives a kernel as a standalone file, as a user would hand it to CANN's toolchain.
 """
 from __future__ import annotations
 
@@ -10,26 +10,23 @@ import json
 from dataclasses import dataclass
 
 from ..errors import CodegenError
-from .attention_kernel import AttentionKernelPrinter
-from .axis_reduce_kernel import AxisReduceKernelPrinter
 from .code_buffer import CodeBuffer
-from .conv_kernel import ConvKernelPrinter
-from .data_movement_kernel import DataMovementKernelPrinter
-from .elementwise_kernel import ElementwiseKernelPrinter
-from .matmul_kernel import MatmulKernelPrinter
-from .matmul_rows_kernel import MatmulRowsKernelPrinter
-from .pool_kernel import PoolKernelPrinter
-from .row_reduce_kernel import RowReduceKernelPrinter
-from .launcher import emit_launcher, launch_blocks
+from .kernel_printer import KernelPrinter
+from .kernels import (attention, axis_reduce, conv2d, data_movement, elementwise, matmul,
+                      matmul_rows, pool2d, row_reduce)
+from .launcher import emit_launcher
 from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE,
                         ROW_COPY_HELPERS_LOOP, ROW_COPY_HELPERS_PAD)
 
-KERNEL_PRINTERS = {"elementwise": ElementwiseKernelPrinter, "row_reduce": RowReduceKernelPrinter,
-                   "matmul": MatmulKernelPrinter, "conv2d": ConvKernelPrinter,
-                   "attention": AttentionKernelPrinter,
-                   "data_movement": DataMovementKernelPrinter,
-                   "matmul_rows": MatmulRowsKernelPrinter,
-                   "axis_reduce": AxisReduceKernelPrinter, "pool2d": PoolKernelPrinter}
+# keyed by template name; the printer of template NAME lives in codegen/kernels/NAME.py
+KERNEL_PRINTERS: dict[str, type[KernelPrinter]] = {
+    "elementwise": elementwise.ElementwiseKernelPrinter,
+    "row_reduce": row_reduce.RowReduceKernelPrinter,
+    "matmul": matmul.MatmulKernelPrinter, "conv2d": conv2d.ConvKernelPrinter,
+    "attention": attention.AttentionKernelPrinter,
+    "data_movement": data_movement.DataMovementKernelPrinter,
+    "matmul_rows": matmul_rows.MatmulRowsKernelPrinter,
+    "axis_reduce": axis_reduce.AxisReduceKernelPrinter, "pool2d": pool2d.PoolKernelPrinter}
 METADATA_DELIMITER = "ascendmeta"
 
 
@@ -64,7 +61,7 @@ def _printer_name(tiling) -> str:
     return "matmul_rows" if tiling.params.get("row_epilogue") else tiling.template
 
 
-def kernel_printer(kernel: ScheduledKernel):
+def kernel_printer(kernel: ScheduledKernel) -> KernelPrinter:
     try:
         cls = KERNEL_PRINTERS[_printer_name(kernel.tiling)]
     except KeyError as err:
@@ -74,9 +71,8 @@ def kernel_printer(kernel: ScheduledKernel):
 
 
 def _extra_includes(kernel: ScheduledKernel, soc) -> tuple:
-    """Lines a printer adds to the prelude once per unit (a callable picks them per SoC)."""
-    extra = getattr(KERNEL_PRINTERS[_printer_name(kernel.tiling)], "extra_includes", ())
-    return extra(soc) if callable(extra) else extra
+    """Lines a printer adds to the prelude once per unit, for ``soc``."""
+    return KERNEL_PRINTERS[_printer_name(kernel.tiling)].extra_includes(soc)
 
 
 def _prelude(soc, kernels) -> str:
@@ -113,7 +109,7 @@ def translation_unit(kernels: list[ScheduledKernel], soc, metadata: dict) -> tup
         buf.line()
         _provenance(buf, kernel)
         printer.print(buf)
-        emit_launcher(buf, kernel.symbol, printer, launch_blocks(printer, kernel.tiling))
+        emit_launcher(buf, kernel.symbol, printer, printer.block_dim)
     meta = json.dumps({**metadata, "kernel_sources": sources}, sort_keys=True)
     if f"){METADATA_DELIMITER}\"" in meta:
         raise CodegenError("metadata contains the raw-string delimiter")

@@ -1,5 +1,6 @@
-"""Scaffolding shared by the kernel printers: the vector kernel class, resident columns, and the
-``extern "C"`` entry. Each function prints one construct."""
+"""Parts shared by the kernel printers: C++ names for tensors, tiling fields, resident columns
+and the two ``extern "C"`` entries (``kernel_printer.py`` holds the skeletons that use them).
+Each function prints one construct."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -94,29 +95,6 @@ def row_tiling_fields(tiling) -> list[TilingField]:
 def tiling_values(fields: list[TilingField]) -> dict:
     """{name: value} of ``fields`` in field order: what the host launcher writes."""
     return {f.name: f.value for f in fields}
-
-
-def emit_vector_kernel(buf: CodeBuffer, printer, params: list[str]) -> None:
-    """A vector kernel: tiling struct and class in the kernel's namespace, then the entry."""
-    with buf.indent(f"namespace {printer.symbol}_impl {{", "}  // namespace"):
-        printer.emit_tiling_struct(buf)
-        emit_vector_class(buf, printer)
-    emit_simple_entry(buf, printer.symbol, params)
-
-
-def emit_vector_class(buf: CodeBuffer, printer) -> None:
-    """``class Kernel`` with Init/Process public and CopyIn/Compute/CopyOut private."""
-    with buf.indent("class Kernel {", "};"):
-        buf.label("public:")
-        buf.line("__aicore__ inline Kernel() {}")
-        printer.emit_init(buf)
-        printer.emit_process(buf)
-        buf.line()
-        buf.label("private:")
-        printer.emit_copy_in(buf)
-        printer.emit_compute(buf)
-        printer.emit_copy_out(buf)
-        printer.emit_members(buf)
 
 
 def emit_resident_columns(buf: CodeBuffer, names: list[str], ctype: str, count: str,

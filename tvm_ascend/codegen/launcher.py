@@ -13,20 +13,9 @@ from .cpp_types import dtype_bytes
 from .templates import CHECK_ARG
 
 
-def launch_blocks(printer, tiling) -> int:
-    """blockDim of a kernel's launch: the printer's ``block_dim`` where it has one (a 1:2 MIX
-    kernel launches AIC groups of two clients), else the plan's cores."""
-    return int(getattr(printer, "block_dim", tiling.cores))
-
-
-def user_workspace_bytes(printer) -> int:
-    """GM bytes the kernel keeps in its own part of the workspace (``GetUserWorkspace``): a
-    conv's img2col blocks on split chips; 0 for most kernels."""
-    return int(getattr(printer, "user_workspace_bytes", lambda: 0)())
-
-
 def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None:
-    """Print the host launcher of ``symbol`` for the kernel ``printer`` printed."""
+    """Print the host launcher of ``symbol`` for the kernel ``printer`` (a
+    ``kernel_printer.KernelPrinter``) printed."""
     params = printer.kernel_params()  # (name, dtype, numel), output last
     args = ", ".join(f"tvm::ffi::TensorView a{i}" for i in range(len(params)))
     with buf.indent(f"namespace {symbol}_host {{", "}  // namespace"):
@@ -40,18 +29,13 @@ def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None
                 buf.line(f"uint8_t* gm{index} = tvm_ascend_rt::ToGm(a{index}, "
                          f"{numel * dtype_bytes(dtype)}, {'false' if is_output else 'true'});")
                 gm_names.append(f"gm{index}")
-            if hasattr(printer, "emit_tiling_init"):
-                printer.emit_tiling_init(buf, "tilingHost")
-            else:
-                fields = ", ".join(str(value) for value in printer.tiling_values().values())
-                buf.line(f"{symbol}_impl::TilingData tilingHost{{{fields}}};")
+            printer.emit_tiling_init(buf, "tilingHost")
             buf.line("uint8_t* gmTiling = static_cast<uint8_t*>("
                      "AscendC::GmAlloc(sizeof(tilingHost)));")
             buf.line("std::memcpy(gmTiling, &tilingHost, sizeof(tilingHost));")
             buf.line("uint8_t* gmWorkspace = static_cast<uint8_t*>(AscendC::GmAlloc("
-                     f"AscendC::emu::kSysWorkspaceBytes + {user_workspace_bytes(printer)}));")
-            mode = getattr(printer, "kernel_mode", "AIV_MODE")
-            buf.line(f"AscendC::SetKernelMode(KernelMode::{mode});")
+                     f"AscendC::emu::kSysWorkspaceBytes + {printer.user_workspace_bytes()}));")
+            buf.line(f"AscendC::SetKernelMode(KernelMode::{printer.kernel_mode});")
             launch_args = ", ".join(gm_names + ["gmWorkspace", "gmTiling"])
             buf.line(f'tvm_ascend_rt::Run("{symbol}", [&]() {{ '
                      f"ICPU_RUN_KF({symbol}, {block_dim}, {launch_args}); }});")
@@ -149,9 +133,9 @@ def _acl_buffers(printer) -> list[tuple[str, int, bool]]:
     params = printer.kernel_params()
     buffers = [(f"dev{i}", max(numel * dtype_bytes(dtype), 32), i < len(params) - 1)
                for i, (_, dtype, numel) in enumerate(params)]
-    cube = getattr(printer, "kernel_mode", "AIV_MODE") != "AIV_MODE"  # drives Matmul objects
+    cube = printer.kernel_mode != "AIV_MODE"  # drives Matmul objects
     system = ACL_SYS_WORKSPACE_BYTES if cube else ACL_VECTOR_WORKSPACE_BYTES
-    buffers.append(("devWorkspace", system + user_workspace_bytes(printer), False))
+    buffers.append(("devWorkspace", system + printer.user_workspace_bytes(), False))
     buffers.append(("devTiling", -1, True))  # sizeof(tilingHost)
     return buffers
 
@@ -169,12 +153,8 @@ def _acl_free(buf: CodeBuffer, buffers) -> None:
         buf.line(f"tvm_ascend_acl::Free({dev}, &status, &failed);")
 
 
-def _acl_prologue(buf: CodeBuffer, symbol: str, printer, buffers) -> None:
-    if hasattr(printer, "emit_tiling_init"):
-        printer.emit_tiling_init(buf, "tilingHost")
-    else:
-        fields = ", ".join(str(value) for value in printer.tiling_values().values())
-        buf.line(f"{symbol}_impl::TilingData tilingHost{{{fields}}};")
+def _acl_prologue(buf: CodeBuffer, printer, buffers) -> None:
+    printer.emit_tiling_init(buf, "tilingHost")
     buf.line("aclrtStream stream = tvm_ascend_acl::Stream();")
     buf.line(" ".join(f"uint8_t* {dev} = nullptr;" for dev, _, _ in buffers))
     buf.line("aclError status = ACL_SUCCESS;")
@@ -210,7 +190,7 @@ def emit_acl_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int,
             for index, (name, dtype, numel) in enumerate(params):
                 buf.line(f'tvm_ascend_acl::CheckArg(a{index}, "{symbol}", "{name}", {numel}, '
                          f"{dtype_bytes(dtype) * 8});")
-            _acl_prologue(buf, symbol, printer, buffers)
+            _acl_prologue(buf, printer, buffers)
             with buf.indent("do {", "} while (false);"):
                 _acl_alloc(buf, buffers, params)
                 for index, (name, dtype, numel) in enumerate(params[:-1]):
@@ -243,7 +223,7 @@ def _emit_acl_timer(buf: CodeBuffer, symbol: str, printer, block_dim: int, buffe
         with buf.indent("if (repeats < 1) {"):
             buf.line(f'TVM_FFI_THROW(ValueError) << "{symbol}: repeats must be >= 1, got " '
                      "<< repeats;")
-        _acl_prologue(buf, symbol, printer, buffers)
+        _acl_prologue(buf, printer, buffers)
         buf.line("aclrtEvent start = nullptr; aclrtEvent end = nullptr;")
         buf.line("float elapsedMs = 0.0f;")
         launch = _acl_launch_line(symbol, block_dim, buffers)

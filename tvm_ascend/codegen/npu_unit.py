@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .ascendc_printer import kernel_printer, kernel_source
 from .code_buffer import CodeBuffer
-from .launcher import ACL_HOST_RUNTIME, emit_acl_launcher, launch_blocks
+from .launcher import ACL_HOST_RUNTIME, emit_acl_launcher
 
 
 def npu_unit_source(kernel, soc, timed: bool = True) -> str:
@@ -24,14 +24,13 @@ def npu_unit_source(kernel, soc, timed: bool = True) -> str:
     buf.lines(ACL_HOST_RUNTIME)
     printer = kernel_printer(kernel)
     printer.print(CodeBuffer())  # printers fill what the launcher reads while printing
-    emit_acl_launcher(buf, kernel.symbol, printer, launch_blocks(printer, kernel.tiling),
-                      timed=timed)
+    emit_acl_launcher(buf, kernel.symbol, printer, printer.block_dim, timed=timed)
     return buf.text()
 
 
 def npu_kernel_mode(kernel) -> str:
     """``AIV_MODE``, ``AIC_MODE`` or ``MIX_MODE``: the cores ``kernel``'s printer launches on."""
-    return getattr(kernel_printer(kernel), "kernel_mode", "AIV_MODE")
+    return kernel_printer(kernel).kernel_mode
 
 
 __all__ = ["npu_unit_source", "npu_kernel_mode"]

@@ -17,24 +17,26 @@ True
 """
 from __future__ import annotations
 
-from ..errors import CodegenError
-from ..schedules.axis_reduce import AxisInput, axis_program
-from ..schedules.analysis.tile_values import buffer_size, expr_key
-from ..schedules.analysis.tir_walk import SBlock, expr_dtype, walk
-from .code_buffer import CodeBuffer
-from .cpp_types import cpp_type
-from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
-                           tiling_values)
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ...errors import CodegenError
+from ...schedules.axis_reduce import AxisInput, axis_program
+from ...schedules.analysis.tile_values import buffer_size, expr_key
+from ...schedules.analysis.tir_walk import SBlock, expr_dtype, walk
+from ..cpp_types import cpp_type
+from ..kernel_parts import TilingField
+from ..kernel_printer import UNIT_SHARE, VectorKernelPrinter
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 COMBINE_API = {"sum": "Add", "max": "Max", "min": "Min"}
-class AxisReduceKernelPrinter:
+class AxisReduceKernelPrinter(VectorKernelPrinter):
     """Prints one axis-reduction kernel (class + extern "C" entry)."""
 
+    share = UNIT_SHARE
+    copied_fields = ("outer", "reduce", "inner", "tileRows")
+
     def __init__(self, symbol: str, func, tiling):
-        self.symbol, self.func, self.tiling = symbol, func, tiling
+        super().__init__(symbol, func, tiling)
         blocks = []
         walk(func.body, lambda s: blocks.append(s) if isinstance(s, SBlock)
              and s.name_hint != "root" else None)
@@ -49,8 +51,6 @@ class AxisReduceKernelPrinter:
                                                  ("outer", "reduce", "inner")):
             raise CodegenError(f"{symbol}: the scheduled function reduces "
                                f"{(p.outer, p.reduce, p.inner)}, its tiling another shape")
-        self.params = list(func.params)
-        self.names = {param.name: ident(param.name) for param in self.params}
         self.acc_type = cpp_type(str(p.acc_buffer.dtype))
         self.out_type = cpp_type(str(p.out_buffer.dtype))
         self.scalar_names = {key: f"scalar{k}" for k, key in enumerate(p.scalars)}
@@ -66,41 +66,31 @@ class AxisReduceKernelPrinter:
         return self.program.names(AxisInput.OUTER_INNER, AxisInput.INNER)
 
     # ---- printing ---------------------------------------------------------------------------
-    def print(self, buf: CodeBuffer) -> None:
-        emit_vector_kernel(buf, self, [self.names[p.name] for p in self.params])
-
-    def emit_tiling_struct(self, buf):
-        emit_tiling_fields(buf, self.symbol, self.tiling_fields())
+    def emit_tiling_constants(self, buf):
         buf.line(f"constexpr uint32_t CHUNK = {self.tiling.cols};  // inner elements per unit, "
                  "UB row stride (32-byte aligned)")
         buf.line(f"constexpr uint32_t SLOT_BYTES = {self.program.slot_bytes};  // per element, "
                  "temps")
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
-        buf.line()
 
-    def emit_init(self, buf):
-        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
-        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& tiling) {{"):
-            for name in ("outer", "reduce", "inner", "tileRows"):
-                buf.line(f"{name} = tiling.{name};")
-            buf.line("chunks = (inner + CHUNK - 1) / CHUNK;")
-            buf.line("unitStart = tiling.blockUnits * AscendC::GetBlockIdx();")
-            buf.line("uint64_t unitEnd = unitStart + tiling.blockUnits;")
-            buf.line("if (unitEnd > tiling.units) unitEnd = tiling.units;")
-            buf.line("blockUnits = unitEnd > unitStart ? unitEnd - unitStart : 0;")
-            self.emit_input_buffers(buf)
-            self.emit_scalar_reads(buf)
-            out = self.names[self.program.out_buffer.name]
-            buf.line(f"outGm.SetGlobalBuffer((__gm__ {self.out_type}*){out}, outer * inner);")
-            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, CHUNK * sizeof({self.out_type}));")
-            buf.line(f"pipe.InitBuffer(accBuf, CHUNK * sizeof({self.acc_type}));")
-            buf.line(f"accLocal = accBuf.Get<{self.acc_type}>();")
-            if self.program.prologue_slots:
-                buf.line(f"pipe.InitBuffer(rowBuf, {self.program.prologue_slots} * tileRows * "
-                         "CHUNK * SLOT_BYTES);")
-            if self.program.epilogue_slots:
-                buf.line(f"pipe.InitBuffer(epiBuf, {self.program.epilogue_slots} * CHUNK * "
-                         "SLOT_BYTES);")
+    def emit_share(self, buf):
+        buf.line("chunks = (inner + CHUNK - 1) / CHUNK;")  # a unit is an (outer, chunk) pair
+        super().emit_share(buf)
+
+    def emit_buffers(self, buf):
+        self.emit_input_buffers(buf)
+        self.emit_scalar_reads(buf)
+        out = self.names[self.program.out_buffer.name]
+        buf.line(f"outGm.SetGlobalBuffer((__gm__ {self.out_type}*){out}, outer * inner);")
+        buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, CHUNK * sizeof({self.out_type}));")
+        buf.line(f"pipe.InitBuffer(accBuf, CHUNK * sizeof({self.acc_type}));")
+        buf.line(f"accLocal = accBuf.Get<{self.acc_type}>();")
+        if self.program.prologue_slots:
+            buf.line(f"pipe.InitBuffer(rowBuf, {self.program.prologue_slots} * tileRows * "
+                     "CHUNK * SLOT_BYTES);")
+        if self.program.epilogue_slots:
+            buf.line(f"pipe.InitBuffer(epiBuf, {self.program.epilogue_slots} * CHUNK * "
+                     "SLOT_BYTES);")
 
     def emit_input_buffers(self, buf):
         """GM views and VECIN queues of the streamed row tiles and the epilogue's chunks."""
@@ -347,7 +337,6 @@ class AxisReduceKernelPrinter:
         buf.line("uint32_t tileRows = 0;")
 
     def tiling_fields(self) -> list[TilingField]:
-        """TilingData's fields with the values the host launcher writes."""
         t = self.tiling
         return [TilingField("uint64_t", "units", t.total,
                             "(outer index, chunk of the inner axes) pairs"),
@@ -361,14 +350,6 @@ class AxisReduceKernelPrinter:
                             "product of the axes after them"),
                 TilingField("uint32_t", "tileRows", t.params["tile_rows"],
                             "reduced rows per UB tile")]
-
-    def tiling_values(self) -> dict:
-        """Values the host launcher writes into TilingData, in field order."""
-        return tiling_values(self.tiling_fields())
-
-    def kernel_params(self) -> list:
-        """(name, dtype, element count) of each GM parameter, in entry order."""
-        return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
 
 
 __all__ = ["AxisReduceKernelPrinter"]

@@ -10,13 +10,14 @@ vector halves of the group run as one kernel (on 910B, an AIC with its AIVs).
 """
 from __future__ import annotations
 
-from ..errors import CodegenError
-from ..schedules.attention import attention_shape, ub_layout
-from ..schedules.analysis.tile_values import buffer_size
-from .code_buffer import CodeBuffer
-from .cpp_types import cpp_type
-from .kernel_parts import cube_prelude, emit_cube_entry, emit_field_assignments, ident
-from .matmul_kernel import CUBE_FIELDS
+from ...errors import CodegenError
+from ...schedules.attention import attention_shape, ub_layout
+from ...schedules.analysis.tile_values import buffer_size
+from ..code_buffer import CodeBuffer
+from ..cpp_types import cpp_type
+from ..kernel_parts import emit_field_assignments
+from ..kernel_printer import CubeKernelPrinter
+from .matmul import CUBE_FIELDS
 
 SYNC = ("AscendC::SetFlag<AscendC::HardEvent::{0}>(0); "
         "AscendC::WaitFlag<AscendC::HardEvent::{0}>(0);")
@@ -26,21 +27,18 @@ def _sync(buf: CodeBuffer, event: str, why: str) -> None:
     buf.line(SYNC.format(event) + f"  // {why}")
 
 
-class AttentionKernelPrinter:
+class AttentionKernelPrinter(CubeKernelPrinter):
     """Prints one attention kernel and describes its launch."""
 
-    kernel_mode = "MIX_AIC_1_1"  # one AIV per AIC: the kernel's blocks are its AIC groups
-    extra_includes = staticmethod(cube_prelude)  # Matmul header + tile copies, once a unit
+    matmuls = (("qk", "qk"), ("pv", "pv"))
 
     def __init__(self, symbol: str, func, tiling):
-        self.symbol, self.func, self.tiling = symbol, func, tiling
+        super().__init__(symbol, func, tiling)
         self.p = dict(tiling.params)
         try:
             self.shape = attention_shape(func)
         except Exception as err:  # noqa: BLE001 - any analysis failure is a codegen error here
             raise CodegenError(f"{symbol}: not an attention group ({err})") from err
-        self.params = list(func.params)
-        self.names = {p.name: ident(p.name) for p in self.params}
         self.ctype = cpp_type(self.shape.dtype)
         self.elem = 2 if self.shape.dtype == "float16" else 4
         self.layout = ub_layout(self.shape, self.p["base_q"], self.p["base_kv"])
@@ -49,12 +47,6 @@ class AttentionKernelPrinter:
         return self.names[operand.param]
 
     # ---- printing ---------------------------------------------------------------------------
-    def print(self, buf: CodeBuffer) -> None:
-        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
-            self.emit_types(buf)
-            self.emit_class(buf)
-        self.emit_entry(buf)
-
     def emit_types(self, buf):
         s, p, t = self.shape, self.p, self.ctype
         with buf.indent("struct TilingData {", "};"):
@@ -81,38 +73,31 @@ class AttentionKernelPrinter:
             buf.line(f"constexpr float FILL = {s.fill!r}f;")
         buf.line()
 
-    def emit_class(self, buf):
-        with buf.indent("class Kernel {", "};"):
-            buf.label("public:")
-            buf.line("__aicore__ inline Kernel() {}")
-            self.emit_init(buf)
-            with buf.indent("__aicore__ inline void Process() {"):
-                buf.line("uint32_t first = AscendC::GetBlockIdx() * tiling.itemsPerCore;")
-                buf.line("uint32_t last = first + tiling.itemsPerCore;")
-                buf.line("if (last > tiling.totalItems) last = tiling.totalItems;")
-                buf.line("for (uint32_t item = first; item < last; ++item) Item(item);")
-            buf.line("matmul::Matmul<QType, KType, SType, SType> qk;")
-            buf.line("matmul::Matmul<PType, QType, SType, SType> pv;")
-            buf.line()
-            buf.label("private:")
-            self.emit_item(buf)
-            self.emit_key_block(buf)
-            self.emit_members(buf)
+    def emit_process(self, buf):
+        with buf.indent("__aicore__ inline void Process() {"):
+            buf.line("uint32_t first = AscendC::GetBlockIdx() * tiling.itemsPerCore;")
+            buf.line("uint32_t last = first + tiling.itemsPerCore;")
+            buf.line("if (last > tiling.totalItems) last = tiling.totalItems;")
+            buf.line("for (uint32_t item = first; item < last; ++item) Item(item);")
 
-    def emit_init(self, buf):
+    def emit_public_members(self, buf):  # the Matmul objects
+        buf.line("matmul::Matmul<QType, KType, SType, SType> qk;")
+        buf.line("matmul::Matmul<PType, QType, SType, SType> pv;")
+
+    def emit_private(self, buf):
+        self.emit_item(buf)
+        self.emit_key_block(buf)
+
+    def emit_buffers(self, buf):
         s = self.shape
-        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
-        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t, "
-                        "AscendC::TPipe* pipe) {"):
-            buf.line("tiling = t;")
-            for p in self.params:
-                n, pt = self.names[p.name], cpp_type(p.dtype)
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {pt}*){n}, {buffer_size(p)});")
-            if s.fill_param is not None:
-                n = self.names[s.fill_param]
-                buf.line(f"fillValue = static_cast<float>({n}Gm.GetValue(0)) * FILL;")
-            for name, size in self.layout.items():
-                buf.line(f"pipe->InitBuffer({name}, {size});")
+        for p in self.params:
+            n, pt = self.names[p.name], cpp_type(p.dtype)
+            buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {pt}*){n}, {buffer_size(p)});")
+        if s.fill_param is not None:
+            n = self.names[s.fill_param]
+            buf.line(f"fillValue = static_cast<float>({n}Gm.GetValue(0)) * FILL;")
+        for name, size in self.layout.items():
+            buf.line(f"pipe->InitBuffer({name}, {size});")
 
     def _batch_offsets(self, buf):
         """Decode the batch*head index into its batch variables, then each operand's base."""
@@ -303,10 +288,6 @@ class AttentionKernelPrinter:
         for name in self.layout:
             buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {name};")
 
-    def emit_entry(self, buf):
-        emit_cube_entry(buf, self.symbol, [self.names[p.name] for p in self.params],
-                        [("qk", "qk"), ("pv", "pv")], self.kernel_mode)
-
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:
         s, p, t = self.shape, self.p, self.tiling
@@ -328,9 +309,3 @@ class AttentionKernelPrinter:
                                    {f"{name}.{field}": values[field] for field in CUBE_FIELDS})
         emit_field_assignments(buf, self.symbol, var, "uint32_t",
                                {"itemsPerCore": t.block_len, "totalItems": t.total})
-
-    def tiling_values(self) -> dict:
-        return {}
-
-    def kernel_params(self) -> list:
-        return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]

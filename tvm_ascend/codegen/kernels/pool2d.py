@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import tvm
 
-from ..errors import CodegenError
-from ..schedules.pool2d import copied_input, epilogue_program, prologue_program
-from ..schedules.analysis.pool_window import pool_shape
-from ..schedules.analysis.row_program import RowAccessKind
-from ..schedules.analysis.tile_values import buffer_size, expr_key
-from ..schedules.analysis.tir_walk import expr_dtype, schedule_blocks
-from .code_buffer import CodeBuffer
-from .cpp_types import cpp_type, dtype_bytes, float_literal
-from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
-                           tiling_values)
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ...errors import CodegenError
+from ...schedules.pool2d import copied_input, epilogue_program, prologue_program
+from ...schedules.analysis.pool_window import pool_shape
+from ...schedules.analysis.row_program import RowAccessKind
+from ...schedules.analysis.tile_values import buffer_size, expr_key
+from ...schedules.analysis.tir_walk import expr_dtype, schedule_blocks
+from ..cpp_types import cpp_type, dtype_bytes, float_literal
+from ..kernel_parts import TilingField, ident
+from ..kernel_printer import VectorKernelPrinter
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 # geometry the kernel is specialised for: (constant, tiling param, index in a pair param)
 GEOMETRY = (("H", "h", None), ("W", "w", None), ("OH", "oh", None), ("OW", "ow", None),
@@ -36,7 +35,7 @@ PITCHES = (("IN_ROWS", "in_rows"), ("IN_PITCH", "in_pitch"), ("OUT_PITCH", "out_
 REDUCE_OPS = {"max": ("Max", "Maxs"), "avg": ("Add", "Adds")}
 
 
-class PoolKernelPrinter:
+class PoolKernelPrinter(VectorKernelPrinter):
     """Prints one pooling (+ prologue, epilogue) kernel (class + extern "C" entry).
 
     Examples
@@ -46,8 +45,10 @@ class PoolKernelPrinter:
     True
     """
 
+    keeps_tiling = True  # Process and the copies read the geometry from ``tiling``
+
     def __init__(self, symbol: str, func, tiling):
-        self.symbol, self.func, self.tiling = symbol, func, tiling
+        super().__init__(symbol, func, tiling)
         self.p = dict(tiling.params)
         self.shape = pool_shape(func)
         if isinstance(self.shape, str):
@@ -55,8 +56,6 @@ class PoolKernelPrinter:
         blocks = schedule_blocks(tvm.s_tir.Schedule(func))
         self.program = epilogue_program(blocks, func, self.shape)
         self.prologue = prologue_program(blocks, func, self.shape)
-        self.params = list(func.params)
-        self.names = {p.name: ident(p.name) for p in self.params}
         self.dtype = self.shape.dtype
         self.ctype = cpp_type(self.dtype)
         self.elem = dtype_bytes(self.dtype)
@@ -91,11 +90,7 @@ class PoolKernelPrinter:
         return f"static_cast<float>({name})"
 
     # ---- printing ---------------------------------------------------------------------------
-    def print(self, buf: CodeBuffer) -> None:
-        emit_vector_kernel(buf, self, [self.names[p.name] for p in self.params])
-
-    def emit_tiling_struct(self, buf):
-        emit_tiling_fields(buf, self.symbol, self.tiling_fields())
+    def emit_tiling_constants(self, buf):
         values = [(name, self.p[key] if index is None else self.p[key][index])
                   for name, key, index in GEOMETRY]
         buf.line("constexpr int32_t " + ", ".join(f"{n} = {v}" for n, v in values) + ";")
@@ -106,43 +101,42 @@ class PoolKernelPrinter:
             buf.line(f"constexpr int32_t ROW_LO = {row_lo}, ROW_HI = {row_hi}, COL_LO = {col_lo}"
                      f", COL_HI = {col_hi};  // taps the divisor counts")
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
-        buf.line()
 
-    def emit_init(self, buf):
+    def emit_share(self, buf):
+        # units [unitStart, unitEnd): Process steps through them a tile of planes at a time
+        buf.line("unitStart = tiling.unitsPerCore * AscendC::GetBlockIdx();")
+        buf.line("unitEnd = unitStart + tiling.unitsPerCore;")
+        buf.line("if (unitEnd > tiling.totalUnits) unitEnd = tiling.totalUnits;")
+
+    def emit_buffers(self, buf):
         t, p, elem = self.ctype, self.p, self.elem
-        args = ", ".join(f"GM_ADDR {self.names[q.name]}" for q in self.params)
         group, kw = self.tiling.tile_len, p["kernel"][1]
-        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t) {{"):
-            buf.line("tiling = t;")
-            buf.line("unitStart = tiling.unitsPerCore * AscendC::GetBlockIdx();")
-            buf.line("unitEnd = unitStart + tiling.unitsPerCore;")
-            buf.line("if (unitEnd > tiling.totalUnits) unitEnd = tiling.totalUnits;")
-            scalars = set(self._inputs(RowAccessKind.SCALAR))
-            for q in self.params:
-                n = self.names[q.name]
-                if n in scalars:
-                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
-                    buf.line(f"{n}Val = {n}Gm.GetValue(0);")
-                else:
-                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(q)});")
-            out_tile = group * p["rows_per_tile"] * p["out_pitch"] * elem
-            in_tile = group * p["in_rows"] * p["in_pitch"] * elem
-            buf.line(f"pipe.InitBuffer(inQue, BUFFER_NUM, {in_tile});")
-            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, {out_tile});")
-            for n in self._inputs(RowAccessKind.ROWS):
-                buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, {out_tile});")
-            buf.line(f"pipe.InitBuffer(vBuf, {p['v_pitch'] * elem});")
-            buf.line(f"pipe.InitBuffer(offBuf, {kw * p['out_pitch'] * 4});")
-            buf.line(f"pipe.InitBuffer(tapBuf, {kw * p['out_pitch'] * elem});")
-            if self.shape.kind == "avg":
-                buf.line(f"pipe.InitBuffer(countBuf, {p['out_pitch'] * elem});")
-                buf.line(f"pipe.InitBuffer(divisorBuf, {p['out_pitch'] * elem});")
-            if self.slots:
-                buf.line(f"pipe.InitBuffer(rowBuf, {self.slots * p['out_pitch'] * elem});")
-            if self._slots(self.prologue):
-                buf.line(f"pipe.InitBuffer(preBuf, "
-                         f"{self._slots(self.prologue) * p['in_pitch'] * elem});")
-            self.emit_resident_setup(buf)
+        scalars = set(self._inputs(RowAccessKind.SCALAR))
+        for q in self.params:
+            n = self.names[q.name]
+            if n in scalars:
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
+                buf.line(f"{n}Val = {n}Gm.GetValue(0);")
+            else:
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(q)});")
+        out_tile = group * p["rows_per_tile"] * p["out_pitch"] * elem
+        in_tile = group * p["in_rows"] * p["in_pitch"] * elem
+        buf.line(f"pipe.InitBuffer(inQue, BUFFER_NUM, {in_tile});")
+        buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, {out_tile});")
+        for n in self._inputs(RowAccessKind.ROWS):
+            buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, {out_tile});")
+        buf.line(f"pipe.InitBuffer(vBuf, {p['v_pitch'] * elem});")
+        buf.line(f"pipe.InitBuffer(offBuf, {kw * p['out_pitch'] * 4});")
+        buf.line(f"pipe.InitBuffer(tapBuf, {kw * p['out_pitch'] * elem});")
+        if self.shape.kind == "avg":
+            buf.line(f"pipe.InitBuffer(countBuf, {p['out_pitch'] * elem});")
+            buf.line(f"pipe.InitBuffer(divisorBuf, {p['out_pitch'] * elem});")
+        if self.slots:
+            buf.line(f"pipe.InitBuffer(rowBuf, {self.slots * p['out_pitch'] * elem});")
+        if self._slots(self.prologue):
+            buf.line(f"pipe.InitBuffer(preBuf, "
+                     f"{self._slots(self.prologue) * p['in_pitch'] * elem});")
+        self.emit_resident_setup(buf)
 
     def emit_resident_setup(self, buf):
         """Once per core: the pad frame of the vertical row, the Gather offsets, the column
@@ -382,7 +376,6 @@ class PoolKernelPrinter:
 
     # ---- what the launcher needs ------------------------------------------------------------
     def tiling_fields(self) -> list[TilingField]:
-        """TilingData's fields with the values the host launcher writes."""
         t = self.tiling
         return [TilingField("uint32_t", "totalUnits", t.total,
                             "(plane, chunk of output rows) units"),
@@ -393,12 +386,6 @@ class PoolKernelPrinter:
                 TilingField("uint32_t", "rowsPerTile", self.p["rows_per_tile"],
                             "output rows per chunk"),
                 TilingField("uint32_t", "chunks", self.p["chunks"], "chunks per plane")]
-
-    def tiling_values(self) -> dict:
-        return tiling_values(self.tiling_fields())
-
-    def kernel_params(self) -> list:
-        return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
 
 
 __all__ = ["PoolKernelPrinter"]

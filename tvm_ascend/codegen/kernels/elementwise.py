@@ -10,18 +10,17 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from ..errors import CodegenError
-from ..schedules.elementwise import is_resident
-from ..schedules.analysis.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
-                                              make_analyzer, plan_tile_values)
-from ..schedules.analysis.tir_walk import expr_dtype, first_block_realize, param_buffers
-from .code_buffer import CodeBuffer
-from .kernel_parts import (TilingField, emit_tiling_fields, emit_vector_kernel, ident,
-                           tiling_values)
-from .cpp_types import cpp_type, dtype_bytes
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ...errors import CodegenError
+from ...schedules.elementwise import is_resident
+from ...schedules.analysis.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
+                                     make_analyzer, plan_tile_values)
+from ...schedules.analysis.tir_walk import expr_dtype, first_block_realize, param_buffers
+from ..cpp_types import cpp_type, dtype_bytes
+from ..kernel_parts import TilingField, ident
+from ..kernel_printer import ELEMENT_SHARE, TileLoop, VectorKernelPrinter
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 
 
@@ -44,13 +43,15 @@ class InputSpec:
         return buffer_size(self.buffer)
 
 
-class ElementwiseKernelPrinter:
+class ElementwiseKernelPrinter(VectorKernelPrinter):
     """Prints one elementwise kernel (class + extern "C" entry) into a CodeBuffer."""
 
+    share = ELEMENT_SHARE
+    copied_fields = ("tileLength",)
+    loop = TileLoop("tileLength", "len", "len")
+
     def __init__(self, symbol: str, func, tiling):
-        self.symbol = symbol
-        self.func = func
-        self.tiling = tiling
+        super().__init__(symbol, func, tiling)
         self._analyse()
 
     # ---- analysis of the scheduled TIR -------------------------------------------------------
@@ -60,7 +61,6 @@ class ElementwiseKernelPrinter:
         store = realize.block.body
         self.flat = tirx.Var("f", "int64")
         inputs, outputs = param_buffers(self.func)
-        self.params = list(self.func.params)
         self.out_buffer = outputs[0]
         bindings = {iv.var: value for iv, value in zip(realize.block.iter_vars,
                                                         realize.iter_values)}
@@ -105,40 +105,21 @@ class ElementwiseKernelPrinter:
             raise CodegenError(f"expected loops [core, tile, element], found {len(loops)}")
         return loops
 
-    @staticmethod
-    def _name(param) -> str:
-        return ident(param.name)
-
     # ---- printing ---------------------------------------------------------------------------
-    def print(self, buf: CodeBuffer) -> None:
-        emit_vector_kernel(buf, self, [self._name(p) for p in self.params])
-
-    def emit_tiling_struct(self, buf):
-        emit_tiling_fields(buf, self.symbol, self.tiling_fields())
+    def emit_tiling_constants(self, buf):
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
         buf.line(f"constexpr uint32_t SLOT_BYTES = {self.slot_bytes};  // per element, temps")
-        buf.line()
 
-    def _gm_args(self) -> str:
-        return ", ".join(f"GM_ADDR {ident(p.name)}" for p in self.params)
-
-    def emit_init(self, buf):
-        with buf.indent(f"__aicore__ inline void Init({self._gm_args()}, "
-                        "const TilingData& tiling) {"):
-            buf.line("tileLength = tiling.tileLength;")
-            buf.line("blockStart = tiling.blockLength * AscendC::GetBlockIdx();")
-            buf.line("uint64_t blockEnd = blockStart + tiling.blockLength;")
-            buf.line("if (blockEnd > tiling.totalLength) blockEnd = tiling.totalLength;")
-            buf.line("blockLen = blockEnd > blockStart ? blockEnd - blockStart : 0;")
-            for spec in self.inputs.values():
-                self.emit_input_init(buf, spec)
-            out_type = cpp_type(self.out_dtype)
-            buf.line(f"outGm.SetGlobalBuffer((__gm__ {out_type}*){ident(self.out_buffer.name)}"
-                     " + blockStart, blockLen);")
-            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileLength * sizeof({out_type}));")
-            if self.tiling.temp_buffers:
-                buf.line(f"pipe.InitBuffer(tmpBuf, {self.tiling.temp_buffers} * tileLength * "
-                         "SLOT_BYTES);")
+    def emit_buffers(self, buf):
+        for spec in self.inputs.values():
+            self.emit_input_init(buf, spec)
+        out_type = cpp_type(self.out_dtype)
+        buf.line(f"outGm.SetGlobalBuffer((__gm__ {out_type}*){ident(self.out_buffer.name)}"
+                 " + blockStart, blockLen);")
+        buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileLength * sizeof({out_type}));")
+        if self.tiling.temp_buffers:
+            buf.line(f"pipe.InitBuffer(tmpBuf, {self.tiling.temp_buffers} * tileLength * "
+                     "SLOT_BYTES);")
 
     def emit_input_init(self, buf, spec: InputSpec):
         gm = f"(__gm__ {spec.ctype}*){ident(spec.buffer.name)}"
@@ -161,17 +142,6 @@ class ElementwiseKernelPrinter:
                 # The gather loop reads it on the scalar pipe: wait for MTE2 to land it.
                 buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_S>(0);")
                 buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_S>(0);")
-
-    def emit_process(self, buf):
-        with buf.indent("__aicore__ inline void Process() {"):
-            buf.line("uint32_t tiles = (blockLen + tileLength - 1) / tileLength;")
-            with buf.indent("for (uint32_t i = 0; i < tiles; ++i) {"):
-                buf.line("uint64_t rest = blockLen - static_cast<uint64_t>(i) * tileLength;")
-                buf.line("uint32_t len = rest < tileLength ? static_cast<uint32_t>(rest) : "
-                         "tileLength;")
-                buf.line("CopyIn(i, len);")
-                buf.line("Compute(len);")
-                buf.line("CopyOut(i, len);")
 
     def emit_copy_in(self, buf):
         with buf.indent("__aicore__ inline void CopyIn(uint32_t i, uint32_t len) {"):
@@ -253,25 +223,14 @@ class ElementwiseKernelPrinter:
         buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
         if self.tiling.temp_buffers:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> tmpBuf;")
-        buf.line("uint64_t blockStart = 0;")
-        buf.line("uint64_t blockLen = 0;")
-        buf.line("uint32_t tileLength = 0;")
+        self.emit_share_members(buf, "tileLength")
 
     def tiling_fields(self) -> list[TilingField]:
-        """TilingData's fields with the values the host launcher writes."""
         t = self.tiling
         return [TilingField("uint64_t", "totalLength", t.total, "elements of the output"),
                 TilingField("uint64_t", "blockLength", t.block_len,
                             "elements per core (the last core takes the rest)"),
                 TilingField("uint32_t", "tileLength", t.tile_len, "elements per UB tile")]
-
-    def tiling_values(self) -> dict:
-        """Values the host launcher writes into TilingData."""
-        return tiling_values(self.tiling_fields())
-
-    def kernel_params(self) -> list:
-        """(name, dtype, element count) of each GM parameter, in entry order."""
-        return [(ident(p.name), str(p.dtype), buffer_size(p)) for p in self.params]
 
 
 __all__ = ["ElementwiseKernelPrinter"]

@@ -1,6 +1,6 @@
 """Prints a MatMul kernel whose epilogue reduces over whole rows (LayerNorm, RMSNorm, Softmax).
 
-The cube side, the tile loop and the copies are the matmul kernel's (``matmul_kernel.py``): each
+The cube side, the tile loop and the copies are the matmul kernel's (``kernels/matmul.py``): each
 base tile of C is ``baseM`` rows by all N columns, fetched into the UB with GetTensorC. Only the
 epilogue differs: instead of one elementwise step per row it runs the row program of
 ``schedules/row_reduce.py`` on each row of the tile: reductions (ReduceSum/Max/Min, read back
@@ -17,20 +17,20 @@ True
 """
 from __future__ import annotations
 
-from ..errors import CodegenError
-from ..schedules.matmul_rows import row_slots
-from ..schedules.analysis.row_program import RowAccessKind
-from ..schedules.analysis.tile_values import expr_key
-from ..schedules.analysis.tir_walk import expr_dtype
-from .cpp_types import cpp_type
-from .kernel_parts import ident
-from .matmul_kernel import MatmulKernelPrinter
-from .row_reduce_kernel import REDUCE_API
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ...errors import CodegenError
+from ...schedules.matmul_rows import row_slots
+from ...schedules.analysis.row_program import RowAccessKind
+from ...schedules.analysis.tile_values import expr_key
+from ...schedules.analysis.tir_walk import expr_dtype
+from ..cpp_types import cpp_type
+from ..kernel_parts import ident
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
+from .matmul import MatmulKernelPrinter
+from .row_reduce import REDUCE_API
 
-C_ROW = "cTile[r * stride]"  # the current row of the product in the UB (matmul_kernel.py)
+C_ROW = "cTile[r * stride]"  # the current row of the product in the UB (kernels/matmul.py)
 
 
 class MatmulRowsKernelPrinter(MatmulKernelPrinter):

@@ -9,17 +9,15 @@ rows once.
 """
 from __future__ import annotations
 
-from ..errors import CodegenError
-from ..schedules.analysis.movement_program import Choice, Leaf, index_loads, movement_program
-from ..schedules.analysis.tile_values import buffer_size, expr_key, flat_offset
-from ..schedules.analysis.tir_walk import load_buffer
-from .code_buffer import CodeBuffer
-from .cpp_types import cpp_type, float_literal
-from .kernel_parts import (emit_tiling_fields, emit_vector_kernel, ident, row_tiling_fields,
-                           tiling_values)
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ...errors import CodegenError
+from ...schedules.analysis.movement_program import Choice, Leaf, index_loads, movement_program
+from ...schedules.analysis.tile_values import buffer_size, expr_key, flat_offset
+from ...schedules.analysis.tir_walk import load_buffer
+from ..cpp_types import cpp_type, float_literal
+from ..kernel_printer import RowKernelPrinter
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 _COMPARE = {"LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "EQ": "==", "NE": "!=",
             "And": "&&", "Or": "||"}
@@ -47,7 +45,7 @@ class IndexPrinter(ScalarPrinter):
     print_And = print_Or = _compare
 
 
-class DataMovementKernelPrinter:
+class DataMovementKernelPrinter(RowKernelPrinter):
     """Prints one data-movement kernel (class + extern "C" entry)."""
 
     @staticmethod
@@ -56,13 +54,11 @@ class DataMovementKernelPrinter:
         return (BOX_COPY_PAD if soc.has_data_copy_pad else BOX_COPY_LOOP,)
 
     def __init__(self, symbol: str, func, tiling):
-        self.symbol, self.func, self.tiling = symbol, func, tiling
+        super().__init__(symbol, func, tiling)
         self.program = movement_program(func)
         if self.program.plan.n_slots != tiling.temp_buffers:
             raise CodegenError(f"{symbol}: {self.program.plan.n_slots} temp tiles needed, "
                                f"tiling planned {tiling.temp_buffers}")
-        self.params = list(func.params)
-        self.names = {p.name: ident(p.name) for p in self.params}
         self.dtype = self.program.dtype
         self.ctype = cpp_type(self.dtype)
         self.align = self.program.align
@@ -70,16 +66,11 @@ class DataMovementKernelPrinter:
         self.scalar_names = {key: f"sc{i}" for i, key in enumerate(self.program.scalars)}
 
     # ---- scaffolding ------------------------------------------------------------------------
-    def print(self, buf: CodeBuffer) -> None:
-        emit_vector_kernel(buf, self, [self.names[p.name] for p in self.params])
-
-    def emit_tiling_struct(self, buf):
-        emit_tiling_fields(buf, self.symbol, row_tiling_fields(self.tiling))
+    def emit_tiling_constants(self, buf):
         buf.line(f"constexpr uint32_t ROW_STRIDE = {self.program.row_stride};  // a row padded "
                  "to 32 bytes")
         buf.line(f"constexpr uint32_t TILE_ROWS = {self.tiling.tile_len};  // staging layout")
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
-        buf.line()
 
     def _read_buffers(self) -> list:
         """Input parameters the kernel reads (data, index tensors, scalars), in order."""
@@ -94,44 +85,36 @@ class DataMovementKernelPrinter:
                     used.update(load_buffer(ld).name for ld in leaf.index_loads)
         return [p for p in self.params if p.name in used]
 
-    def emit_init(self, buf):
+    def emit_buffers(self, buf):
         t, p = self.ctype, self.program
-        args = ", ".join(f"GM_ADDR {self.names[q.name]}" for q in self.params)
-        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& tiling) {{"):
-            buf.line("cols = tiling.cols;")
-            buf.line("tileRows = tiling.tileRows;")
-            buf.line("rowStart = tiling.blockRows * AscendC::GetBlockIdx();")
-            buf.line("uint64_t rowEnd = rowStart + tiling.blockRows;")
-            buf.line("if (rowEnd > tiling.rows) rowEnd = tiling.rows;")
-            buf.line("blockRows = rowEnd > rowStart ? rowEnd - rowStart : 0;")
-            for param in self._read_buffers():
-                n = self.names[param.name]
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {cpp_type(str(param.dtype))}*){n}, "
-                         f"{buffer_size(param)});")
-            for key, (buffer, offset) in p.scalars.items():
-                buf.line(f"{self.scalar_names[key]} = {self.names[buffer.name]}Gm.GetValue("
-                         f"{IndexPrinter('0', self.names).print(offset)});")
-            built = False
-            for op, elems in zip(p.operands, self.stage_elems):
-                buf.line(f"pipe.InitBuffer(stage{op.index}Que, BUFFER_NUM, {elems} * sizeof({t}));")
-                if not op.direct:
-                    buf.line(f"pipe.InitBuffer(opBuf{op.index}, TILE_ROWS * ROW_STRIDE * "
-                             f"sizeof({t}));")
-                    buf.line(f"pipe.InitBuffer(offBuf{op.index}, TILE_ROWS * ROW_STRIDE * "
-                             "sizeof(uint32_t));")
-                    self.emit_offsets(buf, op)
-                    built = True
-            if built:
-                # Gather reads the offsets on the vector unit: the scalar writes must land first.
-                buf.line("AscendC::SetFlag<AscendC::HardEvent::S_V>(0);")
-                buf.line("AscendC::WaitFlag<AscendC::HardEvent::S_V>(0);")
-            out = self.names[p.out_buffer.name]
-            buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart * cols, "
-                     "blockRows * cols);")
-            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, TILE_ROWS * ROW_STRIDE * sizeof({t}));")
-            if p.plan.n_slots:
-                buf.line(f"pipe.InitBuffer(tmpBuf, {p.plan.n_slots} * TILE_ROWS * ROW_STRIDE * "
+        for param in self._read_buffers():
+            n = self.names[param.name]
+            buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {cpp_type(str(param.dtype))}*){n}, "
+                     f"{buffer_size(param)});")
+        for key, (buffer, offset) in p.scalars.items():
+            buf.line(f"{self.scalar_names[key]} = {self.names[buffer.name]}Gm.GetValue("
+                     f"{IndexPrinter('0', self.names).print(offset)});")
+        built = False
+        for op, elems in zip(p.operands, self.stage_elems):
+            buf.line(f"pipe.InitBuffer(stage{op.index}Que, BUFFER_NUM, {elems} * sizeof({t}));")
+            if not op.direct:
+                buf.line(f"pipe.InitBuffer(opBuf{op.index}, TILE_ROWS * ROW_STRIDE * "
                          f"sizeof({t}));")
+                buf.line(f"pipe.InitBuffer(offBuf{op.index}, TILE_ROWS * ROW_STRIDE * "
+                         "sizeof(uint32_t));")
+                self.emit_offsets(buf, op)
+                built = True
+        if built:
+            # Gather reads the offsets on the vector unit: the scalar writes must land first.
+            buf.line("AscendC::SetFlag<AscendC::HardEvent::S_V>(0);")
+            buf.line("AscendC::WaitFlag<AscendC::HardEvent::S_V>(0);")
+        out = self.names[p.out_buffer.name]
+        buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart * cols, "
+                 "blockRows * cols);")
+        buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, TILE_ROWS * ROW_STRIDE * sizeof({t}));")
+        if p.plan.n_slots:
+            buf.line(f"pipe.InitBuffer(tmpBuf, {p.plan.n_slots} * TILE_ROWS * ROW_STRIDE * "
+                     f"sizeof({t}));")
 
     def emit_offsets(self, buf, op) -> None:
         """Byte offset in the staging buffer of every element of the operand tile."""
@@ -161,16 +144,6 @@ class DataMovementKernelPrinter:
                     where = f"{seg.offset} + k * {row_stride} + {column}"
                 buf.line(f"for (uint32_t jj = 0; jj < {width}; ++jj) offs{i}.SetValue(k * "
                          f"ROW_STRIDE + {seg.c0} + jj, ({where}) * sizeof({t}));")
-
-    def emit_process(self, buf):
-        with buf.indent("__aicore__ inline void Process() {"):
-            buf.line("uint32_t tiles = (blockRows + tileRows - 1) / tileRows;")
-            with buf.indent("for (uint32_t i = 0; i < tiles; ++i) {"):
-                buf.line("uint64_t rest = blockRows - static_cast<uint64_t>(i) * tileRows;")
-                buf.line("uint32_t n = rest < tileRows ? static_cast<uint32_t>(rest) : tileRows;")
-                buf.line("CopyIn(i, n);")
-                buf.line("Compute(i, n);")
-                buf.line("CopyOut(i, n);")
 
     # ---- CopyIn: stage every operand's sources ----------------------------------------------
     def emit_copy_in(self, buf):
@@ -311,16 +284,7 @@ class DataMovementKernelPrinter:
         buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
         if p.plan.n_slots:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> tmpBuf;")
-        buf.line("uint64_t rowStart = 0;")
-        buf.line("uint64_t blockRows = 0;")
-        buf.line("uint32_t tileRows = 0;")
-        buf.line("uint32_t cols = 0;")
-
-    def tiling_values(self) -> dict:
-        return tiling_values(row_tiling_fields(self.tiling))
-
-    def kernel_params(self) -> list:
-        return [(self.names[q.name], str(q.dtype), buffer_size(q)) for q in self.params]
+        self.emit_share_members(buf, "tileRows", "cols")
 
 
 # ``CopyBox``: ``bursts`` runs of ``len`` elements ``pitch`` elements apart in GM, landing

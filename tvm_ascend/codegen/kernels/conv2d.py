@@ -25,42 +25,37 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-from ..errors import CodegenError
-from ..schedules.conv2d import conv_block_index, conv_shape, epilogue_program
-from ..schedules.conv2d.epilogue import BLOCK_BYTES, row_columns
-from ..schedules.analysis.row_program import RowAccessKind
-from ..schedules.analysis.tile_values import buffer_size, expr_key
-from ..schedules.analysis.tir_walk import expr_dtype, schedule_blocks
-from .code_buffer import CodeBuffer
-from .conv_img2col_printer import Img2colPrinter
-from .cpp_types import cpp_type
-from .kernel_parts import cube_prelude, emit_cube_entry, emit_field_assignments, ident
-from .matmul_kernel import CUBE_FIELDS
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import ColumnLayout, Operand
+from ...errors import CodegenError
+from ...schedules.conv2d import conv_block_index, conv_shape, epilogue_program
+from ...schedules.conv2d.epilogue import BLOCK_BYTES, row_columns
+from ...schedules.analysis.row_program import RowAccessKind
+from ...schedules.analysis.tile_values import buffer_size, expr_key
+from ...schedules.analysis.tir_walk import expr_dtype, schedule_blocks
+from ..cpp_types import cpp_type
+from ..kernel_parts import emit_field_assignments, ident
+from ..kernel_printer import CubeKernelPrinter
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import ColumnLayout, Operand
+from .conv2d_img2col import Img2colPrinter
+from .matmul import CUBE_FIELDS
 
 GEOMETRY = ("n", "cin", "h", "w", "cout", "kh", "kw", "oh", "ow", "groups", "k")
 
 
-class ConvKernelPrinter:
+class ConvKernelPrinter(CubeKernelPrinter):
     """Prints one Conv2D (+ epilogue) kernel and describes its launch."""
-
-    kernel_mode = "MIX_AIC_1_1"  # one AIV per AIC: the kernel's blocks are its AIC groups
-    extra_includes = staticmethod(cube_prelude)  # Matmul header + tile copies, once a unit
 
     def __init__(self, symbol: str, func, tiling):
         import tvm
 
-        self.symbol, self.func, self.tiling = symbol, func, tiling
+        super().__init__(symbol, func, tiling)
         self.p = dict(tiling.params)
         self.shape = conv_shape(func)
         if self.shape is None:
             raise CodegenError(f"{symbol}: not a conv2d group")
         blocks = schedule_blocks(tvm.s_tir.Schedule(func))
         self.program = epilogue_program(blocks, func, self.shape, conv_block_index(blocks))
-        self.params = list(func.params)
-        self.names = {p.name: ident(p.name) for p in self.params}
         self.ctype = cpp_type(self.shape.dtype)
         self.x_name = self.names[self.shape.x_name]
         self.w_name = self.names[self.shape.w_name]
@@ -77,13 +72,10 @@ class ConvKernelPrinter:
             return []
         return [n for n, k in self.program.inputs.items() if k is kind]
 
-    # ---- printing ---------------------------------------------------------------------------
-    def print(self, buf: CodeBuffer) -> None:
-        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
-            self.emit_types(buf)
-            self.emit_class(buf)
-        self.emit_entry(buf)
+    def takes_user_workspace(self) -> bool:
+        return self.col_gm
 
+    # ---- printing ---------------------------------------------------------------------------
     def emit_types(self, buf):
         t = self.ctype
         with buf.indent("struct TilingData {", "};"):
@@ -102,59 +94,48 @@ class ConvKernelPrinter:
         buf.line(f"constexpr uint32_t C0 = 32 / sizeof({t});  // elements per 32-byte block")
         buf.line()
 
-    def emit_class(self, buf):
-        with buf.indent("class Kernel {", "};"):
-            buf.label("public:")
-            buf.line("__aicore__ inline Kernel() {}")
-            self.emit_init(buf)
-            self.emit_process(buf)
-            buf.line("matmul::Matmul<AType, BType, CType, AType> mm;")
-            buf.line()
-            buf.label("private:")
-            if self.p["img2col"] != "direct":
-                self.img2col.emit(buf)
-            self.emit_tile(buf)
-            self.emit_members(buf)
+    def emit_public_members(self, buf):  # the Matmul objects
+        buf.line("matmul::Matmul<AType, BType, CType, AType> mm;")
 
-    def emit_init(self, buf):
+    def emit_private(self, buf):
+        if self.p["img2col"] != "direct":
+            self.img2col.emit(buf)
+        self.emit_tile(buf)
+
+    def emit_buffers(self, buf):
         t = self.ctype
-        args = ", ".join([f"GM_ADDR {self.names[p.name]}" for p in self.params]
-                         + (["GM_ADDR userWorkspace"] if self.col_gm else []))
         tile = f"tiling.cube.baseM * tiling.pitch * sizeof({t})"
-        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t, "
-                        "AscendC::TPipe* pipe) {"):
-            buf.line("tiling = t;")
-            for p in self.params:
-                n = self.names[p.name]
-                if p.name in self._inputs(RowAccessKind.SCALAR):
-                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
-                    buf.line(f"{n}Val = {n}Gm.GetValue(0);")
-                else:
-                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
-            if self.col_gm:  # this core's col block: K rows of the UB's pitch
-                buf.line("const uint64_t colElems = static_cast<uint64_t>(tiling.k) * "
-                         "tiling.pitch;")
-                buf.line(f"colGm.SetGlobalBuffer(reinterpret_cast<__gm__ {t}*>(userWorkspace) + "
-                         "AscendC::GetBlockIdx() * colElems, colElems);")
-            buf.line(f"pipe->InitBuffer(outQue, 1, {tile});")
-            if self.mm_chunks > 1:
-                buf.line(f"pipe->InitBuffer(partBuf, {tile});")
-            if self.p["img2col"] != "direct":
-                buf.line(f"pipe->InitBuffer(colBuf, tiling.kChunk * tiling.pitch * "
-                         f"sizeof({t}));")
-            if self.p["img2col"] == "window":
-                self.img2col.emit_init(buf)
-            for name in self._inputs(RowAccessKind.ROWS):
-                buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, {tile});")
-            if self.p["slots"]:
-                buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots'] * self.rows} * "
-                         f"tiling.pitch * sizeof({t}));")
-            if self.columns:
-                count = len(self.columns)
-                buf.line(f"pipe->InitBuffer(valueBuf, {count} * tiling.cube.baseM * "
-                         f"sizeof({t}));")
-                buf.line(f"pipe->InitBuffer(blockBuf, {count} * tiling.cube.baseM * "
-                         f"{BLOCK_BYTES});")
+        for p in self.params:
+            n = self.names[p.name]
+            if p.name in self._inputs(RowAccessKind.SCALAR):
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
+                buf.line(f"{n}Val = {n}Gm.GetValue(0);")
+            else:
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+        if self.col_gm:  # this core's col block: K rows of the UB's pitch
+            buf.line("const uint64_t colElems = static_cast<uint64_t>(tiling.k) * "
+                     "tiling.pitch;")
+            buf.line(f"colGm.SetGlobalBuffer(reinterpret_cast<__gm__ {t}*>(userWorkspace) + "
+                     "AscendC::GetBlockIdx() * colElems, colElems);")
+        buf.line(f"pipe->InitBuffer(outQue, 1, {tile});")
+        if self.mm_chunks > 1:
+            buf.line(f"pipe->InitBuffer(partBuf, {tile});")
+        if self.p["img2col"] != "direct":
+            buf.line(f"pipe->InitBuffer(colBuf, tiling.kChunk * tiling.pitch * "
+                     f"sizeof({t}));")
+        if self.p["img2col"] == "window":
+            self.img2col.emit_init(buf)
+        for name in self._inputs(RowAccessKind.ROWS):
+            buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, {tile});")
+        if self.p["slots"]:
+            buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots'] * self.rows} * "
+                     f"tiling.pitch * sizeof({t}));")
+        if self.columns:
+            count = len(self.columns)
+            buf.line(f"pipe->InitBuffer(valueBuf, {count} * tiling.cube.baseM * "
+                     f"sizeof({t}));")
+            buf.line(f"pipe->InitBuffer(blockBuf, {count} * tiling.cube.baseM * "
+                     f"{BLOCK_BYTES});")
 
     def emit_process(self, buf):
         with buf.indent("__aicore__ inline void Process() {"):
@@ -415,10 +396,6 @@ class ConvKernelPrinter:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> valueBuf;")
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> blockBuf;")
 
-    def emit_entry(self, buf):
-        emit_cube_entry(buf, self.symbol, [self.names[p.name] for p in self.params],
-                        [("mm", "cube")], self.kernel_mode, user_workspace=self.col_gm)
-
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:
         p, t = self.p, self.tiling
@@ -446,9 +423,3 @@ class ConvKernelPrinter:
     def user_workspace_bytes(self) -> int:
         """GM workspace of the col blocks: one per core (split chips, not the direct mode)."""
         return self.tiling.cores * int(self.p["col_workspace_bytes"])
-
-    def tiling_values(self) -> dict:
-        return {}
-
-    def kernel_params(self) -> list:
-        return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]

@@ -22,18 +22,17 @@ True
 """
 from __future__ import annotations
 
-from ..errors import CodegenError
-from ..schedules.matmul import epilogue_program, matmul_shape
-from ..schedules.analysis.row_program import RowAccessKind
-from ..schedules.analysis.tile_values import buffer_size, expr_key
-from ..schedules.analysis.tir_walk import SBlock, expr_dtype, walk
-from .code_buffer import CodeBuffer
-from .kernel_parts import (cube_prelude, emit_cube_entry, emit_field_assignments,
-                           emit_resident_columns, ident)
-from .cpp_types import cpp_type
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ...errors import CodegenError
+from ...schedules.matmul import epilogue_program, matmul_shape
+from ...schedules.analysis.row_program import RowAccessKind
+from ...schedules.analysis.tile_values import buffer_size, expr_key
+from ...schedules.analysis.tir_walk import SBlock, expr_dtype, walk
+from ..cpp_types import cpp_type
+from ..kernel_parts import emit_field_assignments, emit_resident_columns, ident
+from ..kernel_printer import CubeKernelPrinter
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 CUBE_FIELDS = ("usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN", "singleCoreK",
                "baseM", "baseN", "baseK", "depthA1", "depthB1", "stepM", "stepN", "stepKa",
@@ -54,13 +53,11 @@ def mdl_steps(params: dict) -> dict:
     return {"stepM": step_m, "stepN": step_n, "stepKa": step_ka, "stepKb": step_kb}
 
 
-class MatmulKernelPrinter:
+class MatmulKernelPrinter(CubeKernelPrinter):
     """Prints one MatMul (+ epilogue) kernel and describes its launch."""
 
-    extra_includes = staticmethod(cube_prelude)  # Matmul header + tile copies, once a unit
-
     def __init__(self, symbol: str, func, tiling):
-        self.symbol, self.func, self.tiling = symbol, func, tiling
+        super().__init__(symbol, func, tiling)
         self.p = dict(tiling.params)
         blocks = []
         walk(func.body, lambda s: blocks.append(s) if isinstance(s, SBlock)
@@ -69,8 +66,6 @@ class MatmulKernelPrinter:
         if self.shape is None:
             raise CodegenError(f"{symbol}: not a matmul group")
         self.program = epilogue_program(blocks, func, self.shape)
-        self.params = list(func.params)
-        self.names = {p.name: ident(p.name) for p in self.params}
         self.ctype = cpp_type(self.shape.dtype)
         self.a_name, self.b_name = self.names[self.shape.a_name], self.names[self.shape.b_name]
         self.out_name = self.names[self.params[-1].name]
@@ -101,12 +96,6 @@ class MatmulKernelPrinter:
         return [n for n, k in self.program.inputs.items() if k in kinds]
 
     # ---- printing ---------------------------------------------------------------------------
-    def print(self, buf: CodeBuffer) -> None:
-        with buf.indent(f"namespace {self.symbol}_impl {{", "}  // namespace"):
-            self.emit_types(buf)
-            self.emit_class(buf)
-        self.emit_entry(buf)
-
     def emit_types(self, buf):
         t = self.ctype
         with buf.indent("struct TilingData {", "};"):
@@ -123,52 +112,42 @@ class MatmulKernelPrinter:
         buf.line(f"constexpr uint32_t C0 = 32 / sizeof({t});  // elements per 32-byte block")
         buf.line()
 
-    def emit_class(self, buf):
-        with buf.indent("class Kernel {", "};"):
-            buf.label("public:")
-            buf.line("__aicore__ inline Kernel() {}")
-            self.emit_init(buf)
-            self.emit_process(buf)
-            # CFG_MDL: L1 keeps the operand blocks the tiling's depths give it across tiles
-            buf.line("matmul::Matmul<AType, AType, CType, AType, CFG_MDL> mm;")
-            buf.line()
-            buf.label("private:")
-            self.emit_tile(buf)
-            self.emit_members(buf)
+    def emit_public_members(self, buf):  # the Matmul objects
+        # CFG_MDL: L1 keeps the operand blocks the tiling's depths give it across tiles
+        buf.line("matmul::Matmul<AType, AType, CType, AType, CFG_MDL> mm;")
 
-    def emit_init(self, buf):
+    def emit_private(self, buf):
+        self.emit_tile(buf)
+
+    def emit_buffers(self, buf):
         t = self.ctype
-        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
-        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& t, "
-                        "AscendC::TPipe* pipe) {"):
-            buf.line("tiling = t;")
-            for p in self.params:
-                n = self.names[p.name]
-                kind = self.program.inputs.get(p.name) if self.program else None
-                if p is self.params[-1] or n in (self.a_name, self.b_name) or \
-                        kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE,
-                                 RowAccessKind.ROW_SCALAR):
-                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
-            buf.line(f"pipe->InitBuffer(outQue, 1, tiling.cube.baseM * tiling.cube.baseN * "
+        for p in self.params:
+            n = self.names[p.name]
+            kind = self.program.inputs.get(p.name) if self.program else None
+            if p is self.params[-1] or n in (self.a_name, self.b_name) or \
+                    kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE,
+                             RowAccessKind.ROW_SCALAR):
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+        buf.line(f"pipe->InitBuffer(outQue, 1, tiling.cube.baseM * tiling.cube.baseN * "
+                 f"sizeof({t}));")
+        for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
+            buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, tiling.cube.baseM * "
+                     f"tiling.cube.baseN * sizeof({t}));")
+        emit_resident_columns(buf, [self.names[n] for n in self._inputs(RowAccessKind.COLUMN)],
+                              t, "tiling.cube.N", "(tiling.cube.N + C0 - 1) / C0 * 32",
+                              pipe="pipe->")
+        for name in self._inputs(RowAccessKind.SCALAR):
+            n = self.names[name]
+            buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
+            buf.line(f"{n}Val = {n}Gm.GetValue(0);")
+        if self.p["slots"]:  # temporaries as wide as the widest dtype computed in
+            buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots'] * self.rows} * "
+                     f"tiling.cube.baseN * {self.p['slot_bytes']});")
+        for name in self._repeated_columns():
+            n = self.names[name]
+            buf.line(f"pipe->InitBuffer({n}RepBuf, {self.rows} * tiling.cube.baseN * "
                      f"sizeof({t}));")
-            for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
-                buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, tiling.cube.baseM * "
-                         f"tiling.cube.baseN * sizeof({t}));")
-            emit_resident_columns(buf, [self.names[n] for n in self._inputs(RowAccessKind.COLUMN)],
-                                  t, "tiling.cube.N", "(tiling.cube.N + C0 - 1) / C0 * 32",
-                                  pipe="pipe->")
-            for name in self._inputs(RowAccessKind.SCALAR):
-                n = self.names[name]
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
-                buf.line(f"{n}Val = {n}Gm.GetValue(0);")
-            if self.p["slots"]:  # temporaries as wide as the widest dtype computed in
-                buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots'] * self.rows} * "
-                         f"tiling.cube.baseN * {self.p['slot_bytes']});")
-            for name in self._repeated_columns():
-                n = self.names[name]
-                buf.line(f"pipe->InitBuffer({n}RepBuf, {self.rows} * tiling.cube.baseN * "
-                         f"sizeof({t}));")
-                buf.line(f"{n}Rep = {n}RepBuf.Get<{t}>();")
+            buf.line(f"{n}Rep = {n}RepBuf.Get<{t}>();")
 
     def emit_process(self, buf):
         a_batch = "tiling.cube.M * tiling.cube.Ka" if self.shape.a_batched else "0"
@@ -332,10 +311,6 @@ class MatmulKernelPrinter:
         if self.p["slots"]:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
 
-    def emit_entry(self, buf):
-        emit_cube_entry(buf, self.symbol, [self.names[p.name] for p in self.params],
-                        [("mm", "cube")], self.kernel_mode)
-
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:
         p, t = self.p, self.tiling
@@ -352,11 +327,5 @@ class MatmulKernelPrinter:
             "batch": p["batch"], "tilesM": -(-p["m"] // p["single_m"]),
             "tilesN": -(-p["n"] // p["single_n"]), "tilesPerCore": t.block_len,
             "totalTiles": t.total})
-
-    def tiling_values(self) -> dict:
-        return {}
-
-    def kernel_params(self) -> list:
-        return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
 
 

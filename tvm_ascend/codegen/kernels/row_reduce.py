@@ -15,18 +15,17 @@ row values are computed between passes (``schedules/row_reduce.py``, ``row_passe
 from __future__ import annotations
 
 
-from ..errors import CodegenError
-from ..schedules.analysis.row_program import RowAccessKind, input_dtypes, row_program
-from ..schedules.row_reduce import CHUNK_STREAMED, row_layout, row_passes
-from ..schedules.analysis.tile_values import buffer_size, expr_key
-from ..schedules.analysis.tir_walk import SBlock, expr_dtype, walk
-from .code_buffer import CodeBuffer
-from .kernel_parts import (TilingField, emit_resident_columns, emit_tiling_fields,
-                           emit_vector_kernel, ident, row_tiling_fields, tiling_values)
-from .cpp_types import cpp_type
-from .scalar_printer import ScalarPrinter
-from .tile_program import TileProgramPrinter
-from .vector_emitters import Operand
+from ...errors import CodegenError
+from ...schedules.analysis.row_program import RowAccessKind, input_dtypes, row_program
+from ...schedules.row_reduce import CHUNK_STREAMED, row_layout, row_passes
+from ...schedules.analysis.tile_values import buffer_size, expr_key
+from ...schedules.analysis.tir_walk import SBlock, expr_dtype, walk
+from ..cpp_types import cpp_type
+from ..kernel_parts import TilingField, emit_resident_columns, ident
+from ..kernel_printer import RowKernelPrinter
+from ..scalar_printer import ScalarPrinter
+from ..tile_program import TileProgramPrinter
+from ..vector_emitters import Operand
 
 REDUCE_API = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
 
@@ -68,7 +67,7 @@ def emit_full_step(buf, printer, step, tiles, slot, dst: str, count: str) -> Non
         printer.emit_copy(buf, dst, root, count)
 
 
-class RowReduceKernelPrinter:
+class RowReduceKernelPrinter(RowKernelPrinter):
     """Prints one row-reduction kernel (class + extern "C" entry)."""
 
     def __new__(cls, symbol: str, func, tiling):
@@ -78,7 +77,7 @@ class RowReduceKernelPrinter:
         return super().__new__(cls)
 
     def __init__(self, symbol: str, func, tiling):
-        self.symbol, self.func, self.tiling = symbol, func, tiling
+        super().__init__(symbol, func, tiling)
         blocks = []
         walk(func.body, lambda s: blocks.append(s) if isinstance(s, SBlock)
              and s.name_hint != "root" else None)
@@ -86,10 +85,8 @@ class RowReduceKernelPrinter:
         if self.program.temp_slots != tiling.temp_buffers:
             raise CodegenError(f"{symbol}: {self.program.temp_slots} row temps needed, tiling "
                                f"planned {tiling.temp_buffers}")
-        self.params = list(func.params)
         self.dtype = str(self.program.out_buffer.dtype)
         self.ctype = cpp_type(self.dtype)
-        self.names = {p.name: ident(p.name) for p in self.params}
         self.slot_base = len(self.program.intermediates)
         # each value keeps its own dtype (mixed-precision groups); rows of every dtype share
         # one element stride, and a row slot holds the widest value
@@ -105,19 +102,11 @@ class RowReduceKernelPrinter:
         return (f"rowBuf.GetWithOffset<{cpp_type(dtype)}>(ROW_STRIDE, {k} * ROW_STRIDE * "
                 "SLOT_BYTES)")
 
-    def _name(self, param) -> str:
-        return self.names[param.name]
-
     # ---- printing ---------------------------------------------------------------------------
-    def print(self, buf: CodeBuffer) -> None:
-        emit_vector_kernel(buf, self, [self._name(p) for p in self.params])
-
-    def emit_tiling_struct(self, buf):
-        emit_tiling_fields(buf, self.symbol, row_tiling_fields(self.tiling))
+    def emit_tiling_constants(self, buf):
         buf.line(f"constexpr uint32_t ROW_STRIDE = {self.stride};  // a row padded to 32 bytes")
         buf.line(f"constexpr uint32_t SLOT_BYTES = {self.slot_bytes};  // per element, row slots")
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
-        buf.line()
 
     def _inputs(self, *kinds):
         return [name for name, k in self.program.inputs.items() if k in kinds]
@@ -130,65 +119,36 @@ class RowReduceKernelPrinter:
         """C++ element offset of the current row's data in input ``name``."""
         return ScalarPrinter({self.program.row_var.name: "row"}).print(self.program.bases[name])
 
-    def emit_init(self, buf):
+    def emit_buffers(self, buf):
+        for name in self._inputs(RowAccessKind.ROWS):
+            n, ct = self.names[name], self._ctype(name)
+            buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n} + rowStart * cols, "
+                     "blockRows * cols);")
+            buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, tileRows * ROW_STRIDE * "
+                     f"sizeof({ct}));")
+        columns = self._inputs(RowAccessKind.COLUMN)
+        for ct in sorted({self._ctype(n) for n in columns}):
+            emit_resident_columns(buf, [self.names[n] for n in columns
+                                        if self._ctype(n) == ct],
+                                  ct, "cols", f"ROW_STRIDE * sizeof({ct})")
+        for name in self._inputs(RowAccessKind.ROW_SLICE):
+            n, ct = self.names[name], self._ctype(name)
+            size = buffer_size(next(p for p in self.params if p.name == name))
+            buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, {size});")
+            buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, tileRows * ROW_STRIDE * "
+                     f"sizeof({ct}));")
+        for name in self._inputs(RowAccessKind.ROW_SCALAR):
+            n, ct = self.names[name], self._ctype(name)
+            size = buffer_size(next(p for p in self.params if p.name == name))
+            buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, {size});")
+        for name in self._inputs(RowAccessKind.SCALAR):
+            n, ct = self.names[name], self._ctype(name)
+            buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, 1);")
+            buf.line(f"{n}Val = {n}Gm.GetValue(0);")
         t = self.ctype
-        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
-        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& tiling) {{"):
-            buf.line("cols = tiling.cols;")
-            buf.line("tileRows = tiling.tileRows;")
-            buf.line("rowStart = tiling.blockRows * AscendC::GetBlockIdx();")
-            buf.line("uint64_t rowEnd = rowStart + tiling.blockRows;")
-            buf.line("if (rowEnd > tiling.rows) rowEnd = tiling.rows;")
-            buf.line("blockRows = rowEnd > rowStart ? rowEnd - rowStart : 0;")
-            for name in self._inputs(RowAccessKind.ROWS):
-                n, ct = self.names[name], self._ctype(name)
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n} + rowStart * cols, "
-                         "blockRows * cols);")
-                buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, tileRows * ROW_STRIDE * "
-                         f"sizeof({ct}));")
-            columns = self._inputs(RowAccessKind.COLUMN)
-            for ct in sorted({self._ctype(n) for n in columns}):
-                emit_resident_columns(buf, [self.names[n] for n in columns
-                                            if self._ctype(n) == ct],
-                                      ct, "cols", f"ROW_STRIDE * sizeof({ct})")
-            for name in self._inputs(RowAccessKind.ROW_SLICE):
-                n, ct = self.names[name], self._ctype(name)
-                size = buffer_size(next(p for p in self.params if p.name == name))
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, {size});")
-                buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, tileRows * ROW_STRIDE * "
-                         f"sizeof({ct}));")
-            for name in self._inputs(RowAccessKind.ROW_SCALAR):
-                n, ct = self.names[name], self._ctype(name)
-                size = buffer_size(next(p for p in self.params if p.name == name))
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, {size});")
-            for name in self._inputs(RowAccessKind.SCALAR):
-                n, ct = self.names[name], self._ctype(name)
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, 1);")
-                buf.line(f"{n}Val = {n}Gm.GetValue(0);")
-            out = self.names[self.program.out_buffer.name]
-            if self.program.out_full:
-                buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart * cols, "
-                         "blockRows * cols);")
-                buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileRows * ROW_STRIDE * "
-                         f"sizeof({t}));")
-            else:
-                buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart, blockRows);")
-                buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, tileRows * sizeof({t}));")
-            rows = self.slot_base + self.program.temp_slots
-            if rows:
-                buf.line(f"pipe.InitBuffer(rowBuf, {rows} * ROW_STRIDE * SLOT_BYTES);")
-            buf.line("pipe.InitBuffer(workBuf, ROW_STRIDE * SLOT_BYTES);")
-            buf.line("pipe.InitBuffer(reducedBuf, 32);")
-
-    def emit_process(self, buf):
-        with buf.indent("__aicore__ inline void Process() {"):
-            buf.line("uint32_t tiles = (blockRows + tileRows - 1) / tileRows;")
-            with buf.indent("for (uint32_t i = 0; i < tiles; ++i) {"):
-                buf.line("uint64_t rest = blockRows - static_cast<uint64_t>(i) * tileRows;")
-                buf.line("uint32_t n = rest < tileRows ? static_cast<uint32_t>(rest) : tileRows;")
-                buf.line("CopyIn(i, n);")
-                buf.line("Compute(i, n);")
-                buf.line("CopyOut(i, n);")
+        self._emit_output_buffers(buf, f"tileRows * ROW_STRIDE * sizeof({t})",
+                                  f"tileRows * sizeof({t})")
+        self._emit_row_buffers(buf, "ROW_STRIDE")
 
     def emit_copy_in(self, buf):
         t = self.ctype
@@ -228,20 +188,66 @@ class RowReduceKernelPrinter:
         for key, (kind, buffer, step) in self.program.loads.items():
             n_ = self.names.get(buffer.name, ident(buffer.name))
             dtype = str(buffer.dtype)
-            if kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
-                tiles[key] = Operand(f"{n_}Tile[r * ROW_STRIDE]", True, dtype)
-            elif kind is RowAccessKind.COLUMN:
-                tiles[key] = Operand(f"{n_}Col", True, dtype)
+            if kind in CHUNK_STREAMED:
+                tiles[key] = Operand(self._input_tile(n_, kind), True, dtype)
             elif kind is RowAccessKind.INTERMEDIATE:
                 tiles[key] = Operand(self._row_slot(self.program.intermediate_slot(step), dtype),
                                      True, dtype, mask=dtype == "bool")
             elif kind is RowAccessKind.ROW_SCALAR:
-                scalars[key] = f"{n_}Gm.GetValue({self._base(buffer.name)})"
+                scalars[key] = self._row_scalar(n_, buffer.name)
             elif kind is RowAccessKind.SCALAR:
                 scalars[key] = f"{n_}Val"
-            else:  # a value computed by an earlier step of this row
+            else:  # a value computed by an earlier step of this row (or pass)
                 scalars[key] = f"rowValue{step}"
         return tiles, scalars
+
+    def _input_tile(self, n_: str, kind) -> str:
+        """The UB tile of input ``n_`` a step reads: the current row of its tile, or the
+        resident column."""
+        return f"{n_}Col" if kind is RowAccessKind.COLUMN else f"{n_}Tile[r * ROW_STRIDE]"
+
+    def _row_scalar(self, n_: str, name: str) -> str:
+        """The current row's value of a per-row input, read from GM where it is used."""
+        return f"{n_}Gm.GetValue({self._base(name)})"
+
+    def _temp_slot(self, k: int, node) -> str:
+        """Temp ``k`` of the row program (after the intermediates' slots), as ``node``'s dtype."""
+        return self._row_slot(self.slot_base + k, expr_dtype(node))
+
+    def _emit_full(self, buf, printer, step, tiles, out: str, count: str) -> None:
+        """A full step over ``count`` elements: into ``out`` for the output, else into the
+        step's row slot."""
+        dst = out if step.is_output else self._row_slot(
+            self.program.intermediate_slot(step.index), str(step.buffer.dtype))
+        emit_full_step(buf, printer, step, tiles, self._temp_slot, dst, count)
+
+    def _emit_row_buffers(self, buf, stride: str) -> None:
+        """Init's row slots, the reduction's work space and its one value, ``stride`` apart."""
+        slots = self.slot_base + self.program.temp_slots
+        if slots:
+            buf.line(f"pipe.InitBuffer(rowBuf, {slots} * {stride} * SLOT_BYTES);")
+        buf.line(f"pipe.InitBuffer(workBuf, {stride} * SLOT_BYTES);")
+        buf.line("pipe.InitBuffer(reducedBuf, 32);")
+
+    def _emit_output_buffers(self, buf, rows_bytes: str, values_bytes: str) -> None:
+        """Init's output view and VECOUT queue: whole rows, or one value a row."""
+        t, out = self.ctype, self.names[self.program.out_buffer.name]
+        if self.program.out_full:
+            buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart * cols, "
+                     "blockRows * cols);")
+            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, {rows_bytes});")
+        else:
+            buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart, blockRows);")
+            buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, {values_bytes});")
+
+    def _emit_row_members(self, buf) -> None:
+        """The output's members and the row buffers ``_emit_row_buffers`` sets up."""
+        buf.line(f"AscendC::GlobalTensor<{self.ctype}> outGm;")
+        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
+        if self.slot_base + self.program.temp_slots:
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
+        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> workBuf;")
+        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> reducedBuf;")
 
     def emit_row(self, buf):
         for step in self.program.steps:
@@ -249,12 +255,8 @@ class RowReduceKernelPrinter:
             scalars = ScalarPrinter(scalar_names, expr_key)
             printer = TileProgramPrinter(self.symbol, scalars)
             t = cpp_type(str(step.buffer.dtype))
-
-            def slot(k, node, printer=printer):
-                return self._row_slot(self.slot_base + k, expr_dtype(node))
-
             if step.kind == "reduce":
-                operand = reduced_operand(buf, printer, step, tiles, slot, "cols")
+                operand = reduced_operand(buf, printer, step, tiles, self._temp_slot, "cols")
                 if operand.is_tile:
                     acc = emit_reduce_call(buf, step, operand, "cols")
                     value = f"static_cast<{t}>(reducedBuf.Get<{acc}>().GetValue(0))"
@@ -271,12 +273,7 @@ class RowReduceKernelPrinter:
                 else:
                     buf.line(f"{t} rowValue{step.index} = {value};")
             else:
-                if step.is_output:
-                    dst = "outTile[r * ROW_STRIDE]"
-                else:
-                    dst = self._row_slot(self.program.intermediate_slot(step.index),
-                                         str(step.buffer.dtype))
-                emit_full_step(buf, printer, step, tiles, slot, dst, "cols")
+                self._emit_full(buf, printer, step, tiles, "outTile[r * ROW_STRIDE]", "cols")
 
     def emit_copy_out(self, buf):
         t = self.ctype
@@ -305,22 +302,8 @@ class RowReduceKernelPrinter:
                 buf.line(f"AscendC::LocalTensor<{t}> {n_}Col;")
             elif kind is RowAccessKind.SCALAR:
                 buf.line(f"{t} {n_}Val;")
-        buf.line(f"AscendC::GlobalTensor<{self.ctype}> outGm;")
-        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
-        if self.slot_base + self.program.temp_slots:
-            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
-        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> workBuf;")
-        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> reducedBuf;")
-        buf.line("uint64_t rowStart = 0;")
-        buf.line("uint64_t blockRows = 0;")
-        buf.line("uint32_t tileRows = 0;")
-        buf.line("uint32_t cols = 0;")
-
-    def tiling_values(self) -> dict:
-        return tiling_values(row_tiling_fields(self.tiling))
-
-    def kernel_params(self) -> list:
-        return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
+        self._emit_row_members(buf)
+        self.emit_share_members(buf, "tileRows", "cols")
 
 
 # accumulating one chunk's partial ``part`` into ``acc``; the first chunk starts it
@@ -332,6 +315,8 @@ ACCUMULATE = {"sum": "c0 == 0 ? part : {acc} + part",
 class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
     """Prints the multi-pass kernel of rows longer than the UB: per row, ``passes`` sweeps over
     chunks of ``chunkCols`` columns; every UB slot holds one chunk (``CHUNK_STRIDE``)."""
+
+    copied_fields = ("cols", "chunkCols")
 
     def __init__(self, symbol: str, func, tiling):
         super().__init__(symbol, func, tiling)
@@ -350,52 +335,30 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
         """Inputs pass ``p`` copies in chunk by chunk."""
         return list(self.passes.streamed[p - 1])
 
-    def emit_tiling_struct(self, buf):
-        emit_tiling_fields(buf, self.symbol, self.tiling_fields())
+    def emit_tiling_constants(self, buf):
         buf.line(f"// {self.passes.count} pass(es) per row over chunks of {self.chunk} columns")
         buf.line(f"constexpr uint32_t CHUNK_STRIDE = {self.chunk};  // a chunk slot, 32-byte "
                  "aligned")
         buf.line(f"constexpr uint32_t SLOT_BYTES = {self.slot_bytes};  // per element, row slots")
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
-        buf.line()
 
-    def emit_init(self, buf):
-        t = self.ctype
-        args = ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)
-        with buf.indent(f"__aicore__ inline void Init({args}, const TilingData& tiling) {{"):
-            buf.line("cols = tiling.cols;")
-            buf.line("chunkCols = tiling.chunkCols;")
-            buf.line("rowStart = tiling.blockRows * AscendC::GetBlockIdx();")
-            buf.line("uint64_t rowEnd = rowStart + tiling.blockRows;")
-            buf.line("if (rowEnd > tiling.rows) rowEnd = tiling.rows;")
-            buf.line("blockRows = rowEnd > rowStart ? rowEnd - rowStart : 0;")
-            for name, kind in self.program.inputs.items():
-                n, ct = self.names[name], self._ctype(name)
-                size = buffer_size(next(p for p in self.params if p.name == name))
-                if kind is RowAccessKind.ROWS:
-                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n} + rowStart * cols, "
-                             "blockRows * cols);")
-                elif kind is RowAccessKind.SCALAR:
-                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, 1);")
-                    buf.line(f"{n}Val = {n}Gm.GetValue(0);")
-                else:
-                    buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, {size});")
-                if kind in CHUNK_STREAMED:
-                    buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, CHUNK_STRIDE * "
-                             f"sizeof({ct}));")
-            out = self.names[self.program.out_buffer.name]
-            if self.program.out_full:
-                buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart * cols, "
+    def emit_buffers(self, buf):
+        for name, kind in self.program.inputs.items():
+            n, ct = self.names[name], self._ctype(name)
+            size = buffer_size(next(p for p in self.params if p.name == name))
+            if kind is RowAccessKind.ROWS:
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n} + rowStart * cols, "
                          "blockRows * cols);")
-                buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, CHUNK_STRIDE * sizeof({t}));")
+            elif kind is RowAccessKind.SCALAR:
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, 1);")
+                buf.line(f"{n}Val = {n}Gm.GetValue(0);")
             else:
-                buf.line(f"outGm.SetGlobalBuffer((__gm__ {t}*){out} + rowStart, blockRows);")
-                buf.line("pipe.InitBuffer(outQue, BUFFER_NUM, 32);")
-            slots = self.slot_base + self.program.temp_slots
-            if slots:
-                buf.line(f"pipe.InitBuffer(rowBuf, {slots} * CHUNK_STRIDE * SLOT_BYTES);")
-            buf.line("pipe.InitBuffer(workBuf, CHUNK_STRIDE * SLOT_BYTES);")
-            buf.line("pipe.InitBuffer(reducedBuf, 32);")
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {ct}*){n}, {size});")
+            if kind in CHUNK_STREAMED:
+                buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, CHUNK_STRIDE * "
+                         f"sizeof({ct}));")
+        self._emit_output_buffers(buf, f"CHUNK_STRIDE * sizeof({self.ctype})", "32")
+        self._emit_row_buffers(buf, "CHUNK_STRIDE")
 
     def _step_names(self, indices) -> str:
         return ", ".join(f"{s.kind} {s.buffer.name}" for s in self.program.steps
@@ -470,23 +433,11 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
                                  f"{cpp_type(str(step.buffer.dtype))}>(acc{step.index});")
                 self._emit_row_steps(buf, p)
 
-    def _leaves(self) -> tuple[dict, dict]:
-        tiles, scalars = {}, {}
-        for key, (kind, buffer, step) in self.program.loads.items():
-            n_ = self.names.get(buffer.name, ident(buffer.name))
-            dtype = str(buffer.dtype)
-            if kind in CHUNK_STREAMED:
-                tiles[key] = Operand(f"{n_}Tile", True, dtype)
-            elif kind is RowAccessKind.INTERMEDIATE:
-                tiles[key] = Operand(self._row_slot(self.program.intermediate_slot(step), dtype),
-                                     True, dtype, mask=dtype == "bool")
-            elif kind is RowAccessKind.ROW_SCALAR:
-                scalars[key] = f"{n_}RowVal"
-            elif kind is RowAccessKind.SCALAR:
-                scalars[key] = f"{n_}Val"
-            else:  # a row value computed before this pass
-                scalars[key] = f"rowValue{step}"
-        return tiles, scalars
+    def _input_tile(self, n_: str, kind) -> str:
+        return f"{n_}Tile"  # every streamed input, the columns too, comes chunk by chunk
+
+    def _row_scalar(self, n_: str, name: str) -> str:
+        return f"{n_}RowVal"  # read once a row by BeginRow
 
     def _emit_row_steps(self, buf, after: int) -> None:
         """The row steps whose inputs are complete after pass ``after`` (0: the row start)."""
@@ -500,12 +451,8 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
         """One reduction or full step of the row program on the chunk ``[c0, c0 + n)``."""
         tiles, scalar_names = self._leaves()
         printer = TileProgramPrinter(self.symbol, ScalarPrinter(scalar_names, expr_key))
-
-        def slot(k, node):
-            return self._row_slot(self.slot_base + k, expr_dtype(node))
-
         if step.kind == "reduce":
-            operand = reduced_operand(buf, printer, step, tiles, slot, "n")
+            operand = reduced_operand(buf, printer, step, tiles, self._temp_slot, "n")
             with buf.indent("{", "}"):
                 if operand.is_tile:
                     acc = emit_reduce_call(buf, step, operand, "n")
@@ -518,12 +465,7 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
                 rule = ACCUMULATE[step.reducer].format(acc=f"acc{step.index}")
                 buf.line(f"acc{step.index} = {rule};")
             return
-        if step.is_output:
-            dst = "outTile"
-        else:
-            dst = self._row_slot(self.program.intermediate_slot(step.index),
-                                 str(step.buffer.dtype))
-        emit_full_step(buf, printer, step, tiles, slot, dst, "n")
+        self._emit_full(buf, printer, step, tiles, "outTile", "n")
 
     def emit_copy_out(self, buf):
         t = self.ctype
@@ -556,24 +498,15 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
                 buf.line(f"{t} {n_}Val;")
             else:
                 buf.line(f"{t} {n_}RowVal;")
-        buf.line(f"AscendC::GlobalTensor<{self.ctype}> outGm;")
-        buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
-        if self.slot_base + self.program.temp_slots:
-            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
-        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> workBuf;")
-        buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> reducedBuf;")
+        self._emit_row_members(buf)
         for step in self.program.steps:
             if step.kind == "reduce":
                 buf.line(f"float acc{step.index} = 0;  // partial {step.reducer}")
             if step.kind != "full":
                 buf.line(f"{cpp_type(str(step.buffer.dtype))} rowValue{step.index};")
-        buf.line("uint64_t rowStart = 0;")
-        buf.line("uint64_t blockRows = 0;")
-        buf.line("uint32_t cols = 0;")
-        buf.line("uint32_t chunkCols = 0;")
+        self.emit_share_members(buf, "cols", "chunkCols")
 
     def tiling_fields(self) -> list[TilingField]:
-        """TilingData's fields with the values the host launcher writes."""
         t = self.tiling
         return [TilingField("uint64_t", "rows", t.total, "rows of the output"),
                 TilingField("uint64_t", "blockRows", t.block_len,
@@ -581,9 +514,6 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
                 TilingField("uint32_t", "cols", t.cols, "elements per row"),
                 TilingField("uint32_t", "chunkCols", self.chunk,
                             "elements per chunk: each pass sweeps the row")]
-
-    def tiling_values(self) -> dict:
-        return tiling_values(self.tiling_fields())
 
 
 __all__ = ["RowReduceKernelPrinter", "ChunkedRowKernelPrinter"]

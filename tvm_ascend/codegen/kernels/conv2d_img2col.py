@@ -12,7 +12,7 @@ True
 """
 from __future__ import annotations
 
-from ..schedules.tiling import dtype_bytes
+from ...schedules.tiling import dtype_bytes
 
 
 class Img2colPrinter:
