@@ -27,6 +27,7 @@ from .config import CompileConfig
 from .errors import CodegenError, ToolchainError
 from .fallback import KernelFailure, compile_error_kernels, failure_of, policy_after
 from .frontend import load_model, read_model
+from .partition.cost import GroupCost
 from .partition.grouping import node_graph, partition
 from .partition.policy import FusionPolicy, switches_of
 from .dumps import Dumper
@@ -43,9 +44,13 @@ logger = logging.getLogger("tvm_ascend")
 
 
 def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
-                precision: tuple = ("must_keep_origin_dtype", ())):
-    """Prepare (with the precision mode ``precision`` = (mode, keep_dtype)) and partition
-    ``imported`` under ``policy``.
+                precision: tuple = ("must_keep_origin_dtype", ()), cost: GroupCost | None = None):
+    """Prepare (with the precision mode ``precision`` = (mode, keep_dtype[, implmode])) and
+    partition ``imported`` under ``policy``.
+
+    ``prepare`` runs once, and every partition asks one ``cost`` (``GroupCost``, a new one when
+    none is given): the alternatives below and the plans a kernel failure makes ``build`` draw
+    again share its plans, since a PrimFunc plans the same on one SoC whatever holds it.
 
     HorizontalFusion rewrites the graph before partitioning, so whether it pays shows only in
     the groups that follow (a merged Q/K/V projection pays when the attention kernel takes
@@ -55,18 +60,21 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
     estimated latency is kept; the report's ``horizontal_fusion`` records every estimate.
     """
     fold = "BatchNormFolding" in policy.rules
-    result = partition(prepare(imported, params, fold, precision), soc, policy=policy)
+    cost = cost or GroupCost(soc)
+    prepared = prepare(imported, params, fold, precision)
+    result = partition(prepared, soc, policy=policy, cost=cost)
     if "HorizontalFusion" not in policy.rules:
         return result
-    merged_mod, merged = merge_parallel_matmuls(prepare(imported, params, fold, precision))
+    merged_mod, merged = merge_parallel_matmuls(prepared)
     # elementwise merges are a second alternative on top of the MatMul one: a bad one (e.g. bias
     # Adds torn from their MatMuls) must not cost a good QKV merge
     both_mod, elementwise = merge_parallel_elementwise(merged_mod)
     alternatives = [(result, "none", 0)]
     if merged:
-        alternatives.append((partition(merged_mod, soc, policy=policy), "matmul", merged))
+        alternatives.append((partition(merged_mod, soc, policy=policy, cost=cost), "matmul",
+                             merged))
     if elementwise:
-        alternatives.append((partition(both_mod, soc, policy=policy),
+        alternatives.append((partition(both_mod, soc, policy=policy, cost=cost),
                              "matmul+elementwise" if merged else "elementwise", elementwise))
     if len(alternatives) == 1:
         return result
@@ -235,8 +243,9 @@ def _plan_and_build(imported: tvm.IRModule, policy: FusionPolicy, config: Compil
     into single ops, a single op on the host: ``fallback.py``), unless ``config.strict``."""
     soc = config.soc
     failures: list[KernelFailure] = []
+    cost = GroupCost(soc)  # a plan drawn again after a failure re-asks the same PrimFuncs
     for _ in range(MAX_PLANS):
-        result = plan_fusion(imported, policy, soc, params, precision_of(config))
+        result = plan_fusion(imported, policy, soc, params, precision_of(config), cost)
         try:
             return _build_plan(result, imported, config, failures, key)
         except _KernelsFailed as failed:

@@ -355,7 +355,8 @@ def _codegen_function(prim_gv, prim_func, args, out_ty, symbol, group_json, plan
 
 
 def partition(mod: tvm.IRModule, soc, fuse: bool = True,
-              policy: FusionPolicy | None = None) -> PartitionResult:
+              policy: FusionPolicy | None = None, cost: GroupCost | None = None
+              ) -> PartitionResult:
     """Group ``mod``'s operators and mark the NPU groups for the ``ascend`` codegen.
 
     Parameters
@@ -368,6 +369,10 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True,
         ``False`` keeps one kernel per operator (fusion off); ignored when ``policy`` is given.
     policy : FusionPolicy, optional
         Rules on, rule set, fenced nodes, imported plan (``FusionPolicy.from_config``).
+    cost : GroupCost, optional
+        The plans and estimates to ask (a new one for ``soc`` when none is given); a caller
+        that partitions several variants of one model passes one, so each PrimFunc is planned
+        once.
 
     Example
     -------
@@ -382,7 +387,7 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True,
     lowered = relax.transform.AnnotateTIROpPattern()(lowered)
     lowered, by_callee = _unshare_callees(lowered, ops)
     matches: Counter = Counter()
-    cost = GroupCost(soc)
+    cost = cost or GroupCost(soc)
     untileable: dict[str, str] = {}
     for _ in range(4):
         fused, members, split = _fuse_ops(lowered, by_callee, policy, matches, untileable)
