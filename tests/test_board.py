@@ -9,6 +9,7 @@ import re
 import socket
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 import tvm_ffi
@@ -293,6 +294,11 @@ def test_emulator_time_kernel_names_an_unknown_kernel_and_bad_repeats(tmp_path, 
         board.emulator_time_kernel(path, chain[1], 0)
     with pytest.raises(AscendError, match="built for the CPU emulator"):
         board.acl_time_kernel(path, chain[1], 1)
+    # a library cut short on its way to the board is refused before dlopen, naming the file
+    truncated = tmp_path / "cut.so"
+    truncated.write_bytes(Path(path).read_bytes()[:4096])
+    with pytest.raises(tvm_ascend.ModelLoadError, match="cut.so"):
+        board.model_input_specs(truncated)
 
 
 def test_acl_backend_is_refused_with_the_reason_without_cann(capsys):

@@ -139,6 +139,9 @@ def model_input_specs(library_path) -> list[tuple[tuple, str]]:
     """
     from tvm import relax
 
+    from ..runtime.artifacts import verify_library
+
+    verify_library(library_path)  # before dlopen: a truncated library would kill the process
     stats = relax.VMExecutable(tvm.runtime.load_module(str(library_path))).stats()
     specs = {}
     for index, dims, dtype in _PARAM_ANNOTATION.findall(stats):
