@@ -95,3 +95,18 @@ def add_chain(builder: ModelBuilder, index: int, shape, steps: list[str]) -> Non
     for kind in steps:
         value = builder.step(kind, value, shape, second)
     builder.output(value, shape)
+
+
+def conv_bn(b: ModelBuilder, x: str, cin: int, cout: int, relu: bool = True,
+            residual=None) -> str:
+    """A 3x3 Conv (pad 1) + BatchNormalization (+ residual Add) (+ Relu) on ``b``; its output."""
+    w = b.const(b.rng.standard_normal((cout, cin, 3, 3)) * 0.2, "w")
+    stats = [b.const(b.rng.uniform(0.5, 1.5, cout), "gamma"),
+             b.const(b.rng.standard_normal(cout) * 0.1, "beta"),
+             b.const(b.rng.standard_normal(cout) * 0.1, "mean"),
+             b.const(b.rng.uniform(0.5, 1.5, cout), "var")]
+    y = b.node("BatchNormalization", [b.node("Conv", [x, w], pads=[1, 1, 1, 1]), *stats],
+               epsilon=1e-3)
+    if residual is not None:
+        y = b.node("Add", [y, residual])
+    return b.node("Relu", [y]) if relu else y

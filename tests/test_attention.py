@@ -20,13 +20,12 @@ from tvm_ascend.schedules import AttentionSchedule, RowReduceSchedule
 from tvm_ascend.schedules.analysis.attention_shape import attention_shape
 from tvm_ascend.schedules.attention import AttentionKnobs
 from tvm_ascend.soc import get_soc
-from conftest import run_onnxruntime
+from conftest import TOLERANCES, run_onnxruntime
 from onnx_models import ModelBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
 # Online softmax reorders the sums (and fp16 rounds P before the product), hence a looser
 # tolerance than the table's for fp32.
-ATTENTION_TOL = {"float32": {"rtol": 1e-4, "atol": 1e-4}, "float16": {"rtol": 2e-2, "atol": 2e-2}}
 
 
 def attention_model(batch=2, seq=20, heads=2, dim=64, proj=True, mask="row", dtype="float32",
@@ -183,7 +182,7 @@ def test_attention_is_one_kernel_matching_onnxruntime(case):
     (out,) = lib.run(mb.feeds)
     (ref,) = run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
-                               **ATTENTION_TOL[case["dtype"]])
+                               **TOLERANCES["cube/" + case["dtype"]])
     (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
     tiling = group["tiling"]
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
@@ -209,7 +208,7 @@ def test_attention_with_a_one_element_scale_is_one_kernel(scale_shape, scale_op,
     assert lib.fusion_report()["kernels"]["host"] == 0
     (out,), (ref,) = lib.run(mb.feeds), run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
-                               **ATTENTION_TOL[dtype])
+                               **TOLERANCES["cube/" + dtype])
 
 
 def test_a_scale_read_at_run_time_is_named_in_the_refusal():
@@ -239,7 +238,7 @@ def test_attention_on_a_soc_without_datacopypad(case):
     (out,) = lib.run(mb.feeds)
     (ref,) = run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
-                               **ATTENTION_TOL[case["dtype"]])
+                               **TOLERANCES["cube/" + case["dtype"]])
     params = group["tiling"]["params"]
     assert not params["data_copy_pad"] and params["scalar_gather_elems"] > 0
     assert params["workspace_read_bytes"] == params["workspace_write_bytes"] == 0
@@ -300,7 +299,7 @@ def test_attention_takes_a_where_before_the_softmax(where, dtype, target):
     assert any(n.startswith("where") for n in group["nodes"])
     (out,), (ref,) = lib.run(mb.feeds), run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
-                               **ATTENTION_TOL[dtype])
+                               **TOLERANCES["cube/" + dtype])
     params = group["tiling"]["params"]
     assert params["keep"] and params["mask_inside"] == (where == "inside")
     (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
@@ -347,7 +346,7 @@ def test_long_sequence_attention_on_the_emulator():
     _attention_group(lib)
     (out,) = lib.run(mb.feeds)
     (ref,) = run_onnxruntime(mb.model(), mb.feeds)
-    np.testing.assert_allclose(out, ref, **ATTENTION_TOL["float32"])
+    np.testing.assert_allclose(out, ref, **TOLERANCES["cube/float32"])
 
 
 # ---- the emulator: Matmul with A from the UB ---------------------------------------------------

@@ -14,8 +14,8 @@ import pytest
 from onnx import numpy_helper
 
 import tvm_ascend
-from conftest import run_onnxruntime
-from onnx_models import ModelBuilder
+from conftest import TOLERANCES, run_onnxruntime
+from onnx_models import ModelBuilder, conv_bn
 from tvm_ascend import ir_attrs
 from tvm_ascend.frontend import load_model
 from tvm_ascend.prepare import prepare
@@ -23,7 +23,6 @@ from tvm_ascend.prepare import prepare
 # A conv output sums K = Cin/G * kh * kw products in another order than onnxruntime (K chunks
 # on the cube, then added): float32 differs by a few ulps of the largest partial sum; float16
 # rounds each K chunk's product to fp16 before the add, so ~1e-3 relative per chunk.
-CONV_TOL = {"float32": {"rtol": 1e-4, "atol": 1e-4}, "float16": {"rtol": 2e-2, "atol": 2e-2}}
 
 # (N, Cin, H, W, Cout, kernel, stride, pad, dilation, groups, epilogue)
 SWEEP = [
@@ -107,7 +106,7 @@ def test_conv_sweep_float32_matches_onnxruntime_and_counters():
     lib = tvm_ascend.build(model)
     outs, refs = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
     for case, out, ref in zip(SWEEP, outs, refs):
-        np.testing.assert_allclose(out, ref, **CONV_TOL["float32"], err_msg=str(case))
+        np.testing.assert_allclose(out, ref, **TOLERANCES["cube/float32"], err_msg=str(case))
     convs = _check_counters(lib)
     assert len(convs) == len(SWEEP)  # every conv, with its whole epilogue, is one NPU kernel
     report = lib.report.to_json()
@@ -159,33 +158,20 @@ def test_conv_float16_bias_relu_and_residual():
     ref1 = np.maximum(_numpy_conv(x16, w1.astype(np.float16), 2, 1, 1, 1)
                       + bias.astype(np.float16).reshape(1, -1, 1, 1), 0).astype(np.float16)
     ref = _numpy_conv(ref1, w2.astype(np.float16), 1, 0, 1, 1) + b.feeds["r"]
-    np.testing.assert_allclose(out.astype(np.float64), ref, **CONV_TOL["float16"])
+    np.testing.assert_allclose(out.astype(np.float64), ref, **TOLERANCES["cube/float16"])
     assert len(_check_counters(lib)) == 2
-
-
-def _conv_bn(b, x, cin, cout, relu=True, residual=None):
-    w = b.const(b.rng.standard_normal((cout, cin, 3, 3)) * 0.2, "w")
-    stats = [b.const(b.rng.uniform(0.5, 1.5, cout), "gamma"),
-             b.const(b.rng.standard_normal(cout) * 0.1, "beta"),
-             b.const(b.rng.standard_normal(cout) * 0.1, "mean"),
-             b.const(b.rng.uniform(0.5, 1.5, cout), "var")]
-    y = b.node("BatchNormalization", [b.node("Conv", [x, w], pads=[1, 1, 1, 1]), *stats],
-               epsilon=1e-3)
-    if residual is not None:
-        y = b.node("Add", [y, residual])
-    return b.node("Relu", [y]) if relu else y
 
 
 def test_conv_bn_relu_and_residual_block_are_one_kernel_each():
     b = ModelBuilder("float32", seed=7)
     x = b.input("x", (1, 8, 12, 12))
-    y = _conv_bn(b, x, 8, 8)                 # conv + bn + relu
-    z = _conv_bn(b, y, 8, 8, residual=x)     # conv + bn + residual add + relu
+    y = conv_bn(b, x, 8, 8)                 # conv + bn + relu
+    z = conv_bn(b, y, 8, 8, residual=x)     # conv + bn + residual add + relu
     b.output(z, (1, 8, 12, 12))
     model = b.model()
     lib = tvm_ascend.build(model)
     np.testing.assert_allclose(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0],
-                               **CONV_TOL["float32"])
+                               **TOLERANCES["cube/float32"])
     convs = _check_counters(lib)
     assert len(convs) == 2 and lib.report.to_json()["kernels"] == {"ascend": 2, "host": 0}
     nodes = [set(g["onnx_nodes"]) for g in convs]
@@ -197,7 +183,7 @@ def test_conv_bn_relu_and_residual_block_are_one_kernel_each():
 def test_fold_batch_norm_leaves_no_batch_norm():
     b = ModelBuilder("float32", seed=8)
     x = b.input("x", (1, 4, 6, 6))
-    b.output(_conv_bn(b, x, 4, 4, relu=False), (1, 4, 6, 6))
+    b.output(conv_bn(b, x, 4, 4, relu=False), (1, 4, 6, 6))
     text = prepare(load_model(b.model(), None))["main"].script()
     assert "nn.batch_norm(" not in text and "conv2d" in text
 
@@ -230,13 +216,13 @@ def test_conv_sweep_on_soc_without_datacopypad(dtype):
     for index, case in enumerate(SWEEP_310P):
         _add_conv(b, case, index)
     if dtype == "float32":
-        b.output(_conv_bn(b, b.input("xbn", (1, 8, 11, 11)), 8, 12), (1, 12, 11, 11))
+        b.output(conv_bn(b, b.input("xbn", (1, 8, 11, 11)), 8, 12), (1, 12, 11, 11))
     model = b.model()
     lib = tvm_ascend.build(model, target="ascend/310p3")
     outs, refs = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
     assert len(outs) == len(refs) == len(SWEEP_310P) + (dtype == "float32")
     for index, (out, ref) in enumerate(zip(outs, refs)):
-        np.testing.assert_allclose(out.astype(np.float64), ref, **CONV_TOL[dtype],
+        np.testing.assert_allclose(out.astype(np.float64), ref, **TOLERANCES["cube/" + dtype],
                                    err_msg=f"output {index}")
     convs = _check_counters(lib)
     report = lib.report.to_json()
@@ -292,7 +278,7 @@ def test_conv_epilogue_covers_many_rows_per_call(target, dtype):
     model = b.model()
     lib = tvm_ascend.build(model, target=target)
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
-    np.testing.assert_allclose(out.astype(np.float64), ref, **CONV_TOL[dtype])
+    np.testing.assert_allclose(out.astype(np.float64), ref, **TOLERANCES["cube/" + dtype])
     (launch,) = lib.profile(reset=False)
     (conv,) = _check_counters(lib)
     p = conv["tiling"]["params"]
@@ -319,7 +305,7 @@ def test_conv_epilogue_row_by_row_when_a_record_asks(monkeypatch, tmp_path):
 
     b = ModelBuilder("float32", seed=9)
     x = b.input("x", (2, 8, 7, 9))
-    b.output(_conv_bn(b, x, 8, 24, residual=b.input("r", (2, 24, 7, 9))), (2, 24, 7, 9))
+    b.output(conv_bn(b, x, 8, 24, residual=b.input("r", (2, 24, 7, 9))), (2, 24, 7, 9))
     model = b.model()
     result = tvm_ascend.partition_for_ascend(model)
     (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
@@ -331,7 +317,7 @@ def test_conv_epilogue_row_by_row_when_a_record_asks(monkeypatch, tmp_path):
                         lambda mod, soc, *_, **__: schedule_groups(mod, soc, database=db))
     lib = tvm_ascend.build(model)
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
-    np.testing.assert_allclose(out, ref, **CONV_TOL["float32"])
+    np.testing.assert_allclose(out, ref, **TOLERANCES["cube/float32"])
     (conv,) = _check_counters(lib)
     assert conv["tiling"]["params"]["epilogue_rows"] == 1
     assert Conv2dSchedule.schedule(func, get_soc("Ascend910B1"))[1].params["epilogue_rows"] > 1
@@ -358,7 +344,7 @@ def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
     model = b.model()
     lib = tvm_ascend.build(model)
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
-    np.testing.assert_allclose(out, ref, **CONV_TOL["float32"])
+    np.testing.assert_allclose(out, ref, **TOLERANCES["cube/float32"])
     (conv,) = _check_counters(lib)  # the col copies and B reads are in the GM bytes
     p = conv["tiling"]["params"]
     assert p["col_in_gm"] and p["chunks"] > 1 and p["mm_chunks"] == 1
@@ -397,7 +383,7 @@ def test_coupled_chip_takes_the_gm_col_block_when_the_estimate_says_so():
     model = b.model()
     lib = tvm_ascend.build(model, target="ascend/310p3")
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
-    np.testing.assert_allclose(out.astype(np.float64), ref, **CONV_TOL["float16"])
+    np.testing.assert_allclose(out.astype(np.float64), ref, **TOLERANCES["cube/float16"])
     (conv,) = _check_counters(lib)
     p = conv["tiling"]["params"]
     assert p["col_in_gm"] and p["chunks"] > 1 and p["mm_chunks"] == 1
@@ -456,7 +442,7 @@ def test_partitioner_takes_smaller_tiles_when_the_default_leaves_cores_idle():
     model = b.model()
     lib = tvm_ascend.build(model)
     np.testing.assert_allclose(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0],
-                               **CONV_TOL["float32"])
+                               **TOLERANCES["cube/float32"])
     (conv,) = _check_counters(lib)
     p = conv["tiling"]["params"]
     assert (p["base_m"], p["base_n"]) != (64, 64) and conv["tiling"]["cores"] > 2

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import TOLERANCES
+
 ROOT = Path(__file__).resolve().parents[1]
 EMU_DIR = ROOT / "contrib" / "ascendc_emu"
 SRC_DIR = ROOT / "tests" / "emu"
@@ -27,11 +29,6 @@ BASE_FLAGS = ["-std=c++17", "-DASCENDC_CPU_DEBUG", f"-I{EMU_DIR}", "-pthread"]
 # The header must stay warning-free; -Wno-comment only as soc_profiles.def's comment holds "/*".
 WARN_FLAGS = ["-Wall", "-Wextra", "-Wno-comment"]
 
-# Tolerances per dtype (numpy reference vs emulator).
-TOL = {
-    "float32": {"rtol": 1e-5, "atol": 1e-7},
-    "float16": {"rtol": 1e-2, "atol": 1e-3},
-}
 
 # name -> (source, extra flags, mode). Mode "header": the plain header-only build every kernel
 # gets by default; mode "split": -DASCENDC_EMU_SEPARATE_RUNTIME, linked with one runtime object
@@ -144,7 +141,8 @@ def test_vec_add_with_unaligned_tail(bins, tmp_path, dtype, buffer_num):
     tag = "f32" if dtype == "float32" else "f16"
     out = run(bins["vec_add"], tag, buffer_num, n, 8, 512, tmp_path)
     z = np.fromfile(tmp_path / "z.bin", dtype=dtype)
-    np.testing.assert_allclose(z.astype(np.float32), (x + y).astype(np.float32), **TOL[dtype])
+    np.testing.assert_allclose(z.astype(np.float32), (x + y).astype(np.float32),
+                               **TOLERANCES["emulator/" + dtype])
     st = stats_of(out)
     elem = np.dtype(dtype).itemsize
     assert st["gm_read_bytes"] == 2 * n * elem and st["gm_write_bytes"] == n * elem
@@ -187,7 +185,7 @@ def test_softmax_rows(bins, tmp_path, mode):
     out = run(bins["softmax"], mode, rows, cols, 4, 4, tmp_path)
     y = np.fromfile(tmp_path / "y.bin", dtype=np.float32).reshape(rows, cols)
     e = np.exp(x - x.max(axis=1, keepdims=True))
-    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), **TOL["float32"])
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), **TOLERANCES["emulator/float32"])
     st = stats_of(out)
     assert st["gm_read_bytes"] == x.nbytes and st["gm_write_bytes"] == x.nbytes
     ops = st["vector_by_op"]
@@ -368,7 +366,7 @@ def test_single_op_matches_numpy(bins, tmp_path, op):
     if kind == "f":
         np.testing.assert_allclose(z[:n], ref, rtol=1e-5, atol=1e-6)
     elif kind == "f16":
-        np.testing.assert_allclose(z[:n], ref, **TOL["float16"])
+        np.testing.assert_allclose(z[:n], ref, **TOLERANCES["emulator/float16"])
     elif kind == "exact":
         np.testing.assert_array_equal(z[:n], ref.astype(np.float32))
     elif kind == "i32":

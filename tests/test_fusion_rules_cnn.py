@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 import tvm_ascend
-from conftest import run_onnxruntime
-from onnx_models import ModelBuilder
-from test_conv import CONV_TOL, _conv_bn
+from conftest import TOLERANCES, run_onnxruntime
+from onnx_models import ModelBuilder, conv_bn
 
 
 @pytest.fixture(scope="module")
@@ -16,8 +15,8 @@ def block():
     """Conv -> BatchNorm -> ReLU, then Conv -> BatchNorm -> residual Add -> ReLU."""
     b = ModelBuilder("float32", seed=11)
     x = b.input("x", (1, 8, 10, 10))
-    y = _conv_bn(b, x, 8, 8)
-    b.output(_conv_bn(b, y, 8, 8, residual=x), (1, 8, 10, 10))
+    y = conv_bn(b, x, 8, 8)
+    b.output(conv_bn(b, y, 8, 8, residual=x), (1, 8, 10, 10))
     return b
 
 
@@ -29,7 +28,7 @@ def _build(builder, tmp_path=None, switch: str = "", **config):
     model = builder.model()
     lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(**config))
     np.testing.assert_allclose(lib.run(builder.feeds)[0],
-                               run_onnxruntime(model, builder.feeds)[0], **CONV_TOL["float32"])
+                               run_onnxruntime(model, builder.feeds)[0], **TOLERANCES["cube/float32"])
     return lib.fusion_report()
 
 

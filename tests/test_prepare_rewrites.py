@@ -13,7 +13,6 @@ from tvm import relax
 import tvm_ascend
 from conftest import TOLERANCES, assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
-from test_conv import CONV_TOL
 from tvm_ascend.partition.report import explain_node
 from tvm_ascend.prepare import prepare
 from tvm_ascend.prepare.relax_rewrite import prepare_rewrites
@@ -116,7 +115,7 @@ def test_standalone_batchnorm_runs_on_the_npu_with_its_relu(dtype):
     relu = b.node("Relu", [bn])
     w = b.const(b.rng.standard_normal((5, 7, 3, 3)) * 0.2, "w")
     b.output(b.node("Conv", [relu, w], pads=[1, 1, 1, 1]), (1, 5, 5, 6))
-    _, report = _build(b, CONV_TOL[dtype])
+    _, report = _build(b, TOLERANCES["cube/" + dtype])
     assert report["kernels"] == {"ascend": 2, "host": 0}
     (group,) = _groups_of(report, bn)
     assert group["on_npu"] and relu in group["nodes"]
@@ -137,7 +136,7 @@ def test_conv_batchnorm_folding_still_wins():
     relu = b.node("Relu", [folded])
     lowered = b.node("BatchNormalization", [relu, *_stats(b, 7)])
     b.output(lowered, (1, 7, 7, 7))
-    _, report = _build(b, CONV_TOL["float32"])
+    _, report = _build(b, TOLERANCES["cube/float32"])
     assert report["kernels"]["host"] == 0
     (conv_group,) = _groups_of(report, conv)
     assert folded in conv_group["nodes"]
@@ -229,7 +228,7 @@ def test_float16_conv_batchnorm_with_fusion_off_is_lowered_and_unfused():
     bn = b.node("BatchNormalization", [conv, *_stats(b, 7)])
     w2 = b.const(b.rng.standard_normal((4, 7, 1, 1)) * 0.3, "w2")
     b.output(b.node("Conv", [bn, w2]), (1, 4, 6, 5))
-    _, report = _build(b, CONV_TOL["float16"], fusion_level="off")
+    _, report = _build(b, TOLERANCES["cube/float16"], fusion_level="off")
     record = _records(report, "BatchNormLowering")[bn]
     assert record["applied"] and "float16" in record["reason"]
     assert "relax.nn.batch_norm" not in _ops(report)
