@@ -1,8 +1,11 @@
 """Tiling plans: frozen data that the printer obeys and the cost model reads."""
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import asdict, dataclass, field
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
 
 import tvm
 
@@ -61,6 +64,147 @@ def round_up(a: int, b: int) -> int:
 
 
 @dataclass(frozen=True)
+class KernelWork:
+    """What one kernel does, as its template's plan counts it: the timing model's only input
+    besides the Tiling's geometry (cores, tiles, buffers, GM bytes) and the TIR's vector ops.
+
+    Whole-kernel counts: ``cube_macs`` (MACs issued on the cube, fractal padding included);
+    ``cube_operand_bytes`` (GM bytes the cube's operand loads read, part of the Tiling's
+    ``gm_read_bytes``) and ``l2_operand_bytes`` (those of them that are re-reads served by L2);
+    ``workspace_read_bytes`` / ``workspace_write_bytes`` (GM bytes that go between the cube
+    and the vector cores through the GM workspace, which stays in L2); ``gather_elems`` /
+    ``gather_calls`` (vector Gathers the template adds, e.g. the conv's img2col) and
+    ``template_vector_bytes`` / ``template_vector_calls`` (other vector work it adds:
+    img2col offsets and slab copies); ``scalar_elems`` (elements moved on the scalar unit).
+
+    Busiest-core counts, as the printed loops run: ``steps`` (pipeline steps: UB tiles, row
+    chunks, or cube base tiles), ``vector_repeats`` (times each of the TIR's vector ops is
+    issued), ``extra_vector_calls`` (calls the printer adds around them: the column fills that
+    repeat a broadcast column over a block of rows, one Brcb per column of row scalars).
+
+    How the TIR's vector ops are counted (``cost_model.vector_work``): ``per_output_element``
+    when the template inlines every block into the output's (each op runs once per output
+    element); ``img2col_prologue`` when the blocks before the product are the template's own
+    img2col (counted above, not as vector ops).
+
+    ``aiv_ratio``: vector cores per cube core the kernel runs with (2 on 910B's 1:2 mix); two
+    clients share one cube core's MTE2 and cube time.
+
+    ``a + b`` is the work of ``a`` then ``b`` in one kernel: counts add, the ratio and the
+    counting flags are the kernel's own and must agree; ``KernelWork()`` is the zero.
+
+    >>> (KernelWork(steps=2, cube_macs=10) + KernelWork(steps=1, scalar_elems=3)).steps
+    3
+    """
+
+    steps: int = 0
+    vector_repeats: int = 0
+    extra_vector_calls: int = 0
+    cube_macs: int = 0
+    cube_operand_bytes: int = 0
+    l2_operand_bytes: int = 0
+    workspace_read_bytes: int = 0
+    workspace_write_bytes: int = 0
+    gather_elems: int = 0
+    gather_calls: int = 0
+    template_vector_bytes: int = 0
+    template_vector_calls: int = 0
+    scalar_elems: int = 0
+    aiv_ratio: int = 1
+    per_output_element: bool = False
+    img2col_prologue: bool = False
+
+    _KERNEL_OWN = ("aiv_ratio", "per_output_element", "img2col_prologue")
+
+    def __add__(self, other: "KernelWork") -> "KernelWork":
+        values = {}
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if f.name in self._KERNEL_OWN:
+                default = f.default
+                if mine != default and theirs != default and mine != theirs:
+                    raise ValueError(f"KernelWork.{f.name}: {mine} + {theirs} in one kernel")
+                values[f.name] = theirs if mine == default else mine
+            else:
+                values[f.name] = mine + theirs
+        return KernelWork(**values)
+
+    @staticmethod
+    def from_dict(values: dict) -> "KernelWork":
+        return KernelWork(**values)
+
+
+# template name -> its plan class (TemplatePlan subclasses register themselves)
+PLAN_TYPES: dict = {}
+
+
+@dataclass(frozen=True)
+class TemplatePlan:
+    """Base of the typed plans: what one template decided for one kernel, beyond the Tiling's
+    geometry (base tiles, the img2col method, row chunks, ...), frozen, with one JSON form.
+
+    A template defines its plan as ``@dataclass(frozen=True) class ConvPlan(TemplatePlan,
+    template="conv2d")``; the printer and the tests read its fields, never string keys, and
+    ``Tiling.from_json`` finds the class again by the template's name. Tuples, nested plans
+    and ``X | None`` fields come back from JSON as they went in.
+
+    >>> @dataclass(frozen=True)
+    ... class DemoPlan(TemplatePlan, template="demo"):
+    ...     rows: int
+    ...     pad: tuple = (0, 0)
+    >>> DemoPlan.from_dict(json.loads(json.dumps(asdict(DemoPlan(4, (1, 2)))))).pad
+    (1, 2)
+    """
+
+    template: typing.ClassVar[str] = ""
+
+    def __init_subclass__(cls, template: str = "", **kwargs):
+        super().__init_subclass__(**kwargs)
+        if template:
+            cls.template = template
+            PLAN_TYPES[template] = cls
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        hints = typing.get_type_hints(cls)
+        return cls(**{name: _from_json_value(hints.get(name), value)
+                      for name, value in values.items()})
+
+    @property
+    def planned_data_copy_pad(self):
+        """True/False where the plan chose the copies for a SoC with/without DataCopyPad (the
+        unit's shared copy helpers must be that SoC's), None where it did not."""
+        return getattr(self, "data_copy_pad", None)
+
+    def cube_dims(self) -> tuple:
+        """(m, n, k, base_m, base_n, single_m, single_n) of the cube's product, for the cost
+        model's features; zeros where the kernel has none (cube plans override it)."""
+        return (0,) * 7
+
+
+def _from_json_value(hint, value):
+    """``value`` read back from JSON as the field type ``hint`` says (tuples, nested plans)."""
+    if value is None or hint is None:
+        return value
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            if arg is not type(None):
+                return _from_json_value(arg, value)
+    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        reader = getattr(hint, "from_dict", None)
+        return reader(value) if reader else hint(**value)
+    if origin is tuple or hint is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_json_value(args[0], v) for v in value)
+        if args:
+            return tuple(_from_json_value(a, v) for a, v in zip(args, value))
+        return tuple(tuple(v) if isinstance(v, list) else v for v in value)
+    return value
+
+
+@dataclass(frozen=True)
 class Tiling:
     """How one kernel is split over AI cores and UB tiles.
 
@@ -83,6 +227,8 @@ class Tiling:
     gm_write_bytes: int
     cols: int = 1  # elements per row for row templates (``total`` then counts rows)
     params: dict = field(default_factory=dict)  # template-specific sizes (matmul base tiles)
+    work: KernelWork = KernelWork()  # what the kernel does, for the timing model
+    plan: TemplatePlan | None = None  # the template's typed decisions, for its printer
 
     def __post_init__(self):
         assert self.cores >= 1 and self.tile_len >= 1, self
@@ -95,4 +241,13 @@ class Tiling:
 
     @staticmethod
     def from_json(text: str) -> "Tiling":
-        return Tiling(**json.loads(text))
+        return Tiling.from_dict(json.loads(text))
+
+    @staticmethod
+    def from_dict(values: dict) -> "Tiling":
+        """The Tiling of ``asdict(tiling)`` (a fusion report's ``tiling``)."""
+        values = dict(values)
+        values["work"] = KernelWork.from_dict(values.get("work", {}))
+        if values.get("plan") is not None:
+            values["plan"] = PLAN_TYPES[values["template"]].from_dict(values["plan"])
+        return Tiling(**values)
