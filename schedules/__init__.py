@@ -78,7 +78,7 @@ def plan_template(func, soc):
             closest.append(f"the {template.name} template takes it but TVM could not schedule "
                            f"it ({type(err).__name__})")
             continue
-        fits.append((tiling.params.get("scalar_gather_elems", 0), len(fits), template, tiling))
+        fits.append((tiling.work.scalar_elems, len(fits), template, tiling))
     if not fits:
         # the summary is a template that recognised the group and failed to tile it (a tiling
         # refusal before a TVM error); none when no template recognised it

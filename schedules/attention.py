@@ -39,7 +39,7 @@ from tvm_ascend.errors import TilingError
 
 from .analysis.attention_shape import AttentionShape, _NotAttention, attention_shape
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
-from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
+from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, UB_RESERVED_BYTES
 
 SCORE_BYTES = 4  # scores, probabilities' statistics and the output accumulator are float
 
@@ -180,11 +180,17 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
               "scale": shape.scale, "mask_coef": shape.mask_coef,
               "keep": shape.keep is not None, "mask_inside": shape.mask_inside,
               "data_copy_pad": bool(soc.has_data_copy_pad),
-              "scalar_gather_elems": _scalar_tails(shape, soc, base_q, base_kv), **traffic}
+              "tensor_read_bytes": traffic["tensor_read_bytes"],
+              "tensor_write_bytes": traffic["tensor_write_bytes"]}
+    work = KernelWork(steps=per_core, vector_repeats=min(per_core, total),
+                      cube_macs=traffic["cube_macs"],
+                      workspace_read_bytes=traffic["workspace_read_bytes"],
+                      workspace_write_bytes=traffic["workspace_write_bytes"],
+                      scalar_elems=_scalar_tails(shape, soc, base_q, base_kv))
     return Tiling("attention", total, used, per_core, 1, per_core, 1, 0, ub, soc.ub_bytes,
                   traffic["tensor_read_bytes"] + traffic["workspace_read_bytes"],
                   traffic["tensor_write_bytes"] + traffic["workspace_write_bytes"],
-                  shape.head_dim, params)
+                  shape.head_dim, params, work)
 
 
 def _scalar_tails(shape, soc, base_q, base_kv) -> int:

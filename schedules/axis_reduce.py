@@ -43,7 +43,7 @@ from .analysis.tile_values import (FLOAT_DTYPES, Access, AccessKind, child_exprs
                                    expr_key, flat_offset, make_analyzer, plan_tile_values,
                                    unsupported_construct, uses_var)
 from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
-from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, Tiling, UB_RESERVED_BYTES
+from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, KernelWork, Tiling, UB_RESERVED_BYTES
 from .analysis.tir_walk import (BufferLoad, expr_dtype, load_buffer, param_buffers,
                                 reduce_iter_vars, reducer_of, schedule_blocks)
 
@@ -520,15 +520,16 @@ def _plan(program: AxisProgram, soc, knobs: AxisReduceKnobs) -> Tiling:
               "row_tiles": ceil_div(program.reduce, tile_rows), "align": program.align,
               "epilogue_temp_buffers": program.epilogue_slots,
               "data_copy_pad": bool(soc.has_data_copy_pad), "reducer": program.reducer,
-              "row_by_row": program.row_by_row,
-              # values read on the scalar unit per unit (per row, per outer index): the timing
-              # model charges them, and plan_template prefers templates that read fewer
-              "scalar_gather_elems": sum(
-                  units * (program.reduce if program.loads[key] is AxisInput.ROW_VALUE else 1)
-                  for key in program.values)}
+              "row_by_row": program.row_by_row}
+    # values read on the scalar unit per unit (per row, per outer index): the timing model
+    # charges them, and plan_template prefers templates that read fewer
+    scalar = sum(units * (program.reduce if program.loads[key] is AxisInput.ROW_VALUE else 1)
+                 for key in program.values)
     return Tiling("axis_reduce", units, cores, per_core, 1, per_core, nbuf,
                   program.prologue_slots, fp.ub_bytes(chunk, tile_rows), soc.ub_bytes,
-                  gm_read_bytes(program, cores, chunks), gm_write_bytes(program), chunk, params)
+                  gm_read_bytes(program, cores, chunks), gm_write_bytes(program), chunk, params,
+                  KernelWork(steps=per_core, vector_repeats=min(per_core, units),
+                             scalar_elems=scalar))
 
 
 def gm_read_bytes(program: AxisProgram, cores: int, chunks: int) -> int:

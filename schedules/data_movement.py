@@ -46,7 +46,7 @@ from .analysis.movement_program import (MAX_BURSTS, Choice, MovementProgram, eva
                                         inlined_output_block, movement_program)
 from .analysis.tir_walk import load_buffer, param_buffers
 from .tiling import ceil_div, dtype_bytes, knob_grid
-from .tiling import CORE_LOOP_ANNOTATION, Tiling, UB_RESERVED_BYTES
+from .tiling import CORE_LOOP_ANNOTATION, KernelWork, Tiling, UB_RESERVED_BYTES
 
 
 # ---- the template ------------------------------------------------------------------------------
@@ -182,8 +182,8 @@ def plan_tiling(program: MovementProgram, soc, knobs: DataMovementKnobs) -> Tili
     return Tiling("data_movement", rows, cores, block_rows, tile_rows, tiles_per_core, nbuf,
                   program.plan.n_slots, ub, soc.ub_bytes, gm_read_bytes(program, cores),
                   rows * program.cols * elem, program.cols,
-                  params={"scalar_gather_elems": 0,
-                          "gathered_operands": sum(not op.direct for op in program.operands)})
+                  params={"gathered_operands": sum(not op.direct for op in program.operands)},
+                  work=KernelWork(steps=tiles_per_core, vector_repeats=min(block_rows, rows)))
 
 
 def _largest_fit(program, candidates, cap: int, budget: int, nbuf: int) -> int | None:

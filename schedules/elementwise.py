@@ -26,7 +26,7 @@ from .analysis.tile_values import (AccessKind, buffer_size, classify_load, make_
                                    plan_tile_values, unsupported_construct)
 from .analysis.tir_walk import expr_dtype, first_block_realize, param_buffers, root_blocks, walk
 from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
-from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, UB_RESERVED_BYTES)
 
 RESIDENT_GATHER_MAX_BYTES = 16384  # broadcast sources up to this size stay in the UB per core
 REPEAT_BYTES = 256               # one vector repeat
@@ -209,4 +209,5 @@ def _plan(sch, out_block, flat_loop, func, soc, knobs) -> Tiling:
     return Tiling("elementwise", total, cores, block_len, tile_len, tiles_per_core, buffer_num,
                   plan.n_slots, fp.ub_bytes(tile_len, buffer_num), soc.ub_bytes,
                   _gm_read_bytes(plan, total, cores), total * fp.out_bytes,
-                  params={"scalar_gather_elems": gathered})
+                  work=KernelWork(steps=tiles_per_core, vector_repeats=tiles_per_core,
+                                  scalar_elems=gathered, per_output_element=True))

@@ -16,7 +16,7 @@ Every SoC profile takes it: where DataCopyPad exists (910B, 310B) a tile moves b
 the UB as one multi-burst copy; without it (310P, 910A) each row moves its whole 32-byte blocks
 by DataCopy and its tail element by element on the scalar unit, so no block reaches into
 another core's columns. The GM bytes are the same either way (the emulator counts a scalar
-GetValue/SetValue as its element's bytes); ``params["scalar_gather_elems"]`` counts the tail
+GetValue/SetValue as its element's bytes); ``KernelWork.scalar_elems`` counts the tail
 elements for the timing model, ``params["data_copy_pad"]`` tells the printer which path to
 print. On coupled chips (310P, 910A) the product reaches the UB on chip; on 910B it goes
 through the GM workspace and those bytes are in the plan.
@@ -41,7 +41,7 @@ from .analysis.epilogue_checks import epilogue_refusal
 from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .analysis.tile_values import buffer_size
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
-from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
+from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, UB_RESERVED_BYTES)
 from .analysis.tir_walk import (load_buffer, product_loads, reduce_iter_vars, root_blocks,
                                 schedule_blocks)
 
@@ -262,20 +262,23 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
-              **l1_params(shape, soc, base_m, base_n, base_k, reuse),
+              **l1_params(shape, base_m, base_n, base_k, reuse),
               "aiv_ratio": ratio,
               "single_m": single_m, "single_n": single_n, "align_n": align_n, "slots": slots,
               "slot_bytes": slot_bytes, "epilogue_rows": rows,
-              "column_fill_rows": columns * min(rows, base_m, single_m) if rows > 1 else 0,
-              "data_copy_pad": bool(soc.has_data_copy_pad),
-              "workspace_read_bytes": round_trip, "workspace_write_bytes": round_trip,
-              "scalar_gather_elems": scalar_tail_elems(shape, program, soc, base_m, base_n,
-                                                       single_m, single_n, used),
-              "cube_macs": shape.batch * round_up(shape.m, FRACTAL)
-              * round_up(shape.n, FRACTAL) * round_up(shape.k, c0)}
+              "data_copy_pad": bool(soc.has_data_copy_pad)}
+    fill_rows = columns * min(rows, base_m, single_m) if rows > 1 else 0
+    work = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, single_n, rows,
+                     fill_rows) + KernelWork(
+        cube_macs=shape.batch * round_up(shape.m, FRACTAL) * round_up(shape.n, FRACTAL)
+        * round_up(shape.k, c0),
+        workspace_read_bytes=round_trip, workspace_write_bytes=round_trip,
+        scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n, single_m,
+                                       single_n, used),
+        aiv_ratio=ratio)
     return Tiling("matmul", total, used, per_core, 1, per_core, 1,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
-                  shape.n, params)
+                  shape.n, params, work)
 
 
 def _base_k(shape, base_m, base_n, soc, ratio) -> int:
@@ -419,20 +422,35 @@ def l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n,
     return replace(best[1], operand_bytes=best[0][0])
 
 
-def l1_params(shape, soc, base_m, base_n, base_k, reuse: L1Reuse) -> dict:
-    """The tiling's L1 fields (printed into TCubeTiling) and the operand re-reads that L2
-    serves: A and B bytes read beyond each operand's size, when both operands and the output
-    fit in ``soc``'s L2 (the second read of a block finds it there; the timing model charges
-    those bytes at L2 speed)."""
+def l1_params(shape, base_m, base_n, base_k, reuse: L1Reuse) -> dict:
+    """The tiling's L1 fields (printed into TCubeTiling)."""
+    return {"iterate_order": reuse.iterate_order, "depth_a1": reuse.depth_a1,
+            "depth_b1": reuse.depth_b1, "l1_bytes": _l1_bytes(shape, base_m, base_n, base_k, reuse)}
+
+
+def cube_work(shape, soc, reuse: L1Reuse, per_core: int, base_m: int, base_n: int,
+              single_m: int, single_n: int, epilogue_rows: int = 1,
+              column_fill_rows: int = 0) -> KernelWork:
+    """The work of a matmul kernel's cube side and epilogue loop: the operand bytes and the
+    re-reads L2 serves (A and B bytes read beyond each operand's size, when both operands and
+    the output fit in ``soc``'s L2: the second read of a block finds it there), one step per
+    base tile, and the epilogue's calls as the printer loops (one per op per row of every base
+    tile, or per ``epilogue_rows`` rows plus the column fills that repeat a broadcast column
+    over them)."""
     elem = dtype_bytes(shape.dtype)
     unique = ((shape.batch if shape.a_batched else 1) * shape.m * shape.k
               + (shape.batch if shape.b_batched else 1) * shape.k * shape.n) * elem
     reads = reuse.operand_bytes
     fits_l2 = unique + shape.batch * shape.m * shape.n * elem <= soc.l2_bytes
-    return {"iterate_order": reuse.iterate_order, "depth_a1": reuse.depth_a1,
-            "depth_b1": reuse.depth_b1, "l1_bytes": _l1_bytes(shape, base_m, base_n, base_k, reuse),
-            "operand_read_bytes": reads,
-            "l2_reread_bytes": max(0, reads - unique) if fits_l2 else 0}
+    tiles = ceil_div(single_m, base_m) * ceil_div(single_n, base_n)
+    if epilogue_rows == 1:
+        repeats, extra = single_m * ceil_div(single_n, base_n) * per_core, 0
+    else:
+        steps = ceil_div(min(base_m, single_m), epilogue_rows)
+        repeats, extra = steps * tiles * per_core, column_fill_rows * tiles * per_core
+    return KernelWork(steps=max(1, per_core * tiles), vector_repeats=repeats,
+                      extra_vector_calls=extra, cube_operand_bytes=reads,
+                      l2_operand_bytes=max(0, reads - unique) if fits_l2 else 0)
 
 
 def _base_tiles(shape, base_m, base_n, single_m, single_n) -> list[tuple[int, int]]:

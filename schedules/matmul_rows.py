@@ -35,14 +35,14 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import (FRACTAL, MatmulShape, l1_params, l1_reuse, product_round_trip,
+from .matmul import (FRACTAL, MatmulShape, cube_work, l1_params, l1_reuse, product_round_trip,
                      matmul_traffic, epilogue_program, matmul_shape, scalar_tail_elems)
 from .analysis.row_program import (RowAccessKind, check_program_dtypes, input_dtypes,
                                    is_full_row_block, program_dtypes)
 from .row_reduce import inline_row_blocks
 from .analysis.tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, pieces, round_up
-from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling,
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling,
                      UB_RESERVED_BYTES)
 from .analysis.tir_walk import (param_buffers, reduce_iter_vars, reducer_of, root_blocks,
                                 schedule_blocks)
@@ -295,17 +295,19 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
               "a_batched": shape.a_batched, "b_batched": shape.b_batched,
               "base_m": base_m, "base_n": base_n, "base_k": base_k,
-              **l1_params(shape, soc, base_m, base_n, base_k, reuse),
+              **l1_params(shape, base_m, base_n, base_k, reuse),
               # a 1:1 mix: a row of N float32 in L0C needs the whole AIC's L0C per client
               "aiv_ratio": 1,
               "single_m": single_m, "single_n": shape.n, "align_n": base_n, "slots": slots,
-              "slot_bytes": slot_bytes, "cube_macs": cube_macs, "row_epilogue": True,
-              "max_base_m": top, "data_copy_pad": bool(soc.has_data_copy_pad),
-              "workspace_read_bytes": round_trip, "workspace_write_bytes": round_trip,
-              "scalar_gather_elems": scalar_tail_elems(shape, program, soc, base_m, base_n,
-                                                       single_m, shape.n, used)}
+              "slot_bytes": slot_bytes, "row_epilogue": True,
+              "max_base_m": top, "data_copy_pad": bool(soc.has_data_copy_pad)}
+    work = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, shape.n) + \
+        KernelWork(cube_macs=cube_macs, workspace_read_bytes=round_trip,
+                   workspace_write_bytes=round_trip,
+                   scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n,
+                                                  single_m, shape.n, used))
     return Tiling("matmul", total, used, per_core, 1, per_core, 1, program.temp_slots, ub,
-                  soc.ub_bytes, gm_read, gm_write, shape.n, params)
+                  soc.ub_bytes, gm_read, gm_write, shape.n, params, work)
 
 
 __all__ = ["MatmulRowsSchedule", "MatmulRowsKnobs", "ub_bytes", "row_slots"]

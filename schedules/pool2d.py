@@ -49,7 +49,7 @@ from .analysis.epilogue_checks import epilogue_refusal
 from .analysis.pool_window import PoolShape, pool_shape
 from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .tiling import ceil_div, dtype_bytes, round_up
-from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, \
+from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, \
     UB_RESERVED_BYTES
 from .analysis.tir_walk import schedule_blocks
 
@@ -337,7 +337,8 @@ def plan(shape: PoolShape, program, soc, knobs: Pool2dKnobs = Pool2dKnobs(),
                   program.temp_slots if program else 0,
                   _ub_bytes(shape, program, group * in_rows, group * rows, nbuf, prologue),
                   soc.ub_bytes,
-                  read, write, shape.ow, params)
+                  read, write, shape.ow, params,
+                  KernelWork(steps=tiles_per_core, vector_repeats=min(block_len, units)))
 
 
 def _program_reads(program, rows: int, cols: int) -> int:

@@ -31,7 +31,7 @@ from .analysis.row_program import (RowAccessKind, RowProgram, check_program_dtyp
                                    is_full_row_block, program_dtypes, row_program)
 from .analysis.tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
-from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES)
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, UB_RESERVED_BYTES)
 from .analysis.tir_walk import param_buffers, reduce_iter_vars, reducer_of, schedule_blocks
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
@@ -275,7 +275,8 @@ def _plan(program: RowProgram, soc, rows: int, cols: int, knobs: RowReduceKnobs)
     write = (rows * cols if program.out_full else rows) * dtype_bytes(program.out_buffer.dtype)
     return Tiling("row_reduce", rows, cores, block_rows, rows_per_tile, tiles_per_core, nbuf,
                   program.temp_slots, _footprint(program, rows_per_tile, nbuf), soc.ub_bytes,
-                  _row_reads(program, rows, cols, cores), write, cols)
+                  _row_reads(program, rows, cols, cores), write, cols,
+                  work=KernelWork(steps=tiles_per_core, vector_repeats=min(block_rows, rows)))
 
 
 def _row_reads(program: RowProgram, rows, cols, cores) -> int:
@@ -415,7 +416,11 @@ def _plan_chunked(program: RowProgram, soc, knobs: RowReduceKnobs, budget: int) 
     return Tiling("row_reduce", rows, cores, per_core, 1, per_core, nbuf, program.temp_slots,
                   _chunked_footprint(program, chunk, nbuf), soc.ub_bytes, read, write, cols,
                   {"passes": passes.count, "chunk_cols": chunk,
-                   "chunks_per_row": ceil_div(cols, chunk)})
+                   "chunks_per_row": ceil_div(cols, chunk)},
+                  # a row longer than the UB is streamed in chunks, once per pass: each chunk
+                  # is one step
+                  KernelWork(steps=per_core * passes.count * ceil_div(cols, chunk),
+                             vector_repeats=min(per_core, rows)))
 
 
 __all__ = ["RowReduceSchedule", "RowReduceKnobs", "inline_row_blocks", "row_layout",

@@ -187,7 +187,7 @@ def test_attention_is_one_kernel_matching_onnxruntime(case):
     tiling = group["tiling"]
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
     assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
-    assert launch["cube_macs"] == tiling["params"]["cube_macs"]
+    assert launch["cube_macs"] == tiling["work"]["cube_macs"]
     assert launch["peak_ub_bytes"] == tiling["ub_bytes"] and launch["warnings"] == []
 
 
@@ -239,9 +239,9 @@ def test_attention_on_a_soc_without_datacopypad(case):
     (ref,) = run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
                                **TOLERANCES["cube/" + case["dtype"]])
-    params = group["tiling"]["params"]
-    assert not params["data_copy_pad"] and params["scalar_gather_elems"] > 0
-    assert params["workspace_read_bytes"] == params["workspace_write_bytes"] == 0
+    params, work = group["tiling"]["params"], group["tiling"]["work"]
+    assert not params["data_copy_pad"] and work["scalar_elems"] > 0
+    assert work["workspace_read_bytes"] == work["workspace_write_bytes"] == 0
     (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
     assert launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]
     assert launch["gm_write_bytes"] == group["tiling"]["gm_write_bytes"]
@@ -331,7 +331,7 @@ def test_gm_traffic_has_no_score_matrix_term():
         read, write = _tensor_bytes(8, seq, 64, 64)
         assert (params["tensor_read_bytes"], params["tensor_write_bytes"]) == (read, write)
         (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
-        workspace = params["workspace_read_bytes"]
+        workspace = group["tiling"]["work"]["workspace_read_bytes"]
         assert launch["gm_read_bytes"] == read + workspace
         # workspace: score tile (float), probabilities (fp32), product tile per block pair
         assert workspace == 8 * ((seq * seq * 4) * 2 + seq * (-(-seq // 64)) * 64 * 4)

@@ -76,24 +76,24 @@ def _check_counters(lib) -> list[dict]:
         tiling, launch = group["tiling"], launches[group["kernel"]]
         assert launch["gm_read_bytes"] == tiling["gm_read_bytes"], group["kernel"]
         assert launch["gm_write_bytes"] == tiling["gm_write_bytes"], group["kernel"]
-        assert launch["cube_macs"] == tiling["params"].get("cube_macs", 0), group["kernel"]
+        assert launch["cube_macs"] == tiling["work"]["cube_macs"], group["kernel"]
         assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
         assert launch["peak_ub_bytes"] == tiling["ub_bytes"], group["kernel"]
         if tiling["template"] == "conv2d":
             # the scalar unit's elements (Gather offsets, the fallback's img2col, row tails
             # without DataCopyPad) and the window's vector Gathers: as the kernel did them
-            p = tiling["params"]
-            assert launch["scalar_writes"] == p["scalar_gather_elems"], group["kernel"]
+            p, work = tiling["params"], tiling["work"]
+            assert launch["scalar_writes"] == work["scalar_elems"], group["kernel"]
             gathered = launch["vector_by_op"].get("Gather", {}).get("elems", 0)
-            assert gathered == p["gather_elems"], group["kernel"]
+            assert gathered == work["gather_elems"], group["kernel"]
             assert (gathered > 0) == (p["img2col"] == "window"), group["kernel"]
             # no method does more scalar work than gathering every tile's whole img2col block
             # element by element (the only method before the window and the rows copies)
             by_element = p["n"] * p["groups"] * p["tiles_m"] * p["k"] * p["oh"] * p["ow"]
             tails = 0 if p["data_copy_pad"] else launch["scalar_writes"]
-            assert p["scalar_gather_elems"] <= by_element + tails
+            assert work["scalar_elems"] <= by_element + tails
             if p["img2col"] != "scalar" and p["data_copy_pad"] and p["k"] > p["kh"] * p["kw"]:
-                assert p["scalar_gather_elems"] < by_element
+                assert work["scalar_elems"] < by_element
             convs.append(group)
     return convs
 
@@ -253,7 +253,7 @@ def test_conv_sweep_on_soc_without_datacopypad(dtype):
         out_tails = p["n"] * p["cout"] * sum(min(p["base_n"], p["oh"] * p["ow"] - p0) % c0
                                              for p0 in starts)
         others = sum(offsets) * p["align_n"] + out_tails  # the offsets' first row, outputs
-        assert others <= p["scalar_gather_elems"] < others + exact_tails, g["kernel"]
+        assert others <= g["tiling"]["work"]["scalar_elems"] < others + exact_tails, g["kernel"]
     if dtype == "float32":  # the BatchNorm folded into the conv, the ReLU fused after it
         kinds = [{n.split("_")[0] for n in g["onnx_nodes"]} for g in convs]
         assert {"conv", "batchnormalization", "relu"} in kinds
@@ -349,7 +349,8 @@ def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
     p = conv["tiling"]["params"]
     assert p["col_in_gm"] and p["chunks"] > 1 and p["mm_chunks"] == 1
     assert p["col_builds"] < p["tiles_m"] * p["tiles_n"]  # a block serves several tiles
-    assert p["workspace_write_bytes"] > p["col_builds"] * p["k"] * p["align_n"] * 4 > 0
+    assert conv["tiling"]["work"]["workspace_write_bytes"] > \
+        p["col_builds"] * p["k"] * p["align_n"] * 4 > 0
     source = lib.kernel_sources()[conv["kernel"]]
     assert "mm.SetTensorB(colGm);" in source and "GetUserWorkspace(workspace)" in source
     assert "partBuf" not in source

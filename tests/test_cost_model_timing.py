@@ -11,6 +11,7 @@ from tvm import te
 from tvm_ascend.cost_model import (KernelEstimate, count_vector_work, estimate_kernel,
                                    estimate_launch)
 from tvm_ascend.schedules import ElementwiseKnobs, ElementwiseSchedule, MatmulSchedule, Tiling
+from tvm_ascend.schedules.tiling import KernelWork
 from tvm_ascend.schedules import RowReduceSchedule
 from tvm_ascend.soc import get_soc, soc_profiles
 
@@ -62,13 +63,14 @@ def plans(draw):
     gather = draw(st.integers(0, total))
     macs = draw(st.integers(0, 1 << 40))
     template = draw(st.sampled_from(["elementwise", "row_reduce", "matmul"]))
-    params = {"scalar_gather_elems": gather, "cube_macs": macs}
-    if template == "matmul":
-        params.update(single_m=draw(st.integers(16, 512)), single_n=draw(st.integers(16, 512)),
-                      base_m=draw(st.sampled_from([16, 64, 128])),
-                      base_n=draw(st.sampled_from([16, 64, 128])))
+    steps = tiles
+    if template == "matmul":  # base tiles of a singleM x singleN block each
+        steps *= draw(st.integers(1, 32)) * draw(st.integers(1, 32))
+    work = KernelWork(steps=steps, vector_repeats=min(block_len, total), cube_macs=macs,
+                      scalar_elems=gather, per_output_element=template == "elementwise")
     tiling = Tiling(template, total, cores, block_len, tile_len, tiles,
-                    draw(st.sampled_from([1, 2])), 0, 0, soc.ub_bytes, read, write, 1, params)
+                    draw(st.sampled_from([1, 2])), 0, 0, soc.ub_bytes, read, write, 1,
+                    work=work)
     return soc, tiling
 
 
@@ -77,13 +79,13 @@ def plans(draw):
 def test_never_below_the_roofline_on_random_plans(plan, dtype):
     soc, tiling = plan
     func = _chain(64, dtype)
-    work = count_vector_work(func, "elementwise")
+    work = count_vector_work(func, per_output_element=True)
     # the work counted from a 64-element function is scaled to this plan's size
     work = dataclasses.replace(work, by_class={c: n * tiling.total // 64
                                                for c, n in work.by_class.items()})
     est = estimate_kernel(func, tiling, soc, work=work)
     floor = _floor(est, soc, tiling.gm_read_bytes + tiling.gm_write_bytes,
-                   tiling.params["cube_macs"], work.weighted_ops * work.elem_bytes,
+                   tiling.work.cube_macs, work.weighted_ops * work.elem_bytes,
                    work.elem_bytes)
     assert est.roofline_us >= floor * (1 - 1e-12)
     assert est.time_us >= floor + soc.launch_overhead_us - 1e-9
@@ -130,13 +132,13 @@ def test_estimate_launch_rejects_negative_sizes():
 
 
 def test_vector_work_counts_each_class_from_the_tir():
-    work = count_vector_work(_chain(1000, "float32"), "elementwise")
+    work = count_vector_work(_chain(1000, "float32"), per_output_element=True)
     assert work.by_class["transcendental"] == 1000  # exp
     assert work.by_class["basic"] == 2000           # * and +
     assert work.elem_bytes == 4 and work.ops_per_unit == 3
     x = te.placeholder((256,), "float16", "x")
     func = te.create_prim_func([x, te.compute((256,), lambda i: te.sigmoid(x[i]) / x[i])])
-    work = count_vector_work(func, "elementwise")
+    work = count_vector_work(func, per_output_element=True)
     assert work.by_class["composite"] == 256 and work.by_class["divide"] == 256
     assert work.weighted_ops == 256 * (8 + 2)
 
@@ -155,20 +157,22 @@ def test_scalar_gathers_cost_scalar_unit_time():
     soc = get_soc("Ascend910B1")
     func = _chain(1 << 16)
     _, tiling = ElementwiseSchedule.schedule(func, soc)
-    gathered = dataclasses.replace(tiling, params={"scalar_gather_elems": tiling.total})
+    gathered = dataclasses.replace(
+        tiling, work=dataclasses.replace(tiling.work, scalar_elems=tiling.total))
     slow, fast = estimate_kernel(func, gathered, soc), estimate_kernel(func, tiling, soc)
     assert slow.scalar_us > 0 == fast.scalar_us and slow.time_us > fast.time_us
 
 
 def test_matmul_rereads_from_l2_and_operand_loads_behind_the_cube():
-    """Operand blocks read again are L2 hits (the plan's l2_reread_bytes): charged at HBM
+    """Operand blocks read again are L2 hits (the plan's l2_operand_bytes): charged at HBM
     speed they would cost more MTE2 time; and the operand loads overlap the cube, so the
     estimate is below the serial sum of the pipes."""
     soc = get_soc("Ascend910B1")
     func = _matmul(2048, 3072, 768)
     _, tiling = MatmulSchedule.schedule(func, soc)
-    assert tiling.params["l2_reread_bytes"] > 0
-    from_hbm = dataclasses.replace(tiling, params={**tiling.params, "l2_reread_bytes": 0})
+    assert tiling.work.l2_operand_bytes > 0
+    from_hbm = dataclasses.replace(
+        tiling, work=dataclasses.replace(tiling.work, l2_operand_bytes=0))
     fast, slow = estimate_kernel(func, tiling, soc), estimate_kernel(func, from_hbm, soc)
     assert fast.mte2_us < slow.mte2_us and fast.time_us <= slow.time_us
     serial = fast.mte2_us + fast.cube_us + fast.vector_us + fast.mte3_us + fast.launch_us
@@ -218,13 +222,10 @@ def test_conv_vector_work_is_its_epilogue_per_epilogue_rows():
     """The conv kernel pads while it builds img2col (the plan counts that): the pad_temp block
     is no vector work; the epilogue (here a ReLU) is one call per ``epilogue_rows`` output-channel
     rows of a tile, and one per row when printed row by row."""
-    import dataclasses
-
     import tvm_ascend
     from onnx_models import ModelBuilder
     from tvm_ascend import ir_attrs
-    from tvm_ascend.cost_model.timing import _vector_instructions
-    from tvm_ascend.schedules.conv2d import Conv2dSchedule
+    from tvm_ascend.schedules.conv2d import Conv2dKnobs, Conv2dSchedule
 
     b = ModelBuilder("float32", seed=3)
     x = b.input("x", (1, 8, 10, 10))
@@ -233,12 +234,12 @@ def test_conv_vector_work_is_its_epilogue_per_epilogue_rows():
     result = tvm_ascend.partition_for_ascend(b.model())
     (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
                if f.attrs and f.attrs.get("Codegen") == "ascend"]
-    work = count_vector_work(func, "conv2d")
+    work = count_vector_work(func, img2col_prologue=True)
     assert work.ops_per_unit == 1 and work.total_ops == 16 * 100  # max(x, 0) per output
     soc = get_soc("Ascend910B1")
     _, tiling = Conv2dSchedule.schedule(func, soc)
     p = tiling.params
     assert p["epilogue_rows"] == p["base_m"] and p["row_columns"] == 0  # a whole tile a call
-    assert _vector_instructions(tiling, work) == tiling.tiles_per_core
-    by_row = dataclasses.replace(tiling, params={**p, "epilogue_rows": 1})
-    assert _vector_instructions(by_row, work) == p["base_m"] * tiling.tiles_per_core
+    assert tiling.work.vector_repeats == tiling.tiles_per_core
+    _, by_row = Conv2dSchedule.schedule(func, soc, Conv2dKnobs(epilogue_rows=1))
+    assert by_row.work.vector_repeats == p["base_m"] * tiling.tiles_per_core

@@ -98,7 +98,7 @@ def test_non_default_knobs_print_correct_kernels(monkeypatch, tmp_path, make, kn
     assert group["tiling"]["tile_len"] == tuned.tile_len
     (launch,) = lib.profile()
     # a 1:2 MIX matmul launches AIC groups of two clients; everything else one block a core
-    ratio = tuned.params.get("aiv_ratio", 1)
+    ratio = tuned.work.aiv_ratio
     assert launch["block_dim"] == -(-tuned.cores // ratio) and launch["task_ratio"] == ratio
     assert launch["gm_read_bytes"] == tuned.gm_read_bytes
     assert launch["gm_write_bytes"] == tuned.gm_write_bytes

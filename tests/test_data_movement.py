@@ -166,7 +166,7 @@ def test_transpose_box_copy_plan():
     assert segment.layout == "box" and segment.data_leaf().stride == 20
     from tvm_ascend.soc import get_soc
     _, tiling = DataMovementSchedule.schedule(func, get_soc("Ascend910B1"))
-    assert tiling.params["scalar_gather_elems"] == 0
+    assert tiling.work.scalar_elems == 0
     assert 20 % tiling.tile_len == 0  # tiles never cross a batch (where bases jump)
 
 

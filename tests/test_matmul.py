@@ -45,7 +45,7 @@ def test_matmul_bias_relu_is_one_kernel(a_shape, w_shape, dtype, residual):
     tiling = group["tiling"]
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
     assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
-    assert launch["cube_macs"] == tiling["params"]["cube_macs"]
+    assert launch["cube_macs"] == tiling["work"]["cube_macs"]
     # by default a 1:1 mix, one AIV per AIC (test_cost_model_tuning runs the 1:2 knob)
     assert tiling["params"]["aiv_ratio"] == launch["task_ratio"] == 1
     assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
@@ -109,7 +109,7 @@ def test_matmul_on_soc_without_datacopypad(dtype):
         assert tiling["params"]["data_copy_pad"] is False and launch["soc"] == "Ascend310P3"
         assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
         assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
-        assert launch["cube_macs"] == tiling["params"]["cube_macs"]
+        assert launch["cube_macs"] == tiling["work"]["cube_macs"]
         assert launch["peak_ub_bytes"] == tiling["ub_bytes"]
         # coupled cores: one per block (a 1:1 mix)
         assert tiling["params"]["aiv_ratio"] == launch["task_ratio"] == 1
@@ -117,7 +117,7 @@ def test_matmul_on_soc_without_datacopypad(dtype):
         # every row of the output (and of the residual) has a tail past its whole blocks,
         # and so has the bias column each core reads
         rows, tail = int(np.prod(a_shape[:-1])), w_shape[1] % c0
-        assert tiling["params"]["scalar_gather_elems"] == \
+        assert tiling["work"]["scalar_elems"] == \
             rows * tail * (2 if residual else 1) + tiling["cores"] * tail
     assert max(g["tiling"]["cores"] for g in report["groups"]) > 1
 
@@ -142,8 +142,8 @@ def test_matmul_plan_on_310p3_has_no_workspace_round_trip():
     assert t910.gm_write_bytes == 2 * out_bytes and t310.gm_write_bytes == out_bytes
     assert t910.gm_read_bytes - t310.gm_read_bytes == out_bytes
     assert 1 < t310.cores <= 8 and t310.params["data_copy_pad"] is False
-    assert t310.params["scalar_gather_elems"] == 300 * (200 % 16) + t310.cores * (200 % 16)
-    assert t910.params["scalar_gather_elems"] == 0 and t910.params["data_copy_pad"] is True
+    assert t310.work.scalar_elems == 300 * (200 % 16) + t310.cores * (200 % 16)
+    assert t910.work.scalar_elems == 0 and t910.params["data_copy_pad"] is True
 
 
 def test_four_dimensional_batched_matmul_with_mask_epilogue():

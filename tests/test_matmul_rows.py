@@ -77,7 +77,7 @@ def _check_one_kernel(b, dtype, config=None, target="ascend"):
     (launch,) = lib.profile()
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
     assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
-    assert launch["cube_macs"] == tiling["params"]["cube_macs"]
+    assert launch["cube_macs"] == tiling["work"]["cube_macs"]
     assert launch["peak_ub_bytes"] == tiling["ub_bytes"]
     assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
     return lib, tiling
@@ -116,7 +116,7 @@ def test_matmul_with_row_epilogue_on_soc_without_datacopypad(a_shape, n, dtype, 
     rows = int(np.prod(a_shape[:-1]))
     # output and residual rows, and the resident gamma/beta/bias columns on every core
     columns = {"op": 3, "rms": 2}[norm]
-    assert tiling["params"]["scalar_gather_elems"] == \
+    assert tiling["work"]["scalar_elems"] == \
         2 * rows * (n % c0) + columns * tiling["cores"] * (n % c0)
 
 
@@ -133,7 +133,7 @@ def test_plan_of_rows_on_310p3_uses_its_larger_l0c_and_ub():
     assert t310.ub_bytes <= soc310.ub_bytes - UB_RESERVED_BYTES
     out_bytes = 128 * 768 * 4
     assert t910.gm_write_bytes == 2 * out_bytes and t310.gm_write_bytes == out_bytes
-    assert p["data_copy_pad"] is False and p["scalar_gather_elems"] == 0  # 768 % 8 == 0
+    assert p["data_copy_pad"] is False and t310.work.scalar_elems == 0  # 768 % 8 == 0
 
 
 def test_matmul_softmax_over_n_is_one_kernel():

@@ -44,10 +44,10 @@ How ``col`` is built (``params["img2col"]``; the default is ``gather_mode``'s, t
   element by element on the scalar unit, one GM read per in-range tap.
 
 The device's own img2col path (Load3D from a 5HD feature map in L1) is not in the CPU emulator.
-The plan counts what the kernel does in ``params``: ``scalar_gather_elems`` (offsets, the
+The plan counts what the kernel does in its ``KernelWork``: ``scalar_elems`` (offsets, the
 fallback's elements, row tails without DataCopyPad), ``gather_elems`` / ``gather_calls`` (the
-window's Gathers) and ``img2col_vector_bytes`` / ``_calls`` (its other vector ops). The timing
-model charges them all.
+window's Gathers) and ``template_vector_bytes`` / ``_calls`` (its other vector ops). The
+timing model charges them all.
 Depthwise and grouped convolutions take the same route with one group per tile (``baseM``
 rows of which ``Cout/G`` are used); a vector-unit depthwise kernel (the window's Gathers
 feeding multiply-adds instead of the cube) would waste no cube rows. It is left for later.
@@ -82,7 +82,7 @@ from ..analysis.row_program import RowAccessKind, program_dtypes, row_program
 from ..analysis.epilogue_checks import epilogue_refusal
 from ..analysis.tile_values import buffer_size
 from ..tiling import FRACTAL, ceil_div, dtype_bytes, round_up
-from ..tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Tiling, UB_RESERVED_BYTES
+from ..tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, UB_RESERVED_BYTES
 from .epilogue import column_bytes, row_columns
 from .shape import ConvShape, conv_block_index, conv_shape
 from .img2col import (IMG2COL_MODES, block_tails, count_col_builds, gather_mode, img2col_plan,
@@ -308,16 +308,17 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
     used = ceil_div(total, per_core)
     builds = ([0] * tiles_n, [0] * tiles_n) if direct else \
         count_col_builds(tiles_m, tiles_n, per_core, total, mm_chunks)
-    gm_read, gm_write, macs, shares = conv_traffic(shape, program, soc, base_m, base_n, base_k,
+    gm_read, gm_write, _, shares = conv_traffic(shape, program, soc, base_m, base_n, base_k,
                                                    img2col, builds[0], used, col_gm)
     work = img2col_work(shape, program, soc, base_m, base_n, img2col, builds, used)
     if not soc.has_data_copy_pad:  # rows at an input's end that whole blocks would pass
         for fewer, tails in (block_tails(shape, img2col, base_n, tiles_m, per_core, mm_chunks),
                              streamed_tails(shape, program, base_n)):
             gm_read -= fewer * elem
-            work["scalar_gather_elems"] += tails
+            work += KernelWork(scalar_elems=tails)
     if rows > 1:  # the columns' values: a copy's tail, or every row, on the scalar unit
-        work["scalar_gather_elems"] += column_scalar_writes(shape, columns, soc, base_m, tiles_n)
+        work += KernelWork(scalar_elems=column_scalar_writes(shape, columns, soc, base_m,
+                                                             tiles_n))
     params = {"n": shape.n, "cin": shape.cin, "h": shape.h, "w": shape.w, "cout": shape.cout,
               "kh": shape.kh, "kw": shape.kw, "oh": shape.oh, "ow": shape.ow,
               "stride": list(shape.stride), "dilation": list(shape.dilation),
@@ -325,17 +326,22 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
               "base_m": base_m, "base_n": base_n, "base_k": base_k, "align_n": align_n,
               "k_chunk": k_chunk, "chunks": chunks, "mm_chunks": mm_chunks, "col_in_gm": col_gm,
               "col_workspace_bytes": shape.k * align_n * elem if col_gm else 0,
-              "tiles_m": tiles_m, "tiles_n": tiles_n, **shares,
-              "slots": slots, "cube_macs": macs, "data_copy_pad": bool(soc.has_data_copy_pad),
+              "tiles_m": tiles_m, "tiles_n": tiles_n,
+              "slots": slots, "data_copy_pad": bool(soc.has_data_copy_pad),
               "img2col": img2col.mode, "col_builds": sum(builds[0]),
               "slab_lead": img2col.layout.lead if img2col.layout else 0,
               "slab_row_pitch": img2col.layout.row_pitch if img2col.layout else 0,
               "slab_pitch": img2col.layout.pitch if img2col.layout else 0,
               "slab_channels": img2col.slab_channels, "epilogue_rows": rows,
-              "row_columns": len(columns) if rows > 1 else 0, **work}
+              "row_columns": len(columns) if rows > 1 else 0}
+    # the epilogue: one call per op per `rows` output-channel rows of a tile, plus one Brcb
+    # per column of per-row scalars
+    loop = KernelWork(steps=per_core, vector_repeats=ceil_div(base_m, rows) * per_core,
+                      extra_vector_calls=(len(columns) if rows > 1 else 0) * per_core,
+                      img2col_prologue=True)
     return Tiling("conv2d", total, used, per_core, 1, per_core, 1,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
-                  shape.pixels, params)
+                  shape.pixels, params, shares + work + loop)
 
 
 def _epilogue_rows(shape: ConvShape, mode: str, columns, slots: int, base_m: int, base_n: int,

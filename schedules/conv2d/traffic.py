@@ -7,7 +7,7 @@ Example
 -------
 >>> read, write, macs, shares = conv_traffic(shape, program, soc, 64, 64, 64, img2col,
 ...                                          builds, cores, col_gm=True)   # doctest: +SKIP
->>> shares["workspace_write_bytes"] > 0                                   # doctest: +SKIP
+>>> shares.workspace_write_bytes > 0                                      # doctest: +SKIP
 True
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .img2col import build_reads, chunk_channels, row_elems, window_rows
 from ..analysis.row_program import RowAccessKind
 from ..analysis.tile_values import buffer_size
 from .shape import ConvShape
-from ..tiling import FRACTAL, dtype_bytes, pieces, round_up
+from ..tiling import FRACTAL, KernelWork, dtype_bytes, pieces, round_up
 
 
 def column_scalar_writes(shape: ConvShape, columns, soc, base_m: int, tiles_n: int) -> int:
@@ -52,8 +52,9 @@ def conv_traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col
     fetched into the UB (through GM on split chips) once per K piece of the Matmul; the
     epilogue's inputs and the output once.
 
-    The shares (for the timing model, as the matmul template gives them): ``operand_read_bytes``
-    (A and B as the cube loads them), ``l2_reread_bytes`` (the weights read again for every
+    The shares (a ``KernelWork`` for the timing model, as the matmul template gives them):
+    ``cube_macs``, ``cube_operand_bytes`` (A and B as the cube loads them),
+    ``l2_operand_bytes`` (the weights read again for every
     pixel tile, and the direct mode's input planes for every channel tile, which L2 serves
     when they fit) and ``workspace_read_bytes`` / ``workspace_write_bytes`` (col blocks and
     products in the GM workspace: one small region per core, used again and again, so in L2).
@@ -106,24 +107,24 @@ def conv_traffic(shape: ConvShape, program, soc, base_m, base_n, base_k, img2col
     fits_l2 = weights + planes + (shape.k * align_n * elem if col_gm else 0) * cores \
         <= soc.l2_bytes
     rereads = max(0, a_read - weights) + max(0, b_read - planes if direct else 0)
-    shares = {"operand_read_bytes": a_read + b_read,
-              "l2_reread_bytes": rereads if fits_l2 else 0,
-              "workspace_read_bytes": ws_read, "workspace_write_bytes": ws_write}
+    shares = KernelWork(cube_macs=macs, cube_operand_bytes=a_read + b_read,
+                        l2_operand_bytes=rereads if fits_l2 else 0,
+                        workspace_read_bytes=ws_read, workspace_write_bytes=ws_write)
     return read, write, macs, shares
 
 
 def img2col_work(shape: ConvShape, program, soc, base_m, base_n, img2col, builds,
-                 cores) -> dict:
+                 cores) -> KernelWork:
     """The kernel's scalar-unit elements and its img2col vector work.
 
-    ``scalar_gather_elems``: the scalar mode's every img2col element (a SetValue, after a
+    ``scalar_elems``: the scalar mode's every img2col element (a SetValue, after a
     GetValue where the tap is in range); the window mode's first row of offsets (one per pixel
     column, per build of a pixel tile's offsets); without DataCopyPad, the tails past the whole
     32-byte blocks of the output rows (GM -> UB copies read whole blocks: ``plan`` adds the
     rows at an input's end, ``block_tails`` and ``streamed_tails``).
     ``gather_elems`` / ``gather_calls``: the window mode's vector Gathers, one per channel and
-    chunk, over whole col rows (``align_n`` columns). ``img2col_vector_bytes`` /
-    ``img2col_vector_calls``: its contiguous vector ops: the other taps' offsets (an Adds per
+    chunk, over whole col rows (``align_n`` columns). ``template_vector_bytes`` /
+    ``template_vector_calls``: its contiguous vector ops: the other taps' offsets (an Adds per
     tap), the slab zeroed once per core and before each chunk of a pixel tile whose window
     reaches the padding rows (the rows of the tile before may be there), and without
     DataCopyPad the margins after the copied rows zeroed again (a masked Duplicate per channel
@@ -139,8 +140,8 @@ def img2col_work(shape: ConvShape, program, soc, base_m, base_n, img2col, builds
         for cur_m in pieces(shape.cout_g, base_m):
             for cur_n in pieces(shape.pixels, base_n):
                 scalar += shape.n * shape.groups * cur_m * (cur_n % c0)
-    work = {"gather_elems": 0, "gather_calls": 0, "img2col_vector_bytes": 0,
-            "img2col_vector_calls": 0}
+    work = {"gather_elems": 0, "gather_calls": 0, "template_vector_bytes": 0,
+            "template_vector_calls": 0}
     channels = chunk_channels(shape, img2col.k_chunk)
     taps = shape.kh * shape.kw
     slab = img2col.slab_channels * img2col.layout.pitch if img2col.layout else 0
@@ -154,18 +155,18 @@ def img2col_work(shape: ConvShape, program, soc, base_m, base_n, img2col, builds
             scalar += offset_builds[index] * align_n
             if not pad and shape.w % c0 and rows:
                 loads = builds_here * img2col.channel_loads
-                work["img2col_vector_bytes"] += loads * rows * 32
-                work["img2col_vector_calls"] += loads * -(-rows // 255)
+                work["template_vector_bytes"] += loads * rows * 32
+                work["template_vector_calls"] += loads * -(-rows // 255)
             work["gather_elems"] += builds_here * shape.k * align_n
             work["gather_calls"] += builds_here * img2col.channel_loads
             shifts = offset_builds[index] * (taps - 1)
             fills = builds_here * len(channels) if padded else 0
-            work["img2col_vector_bytes"] += shifts * align_n * 4 + fills * slab * elem
-            work["img2col_vector_calls"] += shifts + fills
+            work["template_vector_bytes"] += shifts * align_n * 4 + fills * slab * elem
+            work["template_vector_calls"] += shifts + fills
     if img2col.mode == "window":
-        work["img2col_vector_bytes"] += cores * slab * elem
-        work["img2col_vector_calls"] += cores
-    return {"scalar_gather_elems": scalar, **work}
+        work["template_vector_bytes"] += cores * slab * elem
+        work["template_vector_calls"] += cores
+    return KernelWork(scalar_elems=scalar, **work)
 
 
 def inputs_of_kind(program, kind) -> list:

@@ -53,7 +53,8 @@ def extract_features(prim_func, tiling, soc, estimate=None) -> np.ndarray:
     estimate : KernelEstimate, optional
         ``estimate_kernel(prim_func, tiling, soc)`` if already computed.
     """
-    work = count_vector_work(prim_func, tiling.template)
+    work = count_vector_work(prim_func, tiling.work.per_output_element,
+                             tiling.work.img2col_prologue)
     est = estimate or estimate_kernel(prim_func, tiling, soc, work=work)
     p = tiling.params
     span = tiling.cores * tiling.block_len
@@ -69,8 +70,8 @@ def extract_features(prim_func, tiling, soc, estimate=None) -> np.ndarray:
         float(tiling.temp_buffers), (span - tiling.total) / max(1, span),
         last / max(1, tiling.block_len),
         *(_log(work.by_class.get(c, 0)) for c in OP_CLASSES), float(work.ops_per_unit),
-        _log(p.get("scalar_gather_elems", 0)),
-        _log(p.get("cube_macs", 0)), _log(p.get("base_m", 0)), _log(p.get("base_n", 0)),
+        _log(tiling.work.scalar_elems),
+        _log(tiling.work.cube_macs), _log(p.get("base_m", 0)), _log(p.get("base_n", 0)),
         _log(p.get("single_m", 0)), _log(p.get("single_n", 0)),
         float(m % 16 == 0) if m else 0.0, float(n % 16 == 0) if n else 0.0,
         float(k % 16 == 0) if k else 0.0,

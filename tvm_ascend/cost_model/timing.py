@@ -114,43 +114,6 @@ def estimate_launch(gm_bytes: float, flops: float, soc, dtype_bytes: int = 2
                           bound=bound)
 
 
-def _steps_per_core(tiling) -> int:
-    """Pipeline steps on the busiest core: UB tiles, or matmul base tiles."""
-    if tiling.template == "matmul":
-        p = tiling.params
-        pieces = -(-p["single_m"] // p["base_m"]) * -(-p["single_n"] // p["base_n"])
-        return max(1, tiling.tiles_per_core * pieces)
-    # a row longer than the UB is streamed in chunks, once per pass: each chunk is one step
-    chunks = tiling.params.get("passes", 1) * tiling.params.get("chunks_per_row", 1)
-    return max(1, tiling.tiles_per_core * chunks)
-
-
-def _vector_instructions(tiling, work: VectorWork) -> int:
-    """Instructions the busiest core issues: per tile (elementwise) or per row (row templates,
-    matmul epilogue rows), as the printers loop."""
-    if tiling.template == "elementwise":
-        return work.ops_per_unit * tiling.tiles_per_core
-    if tiling.template == "matmul":
-        p = tiling.params
-        rows = p.get("epilogue_rows", 1)
-        if rows == 1:  # one call per op per row of every base tile
-            calls = p["single_m"] * -(-p["single_n"] // p["base_n"])
-            return work.ops_per_unit * calls * tiling.tiles_per_core
-        # one call per op per `rows` rows of a base tile, plus the copies that repeat each
-        # broadcast column over those rows
-        pieces = -(-p["single_m"] // p["base_m"]) * -(-p["single_n"] // p["base_n"])
-        steps = -(-min(p["base_m"], p["single_m"]) // rows)
-        return (work.ops_per_unit * steps + p.get("column_fill_rows", 0)) * pieces \
-            * tiling.tiles_per_core
-    if tiling.template == "conv2d":
-        # one call per op per `epilogue_rows` output-channel rows of a tile, plus one Brcb per
-        # column of per-row scalars
-        p = tiling.params
-        steps = -(-p["base_m"] // p.get("epilogue_rows", 1))
-        return (work.ops_per_unit * steps + p.get("row_columns", 0)) * tiling.tiles_per_core
-    return work.ops_per_unit * min(tiling.block_len, tiling.total)
-
-
 def _pipeline_cycles(stage_cycles: list[float], steps: int, double_buffered: bool) -> float:
     """Cycles of ``steps`` steps through the pipes: overlapped when double-buffered (fill once,
     then the slowest pipe per step), serialised when not."""
@@ -168,13 +131,12 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     prim_func : tvm.tirx.PrimFunc
         The group's PrimFunc (scheduled or not); its TIR gives the vector work.
     tiling : Tiling
-        The template's plan (cores, steps, GM bytes, ``params["cube_macs"]``,
-        ``params["scalar_gather_elems"]``, ``params["gather_elems"]`` / ``["gather_calls"]``,
-        ``params["img2col_vector_bytes"]`` / ``["img2col_vector_calls"]``).
+        The template's plan: its geometry (cores, tiles, buffers, GM bytes) and its
+        ``work`` (``KernelWork``: steps, cube MACs, L2-served bytes, gathers, ...).
     soc : SocProfile
         Target SoC.
     work : VectorWork, optional
-        Precomputed ``count_vector_work(prim_func, tiling.template)``.
+        Precomputed ``count_vector_work(prim_func, ...)`` (the emulator's counters, for one).
 
     Example
     -------
@@ -182,20 +144,21 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     >>> est.time_us >= est.roofline_us + est.launch_us                 # doctest: +SKIP
     True
     """
-    work = work if work is not None else count_vector_work(prim_func, tiling.template)
+    plan = tiling.work
+    work = work if work is not None else count_vector_work(
+        prim_func, plan.per_output_element, plan.img2col_prologue)
     clock, bandwidth = _peaks(soc)
     cores = max(1, tiling.cores)
     share = min(tiling.block_len, tiling.total) / max(1, tiling.total)  # busiest core's part
-    steps = _steps_per_core(tiling)
+    steps = max(1, plan.steps)
     double = tiling.buffer_num >= 2
     read, write = tiling.gm_read_bytes, tiling.gm_write_bytes
     # tiles a mixed kernel passes between its cube and vector cores go through the GM
     # workspace, which stays in L2, and a matmul's operand blocks read a second time find
-    # them in L2 when the operands fit there (the plan's l2_reread_bytes): those move at L2
+    # them in L2 when the operands fit there (the plan's l2_operand_bytes): those move at L2
     # speed, the rest at HBM speed
-    ws_read = min(read, tiling.params.get("workspace_read_bytes", 0)
-                  + tiling.params.get("l2_reread_bytes", 0))
-    ws_write = min(write, tiling.params.get("workspace_write_bytes", 0))
+    ws_read = min(read, plan.workspace_read_bytes + plan.l2_operand_bytes)
+    ws_write = min(write, plan.workspace_write_bytes)
     # cores share GM: a core moves at most its MTE rate and at most its part of the bandwidth
     core_bw = bandwidth / clock / cores
 
@@ -211,25 +174,27 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         + steps * soc.mte_latency_cycles
     # a 1:2 mix: each client (AIV) shares its AIC with another, whose operand loads and cube
     # work take the same AIC's MTE2 and cube: per client step, both clients' share of them
-    ratio = tiling.params.get("aiv_ratio", 1)
-    operand = min(read, tiling.params.get("operand_read_bytes", 0))
+    ratio = plan.aiv_ratio
+    operand = min(read, plan.cube_operand_bytes)
     mte2 += (ratio - 1) * operand * share / soc.mte2_bytes_per_cycle
     # the matmul's operand loads (GM -> L1 -> L0, part of them L2 hits)
-    l2_operand = min(operand, tiling.params.get("l2_reread_bytes", 0))
+    l2_operand = min(operand, plan.l2_operand_bytes)
     operand_mte2 = moved(operand - l2_operand, l2_operand, soc.mte2_bytes_per_cycle) \
         + (ratio - 1) * operand * share / soc.mte2_bytes_per_cycle
     vec_bytes = work.weighted_ops * work.elem_bytes * share
     # vector work the template adds to the TIR's own ops (the conv's img2col: Gathers, and
     # contiguous ops on its offsets and slab)
-    p = tiling.params
-    gathers = (p.get("gather_elems", 0) * work.elem_bytes / GATHER_BYTES_PER_CYCLE
-               + p.get("img2col_vector_bytes", 0) / soc.vector_bytes_per_cycle
-               + (p.get("gather_calls", 0) + p.get("img2col_vector_calls", 0))
+    gathers = (plan.gather_elems * work.elem_bytes / GATHER_BYTES_PER_CYCLE
+               + plan.template_vector_bytes / soc.vector_bytes_per_cycle
+               + (plan.gather_calls + plan.template_vector_calls)
                * soc.vector_issue_cycles) * share
+    # instructions the busiest core issues: each TIR op once per tile, row or epilogue step
+    # as the printed loops run, plus the calls the printer adds around them
+    instructions = work.ops_per_unit * plan.vector_repeats + plan.extra_vector_calls
     vector = (vec_bytes / soc.vector_bytes_per_cycle
-              + _vector_instructions(tiling, work) * soc.vector_issue_cycles + gathers)
-    scalar = tiling.params.get("scalar_gather_elems", 0) * share * soc.scalar_cycles_per_elem
-    macs = tiling.params.get("cube_macs", 0)
+              + instructions * soc.vector_issue_cycles + gathers)
+    scalar = plan.scalar_elems * share * soc.scalar_cycles_per_elem
+    macs = plan.cube_macs
     cube_rate = soc.cube_macs_per_cycle_fp16 * _elem_rate(work.elem_bytes)
     cube = macs * share / cube_rate * ratio
     if operand:

@@ -9,7 +9,7 @@ Example
 >>> from tvm import te
 >>> x = te.placeholder((1024,), "float32", "x")
 >>> func = te.create_prim_func([x, te.compute((1024,), lambda i: te.exp(x[i]) + x[i])])
->>> work = count_vector_work(func, "elementwise")
+>>> work = count_vector_work(func, per_output_element=True)
 >>> work.by_class["transcendental"], work.by_class["basic"]
 (1024, 1024)
 """
@@ -119,7 +119,7 @@ def _is_product(block, store) -> bool:
     return False
 
 
-def _count_uncached(func, template: str) -> VectorWork:
+def _count_uncached(func, per_output_element: bool, img2col_prologue: bool) -> VectorWork:
     blocks = _blocks(func)
     if not blocks:
         return VectorWork({c: 0 for c in OP_CLASSES}, 0, 4)
@@ -133,7 +133,7 @@ def _count_uncached(func, template: str) -> VectorWork:
                 if isinstance(b.body, tirx.BufferStore) and _is_product(b, b.body)}
     # the conv kernel's img2col reads the input with its padding (the template's plan counts
     # that work): the pad_temp block before the product is no vector op
-    first = min(products) + 1 if template == "conv2d" and products else 0
+    first = min(products) + 1 if img2col_prologue and products else 0
     for index, (block, domain) in enumerate(zip(blocks, domains)):
         store = block.body
         if index < first or index in products or not isinstance(store, tirx.BufferStore):
@@ -141,7 +141,7 @@ def _count_uncached(func, template: str) -> VectorWork:
         counts: dict = {}
         n_ops = _count_ops(store.value, counts)
         per_unit += n_ops
-        scale = out_domain if template == "elementwise" else domain
+        scale = out_domain if per_output_element else domain
         for cls, n in counts.items():
             totals[cls] += n * scale
     out_store = blocks[-1].body
@@ -155,16 +155,20 @@ _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 512
 
 
-def count_vector_work(func: tirx.PrimFunc, template: str) -> VectorWork:
-    """The ``VectorWork`` of ``func`` tiled by ``template`` (memoised per function object, as
-    the fusion planner asks again for the same group with other tilings)."""
-    key = (func.__hash__(), template)
+def count_vector_work(func: tirx.PrimFunc, per_output_element: bool = False,
+                      img2col_prologue: bool = False) -> VectorWork:
+    """The ``VectorWork`` of ``func`` (memoised per function object, as the fusion planner
+    asks again for the same group with other tilings), counted as the template's plan says
+    (``KernelWork.per_output_element``: every block inlined into the output's, as the
+    elementwise template does; ``KernelWork.img2col_prologue``: the blocks before the product
+    are the template's img2col, whose work its plan counts)."""
+    key = (func.__hash__(), per_output_element, img2col_prologue)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
         if hit is not None and hit[0].same_as(func):
             _CACHE.move_to_end(key)
             return hit[1]
-    work = _count_uncached(func, template)
+    work = _count_uncached(func, per_output_element, img2col_prologue)
     with _CACHE_LOCK:
         _CACHE[key] = (func, work)  # the function is kept so its address is not reused
         while len(_CACHE) > _CACHE_SIZE:

@@ -109,11 +109,11 @@ def estimate_from_counters(group: dict, counters: dict, soc) -> KernelEstimate:
     >>> estimate_from_counters(group, lib.profile()[0], soc).time_us   # doctest: +SKIP
     3.93
     """
-    tiling = Tiling(**group["tiling"])
+    tiling = Tiling.from_dict(group["tiling"])
     measured = dataclasses.replace(
         tiling, gm_read_bytes=int(counters["gm_read_bytes"]),
         gm_write_bytes=int(counters["gm_write_bytes"]),
-        params=dict(tiling.params, cube_macs=int(counters.get("cube_macs", 0))))
+        work=dataclasses.replace(tiling.work, cube_macs=int(counters.get("cube_macs", 0))))
     out_dtype = group["ops"][-1]["dtype"] if group.get("ops") else "float32"
     work = vector_work_from_counters(counters, np.dtype(out_dtype).itemsize)
     return estimate_kernel(None, measured, soc, work=work)

@@ -75,7 +75,7 @@ def _measure_plan(candidate: Candidate) -> MeasureResult:
     est = estimate_kernel(candidate.prim_func, tiling, candidate.soc)
     return MeasureResult(est.time_us, tiling, {"gm_read_bytes": tiling.gm_read_bytes,
                                                "gm_write_bytes": tiling.gm_write_bytes,
-                                               "cube_macs": tiling.params.get("cube_macs", 0)})
+                                               "cube_macs": tiling.work.cube_macs})
 
 
 def _measure_plan_job(job) -> tuple:
@@ -128,7 +128,7 @@ def measure_on_emulator(candidate: Candidate, inputs: dict) -> MeasureResult:
     measured = dataclasses.replace(
         tiling, gm_read_bytes=int(counters["gm_read_bytes"]),
         gm_write_bytes=int(counters["gm_write_bytes"]),
-        params=dict(tiling.params, cube_macs=int(counters.get("cube_macs", 0))))
+        work=dataclasses.replace(tiling.work, cube_macs=int(counters.get("cube_macs", 0))))
     est = estimate_kernel(candidate.prim_func, measured, candidate.soc)
     return MeasureResult(est.time_us, tiling, counters, runner="emulator")
 
