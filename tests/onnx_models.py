@@ -110,3 +110,96 @@ def conv_bn(b: ModelBuilder, x: str, cin: int, cout: int, relu: bool = True,
     if residual is not None:
         y = b.node("Add", [y, residual])
     return b.node("Relu", [y]) if relu else y
+
+
+def layernorm_chain(b: ModelBuilder, x: str, cols: int, rms: bool = False) -> str:
+    """LayerNorm / RMSNorm as PyTorch's TorchScript exporter writes them (op chains)."""
+    if rms:
+        centred = x
+    else:
+        centred = b.node("Sub", [x, b.node("ReduceMean", [x], axes=[-1])])
+    var = b.node("ReduceMean", [b.node("Pow", [centred, b.const(np.array(2.0), "two")])],
+                 axes=[-1])
+    std = b.node("Sqrt", [b.node("Add", [var, b.const(np.array(1e-5), "eps")])])
+    normed = b.node("Div", [centred, std])
+    gamma = b.const(b.rng.uniform(0.5, 1.5, cols), "gamma")
+    beta = b.const(b.rng.standard_normal(cols), "beta")
+    return b.node("Add", [b.node("Mul", [normed, gamma]), beta])
+
+
+def attention_model(batch=2, seq=20, heads=2, dim=64, proj=True, mask="row", dtype="float32",
+                    scale_op="Div", seed=3, scale_shape=()):
+    """MatMul(Q, K^T) -> Div/Mul scale -> Add mask -> Softmax -> MatMul V, with the head
+    Reshape/Transpose around it (``proj``) or on [B, H, S, D] inputs. A ``scale_shape`` other
+    than 0-d makes the scale an ONNX Constant node of that shape (as exporters write it)."""
+    mb = ModelBuilder(dtype, seed=seed)
+    if proj:
+        q, k, v = (mb.input(n, [batch, seq, heads * dim]) for n in "qkv")
+
+        def heads_of(x, perm):
+            shaped = mb.node("Reshape", [x, mb.int_const([batch, seq, heads, dim], "shape")])
+            return mb.node("Transpose", [shaped], perm=perm)
+
+        qh, kh, vh = heads_of(q, [0, 2, 1, 3]), heads_of(k, [0, 2, 3, 1]), heads_of(v, [0, 2, 1, 3])
+    else:
+        qh, k, vh = (mb.input(n, [batch, heads, seq, dim]) for n in "qkv")
+        kh = mb.node("Transpose", [k], perm=[0, 1, 3, 2])
+    m = mb.input("mask", [batch, 1, 1, seq] if mask == "row" else [batch, 1, seq, seq])
+    mb.feeds["mask"] = np.where(mb.rng.random(mb.feeds["mask"].shape) < 0.2, -10000.0,
+                                0.0).astype(mb.np_dtype)
+    scores = mb.node("MatMul", [qh, kh])
+    factor = np.sqrt(dim) if scale_op == "Div" else 1.0 / np.sqrt(dim)
+    if scale_shape:
+        scale = mb.name("scale")
+        mb.nodes.append(helper.make_node("Constant", [], [scale], name=scale,
+                                         value=numpy_helper.from_array(np.full(
+                                             scale_shape, factor, mb.np_dtype))))
+    else:
+        scale = mb.const(np.array(factor), "scale")
+    scores = mb.node(scale_op, [scores, scale])
+    probs = mb.node("Softmax", [mb.node("Add", [scores, m])], axis=-1)
+    out = mb.node("MatMul", [probs, vh])
+    if proj:
+        out = mb.node("Transpose", [out], perm=[0, 2, 1, 3])
+        out = mb.node("Reshape", [out, mb.int_const([batch, seq, heads * dim], "shape")])
+        mb.output(out, [batch, seq, heads * dim])
+    else:
+        mb.output(out, [batch, heads, seq, dim])
+    return mb
+
+
+def model_with_a_part_per_rule():
+    """One graph with a part per rule; returns (builder, {part: [ONNX node names]})."""
+    b = ModelBuilder("float32", seed=3)
+    parts = {}
+    x = b.input("x", (6, 40))
+    first = len(b.nodes)
+    y = b.node("Mul", [b.node("Relu", [b.node("Add", [x, b.const(np.ones(40), "bias")])]),
+                       b.const(np.array(0.5), "half")])
+    parts["elementwise"] = [n.name for n in b.nodes[first:]]
+    b.output(y, (6, 40))
+    a = b.input("a", (6, 24))
+    first = len(b.nodes)
+    mm = b.node("MatMul", [a, b.const(b.rng.standard_normal((24, 40)) * 0.2, "w")])
+    mm = b.node("Relu", [b.node("Add", [mm, b.const(b.rng.standard_normal(40), "mbias")])])
+    parts["matmul"] = [n.name for n in b.nodes[first:]]
+    b.output(mm, (6, 40))
+    s = b.input("s", (6, 40))
+    first = len(b.nodes)
+    soft = b.node("Softmax", [b.node("Mul", [s, b.const(np.array(0.125), "scale")])], axis=-1)
+    parts["softmax"] = [n.name for n in b.nodes[first:]]
+    b.output(soft, (6, 40))
+    n = b.input("n", (6, 40))
+    first = len(b.nodes)
+    norm = layernorm_chain(b, n, 40)
+    parts["layernorm"] = [n.name for n in b.nodes[first:]]
+    b.output(norm, (6, 40))
+    r = b.input("r", (6, 40))
+    first = len(b.nodes)
+    shared = b.node("Exp", [b.node("Mul", [r, b.const(np.array(0.25), "q")])])
+    left = b.node("Add", [shared, b.const(np.ones(40), "one")])
+    right = b.node("Sub", [shared, b.const(np.array(0.5), "h")])
+    parts["shared"] = [n.name for n in b.nodes[first:]]
+    b.output(left, (6, 40))
+    b.output(right, (6, 40))
+    return b, parts

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 import pytest
 import tvm
 from tvm import relax
@@ -21,52 +21,14 @@ from tvm_ascend.schedules.analysis.attention_shape import attention_shape
 from tvm_ascend.schedules.attention import AttentionKnobs
 from tvm_ascend.soc import get_soc
 from conftest import TOLERANCES, run_onnxruntime
-from onnx_models import ModelBuilder
+from onnx_models import ModelBuilder, attention_model
 
 ROOT = Path(__file__).resolve().parents[1]
 # Online softmax reorders the sums (and fp16 rounds P before the product), hence a looser
 # tolerance than the table's for fp32.
 
 
-def attention_model(batch=2, seq=20, heads=2, dim=64, proj=True, mask="row", dtype="float32",
-                    scale_op="Div", seed=3, scale_shape=()):
-    """MatMul(Q, K^T) -> Div/Mul scale -> Add mask -> Softmax -> MatMul V, with the head
-    Reshape/Transpose around it (``proj``) or on [B, H, S, D] inputs. A ``scale_shape`` other
-    than 0-d makes the scale an ONNX Constant node of that shape (as exporters write it)."""
-    mb = ModelBuilder(dtype, seed=seed)
-    if proj:
-        q, k, v = (mb.input(n, [batch, seq, heads * dim]) for n in "qkv")
 
-        def heads_of(x, perm):
-            shaped = mb.node("Reshape", [x, mb.int_const([batch, seq, heads, dim], "shape")])
-            return mb.node("Transpose", [shaped], perm=perm)
-
-        qh, kh, vh = heads_of(q, [0, 2, 1, 3]), heads_of(k, [0, 2, 3, 1]), heads_of(v, [0, 2, 1, 3])
-    else:
-        qh, k, vh = (mb.input(n, [batch, heads, seq, dim]) for n in "qkv")
-        kh = mb.node("Transpose", [k], perm=[0, 1, 3, 2])
-    m = mb.input("mask", [batch, 1, 1, seq] if mask == "row" else [batch, 1, seq, seq])
-    mb.feeds["mask"] = np.where(mb.rng.random(mb.feeds["mask"].shape) < 0.2, -10000.0,
-                                0.0).astype(mb.np_dtype)
-    scores = mb.node("MatMul", [qh, kh])
-    factor = np.sqrt(dim) if scale_op == "Div" else 1.0 / np.sqrt(dim)
-    if scale_shape:
-        scale = mb.name("scale")
-        mb.nodes.append(helper.make_node("Constant", [], [scale], name=scale,
-                                         value=numpy_helper.from_array(np.full(
-                                             scale_shape, factor, mb.np_dtype))))
-    else:
-        scale = mb.const(np.array(factor), "scale")
-    scores = mb.node(scale_op, [scores, scale])
-    probs = mb.node("Softmax", [mb.node("Add", [scores, m])], axis=-1)
-    out = mb.node("MatMul", [probs, vh])
-    if proj:
-        out = mb.node("Transpose", [out], perm=[0, 2, 1, 3])
-        out = mb.node("Reshape", [out, mb.int_const([batch, seq, heads * dim], "shape")])
-        mb.output(out, [batch, seq, heads * dim])
-    else:
-        mb.output(out, [batch, heads, seq, dim])
-    return mb
 
 
 def fused_prim_func(model):

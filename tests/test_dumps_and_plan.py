@@ -9,15 +9,16 @@ import onnx
 import pytest
 
 import tvm_ascend
+from build_checks import groups_of
 from conftest import assert_close, run_onnxruntime
-from test_fusion_rules import _groups_of, _model
+from onnx_models import model_with_a_part_per_rule
 from tvm_ascend.partition.plan_file import load_plan, merge_groups, onnx_node_graph, split_group
 from tvm_ascend.partition.plan_file import write_plan
 
 
 @pytest.fixture(scope="module")
 def dumped(tmp_path_factory):
-    builder, parts = _model()
+    builder, parts = model_with_a_part_per_rule()
     folder = tmp_path_factory.mktemp("dump")
     model = builder.model()
     path = folder / "model.onnx"
@@ -64,7 +65,7 @@ def test_plan_round_trip_and_edit(dumped, tmp_path):
     write_plan(edited, edited_path)
     lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(fusion_plan_file=edited_path))
     split = lib.fusion_report()
-    assert len(_groups_of(split, parts["layernorm"])) == 2
+    assert len(groups_of(split, parts["layernorm"])) == 2
     for out, ref in zip(lib.run(builder.feeds), run_onnxruntime(model, builder.feeds)):
         assert_close(out, ref, "float32")
 

@@ -4,57 +4,19 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 import tvm_ascend
+from build_checks import groups_of
 from conftest import assert_close, run_onnxruntime
-from onnx_models import ModelBuilder
-from test_row_reduce import _layernorm_chain
+from onnx_models import ModelBuilder, model_with_a_part_per_rule
 from tvm_ascend import ir_attrs
-
-
-def _model():
-    """One graph with a part per rule; returns (builder, {part: [ONNX node names]})."""
-    b = ModelBuilder("float32", seed=3)
-    parts = {}
-    x = b.input("x", (6, 40))
-    first = len(b.nodes)
-    y = b.node("Mul", [b.node("Relu", [b.node("Add", [x, b.const(np.ones(40), "bias")])]),
-                       b.const(np.array(0.5), "half")])
-    parts["elementwise"] = [n.name for n in b.nodes[first:]]
-    b.output(y, (6, 40))
-    a = b.input("a", (6, 24))
-    first = len(b.nodes)
-    mm = b.node("MatMul", [a, b.const(b.rng.standard_normal((24, 40)) * 0.2, "w")])
-    mm = b.node("Relu", [b.node("Add", [mm, b.const(b.rng.standard_normal(40), "mbias")])])
-    parts["matmul"] = [n.name for n in b.nodes[first:]]
-    b.output(mm, (6, 40))
-    s = b.input("s", (6, 40))
-    first = len(b.nodes)
-    soft = b.node("Softmax", [b.node("Mul", [s, b.const(np.array(0.125), "scale")])], axis=-1)
-    parts["softmax"] = [n.name for n in b.nodes[first:]]
-    b.output(soft, (6, 40))
-    n = b.input("n", (6, 40))
-    first = len(b.nodes)
-    norm = _layernorm_chain(b, n, 40)
-    parts["layernorm"] = [n.name for n in b.nodes[first:]]
-    b.output(norm, (6, 40))
-    r = b.input("r", (6, 40))
-    first = len(b.nodes)
-    shared = b.node("Exp", [b.node("Mul", [r, b.const(np.array(0.25), "q")])])
-    left = b.node("Add", [shared, b.const(np.ones(40), "one")])
-    right = b.node("Sub", [shared, b.const(np.array(0.5), "h")])
-    parts["shared"] = [n.name for n in b.nodes[first:]]
-    b.output(left, (6, 40))
-    b.output(right, (6, 40))
-    return b, parts
 
 
 @pytest.fixture(scope="module")
 def model():
-    return _model()
+    return model_with_a_part_per_rule()
 
 
 def _build(builder, **config):
@@ -65,13 +27,8 @@ def _build(builder, **config):
     return lib.fusion_report()
 
 
-def _groups_of(report, nodes) -> list[dict]:
-    """The launches that compute ``nodes`` (each group once, in report order)."""
-    return [g for g in report["groups"] if set(g["nodes"]) & set(nodes)]
-
-
 def _edge_reasons(report, nodes) -> list[str]:
-    ids = {g["id"] for g in _groups_of(report, nodes)}
+    ids = {g["id"] for g in groups_of(report, nodes)}
     return [e["reason"] + " | " + e["hint"] for e in report["unfused_edges"]
             if e["producer"] in ids and e["consumer"] in ids]
 
@@ -82,11 +39,11 @@ def test_conservative_groups_and_rule_stats(model):
     expected = {"elementwise": "ElementwiseFusion", "matmul": "MatMulEpilogueFusion",
                 "softmax": "SoftmaxFusion", "layernorm": "LayerNormFusion"}
     for part, rule in expected.items():
-        groups = _groups_of(report, parts[part])
+        groups = groups_of(report, parts[part])
         assert [g["rule"] for g in groups] == [rule], (part, groups)
         assert groups[0]["on_npu"] and groups[0]["estimate"]["time_us"] > 0
     # a producer read by two kernels goes to GM once; conservative never recomputes it
-    shared = _groups_of(report, parts["shared"])
+    shared = groups_of(report, parts["shared"])
     assert len(shared) == 3
     reasons = _edge_reasons(report, parts["shared"])
     assert any("read by 2 consumers" in r and "RecomputeFusion" in r for r in reasons)
@@ -100,7 +57,7 @@ def test_conservative_groups_and_rule_stats(model):
 def test_aggressive_recomputes_the_shared_producer(model):
     builder, parts = model
     report = _build(builder, fusion_level="aggressive")
-    shared = _groups_of(report, parts["shared"])
+    shared = groups_of(report, parts["shared"])
     assert len(shared) == 2
     assert all("RecomputeFusion" in g["rules"] for g in shared)
     assert all("recomputes" in g["reason"] for g in shared)
@@ -112,15 +69,15 @@ def test_switch_file_turns_rules_off(model, tmp_path):
     switch = tmp_path / "fusion_switch.cfg"
     switch.write_text("# keep these apart\nElementwiseFusion:off\nSoftmaxFusionPass:off\n")
     report = _build(builder, fusion_switch_file=str(switch))
-    assert len(_groups_of(report, parts["elementwise"])) == 3
-    assert len(_groups_of(report, parts["softmax"])) == 2
+    assert len(groups_of(report, parts["elementwise"])) == 3
+    assert len(groups_of(report, parts["softmax"])) == 2
     assert any("ElementwiseFusion is switched off" in r and "ElementwiseFusion:on" in r
                for r in _edge_reasons(report, parts["elementwise"]))
     assert any("SoftmaxFusion is switched off" in r
                for r in _edge_reasons(report, parts["softmax"]))
     # the other rules still apply
-    assert [g["rule"] for g in _groups_of(report, parts["layernorm"])] == ["LayerNormFusion"]
-    assert [g["rule"] for g in _groups_of(report, parts["matmul"])] == ["MatMulEpilogueFusion"]
+    assert [g["rule"] for g in groups_of(report, parts["layernorm"])] == ["LayerNormFusion"]
+    assert [g["rule"] for g in groups_of(report, parts["matmul"])] == ["MatMulEpilogueFusion"]
 
 
 def test_json_switch_all_off_is_really_off(model, tmp_path):
@@ -140,8 +97,8 @@ def test_rule_sets_tvm_fuseops_and_atc_style(model):
     builder, parts = model
     plain = _build(builder, rule_set="tvm_fuseops")
     # TVM's FuseOps alone: LayerNorm chain in 3 groups, scaled softmax in 2
-    assert len(_groups_of(plain, parts["layernorm"])) == 3
-    assert len(_groups_of(plain, parts["softmax"])) == 2
+    assert len(groups_of(plain, parts["layernorm"])) == 3
+    assert len(groups_of(plain, parts["softmax"])) == 2
     assert any("tvm_fuseops" in r for r in _edge_reasons(plain, parts["layernorm"]))
     atc = tvm_ascend.partition_for_ascend(builder.model(),
                                           tvm_ascend.CompileConfig(rule_set="atc_style"))
@@ -155,7 +112,7 @@ def test_no_fuse_nodes_fence_a_node(model):
     builder, parts = model
     relu = parts["elementwise"][1]
     report = _build(builder, no_fuse_nodes=(relu,))
-    groups = _groups_of(report, parts["elementwise"])
+    groups = groups_of(report, parts["elementwise"])
     assert [g["nodes"] for g in groups if relu in g["nodes"]] == [[relu]]
     assert any("no_fuse_nodes" in r for r in _edge_reasons(report, parts["elementwise"]))
 

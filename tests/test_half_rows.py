@@ -13,9 +13,9 @@ import re
 import numpy as np
 import pytest
 import tvm_ascend
+from build_checks import build_and_check_plans, chunked_tilings
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
-from test_row_reduce_long import _build_and_compare, _chunked
 from tvm_ascend.errors import FusionConfigError
 
 
@@ -92,8 +92,8 @@ def test_long_half_rows_stream_float_chunks(op):
     slots (smaller chunks than a half plan's) and streams them, matching onnxruntime; a sum
     of 20000 halves accumulated in half was 5 % off."""
     b = _one_op(op, (3, 20000), seed=71)
-    _, groups = _build_and_compare(b)
-    (tiling,) = _chunked(groups)
+    _, groups = build_and_check_plans(b)
+    (tiling,) = chunked_tilings(groups)
     assert tiling["params"]["chunks_per_row"] >= 2
     assert tiling["ub_bytes"] <= tiling["ub_capacity"]
 

@@ -9,25 +9,20 @@ included, and fail naming the file and the module at fault.
 """
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import tvm_ascend
+from source_imports import imported_modules, module_name
 
 PACKAGE = Path(tvm_ascend.__file__).resolve().parent
 ROOT = "tvm_ascend"
 GROUND = ("config", "errors", "decision", "soc", "ir_attrs")
 
 
-def _dotted(path: Path) -> str:
-    parts = path.relative_to(PACKAGE).with_suffix("").parts
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join((ROOT,) + parts)
-
-
 def _is_module(dotted: str) -> bool:
     """Whether ``dotted`` (``tvm_ascend.x.y``) names a module or package of this package."""
+    if not dotted.startswith(ROOT + "."):
+        return False
     where = PACKAGE.joinpath(*dotted.split(".")[1:])
     return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
 
@@ -36,22 +31,7 @@ def package_imports(path: Path) -> set[str]:
     """The modules of this package that the file at ``path`` imports, anywhere in it:
     ``tvm_ascend`` itself for a name taken from the package face (``from .. import build``),
     the submodule for ``from .. import ir_attrs``."""
-    name = _dotted(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1])
-                module = f"{base}.{node.module}" if node.module else base
-            else:
-                module = node.module or ""
-            for alias in node.names:
-                sub = f"{module}.{alias.name}"
-                found.add(sub if module.startswith(ROOT) and _is_module(sub) else module)
+    found = imported_modules(path, module_name(path, PACKAGE, ROOT), _is_module)
     return {m for m in found if m == ROOT or m.startswith(ROOT + ".")}
 
 
@@ -123,3 +103,43 @@ def test_every_package_folder_is_in_pyproject():
                 found.add(name)
     missing = sorted(found - set(setup["packages"]))
     assert not missing, f"pyproject.toml [tool.setuptools] packages lacks {missing}"
+
+
+# ---- the test house -------------------------------------------------------------------------
+TESTS = Path(__file__).resolve().parent
+
+
+def _test_modules_imported(path: Path, root: Path, test_modules: set[str]) -> list[str]:
+    """The test modules (``test_*.py`` files) that the file at ``path`` under ``root`` (a
+    folder on ``sys.path``, as tests/ is under pytest) imports."""
+    def is_test(dotted: str) -> bool:
+        return dotted.rpartition(".")[2] in test_modules
+
+    name = module_name(path, root)
+    return sorted(m for m in imported_modules(path, name, is_test) if is_test(m))
+
+
+def test_the_test_reader_sees_an_import_of_a_test_file(tmp_path):
+    """A control: each way of importing another test file is seen, in a function too."""
+    source = tmp_path / "test_sample.py"
+    source.write_text("from test_row_reduce import x\nimport test_attention as a\n"
+                      "def f():\n    from tests import test_conv\n    from .test_pool import y\n"
+                      "from onnx_models import ModelBuilder\n")
+    tests = {"test_row_reduce", "test_attention", "test_conv", "test_pool", "test_sample"}
+    found = _test_modules_imported(source, tmp_path, tests)
+    assert found == ["test_attention", "test_pool", "test_row_reduce", "tests.test_conv"]
+
+
+def test_no_file_in_tests_imports_a_test_file():
+    """Helpers that several test files share live in support modules (conftest.py,
+    onnx_models.py, build_checks.py, source_imports.py): a test file imported by another ties
+    the two together, runs the first one's module code again, and a helper's home is then found
+    only by grepping."""
+    files = sorted(TESTS.rglob("*.py"))
+    test_modules = {p.stem for p in files if p.stem.startswith("test_")}
+    found = {str(p.relative_to(TESTS)): _test_modules_imported(p, TESTS, test_modules)
+             for p in files}
+    bad = {path: modules for path, modules in found.items() if modules}
+    assert not bad, f"files in tests/ import test files {bad}: move the helpers they take into " \
+                    "a support module (onnx_models.py for model builders, build_checks.py " \
+                    "for checks of a build) and import them from there"

@@ -206,7 +206,7 @@ def test_gemm_with_a_full_matrix_c_alone_matches_onnx():
     """ONNX's test_gemm_default_matrix_bias built alone (the node table builds it batched, its
     tensors prefixed): the epilogue input ``c`` made ``cTile``, the product tile's own name,
     and g++ refused the kernel."""
-    import onnx_node_table as table
+    from tools import onnx_node_table as table
 
     case = table.load_cases(["test_gemm_default_matrix_bias"], ["gemm"])[
         "test_gemm_default_matrix_bias"]

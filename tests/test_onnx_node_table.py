@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 import pytest
 
-import onnx_node_limits as limits
-import onnx_node_table as table
-import onnx_tvm_reference as reference
 from conftest import run_onnxruntime
+from tools import onnx_node_limits as limits
+from tools import onnx_node_table as table
+from tools import onnx_tvm_reference as reference
 
 # Node test -> the onnx.backend.test.case.node module that exports it: one or two per op class,
 # in two opsets (two builds): elementwise on the NPU, an integer compare on the host, a

@@ -8,8 +8,7 @@ import pytest
 import tvm_ascend
 from benchmarks.models.bert import encoder_layer_inputs, encoder_layer_model
 from conftest import assert_close, run_onnxruntime
-from onnx_models import ModelBuilder
-from test_row_reduce import _layernorm_chain
+from onnx_models import ModelBuilder, layernorm_chain
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +57,7 @@ def test_lower_precision_modes_on_an_encoder_layer(layer, mode, bound):
 def test_keep_dtype_and_force_fp32():
     b = ModelBuilder("float16", seed=4)
     x = b.input("x", (8, 48))
-    y = b.node("Relu", [_layernorm_chain(b, x, 48)])
+    y = b.node("Relu", [layernorm_chain(b, x, 48)])
     b.output(y, (8, 48))
     model = b.model()
     reference = run_onnxruntime(model, b.feeds)[0].astype(np.float64)

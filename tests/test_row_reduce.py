@@ -8,26 +8,11 @@ import tvm_ascend
 from onnx import TensorProto, helper
 
 from conftest import assert_close, run_onnxruntime
-from onnx_models import ModelBuilder
+from onnx_models import ModelBuilder, layernorm_chain
 
 # rows x cols: odd widths (tails not 32-byte multiples), one row, many rows over 48 cores,
 # rows wide enough that only a few fit one UB tile
 SHAPES = [(4, 6, 10), (1, 37), (300, 65), (3, 1000), (2, 7, 4096)]
-
-
-def _layernorm_chain(b: ModelBuilder, x: str, cols: int, rms: bool = False) -> str:
-    """LayerNorm / RMSNorm as PyTorch's TorchScript exporter writes them (op chains)."""
-    if rms:
-        centred = x
-    else:
-        centred = b.node("Sub", [x, b.node("ReduceMean", [x], axes=[-1])])
-    var = b.node("ReduceMean", [b.node("Pow", [centred, b.const(np.array(2.0), "two")])],
-                 axes=[-1])
-    std = b.node("Sqrt", [b.node("Add", [var, b.const(np.array(1e-5), "eps")])])
-    normed = b.node("Div", [centred, std])
-    gamma = b.const(b.rng.uniform(0.5, 1.5, cols), "gamma")
-    beta = b.const(b.rng.standard_normal(cols), "beta")
-    return b.node("Add", [b.node("Mul", [normed, gamma]), beta])
 
 
 def _compare(builder, expect_npu_only=True, config=None):
@@ -58,7 +43,7 @@ def test_softmax_and_layernorm_chain(shape):
     scaled = b.node("Mul", [x, b.const(np.array(0.125), "scale")])
     b.output(b.node("Softmax", [scaled], axis=-1), shape)
     y = b.input("y", shape)
-    b.output(_layernorm_chain(b, y, shape[-1]), shape)
+    b.output(layernorm_chain(b, y, shape[-1]), shape)
     _, report = _compare(b)
     # FuseOps alone gives 2 groups for the scaled softmax and 3 for the LayerNorm chain; the
     # merge rule makes each one row_reduce kernel, keeping the intermediates on chip.
@@ -90,7 +75,7 @@ def test_fp16_softmax_and_rmsnorm():
     x = b.input("x", (16, 200))
     b.output(b.node("Softmax", [x], axis=-1), (16, 200))
     y = b.input("y", (16, 200))
-    b.output(_layernorm_chain(b, y, 200, rms=True), (16, 200))
+    b.output(layernorm_chain(b, y, 200, rms=True), (16, 200))
     _compare(b)
 
 

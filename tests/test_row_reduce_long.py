@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 import tvm_ascend
-from conftest import assert_close, run_onnxruntime
-from onnx_models import ModelBuilder
-from test_row_reduce import _layernorm_chain
+from build_checks import build_and_check_plans, chunked_tilings
+from onnx_models import ModelBuilder, layernorm_chain
 from tvm_ascend import CompileConfig, ir_attrs
 from tvm_ascend.cost_model.database import TuningDatabase, knobs_to_json, workload_of
 from tvm_ascend.schedules import knobs_from_json
@@ -22,47 +21,6 @@ from tvm_ascend.schedules import RowReduceKnobs, RowReduceSchedule
 from tvm_ascend.soc import get_soc
 
 COLS = 70_001  # chunks of a multiple of 128 columns leave a tail that is no multiple of 8 or 16
-# Outputs of 70k-element float32 sums (means, variances) are accumulated in another order than
-# onnxruntime's (pairwise per 256-byte repeat within a chunk, then chunk by chunk), as a model's
-# long dot products are: the whole-model tolerance. (Checked: the LayerNormalization kernel is
-# within 9e-7 of the float64 result where onnxruntime is 1.5e-6 off.)
-LONG_ROW_TOLERANCE = {"float32": "float32_model", "float16": "float16"}
-
-
-def _build_and_compare(builder, target="ascend", config=None, tolerance=None):
-    """Build, run, compare every output with onnxruntime; every group on the NPU with its plan's
-    GM bytes and UB bytes equal to the emulator's counters. Returns the NPU groups by kernel."""
-    model = builder.model()
-    lib = tvm_ascend.build(model, target=target, config=config)
-    outs = lib.run(builder.feeds)
-    refs = run_onnxruntime(model, builder.feeds)
-    for out, ref in zip(outs, refs, strict=True):
-        assert_close(out, ref, tolerance or LONG_ROW_TOLERANCE[builder.dtype])
-    report = lib.fusion_report()
-    assert report["host_groups"] == 0, [g["reason"] for g in report["groups"]]
-    launches = {p["kernel"]: p for p in lib.profile()}
-    groups = {}
-    for group in report["groups"]:
-        assert group["on_npu"], group["reason"]
-        launch, tiling = launches[group["kernel"]], group["tiling"]
-        assert launch["gm_read_bytes"] == tiling["gm_read_bytes"], group["kernel"]
-        assert launch["gm_write_bytes"] == tiling["gm_write_bytes"], group["kernel"]
-        assert launch["peak_ub_bytes"] == tiling["ub_bytes"] <= tiling["ub_capacity"]
-        assert launch["block_dim"] == tiling["cores"]
-        assert launch["warnings"] == []
-        groups[group["kernel"]] = group
-    return lib, groups
-
-
-def _chunked(groups: dict) -> list[dict]:
-    """The tilings of the multi-pass kernels, with their params checked."""
-    tilings = [g["tiling"] for g in groups.values() if g["tiling"]["params"].get("passes")]
-    for t in tilings:
-        p = t["params"]
-        assert t["template"] == "row_reduce" and t["tile_len"] == 1
-        assert p["chunk_cols"] < t["cols"] and p["chunk_cols"] % 8 == 0
-        assert p["chunks_per_row"] == -(-t["cols"] // p["chunk_cols"])
-    return tilings
 
 
 def _by_op(groups: dict, op: str) -> dict:
@@ -80,8 +38,8 @@ def test_softmax_log_softmax_and_layernorm_over_long_rows():
     b.feeds["y"] = b.rng.standard_normal((2, COLS)).astype(np.float32) * 3
     b.output(b.node("LogSoftmax", [y], axis=-1), (2, COLS))
     z = b.input("z", (2, COLS))
-    b.output(_layernorm_chain(b, z, COLS), (2, COLS))
-    lib, groups = _build_and_compare(b)
+    b.output(layernorm_chain(b, z, COLS), (2, COLS))
+    lib, groups = build_and_check_plans(b)
     softmax = _by_op(groups, "relax.nn.softmax")
     assert softmax["cores"] == 3 and softmax["params"]["passes"] == 3  # max, sum of exp, out
     assert softmax["gm_read_bytes"] == 3 * (3 * COLS * 4)  # the row read in each pass
@@ -91,7 +49,7 @@ def test_softmax_log_softmax_and_layernorm_over_long_rows():
     assert _by_op(groups, "relax.nn.log_softmax")["params"]["passes"] == 3
     # every op of the LayerNorm chain runs on the NPU, its means in multi-pass row kernels (one
     # kernel, or the timing model splits off the Pow: it sees no overlap of the chunks' pipes)
-    assert len(_chunked(groups)) >= 3
+    assert len(chunked_tilings(groups)) >= 3
     source = "\n".join(lib.kernel_sources().values())
     assert "// pass 3 of 3" in source and "CHUNK_STRIDE" in source
 
@@ -106,8 +64,8 @@ def test_reduce_sum_max_min_mean_over_long_rows():
     b.output(b.node("ReduceMax", [x], axes=[-1], keepdims=1), (5, 1))
     b.output(b.node("ReduceMin", [x], axes=[-1], keepdims=0), (5,))
     b.output(b.node("ReduceMean", [x], axes=[-1], keepdims=1), (5, 1))
-    _, groups = _build_and_compare(b)
-    tilings = _chunked(groups)
+    _, groups = build_and_check_plans(b)
+    tilings = chunked_tilings(groups)
     assert len(tilings) == 4
     for t in tilings:
         assert t["params"]["passes"] == 1 and t["cores"] == 5
@@ -128,8 +86,8 @@ def test_long_rows_on_310p3_without_data_copy_pad():
     beta = b.const(b.rng.standard_normal(COLS), "beta")
     b.output(b.node("LayerNormalization", [w, gamma, beta], axis=-1, epsilon=1e-5), (2, COLS))
     b.output(b.node("ReduceSum", [w, b.int_const([-1])], keepdims=0), (2,))
-    _, groups = _build_and_compare(b, target="ascend/310p3")
-    tilings = _chunked(groups)
+    _, groups = build_and_check_plans(b, target="ascend/310p3")
+    tilings = chunked_tilings(groups)
     assert len(tilings) == 3
     assert all(t["ub_capacity"] == 262_144 for t in tilings)
 
@@ -167,8 +125,8 @@ def test_chunk_knob_on_short_rows_with_masks_columns_and_row_values(tmp_path):
     b.output(b.node("LayerNormalization", [w, gamma, beta], axis=-1, epsilon=1e-5), (7, 300))
     b.output(b.node("ReduceMin", [w], axes=[-1], keepdims=0), (7,))
     config = _pinned_chunks(b.model(), tmp_path, 128)
-    lib, groups = _build_and_compare(b, config=config, tolerance="float32")
-    tilings = _chunked(groups)
+    lib, groups = build_and_check_plans(b, config=config, tolerance="float32")
+    tilings = chunked_tilings(groups)
     assert len(tilings) == 3
     assert all(t["params"]["chunk_cols"] == 128 and t["params"]["chunks_per_row"] == 3
                for t in tilings)
@@ -239,9 +197,9 @@ def test_fp16_long_rows():
     b.feeds["x"] = b.rng.standard_normal((2, cols)).astype(np.float16)
     b.output(b.node("Softmax", [x], axis=-1), (2, cols))
     z = b.input("z", (2, cols))
-    b.output(_layernorm_chain(b, z, cols), (2, cols))
+    b.output(layernorm_chain(b, z, cols), (2, cols))
     b.output(b.node("ReduceMax", [z], axes=[-1], keepdims=0), (2,))
-    _, groups = _build_and_compare(b)
+    _, groups = build_and_check_plans(b)
     assert _by_op(groups, "relax.nn.softmax")["params"]["passes"] == 3
     # here the LayerNorm chain is one kernel: mean, variance, output
-    assert sorted(t["params"]["passes"] for t in _chunked(groups)) == [1, 3, 3]
+    assert sorted(t["params"]["passes"] for t in chunked_tilings(groups)) == [1, 3, 3]

@@ -16,8 +16,7 @@ import tvm_ascend
 from tvm_ascend import ir_attrs
 from tvm_ascend.schedules import template_by_name
 from tvm_ascend.soc import get_soc
-from onnx_models import ModelBuilder
-from test_attention import attention_model
+from onnx_models import ModelBuilder, attention_model
 
 SOCS = ("Ascend910B1", "Ascend310P3")
 

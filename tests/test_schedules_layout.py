@@ -7,12 +7,13 @@ the house's conv circle (conv2d <-> conv_img2col, conv_traffic) and the pool rea
 the conv template came about. The import checks read the source (every import, lazy and
 TYPE_CHECKING ones included), so they hold without importing anything.
 """
-import ast
 import dataclasses
 import inspect
 from pathlib import Path
 
 import pytest
+
+from source_imports import imported_modules, module_name
 
 ROOT = Path(__file__).resolve().parent.parent / "schedules"
 PACKAGE = "tvm_ascend.schedules"
@@ -22,38 +23,14 @@ GROUND = {"tvm_ascend.decision", "tvm_ascend.errors", "tvm_ascend.soc"}
 
 def _modules() -> dict:
     """{dotted module name: path} of every Python file under ``schedules/``."""
-    found = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join([PACKAGE, *parts])] = path
-    return found
-
-
-def _imports(name: str, path: Path, modules: dict) -> set:
-    """Dotted names ``name``'s source imports (the module itself where ``from M import x``
-    names an object, the submodule where it names one)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module
-            subs = {f"{target}.{alias.name}" for alias in node.names}
-            out.update(subs & set(modules) or {target})
-    return {n.replace("tvm_ascend.schedules", PACKAGE, 1) for n in out}
+    return {module_name(path, ROOT, PACKAGE): path for path in sorted(ROOT.rglob("*.py"))}
 
 
 def _graph() -> dict:
+    """{module: the modules it imports} (the submodule where ``from M import x`` names one)."""
     modules = _modules()
-    return {name: _imports(name, path, modules) for name, path in modules.items()}
+    return {name: imported_modules(path, name, modules.__contains__)
+            for name, path in modules.items()}
 
 
 def _cycle(graph: dict) -> list | None:

@@ -4,17 +4,17 @@ The same model is imported with ``tvm.relax.frontend.onnx.from_onnx`` at the sta
 the test's own inputs, legalized, compiled with ``tvm.compile(mod, target="llvm")`` and run on
 ``relax.VirtualMachine(ex, tvm.cpu())``; its outputs are compared with ONNX's expected ones by
 the node table's ``compare`` (same tolerances). A test that fails here the way it fails in the
-node table is TVM's limit (``tests/onnx_node_limits.py`` records it); one that passes here but
+node table is TVM's limit (``tools/onnx_node_limits.py`` records it); one that passes here but
 fails through ``tvm_ascend.build`` is a tvm-ascend bug.
 
 Run from the repository root (``--ascend`` also builds the test through tvm-ascend, alone)::
 
-    python -m tests.onnx_tvm_reference test_slice test_cast_FLOAT_to_INT4 --ascend
+    python -m tools.onnx_tvm_reference test_slice test_cast_FLOAT_to_INT4 --ascend
 
 Example
 -------
->>> from onnx_tvm_reference import tvm_reference            # doctest: +SKIP
->>> from onnx_node_table import node_cases                  # doctest: +SKIP
+>>> from tools.onnx_tvm_reference import tvm_reference      # doctest: +SKIP
+>>> from tools.onnx_node_table import node_cases            # doctest: +SKIP
 >>> tvm_reference(node_cases()["test_relu"])                # doctest: +SKIP
 {'test': 'test_relu', 'result': 'passed', 'reason': ''}
 """
@@ -26,10 +26,7 @@ import sys
 
 import numpy as np
 
-try:  # ``python -m tests.onnx_tvm_reference`` (a package) or tests/ on sys.path
-    from . import onnx_node_table as table
-except ImportError:
-    import onnx_node_table as table
+from . import onnx_node_table as table
 
 
 def _static_shapes(case: dict) -> dict:
@@ -94,7 +91,7 @@ def verdict(reference: dict, ascend: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.onnx_tvm_reference",
+    parser = argparse.ArgumentParser(prog="python -m tools.onnx_tvm_reference",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("tests", nargs="+", help="ONNX node test names")
     parser.add_argument("--ascend", action="store_true",

@@ -8,13 +8,13 @@ Two kinds of entry, each quoted in ``tests/ONNX_NODE_TESTS.md``:
   ``failed`` instead of being hidden.
 
 Every entry was checked by building the test with TVM alone
-(``python -m tests.onnx_tvm_reference TEST``: ``from_onnx`` + ``tvm.compile(target="llvm")``)
+(``python -m tools.onnx_tvm_reference TEST``: ``from_onnx`` + ``tvm.compile(target="llvm")``)
 and seeing it fail the same way; a failure TVM alone does not have is a tvm-ascend bug and does
 not belong here.
 
 Example
 -------
->>> from onnx_node_limits import known_limit, with_known_limit
+>>> from tools.onnx_node_limits import known_limit, with_known_limit
 >>> known_limit("test_cast_FLOAT_to_INT4", "Check failed: dtype.bits % 8 == 0")[:40]
 'TVM 0.27 has no sub-byte integer tensors'
 >>> known_limit("test_cast_FLOAT_to_INT4", "RuntimeError: g++ exited with code 1") is None

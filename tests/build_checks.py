@@ -1,0 +1,53 @@
+"""Checks of a whole build that several test files share: the groups a fusion report gives
+some ONNX nodes, and a build whose every kernel's plan is held equal to the emulator's counters."""
+from __future__ import annotations
+
+import tvm_ascend
+from conftest import assert_close, run_onnxruntime
+
+# Outputs of long-row (70k-element) float32 sums (means, variances) are accumulated in another
+# order than onnxruntime's (pairwise per 256-byte repeat within a chunk, then chunk by chunk), as
+# a model's long dot products are: the whole-model tolerance. (Checked: the LayerNormalization
+# kernel is within 9e-7 of the float64 result where onnxruntime is 1.5e-6 off.)
+LONG_ROW_TOLERANCE = {"float32": "float32_model", "float16": "float16"}
+
+
+def groups_of(report, nodes) -> list[dict]:
+    """The launches that compute ``nodes`` (each group once, in report order)."""
+    return [g for g in report["groups"] if set(g["nodes"]) & set(nodes)]
+
+
+def build_and_check_plans(builder, target="ascend", config=None, tolerance=None):
+    """Build, run, compare every output with onnxruntime; every group on the NPU with its plan's
+    GM bytes and UB bytes equal to the emulator's counters. Returns the NPU groups by kernel."""
+    model = builder.model()
+    lib = tvm_ascend.build(model, target=target, config=config)
+    outs = lib.run(builder.feeds)
+    refs = run_onnxruntime(model, builder.feeds)
+    for out, ref in zip(outs, refs, strict=True):
+        assert_close(out, ref, tolerance or LONG_ROW_TOLERANCE[builder.dtype])
+    report = lib.fusion_report()
+    assert report["host_groups"] == 0, [g["reason"] for g in report["groups"]]
+    launches = {p["kernel"]: p for p in lib.profile()}
+    groups = {}
+    for group in report["groups"]:
+        assert group["on_npu"], group["reason"]
+        launch, tiling = launches[group["kernel"]], group["tiling"]
+        assert launch["gm_read_bytes"] == tiling["gm_read_bytes"], group["kernel"]
+        assert launch["gm_write_bytes"] == tiling["gm_write_bytes"], group["kernel"]
+        assert launch["peak_ub_bytes"] == tiling["ub_bytes"] <= tiling["ub_capacity"]
+        assert launch["block_dim"] == tiling["cores"]
+        assert launch["warnings"] == []
+        groups[group["kernel"]] = group
+    return lib, groups
+
+
+def chunked_tilings(groups: dict) -> list[dict]:
+    """The tilings of the multi-pass kernels, with their params checked."""
+    tilings = [g["tiling"] for g in groups.values() if g["tiling"]["params"].get("passes")]
+    for t in tilings:
+        p = t["params"]
+        assert t["template"] == "row_reduce" and t["tile_len"] == 1
+        assert p["chunk_cols"] < t["cols"] and p["chunk_cols"] % 8 == 0
+        assert p["chunks_per_row"] == -(-t["cols"] // p["chunk_cols"])
+    return tilings
