@@ -37,6 +37,7 @@ from .prepare.horizontal import merge_parallel_elementwise, merge_parallel_matmu
 from .runtime import AscendModule
 from .runtime.build_cache import build_key, lookup
 from .runtime.toolchain import default_cache_dir
+from .runtime.weights import lift_weights
 from .scheduling import schedule_groups
 from .target import resolve_target
 
@@ -298,10 +299,12 @@ def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str
         if not errors:
             raise
         raise _failed(result, "print", errors) from err
-    executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
+    host, weights = lift_weights(lowered)  # the library holds code; its weights ride beside
+    executable = tvm.compile(host, target=tvm.target.Target("llvm"))
     module = AscendModule(executable, metadata_from_source(source),
                           cache_key=_cache_key(lowered, source), cache_dir=config.cache_dir,
-                          build_key=key, cache_mode=config.op_compiler_cache_mode)
+                          build_key=key, cache_mode=config.op_compiler_cache_mode,
+                          weights=weights)
     try:
         module.compile()
     except ToolchainError as err:

@@ -1,10 +1,11 @@
 """The files the runtime writes, written so that a reader can trust them.
 
 * **Libraries carry a trailer.** Every ``.so`` tvm-ascend writes (``export_library``, the
-  compile cache) ends, after its ELF image, in 56 bytes: the image's sha256, its size and a
-  magic word. dlopen ignores bytes after an ELF image; a reader checks the trailer *before*
-  loading, because dlopen of a truncated library kills the process with SIGBUS instead of
-  raising. A library without a trailer is told apart from a truncated one by its ELF headers.
+  compile cache) ends, after its ELF image and its weights section (``runtime/weights.py``),
+  in 56 bytes: the sha256 and the size of everything before them, and a magic word. dlopen
+  ignores bytes after an ELF image; a reader checks the trailer *before* loading, because
+  dlopen of a truncated library kills the process with SIGBUS instead of raising. A library
+  without a trailer is told apart from a truncated one by its ELF headers.
 * **Other cached files carry a side record** (``<file>.sha256``: digest and size), checked
   before the file is used.
 * **Writes are atomic and never leave a temporary beside their target**: a library is built
@@ -38,6 +39,7 @@ from ..errors import ExportError, ModelLoadError
 
 MAGIC = b"tvm-ascend-lib1\0"
 _TRAILER = struct.Struct("<32sQ16s")  # sha256 of the image, size of the image, MAGIC
+TRAILER_BYTES = _TRAILER.size
 STAGING = "tmp"
 _CHUNK = 1 << 20
 _SHT_NOBITS = 8

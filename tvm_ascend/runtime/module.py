@@ -27,6 +27,7 @@ from .artifacts import (append_trailer, check_output_path, copy_atomic, file_loc
                         staging_dir, verify_library)
 from .toolchain import (default_cache_dir, discard_emulator_runtime, emulator_compile_options,
                         runtime_in)
+from .weights import append_weights, read_weights
 
 logger = logging.getLogger("tvm_ascend.runtime")
 
@@ -57,8 +58,10 @@ class AscendModule:
 
     def __init__(self, executable=None, metadata: dict | None = None, library_path=None,
                  cache_key: str | None = None, cache_dir=None, build_key: str | None = None,
-                 cache_mode: str = "enable"):
+                 cache_mode: str = "enable", weights: list | None = None):
         self._executable = executable
+        # main's trailing parameters (runtime/weights.py); None: read them from the library
+        self._weights = weights
         self.metadata = dict(metadata or {})
         self._library_path = Path(library_path) if library_path else None
         self._cache_key = cache_key
@@ -136,6 +139,7 @@ class AscendModule:
                     continue
                 raise ToolchainError(f"compiling the kernels for {staged.name} failed",
                                      ["g++"] + options, str(err)) from err
+        append_weights(staged, self._weights or [])
         append_trailer(staged)
 
     def _cache_path(self) -> Path | None:
@@ -208,8 +212,11 @@ class AscendModule:
     def _ensure_loaded(self):
         if self._vm is not None:
             return
-        self._lib = _load_verified(self.compile())
+        library = self.compile()
+        self._lib = _load_verified(library)
         self._vm = relax.VirtualMachine(self._lib, tvm.cpu())
+        if self._weights is None:
+            self._weights = read_weights(library)
 
     @classmethod
     def load(cls, path) -> "AscendModule":
@@ -225,7 +232,8 @@ class AscendModule:
             raise ModelLoadError(f"{str(path)!r} is not a tvm-ascend library: {err}") from err
         if meta_fn is None:
             raise ModelLoadError(f"{str(path)!r} is not a tvm-ascend library (no metadata)")
-        module = cls(metadata=json.loads(str(meta_fn())), library_path=path)
+        module = cls(metadata=json.loads(str(meta_fn())), library_path=path,
+                     weights=read_weights(path))
         module._lib = lib
         module._vm = relax.VirtualMachine(lib, tvm.cpu())
         return module
@@ -277,7 +285,7 @@ class AscendModule:
         self._ensure_loaded()
         args = self._ordered_inputs(inputs)
         try:
-            result = self._vm["main"](*args)
+            result = self._vm["main"](*args, *self._weights)
         except Exception as err:  # noqa: BLE001 - kernel errors arrive as RuntimeError
             if "DeviceRuleError" in str(err):
                 raise DeviceRuleError(str(err)) from err

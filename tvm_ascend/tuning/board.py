@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import dataclasses
 import functools
+import json
 import logging
 import re
 import sys
@@ -142,16 +143,23 @@ def model_input_specs(library_path) -> list[tuple[tuple, str]]:
     from ..runtime.artifacts import verify_library
 
     verify_library(library_path)  # before dlopen: a truncated library would kill the process
-    stats = relax.VMExecutable(tvm.runtime.load_module(str(library_path))).stats()
+    lib = tvm.runtime.load_module(str(library_path))
+    stats = relax.VMExecutable(lib).stats()
+    # main's parameters are the model's inputs, then the weights the library carries beside
+    # its code (runtime/weights.py): the metadata names the inputs
+    meta = lib.get_function("ascend_metadata_json", query_imports=True)
+    inputs = len(json.loads(str(meta())).get("inputs", [])) if meta is not None else None
     specs = {}
     for index, dims, dtype in _PARAM_ANNOTATION.findall(stats):
+        if inputs is not None and int(index) >= inputs:
+            continue
         try:
             shape = tuple(int(d) for d in dims.split(",") if d.strip())
         except ValueError as err:
             raise AscendError(f"{library_path}: input {index} has a symbolic shape ({dims}); "
                               "the emulator board times static shapes only") from err
         specs.setdefault(int(index), (shape, dtype))
-    return [specs[i] for i in sorted(specs)]
+    return [specs[i] for i in sorted(specs)][:inputs]
 
 
 def _random_inputs(specs, rng) -> list[np.ndarray]:
