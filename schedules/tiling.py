@@ -166,9 +166,7 @@ class TemplatePlan:
 
     @classmethod
     def from_dict(cls, values: dict):
-        hints = typing.get_type_hints(cls)
-        return cls(**{name: _from_json_value(hints.get(name), value)
-                      for name, value in values.items()})
+        return _dataclass_from_json(cls, values)
 
     @property
     def planned_data_copy_pad(self):
@@ -182,6 +180,13 @@ class TemplatePlan:
         return (0,) * 7
 
 
+def _dataclass_from_json(cls, values: dict):
+    """The dataclass ``cls`` of its ``asdict`` form, each field read as its type says."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{name: _from_json_value(hints.get(name), value)
+                  for name, value in values.items()})
+
+
 def _from_json_value(hint, value):
     """``value`` read back from JSON as the field type ``hint`` says (tuples, nested plans)."""
     if value is None or hint is None:
@@ -192,8 +197,9 @@ def _from_json_value(hint, value):
             if arg is not type(None):
                 return _from_json_value(arg, value)
     if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        # a nested plan's own tuples and dataclasses are read by their types too
         reader = getattr(hint, "from_dict", None)
-        return reader(value) if reader else hint(**value)
+        return reader(value) if reader else _dataclass_from_json(hint, value)
     if origin is tuple or hint is tuple:
         args = typing.get_args(hint)
         if len(args) == 2 and args[1] is Ellipsis:

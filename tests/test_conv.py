@@ -19,6 +19,7 @@ from onnx_models import ModelBuilder, conv_bn
 from tvm_ascend import ir_attrs
 from tvm_ascend.frontend import load_model
 from tvm_ascend.prepare import prepare
+from tvm_ascend.schedules.tiling import Tiling
 
 # A conv output sums K = Cin/G * kh * kw products in another order than onnxruntime (K chunks
 # on the cube, then added): float32 differs by a few ulps of the largest partial sum; float16
@@ -65,6 +66,11 @@ def _add_conv(b: ModelBuilder, case, index: int) -> str:
     return y
 
 
+def _plan(group: dict):
+    """The typed plan (``ConvPlan``) of a fusion report's group."""
+    return Tiling.from_dict(group["tiling"]).plan
+
+
 def _check_counters(lib) -> list[dict]:
     """Every NPU group's plan equals its launch's counters; returns the conv groups."""
     report = lib.report.to_json()
@@ -82,17 +88,18 @@ def _check_counters(lib) -> list[dict]:
         if tiling["template"] == "conv2d":
             # the scalar unit's elements (Gather offsets, the fallback's img2col, row tails
             # without DataCopyPad) and the window's vector Gathers: as the kernel did them
-            p, work = tiling["params"], tiling["work"]
+            p, work = _plan(group), tiling["work"]
+            s, mode = p.shape, p.img2col.mode
             assert launch["scalar_writes"] == work["scalar_elems"], group["kernel"]
             gathered = launch["vector_by_op"].get("Gather", {}).get("elems", 0)
             assert gathered == work["gather_elems"], group["kernel"]
-            assert (gathered > 0) == (p["img2col"] == "window"), group["kernel"]
+            assert (gathered > 0) == (mode == "window"), group["kernel"]
             # no method does more scalar work than gathering every tile's whole img2col block
             # element by element (the only method before the window and the rows copies)
-            by_element = p["n"] * p["groups"] * p["tiles_m"] * p["k"] * p["oh"] * p["ow"]
-            tails = 0 if p["data_copy_pad"] else launch["scalar_writes"]
+            by_element = s.n * s.groups * p.tiles_m * s.k * s.pixels
+            tails = 0 if p.data_copy_pad else launch["scalar_writes"]
             assert work["scalar_elems"] <= by_element + tails
-            if p["img2col"] != "scalar" and p["data_copy_pad"] and p["k"] > p["kh"] * p["kw"]:
+            if mode != "scalar" and p.data_copy_pad and s.k > s.kh * s.kw:
                 assert work["scalar_elems"] < by_element
             convs.append(group)
     return convs
@@ -111,15 +118,14 @@ def test_conv_sweep_float32_matches_onnxruntime_and_counters():
     assert len(convs) == len(SWEEP)  # every conv, with its whole epilogue, is one NPU kernel
     report = lib.report.to_json()
     assert report["kernels"]["host"] == 0
-    params = [g["tiling"]["params"] for g in convs]
-    assert max(p["chunks"] for p in params) > 1        # the K = 2592 case is split
+    plans = [_plan(g) for g in convs]
+    assert max(p.chunks for p in plans) > 1        # the K = 2592 case is split
     assert max(g["tiling"]["cores"] for g in convs) > 1
-    assert {p["img2col"] for p in params} == {"direct", "window", "scalar"}
+    assert {p.img2col.mode for p in plans} == {"direct", "window", "scalar"}
     # one K chunk: a core builds each pixel tile's block once for its run of channel tiles
-    shared = [p for p in params
-              if p["tiles_m"] > 1 and p["chunks"] == 1 and p["img2col"] != "direct"]
-    assert all(p["tiles_n"] <= p["col_builds"] <= p["tiles_m"] * p["tiles_n"] for p in shared)
-    assert sum(p["col_builds"] < p["tiles_m"] * p["tiles_n"] for p in shared) >= 1
+    shared = [p for p in plans if p.tiles_m > 1 and p.chunks == 1 and p.img2col.mode != "direct"]
+    assert all(p.tiles_n <= p.col_builds <= p.tiles_m * p.tiles_n for p in shared)
+    assert sum(p.col_builds < p.tiles_m * p.tiles_n for p in shared) >= 1
 
 
 def _numpy_conv(x, w, stride, pad, dil, groups):
@@ -209,7 +215,6 @@ def test_conv_sweep_on_soc_without_datacopypad(dtype):
     Every conv with its epilogue is one NPU kernel whose plan equals the emulator's counters
     (GM bytes and scalar writes included). The float32 model adds a Conv + folded BatchNorm +
     ReLU over 121 pixels (4-byte row tails)."""
-    from tvm_ascend.schedules.conv2d import ConvShape
     from tvm_ascend.schedules.conv2d.img2col import chunk_channels, count_col_builds, window_rows
 
     b = ModelBuilder(dtype, seed=12)
@@ -227,32 +232,29 @@ def test_conv_sweep_on_soc_without_datacopypad(dtype):
     convs = _check_counters(lib)
     report = lib.report.to_json()
     assert len(convs) == len(outs) and report["kernels"] == {"ascend": len(outs), "host": 0}
-    assert all(g["tiling"]["params"]["data_copy_pad"] is False for g in convs)
+    assert all(_plan(g).data_copy_pad is False for g in convs)
     assert max(g["tiling"]["cores"] for g in convs) > 1
     assert all("DataCopyPad" not in src for src in lib.kernel_sources().values())
     # the window's slab rows: whole blocks, their margins zeroed again; the scalar unit does
     # fewer elements in all than the rows' tails alone would have been, copied exactly
     c0 = 32 // (4 if dtype == "float32" else 2)
     for g in convs:
-        p = g["tiling"]["params"]
-        if p["img2col"] != "window" or p["w"] % c0 == 0:
+        p = _plan(g)
+        shape = p.shape
+        if p.img2col.mode != "window" or shape.w % c0 == 0:
             continue
         assert "CopyTileInBlocks(slab[" in lib.kernel_sources()[g["kernel"]]
         assert "margin, " in lib.kernel_sources()[g["kernel"]]
-        shape = ConvShape(p["n"], p["cin"], p["h"], p["w"], p["cout"], p["kh"], p["kw"],
-                          p["oh"], p["ow"], tuple(p["stride"]), tuple(p["dilation"]),
-                          tuple(p["pad"]), p["groups"], dtype, "x", "w")
-        total = p["n"] * p["groups"] * p["tiles_m"] * p["tiles_n"]
+        total = shape.n * shape.groups * p.tiles_m * p.tiles_n
         per_core = g["tiling"]["tiles_per_core"]
-        builds, offsets = count_col_builds(p["tiles_m"], p["tiles_n"], per_core, total,
-                                           p["chunks"])
-        channels = sum(chunk_channels(shape, p["k_chunk"]))
-        starts = range(0, p["oh"] * p["ow"], p["base_n"])
-        exact_tails = sum(built * channels * window_rows(shape, p0, p["base_n"])[1]
-                          * (p["w"] % c0) for built, p0 in zip(builds, starts))
-        out_tails = p["n"] * p["cout"] * sum(min(p["base_n"], p["oh"] * p["ow"] - p0) % c0
-                                             for p0 in starts)
-        others = sum(offsets) * p["align_n"] + out_tails  # the offsets' first row, outputs
+        builds, offsets = count_col_builds(p.tiles_m, p.tiles_n, per_core, total, p.chunks)
+        channels = sum(chunk_channels(shape, p.img2col.k_chunk))
+        starts = range(0, shape.pixels, p.base_n)
+        exact_tails = sum(built * channels * window_rows(shape, p0, p.base_n)[1]
+                          * (shape.w % c0) for built, p0 in zip(builds, starts))
+        out_tails = shape.n * shape.cout * sum(min(p.base_n, shape.pixels - p0) % c0
+                                               for p0 in starts)
+        others = sum(offsets) * p.align_n + out_tails  # the offsets' first row, outputs
         assert others <= g["tiling"]["work"]["scalar_elems"] < others + exact_tails, g["kernel"]
     if dtype == "float32":  # the BatchNorm folded into the conv, the ReLU fused after it
         kinds = [{n.split("_")[0] for n in g["onnx_nodes"]} for g in convs]
@@ -281,16 +283,16 @@ def test_conv_epilogue_covers_many_rows_per_call(target, dtype):
     np.testing.assert_allclose(out.astype(np.float64), ref, **TOLERANCES["cube/" + dtype])
     (launch,) = lib.profile(reset=False)
     (conv,) = _check_counters(lib)
-    p = conv["tiling"]["params"]
-    assert p["epilogue_rows"] > 1 and p["row_columns"] == 3
+    p = _plan(conv)
+    assert p.epilogue_rows > 1 and p.row_columns == 3
     (source,) = lib.kernel_sources().values()
     assert "AscendC::Brcb(" in source and "values.SetValue(" in source
     assert source.count("BinaryRepeatParams(1, 0, 1,") == 1  # s - conv: the column first
     # per tile and column one Brcb of a repeat per 8 rows; one Sub repeat per output row
-    rows = [min(p["base_m"], 40 - m0) for m0 in range(0, 40, p["base_m"])]
+    rows = [min(p.base_m, 40 - m0) for m0 in range(0, 40, p.base_m)]
     by_op = launch["vector_by_op"]
-    assert by_op["Brcb"]["instrs"] == 3 * 2 * p["tiles_n"] * sum(-(-m // 8) for m in rows)
-    assert by_op["Sub"]["instrs"] == 2 * p["tiles_n"] * 40
+    assert by_op["Brcb"]["instrs"] == 3 * 2 * p.tiles_n * sum(-(-m // 8) for m in rows)
+    assert by_op["Sub"]["instrs"] == 2 * p.tiles_n * 40
 
 
 def test_conv_epilogue_row_by_row_when_a_record_asks(monkeypatch, tmp_path):
@@ -319,8 +321,8 @@ def test_conv_epilogue_row_by_row_when_a_record_asks(monkeypatch, tmp_path):
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
     np.testing.assert_allclose(out, ref, **TOLERANCES["cube/float32"])
     (conv,) = _check_counters(lib)
-    assert conv["tiling"]["params"]["epilogue_rows"] == 1
-    assert Conv2dSchedule.schedule(func, get_soc("Ascend910B1"))[1].params["epilogue_rows"] > 1
+    assert _plan(conv).epilogue_rows == 1
+    assert Conv2dSchedule.schedule(func, get_soc("Ascend910B1"))[1].plan.epilogue_rows > 1
     source = lib.kernel_sources()[conv["kernel"]]
     assert "Brcb" not in source and "param_1Row = param_1Gm.GetValue(" in source
 
@@ -346,11 +348,11 @@ def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
     np.testing.assert_allclose(out, ref, **TOLERANCES["cube/float32"])
     (conv,) = _check_counters(lib)  # the col copies and B reads are in the GM bytes
-    p = conv["tiling"]["params"]
-    assert p["col_in_gm"] and p["chunks"] > 1 and p["mm_chunks"] == 1
-    assert p["col_builds"] < p["tiles_m"] * p["tiles_n"]  # a block serves several tiles
+    p = _plan(conv)
+    assert p.col_in_gm and p.chunks > 1 and p.mm_chunks == 1
+    assert p.col_builds < p.tiles_m * p.tiles_n  # a block serves several tiles
     assert conv["tiling"]["work"]["workspace_write_bytes"] > \
-        p["col_builds"] * p["k"] * p["align_n"] * 4 > 0
+        p.col_builds * p.shape.k * p.align_n * 4 > 0
     source = lib.kernel_sources()[conv["kernel"]]
     assert "mm.SetTensorB(colGm);" in source and "GetUserWorkspace(workspace)" in source
     assert "partBuf" not in source
@@ -360,7 +362,7 @@ def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
                if f.attrs and f.attrs.get("Codegen") == "ascend"]
     scheduled, tiling = Conv2dSchedule.schedule(func, get_soc("Ascend910B1"))
     printer = ConvKernelPrinter("k", scheduled, tiling)
-    assert printer.user_workspace_bytes() == tiling.cores * p["k"] * p["align_n"] * 4
+    assert printer.user_workspace_bytes() == tiling.cores * p.shape.k * p.align_n * 4
     buf = CodeBuffer()
     emit_launcher(buf, "k", printer, tiling.cores)
     assert f"kSysWorkspaceBytes + {printer.user_workspace_bytes()}" in buf.text()
@@ -369,8 +371,8 @@ def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
     size = ACL_SYS_WORKSPACE_BYTES + printer.user_workspace_bytes()
     assert f"aclrtMalloc(reinterpret_cast<void**>(&devWorkspace), {size}," in acl.text()
     _, coupled = Conv2dSchedule.schedule(func, get_soc("Ascend310P3"))
-    assert not coupled.params["col_in_gm"] and coupled.params["col_workspace_bytes"] == 0
-    assert coupled.params["mm_chunks"] == coupled.params["chunks"]
+    assert not coupled.plan.col_in_gm and coupled.plan.col_workspace_bytes == 0
+    assert coupled.plan.mm_chunks == coupled.plan.chunks
 
 
 def test_coupled_chip_takes_the_gm_col_block_when_the_estimate_says_so():
@@ -386,9 +388,9 @@ def test_coupled_chip_takes_the_gm_col_block_when_the_estimate_says_so():
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref, **TOLERANCES["cube/float16"])
     (conv,) = _check_counters(lib)
-    p = conv["tiling"]["params"]
-    assert p["col_in_gm"] and p["chunks"] > 1 and p["mm_chunks"] == 1
-    assert p["col_builds"] < p["tiles_m"] * p["tiles_n"] * p["n"]
+    p = _plan(conv)
+    assert p.col_in_gm and p.chunks > 1 and p.mm_chunks == 1
+    assert p.col_builds < p.tiles_m * p.tiles_n * p.shape.n
     assert "'col_in_gm': True" in conv["reason"]
 
 
@@ -445,8 +447,8 @@ def test_partitioner_takes_smaller_tiles_when_the_default_leaves_cores_idle():
     np.testing.assert_allclose(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0],
                                **TOLERANCES["cube/float32"])
     (conv,) = _check_counters(lib)
-    p = conv["tiling"]["params"]
-    assert (p["base_m"], p["base_n"]) != (64, 64) and conv["tiling"]["cores"] > 2
+    p = _plan(conv)
+    assert (p.base_m, p.base_n) != (64, 64) and conv["tiling"]["cores"] > 2
     assert "knobs" in conv["reason"] and "with the defaults" in conv["reason"]
 
 
@@ -485,8 +487,47 @@ def test_pointwise_conv_reads_b_from_gm_on_910b_and_copies_rows_on_310p():
     b910, p310 = get_soc("Ascend910B1"), get_soc("Ascend310P3")
     direct = Conv2dSchedule.schedule(func, b910)[1]
     rows = Conv2dSchedule.schedule(func, b910, Conv2dKnobs(img2col="rows"))[1]
-    assert direct.params["img2col"] == "direct" and direct.params["chunks"] == 1
+    assert direct.plan.img2col.mode == "direct" and direct.plan.chunks == 1
     assert direct.gm_read_bytes + direct.gm_write_bytes < rows.gm_read_bytes + rows.gm_write_bytes
     assert direct.ub_bytes < rows.ub_bytes  # no col buffer
-    assert Conv2dSchedule.schedule(func, p310)[1].params["img2col"] == "rows"
+    assert Conv2dSchedule.schedule(func, p310)[1].plan.img2col.mode == "rows"
     assert Conv2dKnobs(img2col="rows") in Conv2dSchedule.variants(func, b910)
+
+
+def test_conv_plan_is_typed_and_round_trips_through_json():
+    """The conv template's decisions are its ``ConvPlan`` (the shape it planned for, the
+    img2col method with the window's slab, the tiles, the epilogue), nothing in ``params``;
+    the Tiling's JSON (what the IR and the fusion report carry) reads back to the same plan,
+    tuples and the nested slab layout included, on both kinds of chip."""
+    import dataclasses
+
+    from tvm_ascend.codegen.ascendc_printer import ScheduledKernel, kernel_source
+    from tvm_ascend.codegen.kernels.conv2d import ConvKernelPrinter
+    from tvm_ascend.schedules.conv2d import ConvPlan, Conv2dSchedule
+    from tvm_ascend.schedules.conv2d.img2col import WindowLayout
+    from tvm_ascend.soc import get_soc
+
+    b = ModelBuilder("float16", seed=16)
+    _add_conv(b, (2, 16, 9, 11, 40, 3, 2, 1, 1, 1, "bias_relu"), 0)
+    result = tvm_ascend.partition_for_ascend(b.model())
+    (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
+               if f.attrs and f.attrs.get("Codegen") == "ascend"]
+    for soc in ("Ascend910B1", "Ascend310P3"):
+        scheduled, tiling = Conv2dSchedule.schedule(func, get_soc(soc))
+        plan = tiling.plan
+        assert isinstance(plan, ConvPlan) and tiling.params == {}
+        assert plan.shape.stride == (2, 2) and plan.shape.k == 16 * 9
+        assert plan.img2col.mode == "window" and isinstance(plan.img2col.layout, WindowLayout)
+        assert plan.col_in_gm == (soc == "Ascend910B1")
+        assert plan.cube_dims() == (0, 2, 16 * 9, plan.base_m, plan.base_n, 0, 0)
+        # groups that share one kernel differ only in their buffers' names: one plan
+        assert dataclasses.replace(plan.shape, x_name="other") == plan.shape
+        again = Tiling.from_json(tiling.to_json())
+        assert again == tiling and again.plan.img2col.layout == plan.img2col.layout
+    with pytest.raises(tvm_ascend.errors.CodegenError, match="without the template's ConvPlan"):
+        ConvKernelPrinter("k", scheduled, dataclasses.replace(tiling, plan=None))
+    # the plan says which SoC's copies it chose (310P's, here): the unit's helpers must agree
+    kernel = ScheduledKernel("k", scheduled, tiling, {})
+    assert "CopyTileInBlocks" in kernel_source(kernel, get_soc("Ascend310P3"))
+    with pytest.raises(tvm_ascend.errors.CodegenError, match="without DataCopyPad but printed"):
+        kernel_source(kernel, get_soc("Ascend910B1"))

@@ -238,8 +238,8 @@ def test_conv_vector_work_is_its_epilogue_per_epilogue_rows():
     assert work.ops_per_unit == 1 and work.total_ops == 16 * 100  # max(x, 0) per output
     soc = get_soc("Ascend910B1")
     _, tiling = Conv2dSchedule.schedule(func, soc)
-    p = tiling.params
-    assert p["epilogue_rows"] == p["base_m"] and p["row_columns"] == 0  # a whole tile a call
+    p = tiling.plan
+    assert p.epilogue_rows == p.base_m and p.row_columns == 0  # a whole tile a call
     assert tiling.work.vector_repeats == tiling.tiles_per_core
     _, by_row = Conv2dSchedule.schedule(func, soc, Conv2dKnobs(epilogue_rows=1))
-    assert by_row.work.vector_repeats == p["base_m"] * tiling.tiles_per_core
+    assert by_row.work.vector_repeats == p.base_m * tiling.tiles_per_core

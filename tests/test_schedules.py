@@ -1,6 +1,9 @@
 """The elementwise template: scheduled TIR is itself correct (llvm) and its tiling is valid."""
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass
+
 import numpy as np
 import pytest
 import tvm
@@ -9,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 import tvm_ascend
 from tvm_ascend import ir_attrs
 from tvm_ascend.schedules import ElementwiseKnobs, ElementwiseSchedule, select_template
+from tvm_ascend.schedules.tiling import TemplatePlan
 from tvm_ascend.soc import get_soc, soc_profiles
 from onnx_models import ModelBuilder, add_chain
 
@@ -185,3 +189,29 @@ def test_no_template_fits_names_the_one_that_came_closest(monkeypatch):
     monkeypatch.setattr(schedules, "TEMPLATES", schedules.TEMPLATES[:1])
     _, _, decision = schedules.plan_template(None, get_soc("Ascend910B1"))
     assert decision.summary == "" and decision.short.startswith("no schedule template fits")
+
+
+@dataclass(frozen=True)
+class _Slab:
+    lead: int
+    pad: tuple
+
+
+@dataclass(frozen=True)
+class _Method:
+    slab: _Slab | None
+    sides: tuple
+
+
+@dataclass(frozen=True)
+class _NestedPlan(TemplatePlan):  # no template name: not registered
+    method: _Method
+
+
+def test_a_plan_reads_nested_dataclasses_back_by_their_types():
+    """A plan's nested frozen dataclasses come back from JSON with their own tuples and
+    dataclasses, not as lists and dicts (the conv plan nests its shape and its slab)."""
+    plan = _NestedPlan(_Method(_Slab(16, (1, 2)), (3, 4)))
+    again = _NestedPlan.from_dict(json.loads(json.dumps(asdict(plan))))
+    assert again == plan and isinstance(again.method.slab, _Slab)
+    assert _NestedPlan.from_dict({"method": {"slab": None, "sides": [5, 6]}}).method.sides == (5, 6)

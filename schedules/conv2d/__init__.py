@@ -7,7 +7,7 @@ A (rows of ``K = Cin/G * kh * kw``), and C's rows are NCHW output rows. The outp
 ``baseM x baseN`` tiles (output channels x pixels) spread over the AI cores in contiguous
 ranges, channel tiles fastest. For each tile the core builds ``col`` in a UB buffer, ``k_chunk``
 rows at a time (padding and out-of-range taps read as zero), and the Matmul object takes it as
-B in one of two ways (``params["col_in_gm"]``):
+B in one of two ways (``ConvPlan.col_in_gm``):
 
 * split chips (910B), where AIC and AIV share no memory but GM: each K chunk of ``col`` is
   copied to the core's part of the GM workspace (``GetUserWorkspace``), once for the whole run
@@ -23,7 +23,7 @@ The elementwise epilogue (bias, a folded BatchNorm's shift, activation, residual
 the tile, ``epilogue_rows`` output rows per vector call (``epilogue.py``: per-channel values
 become columns), before the single write to GM.
 
-How ``col`` is built (``params["img2col"]``; the default is ``gather_mode``'s, the
+How ``col`` is built (``ConvPlan.img2col.mode``; the default is ``gather_mode``'s, the
 ``Conv2dKnobs.img2col`` knob chooses another):
 
 * ``direct``: a 1x1 convolution with stride 1 and no padding (``pointwise``), whose col
@@ -55,7 +55,7 @@ feeding multiply-adds instead of the cube) would waste no cube rows. It is left 
 Every SoC profile takes it. The output tile and streamed epilogue operands (a residual) move
 as one multi-burst DataCopyPad where the SoC has it (910B, 310B); on 310P and 910A each row
 moves its whole 32-byte blocks by DataCopy and its tail element by element, so no block
-reaches into the pixels of another core's tile (``params["data_copy_pad"]`` tells the
+reaches into the pixels of another core's tile (``ConvPlan.data_copy_pad`` tells the
 printer). Rows copied into the UB there (img2col rows, slab rows, residual rows) are whole
 blocks that read on past the row (``CopyTileInBlocks``), exactly only where that would pass the
 input's end; the plan counts those bytes. On coupled chips (310P, 910A) the UB operand B and
@@ -66,7 +66,7 @@ Example
 -------
 >>> from tvm_ascend.soc import get_soc                                     # doctest: +SKIP
 >>> _, tiling = Conv2dSchedule.schedule(func, get_soc("Ascend310P3"))     # doctest: +SKIP
->>> tiling.params["data_copy_pad"]                                        # doctest: +SKIP
+>>> tiling.plan.data_copy_pad                                             # doctest: +SKIP
 False
 """
 from __future__ import annotations
@@ -82,11 +82,12 @@ from ..analysis.row_program import RowAccessKind, program_dtypes, row_program
 from ..analysis.epilogue_checks import epilogue_refusal
 from ..analysis.tile_values import buffer_size
 from ..tiling import FRACTAL, ceil_div, dtype_bytes, round_up
-from ..tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, UB_RESERVED_BYTES
+from ..tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
+                      UB_RESERVED_BYTES)
 from .epilogue import column_bytes, row_columns
 from .shape import ConvShape, conv_block_index, conv_shape
-from .img2col import (IMG2COL_MODES, block_tails, count_col_builds, gather_mode, img2col_plan,
-                      pointwise)
+from .img2col import (IMG2COL_MODES, Img2colPlan, block_tails, count_col_builds, gather_mode,
+                      img2col_plan, pointwise)
 from .traffic import column_scalar_writes, conv_traffic, img2col_work, streamed_tails
 from ..analysis.tir_walk import param_buffers, root_blocks, schedule_blocks
 
@@ -107,6 +108,57 @@ class Conv2dKnobs:
     # the col block through the core's GM workspace (built once per run of channel tiles,
     # B read from GM) instead of the UB operand; None: on split chips only
     col_in_gm: bool | None = None
+
+
+@dataclass(frozen=True)
+class ConvPlan(TemplatePlan, template="conv2d"):
+    """What the conv template decided for one kernel; its printer prints from this, the
+    scheduled blocks (the epilogue's row program) and the Tiling's cores and tile ranges.
+
+    The convolution: ``shape``, as ``conv_shape`` read it from the group (the kernel's
+    TilingData carries its sizes).
+
+    The output tiles: ``base_m`` output channels x ``base_n`` pixels (clipped to the conv's own,
+    to 16), ``tiles_m`` x ``tiles_n`` of them per image and group, channel tiles fastest;
+    ``align_n`` the UB row pitch of the tiles and of col (``base_n`` to 32 bytes); ``base_k``
+    the Matmul's K step.
+
+    The img2col block B: ``img2col`` (the method, the K chunk, the window's slab); ``chunks``
+    its K chunks, ``mm_chunks`` the K pieces the Matmul takes in turn (1 where B is all of K in
+    GM: the direct method or ``col_in_gm``); ``col_in_gm`` the block goes through the core's GM
+    workspace (``col_workspace_bytes`` each core's part, 0 otherwise); ``col_builds`` how often
+    the cores build a block, in all (``count_col_builds``).
+
+    The epilogue: ``slots`` UB temporaries of its row program per row; ``epilogue_rows``
+    output rows per vector call; ``row_columns`` the per-row scalars it holds as columns (0
+    with one row a call).
+
+    The SoC: ``data_copy_pad`` whether its copies are DataCopyPad's (the unit's copy helpers
+    must be that SoC's).
+    """
+
+    shape: ConvShape
+    base_m: int
+    base_n: int
+    base_k: int
+    align_n: int
+    tiles_m: int
+    tiles_n: int
+    img2col: Img2colPlan
+    chunks: int
+    mm_chunks: int
+    col_in_gm: bool
+    col_workspace_bytes: int
+    col_builds: int
+    slots: int
+    epilogue_rows: int
+    row_columns: int
+    data_copy_pad: bool
+
+    def cube_dims(self) -> tuple:
+        # what the cost model's features read from the conv's params before the plan was
+        # typed: no "m" and no single-core sides, and "n" was the batch
+        return (0, self.shape.n, self.shape.k, self.base_m, self.base_n, 0, 0)
 
 
 def epilogue_program(blocks, func, shape: ConvShape, conv_index: int):
@@ -319,21 +371,12 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
     if rows > 1:  # the columns' values: a copy's tail, or every row, on the scalar unit
         work += KernelWork(scalar_elems=column_scalar_writes(shape, columns, soc, base_m,
                                                              tiles_n))
-    params = {"n": shape.n, "cin": shape.cin, "h": shape.h, "w": shape.w, "cout": shape.cout,
-              "kh": shape.kh, "kw": shape.kw, "oh": shape.oh, "ow": shape.ow,
-              "stride": list(shape.stride), "dilation": list(shape.dilation),
-              "pad": list(shape.pad), "groups": shape.groups, "k": shape.k,
-              "base_m": base_m, "base_n": base_n, "base_k": base_k, "align_n": align_n,
-              "k_chunk": k_chunk, "chunks": chunks, "mm_chunks": mm_chunks, "col_in_gm": col_gm,
-              "col_workspace_bytes": shape.k * align_n * elem if col_gm else 0,
-              "tiles_m": tiles_m, "tiles_n": tiles_n,
-              "slots": slots, "data_copy_pad": bool(soc.has_data_copy_pad),
-              "img2col": img2col.mode, "col_builds": sum(builds[0]),
-              "slab_lead": img2col.layout.lead if img2col.layout else 0,
-              "slab_row_pitch": img2col.layout.row_pitch if img2col.layout else 0,
-              "slab_pitch": img2col.layout.pitch if img2col.layout else 0,
-              "slab_channels": img2col.slab_channels, "epilogue_rows": rows,
-              "row_columns": len(columns) if rows > 1 else 0}
+    conv_plan = ConvPlan(
+        shape=shape, base_m=base_m, base_n=base_n, base_k=base_k, align_n=align_n,
+        tiles_m=tiles_m, tiles_n=tiles_n, img2col=img2col, chunks=chunks, mm_chunks=mm_chunks,
+        col_in_gm=col_gm, col_workspace_bytes=shape.k * align_n * elem if col_gm else 0,
+        col_builds=sum(builds[0]), slots=slots, epilogue_rows=rows,
+        row_columns=len(columns) if rows > 1 else 0, data_copy_pad=bool(soc.has_data_copy_pad))
     # the epilogue: one call per op per `rows` output-channel rows of a tile, plus one Brcb
     # per column of per-row scalars
     loop = KernelWork(steps=per_core, vector_repeats=ceil_div(base_m, rows) * per_core,
@@ -341,7 +384,7 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
                       img2col_prologue=True)
     return Tiling("conv2d", total, used, per_core, 1, per_core, 1,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
-                  shape.pixels, params, shares + work + loop)
+                  shape.pixels, work=shares + work + loop, plan=conv_plan)
 
 
 def _epilogue_rows(shape: ConvShape, mode: str, columns, slots: int, base_m: int, base_n: int,
@@ -381,5 +424,5 @@ def _epilogue_rows(shape: ConvShape, mode: str, columns, slots: int, base_m: int
     return 1, narrow, extra
 
 
-__all__ = ["Conv2dKnobs", "Conv2dSchedule", "ConvShape", "conv_shape", "epilogue_program", "plan",
-           "buffer_size"]
+__all__ = ["Conv2dKnobs", "Conv2dSchedule", "ConvPlan", "ConvShape", "conv_shape",
+           "epilogue_program", "plan", "buffer_size"]

@@ -1,10 +1,10 @@
 """Prints a Conv2D kernel: img2col tiles in the UB, the cube's Matmul API, the epilogue on the
-vector unit (method: ``schedules/conv2d.py``).
+vector unit (method: ``schedules/conv2d/``), as the template's ``ConvPlan`` says.
 
 Each core takes a contiguous range of ``baseM x baseN`` output tiles (image, group, pixel tile,
 channel tile). For every K chunk the tile's img2col rows are built into ``colBuf``
 (``Img2col``: one copy, a vector Gather per channel from a slab of input rows, or the scalar
-fallback; the plan's ``params["img2col"]``). On split chips each chunk is then copied to the
+fallback; the plan's ``img2col.mode``). On split chips each chunk is then copied to the
 core's col block in the GM workspace, which the Matmul reads as B for every channel tile of the
 pixel tile, all of K at once; on coupled chips ``colBuf`` is the Matmul's UB operand B, chunk
 by chunk, the chunks' products added in the UB. The epilogue runs ``epilogue_rows`` output rows
@@ -26,7 +26,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 from ...errors import CodegenError
-from ...schedules.conv2d import conv_block_index, conv_shape, epilogue_program
+from ...schedules.conv2d import ConvPlan, conv_block_index, epilogue_program
 from ...schedules.conv2d.epilogue import BLOCK_BYTES, row_columns
 from ...schedules.analysis.row_program import RowAccessKind
 from ...schedules.analysis.tile_values import buffer_size, expr_key
@@ -50,10 +50,11 @@ class ConvKernelPrinter(CubeKernelPrinter):
         import tvm
 
         super().__init__(symbol, func, tiling)
-        self.p = dict(tiling.params)
-        self.shape = conv_shape(func)
-        if self.shape is None:
-            raise CodegenError(f"{symbol}: not a conv2d group")
+        if not isinstance(tiling.plan, ConvPlan):
+            raise CodegenError(f"{symbol}: a conv2d tiling without the template's ConvPlan "
+                               f"(plan {type(tiling.plan).__name__}); schedule it again")
+        self.plan = plan = tiling.plan
+        self.shape = plan.shape
         blocks = schedule_blocks(tvm.s_tir.Schedule(func))
         self.program = epilogue_program(blocks, func, self.shape, conv_block_index(blocks))
         self.ctype = cpp_type(self.shape.dtype)
@@ -61,11 +62,16 @@ class ConvKernelPrinter(CubeKernelPrinter):
         self.w_name = self.names[self.shape.w_name]
         self.out_name = self.names[self.params[-1].name]
         self.sizes = {self.names[p.name]: buffer_size(p) for p in self.params}
-        self.img2col = Img2colPrinter(self.shape, self.p, self.x_name, self.sizes, self.ctype)
-        self.rows = int(self.p["epilogue_rows"])  # output rows per epilogue call
-        self.col_gm = bool(self.p["col_in_gm"])  # the col block goes to the GM workspace
-        self.mm_chunks = int(self.p["mm_chunks"])  # K pieces the Matmul takes in turn
+        self.img2col = Img2colPrinter(plan, self.x_name, self.sizes, self.ctype)
+        self.mode = plan.img2col.mode  # how col is built
+        self.rows = plan.epilogue_rows  # output rows per epilogue call
+        self.col_gm = plan.col_in_gm  # the col block goes to the GM workspace
+        self.mm_chunks = plan.mm_chunks  # K pieces the Matmul takes in turn
+        # the columns' expressions are the row program's (TIR); the plan sized their UB
         self.columns = row_columns(self.program, self.shape) if self.rows > 1 else []
+        if len(self.columns) != plan.row_columns:
+            raise CodegenError(f"{symbol}: the conv epilogue has {len(self.columns)} row "
+                               f"columns, the plan sized {plan.row_columns}")
 
     def _inputs(self, kind):
         if self.program is None:
@@ -86,7 +92,7 @@ class ConvKernelPrinter(CubeKernelPrinter):
             buf.line("uint32_t kChunk, tilesM, tilesN, tilesPerCore, totalTiles;")
             buf.line("uint32_t slabLead, slabRowPitch, slabPitch, slabChannels;  // window mode")
         buf.line(f"using AType = matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, {t}>;")
-        b_pos = "GM" if self.p["img2col"] == "direct" or self.col_gm else "VECOUT"
+        b_pos = "GM" if self.mode == "direct" or self.col_gm else "VECOUT"
         buf.line(f"using BType = matmul::MatmulType<AscendC::TPosition::{b_pos}, CubeFormat::ND, "
                  f"{t}>;")
         buf.line(f"using CType = matmul::MatmulType<AscendC::TPosition::VECIN, "
@@ -98,7 +104,7 @@ class ConvKernelPrinter(CubeKernelPrinter):
         buf.line("matmul::Matmul<AType, BType, CType, AType> mm;")
 
     def emit_private(self, buf):
-        if self.p["img2col"] != "direct":
+        if self.mode != "direct":
             self.img2col.emit(buf)
         self.emit_tile(buf)
 
@@ -120,15 +126,15 @@ class ConvKernelPrinter(CubeKernelPrinter):
         buf.line(f"pipe->InitBuffer(outQue, 1, {tile});")
         if self.mm_chunks > 1:
             buf.line(f"pipe->InitBuffer(partBuf, {tile});")
-        if self.p["img2col"] != "direct":
+        if self.mode != "direct":
             buf.line(f"pipe->InitBuffer(colBuf, tiling.kChunk * tiling.pitch * "
                      f"sizeof({t}));")
-        if self.p["img2col"] == "window":
+        if self.mode == "window":
             self.img2col.emit_init(buf)
         for name in self._inputs(RowAccessKind.ROWS):
             buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, {tile});")
-        if self.p["slots"]:
-            buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots'] * self.rows} * "
+        if self.plan.slots:
+            buf.line(f"pipe->InitBuffer(rowBuf, {self.plan.slots * self.rows} * "
                      f"tiling.pitch * sizeof({t}));")
         if self.columns:
             count = len(self.columns)
@@ -207,8 +213,8 @@ class ConvKernelPrinter(CubeKernelPrinter):
         """The product into ``acc``: B from the input planes (direct) or the UB's col block,
         K chunk by K chunk (the chunks' products added on the vector unit)."""
         t = self.ctype
-        direct = self.p["img2col"] == "direct"
-        one_chunk = self.p["chunks"] == 1 and not direct
+        direct = self.mode == "direct"
+        one_chunk = self.plan.chunks == 1 and not direct
         if not direct:
             buf.line(f"AscendC::LocalTensor<{t}> col = colBuf.Get<{t}>();")
         if one_chunk:  # the block stays in the UB for the pixel tile's run of tiles
@@ -235,7 +241,7 @@ class ConvKernelPrinter(CubeKernelPrinter):
                 buf.line("mm.SetTensorB(col);")
             buf.line("mm.SetTail(curM, curN, kc);")
             buf.line("mm.Iterate();")
-            if self.p["chunks"] > 1:
+            if self.plan.chunks > 1:
                 with buf.indent("if (k0 == 0) {", None):
                     buf.line("mm.template GetTensorC<true, true>(acc, 0, true, curM, curN);")
                 with buf.indent("} else {", None):
@@ -379,10 +385,10 @@ class ConvKernelPrinter(CubeKernelPrinter):
             buf.line(f"AscendC::GlobalTensor<{t}> colGm;  // B of the Matmul: this core's col")
         if self.mm_chunks > 1:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> partBuf;")
-        if self.p["img2col"] != "direct":
+        if self.mode != "direct":
             buf.line("AscendC::TBuf<AscendC::TPosition::VECOUT> colBuf;  // B of the Matmul")
             buf.line("uint64_t colFor = 0;  // (image, pixel) + 1 of the block in colBuf; 0: none")
-        if self.p["img2col"] == "window":
+        if self.mode == "window":
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> slabBuf;  // input rows")
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> offsetBuf;  // Gather offsets")
             buf.line("uint32_t offsetsFor = 0;  // p0 + 1 of the offsets in offsetBuf; 0: none")
@@ -390,7 +396,7 @@ class ConvKernelPrinter(CubeKernelPrinter):
             buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {self.names[name]}Que;")
         for name in self._inputs(RowAccessKind.SCALAR):
             buf.line(f"{t} {self.names[name]}Val;")
-        if self.p["slots"]:
+        if self.plan.slots:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
         if self.columns:  # a tile's per-row scalars: values, then one 32-byte block a row
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> valueBuf;")
@@ -398,28 +404,29 @@ class ConvKernelPrinter(CubeKernelPrinter):
 
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:
-        p, t = self.p, self.tiling
-        b_pitch = p["oh"] * p["ow"] if p["img2col"] == "direct" else p["align_n"]
-        k_piece = p["k"] if self.mm_chunks == 1 else p["k_chunk"]  # K the Matmul takes at once
-        values = {"usedCoreNum": t.cores, "M": p["cout"], "N": b_pitch, "Ka": p["k"],
-                  "Kb": k_piece, "singleCoreM": p["base_m"], "singleCoreN": p["base_n"],
-                  "singleCoreK": k_piece, "baseM": p["base_m"], "baseN": p["base_n"],
-                  "baseK": p["base_k"], "depthA1": 2, "depthB1": 2, "stepM": 1, "stepN": 1,
+        p, s, t = self.plan, self.shape, self.tiling
+        b_pitch = s.pixels if self.mode == "direct" else p.align_n
+        k_piece = s.k if self.mm_chunks == 1 else p.img2col.k_chunk  # K the Matmul takes at once
+        values = {"usedCoreNum": t.cores, "M": s.cout, "N": b_pitch, "Ka": s.k,
+                  "Kb": k_piece, "singleCoreM": p.base_m, "singleCoreN": p.base_n,
+                  "singleCoreK": k_piece, "baseM": p.base_m, "baseN": p.base_n,
+                  "baseK": p.base_k, "depthA1": 2, "depthB1": 2, "stepM": 1, "stepN": 1,
                   "stepKa": 1, "stepKb": 1, "isBias": 0, "iterateOrder": 0, "dbL0A": 2,
                   "dbL0B": 2, "dbL0C": 1}
         buf.line(f"{self.symbol}_impl::TilingData {var}{{}};")
         emit_field_assignments(buf, self.symbol, var, "int32_t",
                                {f"cube.{field}": values[field] for field in CUBE_FIELDS})
         emit_field_assignments(buf, self.symbol, var, "int32_t", {
-            **{field: p[field] for field in GEOMETRY},
-            "sh": p["stride"][0], "sw": p["stride"][1], "dh": p["dilation"][0],
-            "dw": p["dilation"][1], "padT": p["pad"][0], "padL": p["pad"][1]})
+            **{field: getattr(s, field) for field in GEOMETRY},
+            "sh": s.stride[0], "sw": s.stride[1], "dh": s.dilation[0],
+            "dw": s.dilation[1], "padT": s.pad[0], "padL": s.pad[1]})
+        slab = p.img2col.layout  # the window method's; zeros for the others
         emit_field_assignments(buf, self.symbol, var, "uint32_t", {
-            "pitch": p["align_n"], "kChunk": p["k_chunk"], "tilesM": p["tiles_m"],
-            "tilesN": p["tiles_n"], "tilesPerCore": t.block_len, "totalTiles": t.total,
-            "slabLead": p["slab_lead"], "slabRowPitch": p["slab_row_pitch"],
-            "slabPitch": p["slab_pitch"], "slabChannels": p["slab_channels"]})
+            "pitch": p.align_n, "kChunk": p.img2col.k_chunk, "tilesM": p.tiles_m,
+            "tilesN": p.tiles_n, "tilesPerCore": t.block_len, "totalTiles": t.total,
+            "slabLead": slab.lead if slab else 0, "slabRowPitch": slab.row_pitch if slab else 0,
+            "slabPitch": slab.pitch if slab else 0, "slabChannels": p.img2col.slab_channels})
 
     def user_workspace_bytes(self) -> int:
         """GM workspace of the col blocks: one per core (split chips, not the direct mode)."""
-        return self.tiling.cores * int(self.p["col_workspace_bytes"])
+        return self.tiling.cores * self.plan.col_workspace_bytes

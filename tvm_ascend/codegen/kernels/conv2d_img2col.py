@@ -1,11 +1,11 @@
 """Prints the conv kernel's ``Img2col`` method: the col rows of one K chunk for a pixel tile,
-by the plan's method (``params["img2col"]``, ``schedules/conv2d.py``): one copy of input-plane
+by the plan's method (``ConvPlan.img2col.mode``, ``schedules/conv2d/``): one copy of input-plane
 rows, vector Gathers from a UB slab of input rows (with the Gather offsets built once per
 pixel tile), or the scalar fallback. Part of ``ConvKernelPrinter``.
 
 Example
 -------
->>> printer = Img2colPrinter(shape, params, "x", sizes, "half")           # doctest: +SKIP
+>>> printer = Img2colPrinter(tiling.plan, "x", sizes, "half")             # doctest: +SKIP
 >>> buf = CodeBuffer(); printer.emit(buf)                                # doctest: +SKIP
 >>> "AscendC::Gather(" in buf.text()                                     # doctest: +SKIP
 True
@@ -16,12 +16,13 @@ from ...schedules.tiling import dtype_bytes
 
 
 class Img2colPrinter:
-    """``Img2col`` and its helpers for one conv kernel (``x_name``: the input's identifier,
-    ``sizes``: elements of each GM argument by identifier, ``ctype``: the C++ element type)."""
+    """``Img2col`` and its helpers for one conv kernel (``plan``: the template's ``ConvPlan``,
+    ``x_name``: the input's identifier, ``sizes``: elements of each GM argument by identifier,
+    ``ctype``: the C++ element type)."""
 
-    def __init__(self, shape, params: dict, x_name: str, sizes: dict, ctype: str):
-        self.shape, self.p, self.x_name, self.sizes, self.ctype = \
-            shape, params, x_name, sizes, ctype
+    def __init__(self, plan, x_name: str, sizes: dict, ctype: str):
+        self.plan, self.shape, self.mode = plan, plan.shape, plan.img2col.mode
+        self.x_name, self.sizes, self.ctype = x_name, sizes, ctype
 
     def emit(self, buf):
         """``Img2col``: col rows [k0, k0 + kc) x pixels [p0, p0 + curN) by the plan's method."""
@@ -33,8 +34,8 @@ class Img2colPrinter:
             buf.line("const uint64_t plane = static_cast<uint64_t>(n) * tiling.cin + "
                      "g * (tiling.cin / tiling.groups);  // the group's first input channel")
             {"rows": self.emit_gather_rows, "window": self.emit_gather_window,
-             "scalar": self.emit_gather_scalar}[self.p["img2col"]](buf)
-        if self.p["img2col"] == "window":
+             "scalar": self.emit_gather_scalar}[self.mode](buf)
+        if self.mode == "window":
             self.emit_offsets(buf)
 
     def emit_gather_rows(self, buf):
@@ -75,7 +76,7 @@ class Img2colPrinter:
         buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
         buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
         c0 = 32 // dtype_bytes(self.shape.dtype)
-        if not self.p["data_copy_pad"] and self.shape.w % c0:
+        if not self.plan.data_copy_pad and self.shape.w % c0:
             self.emit_margin_zeros(buf, first_row, c0)
         with buf.indent("for (uint32_t ci = ciLo; ci <= ciHi; ++ci) {"):
             buf.line("uint32_t kLo = ci * taps > k0 ? ci * taps : k0;")
