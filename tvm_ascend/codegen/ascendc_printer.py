@@ -77,7 +77,7 @@ def _extra_includes(kernel: ScheduledKernel, soc) -> tuple:
 
 def _prelude(soc, kernels) -> str:
     for k in kernels:  # the prelude's copy helpers are the SoC's: the plans must agree
-        planned = k.tiling.params.get("data_copy_pad")
+        planned = k.tiling.plan.planned_data_copy_pad if k.tiling.plan is not None else None
         if planned is not None and bool(planned) != bool(soc.has_data_copy_pad):
             raise CodegenError(f"{k.symbol}: planned for a SoC {'with' if planned else 'without'}"
                                f" DataCopyPad but printed for {soc.name}; schedule it again")
