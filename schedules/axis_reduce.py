@@ -24,7 +24,7 @@ Example
 -------
 >>> from tvm_ascend.schedules import AxisReduceSchedule      # doctest: +SKIP
 >>> scheduled, tiling = AxisReduceSchedule.schedule(prim_func, get_soc("Ascend910B1"))
->>> tiling.params["outer"], tiling.params["reduce"], tiling.params["inner"]  # doctest: +SKIP
+>>> tiling.plan.outer, tiling.plan.reduce, tiling.plan.inner   # doctest: +SKIP
 (6, 9, 10)
 """
 from __future__ import annotations
@@ -43,7 +43,8 @@ from .analysis.tile_values import (FLOAT_DTYPES, Access, AccessKind, child_exprs
                                    expr_key, flat_offset, make_analyzer, plan_tile_values,
                                    unsupported_construct, uses_var)
 from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
-from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, KernelWork, Tiling, UB_RESERVED_BYTES
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, KernelWork, TemplatePlan, Tiling,
+                     UB_RESERVED_BYTES)
 from .analysis.tir_walk import (BufferLoad, expr_dtype, load_buffer, param_buffers,
                                 reduce_iter_vars, reducer_of, schedule_blocks)
 
@@ -59,6 +60,34 @@ class AxisReduceKnobs:
     cores: int | None = None    # None: every vector block that gets a unit
     chunk: int | None = None    # inner elements per unit; None: planned (whole I when it fits)
     double_buffer: bool = True
+
+
+@dataclass(frozen=True)
+class AxisReducePlan(TemplatePlan, template="axis_reduce"):
+    """What the axis-reduce template decided for one kernel, read by its printer.
+
+    The shape ``out[o, i] = reduce_r x[o, r, i]``: ``outer`` (O), ``reduce`` (R), ``inner``
+    (I). The units: ``chunk`` inner elements per unit (the Tiling's ``cols``; a multiple of
+    ``align``, the elements of one 32-byte block of the narrowest value), ``chunks`` units per
+    outer index. The row tiles: ``tile_rows`` reduced rows per UB tile, ``row_tiles`` tiles per
+    unit. ``epilogue_temp_buffers``: the epilogue's temps (one chunk each; the prologue's are
+    the Tiling's ``temp_buffers``). ``reducer``: sum, max or min. ``row_by_row``: the prologue
+    reads one value per reduced row and runs row by row. ``data_copy_pad``: the row copies are
+    DataCopyPad bursts (the SoC has it).
+    """
+
+    outer: int
+    reduce: int
+    inner: int
+    chunk: int
+    chunks: int
+    tile_rows: int
+    row_tiles: int
+    align: int
+    epilogue_temp_buffers: int
+    data_copy_pad: bool
+    reducer: str
+    row_by_row: bool
 
 
 class AxisInput(enum.Enum):
@@ -384,7 +413,7 @@ class AxisReduceSchedule:
         Example
         -------
         >>> _, tiling = AxisReduceSchedule.schedule(func, soc, AxisReduceKnobs(chunk=16))
-        >>> tiling.cols, tiling.params["tile_rows"]                  # doctest: +SKIP
+        >>> tiling.cols, tiling.plan.tile_rows                       # doctest: +SKIP
         (16, 9)
         """
         knobs = knobs or AxisReduceKnobs()
@@ -411,7 +440,7 @@ class AxisReduceSchedule:
         AxisReduceKnobs(cores=None, chunk=None, double_buffer=True)
         """
         _, default = AxisReduceSchedule.schedule(func, soc)
-        align = default.params["align"]
+        align = default.plan.align
         cores = sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)}, reverse=True)
         chunks = [None] + sorted({round_up(max(1, default.cols // d), align) for d in (2, 4)
                                   if default.cols // d >= align}, reverse=True)
@@ -515,21 +544,19 @@ def _plan(program: AxisProgram, soc, knobs: AxisReduceKnobs) -> Tiling:
     cores = max(1, min(knobs.cores or soc.vector_blocks, soc.vector_blocks, units))
     per_core = ceil_div(units, cores)
     cores = ceil_div(units, per_core)
-    params = {"outer": program.outer, "reduce": program.reduce, "inner": program.inner,
-              "chunk": chunk, "chunks": chunks, "tile_rows": tile_rows,
-              "row_tiles": ceil_div(program.reduce, tile_rows), "align": program.align,
-              "epilogue_temp_buffers": program.epilogue_slots,
-              "data_copy_pad": bool(soc.has_data_copy_pad), "reducer": program.reducer,
-              "row_by_row": program.row_by_row}
+    plan = AxisReducePlan(program.outer, program.reduce, program.inner, chunk, chunks,
+                          tile_rows, ceil_div(program.reduce, tile_rows), program.align,
+                          program.epilogue_slots, bool(soc.has_data_copy_pad), program.reducer,
+                          program.row_by_row)
     # values read on the scalar unit per unit (per row, per outer index): the timing model
     # charges them, and plan_template prefers templates that read fewer
     scalar = sum(units * (program.reduce if program.loads[key] is AxisInput.ROW_VALUE else 1)
                  for key in program.values)
     return Tiling("axis_reduce", units, cores, per_core, 1, per_core, nbuf,
                   program.prologue_slots, fp.ub_bytes(chunk, tile_rows), soc.ub_bytes,
-                  gm_read_bytes(program, cores, chunks), gm_write_bytes(program), chunk, params,
-                  KernelWork(steps=per_core, vector_repeats=min(per_core, units),
-                             scalar_elems=scalar))
+                  gm_read_bytes(program, cores, chunks), gm_write_bytes(program), chunk,
+                  work=KernelWork(steps=per_core, vector_repeats=min(per_core, units),
+                                  scalar_elems=scalar), plan=plan)
 
 
 def gm_read_bytes(program: AxisProgram, cores: int, chunks: int) -> int:
@@ -556,5 +583,5 @@ def gm_write_bytes(program: AxisProgram) -> int:
     return program.outer * program.inner * dtype_bytes(program.out_buffer.dtype)
 
 
-__all__ = ["AxisReduceSchedule", "AxisReduceKnobs", "AxisProgram", "AxisInput", "axis_program",
-           "axis_shape", "check_program", "gm_read_bytes", "gm_write_bytes"]
+__all__ = ["AxisReduceSchedule", "AxisReduceKnobs", "AxisReducePlan", "AxisProgram", "AxisInput",
+           "axis_program", "axis_shape", "check_program", "gm_read_bytes", "gm_write_bytes"]

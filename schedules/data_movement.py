@@ -46,7 +46,7 @@ from .analysis.movement_program import (MAX_BURSTS, Choice, MovementProgram, eva
                                         inlined_output_block, movement_program)
 from .analysis.tir_walk import load_buffer, param_buffers
 from .tiling import ceil_div, dtype_bytes, knob_grid
-from .tiling import CORE_LOOP_ANNOTATION, KernelWork, Tiling, UB_RESERVED_BYTES
+from .tiling import CORE_LOOP_ANNOTATION, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
 
 
 # ---- the template ------------------------------------------------------------------------------
@@ -57,6 +57,18 @@ class DataMovementKnobs:
     cores: int | None = None       # None: every vector block that gets a row
     tile_rows: int | None = None   # None: as many rows as fit the UB
     double_buffer: bool = True
+
+
+@dataclass(frozen=True)
+class DataMovementPlan(TemplatePlan, template="data_movement"):
+    """What the data-movement template decided beyond the Tiling's rows and tiles.
+
+    ``gathered_operands``: operand tiles that a vector Gather permutes out of their staging
+    copy (each costs a second tile and an offset tensor in the UB); the others are copied
+    straight into their tile.
+    """
+
+    gathered_operands: int = 0
 
 
 class DataMovementSchedule:
@@ -182,7 +194,7 @@ def plan_tiling(program: MovementProgram, soc, knobs: DataMovementKnobs) -> Tili
     return Tiling("data_movement", rows, cores, block_rows, tile_rows, tiles_per_core, nbuf,
                   program.plan.n_slots, ub, soc.ub_bytes, gm_read_bytes(program, cores),
                   rows * program.cols * elem, program.cols,
-                  params={"gathered_operands": sum(not op.direct for op in program.operands)},
+                  plan=DataMovementPlan(sum(not op.direct for op in program.operands)),
                   work=KernelWork(steps=tiles_per_core, vector_repeats=min(block_rows, rows)))
 
 
@@ -202,5 +214,5 @@ def _largest_fit(program, candidates, cap: int, budget: int, nbuf: int) -> int |
     return lo
 
 
-__all__ = ["DataMovementSchedule", "DataMovementKnobs", "plan_tiling", "gm_read_bytes",
+__all__ = ["DataMovementSchedule", "DataMovementKnobs", "DataMovementPlan", "plan_tiling", "gm_read_bytes",
            "ub_bytes"]

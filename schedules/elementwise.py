@@ -26,7 +26,8 @@ from .analysis.tile_values import (AccessKind, buffer_size, classify_load, make_
                                    plan_tile_values, unsupported_construct)
 from .analysis.tir_walk import expr_dtype, first_block_realize, param_buffers, root_blocks, walk
 from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
-from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, UB_RESERVED_BYTES)
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan,
+                     Tiling, UB_RESERVED_BYTES)
 
 RESIDENT_GATHER_MAX_BYTES = 16384  # broadcast sources up to this size stay in the UB per core
 REPEAT_BYTES = 256               # one vector repeat
@@ -41,7 +42,17 @@ class ElementwiseKnobs:
     double_buffer: bool = True
 
 
+@dataclass(frozen=True)
+class ElementwisePlan(TemplatePlan, template="elementwise"):
+    """What the elementwise template decided beyond the Tiling's tiles, read by its printer.
 
+    ``slot_bytes``: bytes per element of a temp slot (the widest value the expression makes or
+    reads). ``resident_inputs``: the broadcast sources (buffer names) small enough that each
+    core keeps them whole in the UB and gathers from there instead of from GM.
+    """
+
+    slot_bytes: int
+    resident_inputs: tuple[str, ...] = ()
 
 
 class ElementwiseSchedule:
@@ -210,4 +221,11 @@ def _plan(sch, out_block, flat_loop, func, soc, knobs) -> Tiling:
                   plan.n_slots, fp.ub_bytes(tile_len, buffer_num), soc.ub_bytes,
                   _gm_read_bytes(plan, total, cores), total * fp.out_bytes,
                   work=KernelWork(steps=tiles_per_core, vector_repeats=tiles_per_core,
-                                  scalar_elems=gathered, per_output_element=True))
+                                  scalar_elems=gathered, per_output_element=True),
+                  plan=ElementwisePlan(fp.slot_bytes, _resident_inputs(plan)))
+
+
+def _resident_inputs(plan) -> tuple:
+    """Names of the buffers ``is_resident`` keeps in the UB, in the order they are loaded."""
+    names = [a.buffer.name for a in plan.accesses.values() if is_resident(a)]
+    return tuple(dict.fromkeys(names))

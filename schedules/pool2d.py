@@ -33,8 +33,8 @@ Example
 -------
 >>> from tvm_ascend.schedules import Pool2dSchedule           # doctest: +SKIP
 >>> scheduled, tiling = Pool2dSchedule.schedule(prim_func, get_soc("Ascend910B1"))
->>> tiling.params["kernel"], tiling.params["rows_per_tile"]  # doctest: +SKIP
-([3, 3], 56)
+>>> tiling.plan.shape.kernel, tiling.plan.rows_per_tile       # doctest: +SKIP
+((3, 3), 56)
 """
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ from .analysis.epilogue_checks import epilogue_refusal
 from .analysis.pool_window import PoolShape, pool_shape
 from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .tiling import ceil_div, dtype_bytes, round_up
-from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, \
-    UB_RESERVED_BYTES
+from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, \
+    TemplatePlan, Tiling, UB_RESERVED_BYTES
 from .analysis.tir_walk import schedule_blocks
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per copy
@@ -64,6 +64,39 @@ class Pool2dKnobs:
     cores: int | None = None          # None: every vector block that gets work
     rows_per_tile: int | None = None  # None: as many output rows (or whole planes) as fit
     double_buffer: bool = True
+
+
+@dataclass(frozen=True)
+class PoolLayout(TemplatePlan):
+    """UB row pitches in elements (``layout``): input rows ``in_pitch`` apart, output rows
+    ``out_pitch``; the vertical-result row is ``v_pitch`` long, its data from ``v_left`` (32-byte
+    aligned) with the pad value around it."""
+
+    in_pitch: int
+    out_pitch: int
+    v_left: int
+    v_pitch: int
+
+
+@dataclass(frozen=True)
+class Pool2dPlan(TemplatePlan, template="pool2d"):
+    """What the pooling template decided for one kernel, read by its printer.
+
+    ``shape``: the pool as ``pool_shape`` read it from the function the printer gets (the
+    epilogue and prologue inlined into one block each); ``layout``: its UB pitches. The
+    work: ``rows_per_tile`` output rows per chunk of a plane, ``chunks`` chunks per plane,
+    ``planes_per_tile`` units per tile (whole planes when above 1), ``in_rows`` input rows a
+    chunk copies (its windows', clipped to the image). ``copied_input``: the GM tensor whose
+    rows CopyIn brings in (the pooled tensor, or the prologue's one streamed input).
+    """
+
+    shape: PoolShape
+    layout: PoolLayout
+    rows_per_tile: int
+    chunks: int
+    planes_per_tile: int
+    in_rows: int
+    copied_input: str
 
 
 def epilogue_program(blocks, func, shape: PoolShape):
@@ -175,12 +208,12 @@ class Pool2dSchedule:
         shape, blocks = pool_shape(inlined), schedule_blocks(sch)
         tiling = plan(shape, epilogue_program(blocks, inlined, shape), soc, knobs,
                       prologue_program(blocks, inlined, shape))
-        p = tiling.params
+        p = tiling.plan
         pool_rv = sch.get_child_blocks(sch.get_sblock("root"))[shape.out_index - (
             1 if shape.kind == "avg" else 0)]
         n, c, y, *_ = sch.get_loops(pool_rv)
         plane = sch.fuse(n, c)
-        chunk, _ = sch.split(y, [p["chunks"], p["rows_per_tile"]])
+        chunk, _ = sch.split(y, [p.chunks, p.rows_per_tile])
         unit = sch.fuse(plane, chunk)
         core, _, _ = sch.split(unit, [tiling.cores, tiling.tiles_per_core, tiling.tile_len])
         sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
@@ -191,7 +224,7 @@ class Pool2dSchedule:
         """Candidate knobs, the default first: fewer cores, fewer rows per tile, single
         buffering. ``schedule`` may still refuse one (TilingError); searches drop it."""
         _, default = Pool2dSchedule.schedule(func, soc)
-        rows = default.params["rows_per_tile"]
+        rows = default.plan.rows_per_tile
         space = [Pool2dKnobs()]
         for double in (True, False):
             for cores in sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)},
@@ -206,7 +239,7 @@ class Pool2dSchedule:
 
 
 # ---- planning ------------------------------------------------------------------------------
-def layout(shape: PoolShape) -> dict:
+def layout(shape: PoolShape) -> PoolLayout:
     """UB row pitches (elements): input rows ``in_pitch``, output rows ``out_pitch``, and the
     vertical-result row ``v_pitch`` whose data start at ``v_left`` (32-byte aligned) with the
     pad value around it, so every horizontal tap ``v_left - left + ow*sw + kx*dw`` lies in it.
@@ -214,14 +247,14 @@ def layout(shape: PoolShape) -> dict:
     Examples
     --------
     >>> layout(pool_shape(func))           # fp32, W = 15, 3x3 stride 1, pad 1  # doctest: +SKIP
-    {'in_pitch': 16, 'out_pitch': 16, 'v_left': 8, 'v_pitch': 24}
+    PoolLayout(in_pitch=16, out_pitch=16, v_left=8, v_pitch=24)
     """
     blk = BLOCK_BYTES // dtype_bytes(shape.dtype)
     (_, kw), (_, sw), (_, dw), (_, left) = shape.kernel, shape.stride, shape.dilation, shape.pad
     v_left = round_up(left, blk)
     last_tap = v_left - left + (shape.ow - 1) * sw + (kw - 1) * dw
-    return {"in_pitch": round_up(shape.w, blk), "out_pitch": round_up(shape.ow, blk),
-            "v_left": v_left, "v_pitch": round_up(max(v_left + shape.w, last_tap + 1), blk)}
+    return PoolLayout(round_up(shape.w, blk), round_up(shape.ow, blk), v_left,
+                      round_up(max(v_left + shape.w, last_tap + 1), blk))
 
 
 def _slots(program) -> int:
@@ -238,13 +271,13 @@ def _ub_bytes(shape: PoolShape, program, in_rows: int, out_rows: int, nbuf: int,
         if program else 0
     slots = _slots(program)
     tile = lambda n: round_up(n, BLOCK_BYTES)  # noqa: E731 - InitBuffer rounds every buffer
-    fixed = (tile(lay["v_pitch"] * elem) + tile(kw * lay["out_pitch"] * 4)
-             + tile(kw * lay["out_pitch"] * elem) + tile(slots * lay["out_pitch"] * elem)
-             + tile(_slots(prologue) * lay["in_pitch"] * elem))
+    fixed = (tile(lay.v_pitch * elem) + tile(kw * lay.out_pitch * 4)
+             + tile(kw * lay.out_pitch * elem) + tile(slots * lay.out_pitch * elem)
+             + tile(_slots(prologue) * lay.in_pitch * elem))
     if shape.kind == "avg":
-        fixed += 2 * tile(lay["out_pitch"] * elem)  # column counts, one row's divisors
-    per_tile = tile(in_rows * lay["in_pitch"] * elem) + \
-        (1 + streamed) * tile(out_rows * lay["out_pitch"] * elem)
+        fixed += 2 * tile(lay.out_pitch * elem)  # column counts, one row's divisors
+    per_tile = tile(in_rows * lay.in_pitch * elem) + \
+        (1 + streamed) * tile(out_rows * lay.out_pitch * elem)
     return fixed + nbuf * per_tile
 
 
@@ -261,7 +294,7 @@ def plan(shape: PoolShape, program, soc, knobs: Pool2dKnobs = Pool2dKnobs(),
     Examples
     --------
     >>> t = plan(pool_shape(func), None, get_soc("Ascend910B1"))   # doctest: +SKIP
-    >>> t.cores, t.params["chunks"], t.params["planes_per_tile"]
+    >>> t.cores, t.plan.chunks, t.plan.planes_per_tile
     (40, 1, 2)
     """
     for where, prog in (("prologue", prologue), ("epilogue", program)):
@@ -326,19 +359,15 @@ def plan(shape: PoolShape, program, soc, knobs: Pool2dKnobs = Pool2dKnobs(),
     # a scalar input is read once per core at Init, whichever program reads it
     read += cores * sum(dtype_bytes(b.dtype) for b in _scalar_inputs(program, prologue))
     write = planes * oh * shape.ow * elem
-    lay = layout(shape)
-    params = {"kind": shape.kind, "n": shape.n, "c": shape.c, "h": shape.h, "w": shape.w,
-              "oh": oh, "ow": shape.ow, "kernel": list(shape.kernel),
-              "stride": list(shape.stride), "dilation": list(shape.dilation),
-              "pad": list(shape.pad), "rows_per_tile": rows, "chunks": chunks,
-              "planes_per_tile": group, "in_rows": in_rows,
-              "count_bounds": [list(b) for b in shape.count_bounds], **lay}
+    source = copied_input(prologue) if prologue else shape.x_name
+    pool_plan = Pool2dPlan(shape, layout(shape), rows, chunks, group, in_rows, source)
     return Tiling("pool2d", units, cores, block_len, group, tiles_per_core, nbuf,
                   program.temp_slots if program else 0,
                   _ub_bytes(shape, program, group * in_rows, group * rows, nbuf, prologue),
                   soc.ub_bytes,
-                  read, write, shape.ow, params,
-                  KernelWork(steps=tiles_per_core, vector_repeats=min(block_len, units)))
+                  read, write, shape.ow,
+                  work=KernelWork(steps=tiles_per_core, vector_repeats=min(block_len, units)),
+                  plan=pool_plan)
 
 
 def _program_reads(program, rows: int, cols: int) -> int:
@@ -367,5 +396,5 @@ def _scalar_inputs(*programs) -> list:
     return list(found.values())
 
 
-__all__ = ["Pool2dSchedule", "Pool2dKnobs", "epilogue_program", "prologue_program",
+__all__ = ["Pool2dSchedule", "Pool2dKnobs", "Pool2dPlan", "PoolLayout", "epilogue_program", "prologue_program",
            "copied_input", "plan", "layout"]

@@ -31,7 +31,8 @@ from .analysis.row_program import (RowAccessKind, RowProgram, check_program_dtyp
                                    is_full_row_block, program_dtypes, row_program)
 from .analysis.tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
-from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, UB_RESERVED_BYTES)
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan,
+                     Tiling, UB_RESERVED_BYTES)
 from .analysis.tir_walk import param_buffers, reduce_iter_vars, reducer_of, schedule_blocks
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
@@ -117,13 +118,13 @@ class RowReduceSchedule:
         """(scheduled PrimFunc, Tiling); ``knobs`` (RowReduceKnobs) as the search chose.
 
         A row longer than the UB (or a ``chunk_cols`` knob below C) gets the multi-pass plan:
-        one row per step, ``params`` = {passes, chunk_cols, chunks_per_row}; a row that fits
-        keeps the one-pass plan (empty ``params``).
+        one row per step, ``tiling.plan.chunked`` (RowChunks: the passes and the chunks); a
+        row that fits keeps the one-pass plan (``chunked`` None).
 
         Example
         -------
         >>> _, tiling = RowReduceSchedule.schedule(softmax_100k, soc)   # doctest: +SKIP
-        >>> tiling.params["passes"]   # max, sum of exp, output
+        >>> tiling.plan.chunked.passes.count   # max, sum of exp, output
         3
         """
         knobs = knobs or RowReduceKnobs()
@@ -159,7 +160,7 @@ class RowReduceSchedule:
         _, default = RowReduceSchedule.schedule(func, soc)
         cores = sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)}, reverse=True)
         rows, chunks = [None], [None]
-        chunk = default.params.get("chunk_cols")
+        chunk = default.plan.chunked.chunk_cols if default.plan.chunked else None
         if chunk:
             chunks += sorted({chunk // d // CHUNK_UNIT * CHUNK_UNIT for d in (2, 4, 8)
                               if chunk // d >= CHUNK_UNIT}, reverse=True)
@@ -276,7 +277,8 @@ def _plan(program: RowProgram, soc, rows: int, cols: int, knobs: RowReduceKnobs)
     return Tiling("row_reduce", rows, cores, block_rows, rows_per_tile, tiles_per_core, nbuf,
                   program.temp_slots, _footprint(program, rows_per_tile, nbuf), soc.ub_bytes,
                   _row_reads(program, rows, cols, cores), write, cols,
-                  work=KernelWork(steps=tiles_per_core, vector_repeats=min(block_rows, rows)))
+                  work=KernelWork(steps=tiles_per_core, vector_repeats=min(block_rows, rows)),
+                  plan=RowReducePlan(*row_layout(program)))
 
 
 def _row_reads(program: RowProgram, rows, cols, cores) -> int:
@@ -299,21 +301,57 @@ CHUNK_STREAMED = (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE, RowAccessKind.COL
 
 
 @dataclass(frozen=True)
-class RowPasses:
+class RowPasses(TemplatePlan):
     """The passes of a row longer than the UB, derived from the row program's dependencies.
 
     A reduction runs in the pass after the last pass that makes a row value it depends on
     (through full steps, which are recomputed chunk by chunk wherever they are needed); a row
     step is computed once, right after the pass that completes its inputs (0: at the row's
-    start); a full output is written by the pass after its row values are known.
+    start); a full output is written by the pass after its row values are known. The step
+    maps are (step index, pass) pairs, so that the plan's JSON form reads back as it was.
     """
 
     count: int
-    reduce_pass: dict   # reduce step index -> the pass (1-based) that accumulates it
-    row_after: dict     # row step index -> the pass after which it is computed
+    reduce_pass: tuple  # (reduce step index, the pass (1-based) that accumulates it), ...
+    row_after: tuple    # (row step index, the pass after which it is computed), ...
     out_pass: int       # the pass writing a full output chunk by chunk (0: a row-valued output)
     computed: tuple     # per pass: indices of the steps computed on each chunk, in order
     streamed: tuple     # per pass: inputs copied in chunk by chunk, in program.inputs order
+
+    def reduced_in(self, index: int) -> int | None:
+        """The pass that accumulates reduce step ``index`` (None: not a reduce step)."""
+        return dict(self.reduce_pass).get(index)
+
+    def computed_after(self, index: int) -> int | None:
+        """The pass after which row step ``index`` is computed (None: not a row step)."""
+        return dict(self.row_after).get(index)
+
+
+@dataclass(frozen=True)
+class RowChunks(TemplatePlan):
+    """The multi-pass plan of a row longer than the UB (or chunked by the knob): every pass
+    sweeps the row in ``chunks_per_row`` chunks of ``chunk_cols`` columns; ``passes`` says
+    what each pass computes and streams."""
+
+    passes: RowPasses
+    chunk_cols: int
+    chunks_per_row: int
+
+
+@dataclass(frozen=True)
+class RowReducePlan(TemplatePlan, template="row_reduce"):
+    """What the row template decided for one kernel, read by its printer.
+
+    The UB layout of a row (``row_layout``): ``row_stride`` elements from one row to the next
+    (every row of every dtype 32-byte aligned) and ``slot_bytes`` per element of a row slot
+    (the widest value). ``chunked``: the multi-pass plan of a row longer than the UB (its
+    slots hold one chunk each, ``chunk_cols`` apart, instead of rows ``row_stride`` apart);
+    None for rows that fit, one pass over whole rows.
+    """
+
+    row_stride: int
+    slot_bytes: int
+    chunked: RowChunks | None = None
 
 
 def row_passes(program: RowProgram) -> RowPasses:
@@ -354,8 +392,9 @@ def row_passes(program: RowProgram) -> RowPasses:
                  if kind in CHUNK_STREAMED}
         computed.append(tuple(sorted(steps)))
         streamed.append(tuple(n for n in program.inputs if n in names))
-    row_after = {s.index: need[s.index] for s in program.steps if s.kind == "row"}
-    return RowPasses(count, reduce_pass, row_after, out_pass, tuple(computed), tuple(streamed))
+    row_after = tuple((s.index, need[s.index]) for s in program.steps if s.kind == "row")
+    return RowPasses(count, tuple(reduce_pass.items()), row_after, out_pass, tuple(computed),
+                     tuple(streamed))
 
 
 def _chunked_footprint(program: RowProgram, chunk: int, buffer_num: int) -> int:
@@ -415,13 +454,14 @@ def _plan_chunked(program: RowProgram, soc, knobs: RowReduceKnobs, budget: int) 
     write = (rows * cols if program.out_full else rows) * dtype_bytes(program.out_buffer.dtype)
     return Tiling("row_reduce", rows, cores, per_core, 1, per_core, nbuf, program.temp_slots,
                   _chunked_footprint(program, chunk, nbuf), soc.ub_bytes, read, write, cols,
-                  {"passes": passes.count, "chunk_cols": chunk,
-                   "chunks_per_row": ceil_div(cols, chunk)},
                   # a row longer than the UB is streamed in chunks, once per pass: each chunk
                   # is one step
-                  KernelWork(steps=per_core * passes.count * ceil_div(cols, chunk),
-                             vector_repeats=min(per_core, rows)))
+                  work=KernelWork(steps=per_core * passes.count * ceil_div(cols, chunk),
+                                  vector_repeats=min(per_core, rows)),
+                  plan=RowReducePlan(*row_layout(program),
+                                     RowChunks(passes, chunk, ceil_div(cols, chunk))))
 
 
-__all__ = ["RowReduceSchedule", "RowReduceKnobs", "inline_row_blocks", "row_layout",
-           "RowPasses", "row_passes", "chunk_align", "CHUNK_STREAMED", "CHUNK_UNIT"]
+__all__ = ["RowReduceSchedule", "RowReduceKnobs", "RowReducePlan", "RowChunks",
+           "inline_row_blocks", "row_layout", "RowPasses", "row_passes", "chunk_align",
+           "CHUNK_STREAMED", "CHUNK_UNIT"]

@@ -43,10 +43,11 @@ def build_and_check_plans(builder, target="ascend", config=None, tolerance=None)
 
 
 def chunked_tilings(groups: dict) -> list[dict]:
-    """The tilings of the multi-pass kernels, with their params checked."""
-    tilings = [g["tiling"] for g in groups.values() if g["tiling"]["params"].get("passes")]
+    """The tilings of the multi-pass kernels, with their chunk plans checked."""
+    tilings = [g["tiling"] for g in groups.values()
+               if g["tiling"]["template"] == "row_reduce" and g["tiling"]["plan"]["chunked"]]
     for t in tilings:
-        p = t["params"]
+        p = t["plan"]["chunked"]
         assert t["template"] == "row_reduce" and t["tile_len"] == 1
         assert p["chunk_cols"] < t["cols"] and p["chunk_cols"] % 8 == 0
         assert p["chunks_per_row"] == -(-t["cols"] // p["chunk_cols"])

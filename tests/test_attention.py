@@ -119,7 +119,7 @@ def test_long_rows_tile_where_the_row_template_cannot():
     x = mb.input("x", [1, 1, 2, 16384])
     mb.output(mb.node("Softmax", [x], axis=-1), [1, 1, 2, 16384])
     _, rows = RowReduceSchedule.schedule(fused_prim_func(mb.model()), soc)
-    assert rows.params["passes"] == 3
+    assert rows.plan.chunked.passes.count == 3
 
 
 # ---- end to end: one kernel, onnxruntime's numbers, the plan's counters -----------------------

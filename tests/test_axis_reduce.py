@@ -17,6 +17,8 @@ from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
 from tvm_ascend.errors import TilingError
 from tvm_ascend.schedules import TEMPLATES, AxisReduceKnobs, AxisReduceSchedule
+from tvm_ascend.schedules.axis_reduce import AxisReducePlan
+from tvm_ascend.schedules.tiling import Tiling
 from tvm_ascend.soc import get_soc
 
 
@@ -112,19 +114,19 @@ def test_reduce_ops_over_other_axes_and_fused_chains_fp32():
     # the mask count reduces [B, S, 1] over S: its inner size is 1, a row reduction
     assert sorted(g["tiling"]["template"] for g in report["groups"]).count("row_reduce") == 1
     report["groups"] = [g for g in report["groups"] if g["tiling"]["template"] == "axis_reduce"]
-    by_shape = {(t["params"]["outer"], t["params"]["reduce"], t["params"]["inner"]): t
+    by_shape = {(t["plan"]["outer"], t["plan"]["reduce"], t["plan"]["inner"]): t
                 for t in (g["tiling"] for g in report["groups"])}
-    assert by_shape[(2, 3000, 40)]["params"]["row_tiles"] > 1
+    assert by_shape[(2, 3000, 40)]["plan"]["row_tiles"] > 1
     assert by_shape[(1, 20, 5000)]["cores"] > 1
-    assert by_shape[(1, 20, 5000)]["params"]["chunks"] > 1
-    assert by_shape[(1, 8, 6)]["params"]["chunk"] == 8
+    assert by_shape[(1, 20, 5000)]["plan"]["chunks"] > 1
+    assert by_shape[(1, 8, 6)]["plan"]["chunk"] == 8
     # the chains: prologue, reduction and epilogue in one kernel, intermediates in the UB
     for shape in ((3, 20, 9), (2, 30, 30), (3, 17, 40)):
         group = next(g for g in report["groups"] if g["tiling"] is by_shape[shape])
         assert len(group["ops"]) >= 3 and group["gm_bytes_saved"] > 0, group
         assert group["rule"] == "ReductionFusion"
     masked = by_shape[(3, 17, 40)]
-    assert masked["params"]["row_by_row"] and not by_shape[(2, 30, 30)]["params"]["row_by_row"]
+    assert masked["plan"]["row_by_row"] and not by_shape[(2, 30, 30)]["plan"]["row_by_row"]
     source = next(s for s in lib.kernel_sources().values() if "AscendC::Max(accLocal" in s)
     for line in ("AscendC::DataCopyPad(dst, src, params, pad);",
                  "for (uint32_t m = n; m > 1;) {", "AscendC::Max(folded, folded,",
@@ -147,7 +149,7 @@ def test_reduce_ops_over_other_axes_fp16_and_the_prepare_rewrites():
                    if g["on_npu"] and g["tiling"]["template"] == "axis_reduce"]
     assert len(axis_groups) == 4
     # fp16 rows are 16 elements per 32 bytes
-    assert {g["tiling"]["params"]["align"] for g in axis_groups} == {16}
+    assert {g["tiling"]["plan"]["align"] for g in axis_groups} == {16}
     applied = {r["rewrite"] for r in report["prepare_rewrites"] if r["applied"]}
     assert applied == {"ReductionAxesToRows", "SoftmaxAxisToLast"}
 
@@ -198,7 +200,7 @@ def test_scheduled_tir_computes_the_reduction_on_llvm(knobs):
     unit) still computes the group: built for llvm and compared with numpy."""
     func, out_shape = _te_reduction((3, 6, 5, 21), [1, 2], 0, epilogue=True)
     scheduled, tiling = AxisReduceSchedule.schedule(func, get_soc("Ascend910B1"), knobs)
-    assert (tiling.params["outer"], tiling.params["reduce"], tiling.params["inner"]) == \
+    assert (tiling.plan.outer, tiling.plan.reduce, tiling.plan.inner) == \
         (3, 30, 21)
     if knobs.chunk:
         assert tiling.cols == knobs.chunk
@@ -209,12 +211,22 @@ def test_scheduled_tir_computes_the_reduction_on_llvm(knobs):
     assert_close(out.numpy(), np.abs(x).sum(axis=(1, 2)) * 0.5, "float32")
 
 
+def test_plan_is_typed_and_round_trips_through_json():
+    """The plan is an AxisReducePlan (no string keys left in ``params``) and comes back from
+    the Tiling's JSON form (a fusion report's) equal, the bool and str fields included."""
+    func, _ = _te_reduction((4, 9, 10), [1], 1)
+    _, tiling = AxisReduceSchedule.schedule(func, get_soc("Ascend310P3"))
+    assert isinstance(tiling.plan, AxisReducePlan) and tiling.params == {}
+    assert tiling.plan.data_copy_pad is False and tiling.plan.reducer == "sum"
+    assert Tiling.from_json(tiling.to_json()) == tiling
+
+
 def test_plan_bytes_knob_space_and_refusals():
     soc = get_soc("Ascend910B1")
     func, _ = _te_reduction((4, 9, 10), [1], 1)
     _, tiling = AxisReduceSchedule.schedule(func, soc)
     assert tiling.gm_read_bytes == 4 * 9 * 10 * 4 and tiling.gm_write_bytes == 4 * 10 * 4
-    assert tiling.total == 4 and tiling.cores == 4 and tiling.params["tile_rows"] == 9
+    assert tiling.total == 4 and tiling.cores == 4 and tiling.plan.tile_rows == 9
     space = AxisReduceSchedule.knob_space(func, soc)
     assert space[0] == AxisReduceKnobs() and len(space) == len(set(space)) > 4
     assert any(not k.double_buffer for k in space)
@@ -232,8 +244,8 @@ def test_plan_bytes_knob_space_and_refusals():
     gemv = te.create_prim_func([a, w, te.compute((32,), lambda i: te.sum(a[k, i] * w[k],
                                                                           axis=k))])
     _, gemv_tiling = AxisReduceSchedule.schedule(gemv, soc)
-    assert gemv_tiling.params["row_by_row"]
-    assert gemv_tiling.gm_read_bytes == (64 * 32 + 64 * gemv_tiling.params["chunks"]) * 4
+    assert gemv_tiling.plan.row_by_row
+    assert gemv_tiling.gm_read_bytes == (64 * 32 + 64 * gemv_tiling.plan.chunks) * 4
     x, w2 = te.placeholder((4, 9, 10), "float32", "x"), te.placeholder((9, 10), "float32", "w2")
     k = te.reduce_axis((0, 9), "k")
     shared = te.create_prim_func([x, w2, te.compute((4, 10), lambda o, i: te.sum(

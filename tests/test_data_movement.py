@@ -10,7 +10,8 @@ from onnx import TensorProto, helper
 import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
-from tvm_ascend.schedules.data_movement import DataMovementSchedule
+from tvm_ascend.schedules.data_movement import DataMovementPlan, DataMovementSchedule
+from tvm_ascend.schedules.tiling import Tiling
 from tvm_ascend.schedules.analysis.movement_program import movement_program
 
 
@@ -168,6 +169,9 @@ def test_transpose_box_copy_plan():
     _, tiling = DataMovementSchedule.schedule(func, get_soc("Ascend910B1"))
     assert tiling.work.scalar_elems == 0
     assert 20 % tiling.tile_len == 0  # tiles never cross a batch (where bases jump)
+    # the box is staged column by column, then permuted into the tile by one Gather
+    assert tiling.plan == DataMovementPlan(gathered_operands=1) and tiling.params == {}
+    assert Tiling.from_json(tiling.to_json()) == tiling
 
 
 def _typed_transpose(onnx_type, np_dtype):

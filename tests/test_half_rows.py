@@ -94,7 +94,7 @@ def test_long_half_rows_stream_float_chunks(op):
     b = _one_op(op, (3, 20000), seed=71)
     _, groups = build_and_check_plans(b)
     (tiling,) = chunked_tilings(groups)
-    assert tiling["params"]["chunks_per_row"] >= 2
+    assert tiling["plan"]["chunked"]["chunks_per_row"] >= 2
     assert tiling["ub_bytes"] <= tiling["ub_capacity"]
 
 

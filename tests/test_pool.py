@@ -21,6 +21,7 @@ from tvm_ascend.errors import TilingError
 from tvm_ascend.partition.patterns.conv import check_conv_call
 from tvm_ascend.schedules import TEMPLATES, plan_template
 from tvm_ascend.schedules.pool2d import Pool2dKnobs, Pool2dSchedule
+from tvm_ascend.schedules.tiling import Tiling
 from tvm_ascend.schedules.analysis.pool_window import pool_shape
 from tvm_ascend.soc import get_soc
 
@@ -150,9 +151,9 @@ def test_pool_sweep_float32_matches_onnxruntime_and_counters(float32_build):
     tilings = [g["tiling"] for g in pools]
     cores = sorted(t["cores"] for t in tilings)
     assert cores[0] == 1 and cores[-1] == SOC.vector_blocks  # one core and all of them
-    assert max(t["params"]["planes_per_tile"] for t in tilings) > 1  # whole planes per tile
-    big = next(t for t in tilings if t["params"]["h"] == 160)
-    assert 160 * 400 * 4 > big["ub_capacity"] and big["params"]["chunks"] > 1
+    assert max(t["plan"]["planes_per_tile"] for t in tilings) > 1  # whole planes per tile
+    big = next(t for t in tilings if t["plan"]["shape"]["h"] == 160)
+    assert 160 * 400 * 4 > big["ub_capacity"] and big["plan"]["chunks"] > 1
 
 
 def test_conv_relu_maxpool_and_fused_epilogues(float32_build):
@@ -272,11 +273,14 @@ def test_template_recognises_topi_pools_and_plans_fit_the_ub():
     assert shape.count_bounds[0][0] == -1  # padding counted above the image
     template, tiling, decision = plan_template(func, SOC)
     assert template is Pool2dSchedule and decision and tiling.ub_bytes <= tiling.ub_capacity
+    # the plan carries the shape the printer prints from, and reads back from JSON equal
+    assert tiling.plan.shape == shape and tiling.params == {}
+    assert Tiling.from_json(tiling.to_json()) == tiling
     # one core, a plane far larger than the UB: the rows per tile are cut to fit it
     big = _pool_func(relax.op.nn.max_pool2d, shape=(1, 1, 600, 500), pool_size=(3, 3),
                      strides=(1, 1), padding=(1, 1, 1, 1))
     _, one_core = Pool2dSchedule.schedule(big, SOC, Pool2dKnobs(cores=1))
-    assert one_core.cores == 1 and 1 < one_core.params["rows_per_tile"] < 600
+    assert one_core.cores == 1 and 1 < one_core.plan.rows_per_tile < 600
     assert one_core.ub_bytes <= SOC.ub_bytes
     space = Pool2dSchedule.knob_space(big, SOC)
     assert space[0] == Pool2dKnobs() and len(space) > 4
@@ -286,7 +290,7 @@ def test_template_recognises_topi_pools_and_plans_fit_the_ub():
             2 if knobs.double_buffer else 1)
         assert tiling.cores <= (knobs.cores or SOC.vector_blocks)
         if knobs.rows_per_tile:
-            assert tiling.params["rows_per_tile"] <= knobs.rows_per_tile
+            assert tiling.plan.rows_per_tile <= knobs.rows_per_tile
     assert knobs_from_json("pool2d", {"cores": 1}) == Pool2dKnobs(cores=1)
     with pytest.raises(TilingError, match="rows_per_tile=0"):
         Pool2dSchedule.schedule(big, SOC, Pool2dKnobs(rows_per_tile=0))

@@ -101,7 +101,8 @@ def test_rows_longer_than_the_ub_run_in_passes_and_other_axes_become_rows():
     _, report = _compare(b, expect_npu_only=False)
     # rows longer than the UB: a multi-pass kernel (tests/test_row_reduce_long.py)
     (softmax,) = [g for g in report["groups"] if g["on_npu"]
-                  and g["tiling"]["params"].get("passes") == 3]
+                  and g["tiling"]["template"] == "row_reduce" and g["tiling"]["plan"]["chunked"]
+                  and g["tiling"]["plan"]["chunked"]["passes"]["count"] == 3]
     assert softmax["tiling"]["cols"] == 70000
     assert report["host_groups"] == 0
     (record,) = report["prepare_rewrites"]

@@ -18,6 +18,7 @@ from tvm_ascend.cost_model.database import TuningDatabase, knobs_to_json, worklo
 from tvm_ascend.schedules import knobs_from_json
 from tvm_ascend.errors import TilingError
 from tvm_ascend.schedules import RowReduceKnobs, RowReduceSchedule
+from tvm_ascend.schedules.tiling import Tiling
 from tvm_ascend.soc import get_soc
 
 COLS = 70_001  # chunks of a multiple of 128 columns leave a tail that is no multiple of 8 or 16
@@ -41,12 +42,13 @@ def test_softmax_log_softmax_and_layernorm_over_long_rows():
     b.output(layernorm_chain(b, z, COLS), (2, COLS))
     lib, groups = build_and_check_plans(b)
     softmax = _by_op(groups, "relax.nn.softmax")
-    assert softmax["cores"] == 3 and softmax["params"]["passes"] == 3  # max, sum of exp, out
+    # max, sum of exp, out
+    assert softmax["cores"] == 3 and softmax["plan"]["chunked"]["passes"]["count"] == 3
     assert softmax["gm_read_bytes"] == 3 * (3 * COLS * 4)  # the row read in each pass
     assert softmax["gm_write_bytes"] == 3 * COLS * 4
     # the largest chunk that fits double-buffered: x and out queues and two row slots
     assert 186_000 < softmax["ub_bytes"] <= 196_608 - 8448
-    assert _by_op(groups, "relax.nn.log_softmax")["params"]["passes"] == 3
+    assert _by_op(groups, "relax.nn.log_softmax")["plan"]["chunked"]["passes"]["count"] == 3
     # every op of the LayerNorm chain runs on the NPU, its means in multi-pass row kernels (one
     # kernel, or the timing model splits off the Pow: it sees no overlap of the chunks' pipes)
     assert len(chunked_tilings(groups)) >= 3
@@ -68,7 +70,7 @@ def test_reduce_sum_max_min_mean_over_long_rows():
     tilings = chunked_tilings(groups)
     assert len(tilings) == 4
     for t in tilings:
-        assert t["params"]["passes"] == 1 and t["cores"] == 5
+        assert t["plan"]["chunked"]["passes"]["count"] == 1 and t["cores"] == 5
         assert t["gm_read_bytes"] == 5 * COLS * 4 and t["gm_write_bytes"] == 5 * 4
 
 
@@ -128,7 +130,7 @@ def test_chunk_knob_on_short_rows_with_masks_columns_and_row_values(tmp_path):
     lib, groups = build_and_check_plans(b, config=config, tolerance="float32")
     tilings = chunked_tilings(groups)
     assert len(tilings) == 3
-    assert all(t["params"]["chunk_cols"] == 128 and t["params"]["chunks_per_row"] == 3
+    assert all(t["plan"]["chunked"]["chunk_cols"] == 128 and t["plan"]["chunked"]["chunks_per_row"] == 3
                for t in tilings)
     softmax = _by_op(groups, "relax.nn.softmax")
     # scores and the mask slice in each of 3 passes, the per-row bias once per row
@@ -151,7 +153,10 @@ def test_chunk_knobs_plans_and_refusals():
     b.output(b.node("Softmax", [x], axis=-1), (4, COLS))
     (func,) = _row_funcs(b.model())
     _, default = RowReduceSchedule.schedule(func, soc)
-    chunk = default.params["chunk_cols"]
+    chunk = default.plan.chunked.chunk_cols
+    # the plan, the passes' step maps included, reads back from its JSON form as it was
+    assert default.plan.chunked.passes.reduced_in(0) == 1 and default.params == {}
+    assert Tiling.from_json(default.to_json()) == default
     assert chunk % 128 == 0 and default.ub_bytes <= soc.ub_bytes - 8448
     space = RowReduceSchedule.knob_space(func, soc)
     assert space[0] == RowReduceKnobs()
@@ -162,11 +167,11 @@ def test_chunk_knobs_plans_and_refusals():
     assert all(knobs_from_json("row_reduce", knobs_to_json(k)) == k for k in space)
     for knobs in space[1:8]:
         _, tiling = RowReduceSchedule.schedule(func, soc, knobs)
-        assert tiling.params["passes"] == 3
+        assert tiling.plan.chunked.passes.count == 3
         assert tiling.gm_read_bytes == 3 * 4 * COLS * 4
-        assert tiling.params["chunk_cols"] == (knobs.chunk_cols or tiling.params["chunk_cols"])
+        assert tiling.plan.chunked.chunk_cols == (knobs.chunk_cols or tiling.plan.chunked.chunk_cols)
     _, single = RowReduceSchedule.schedule(func, soc, RowReduceKnobs(double_buffer=False))
-    assert single.params["chunk_cols"] > chunk and single.buffer_num == 1
+    assert single.plan.chunked.chunk_cols > chunk and single.buffer_num == 1
     for bad in (RowReduceKnobs(chunk_cols=100), RowReduceKnobs(chunk_cols=chunk + 128),
                 RowReduceKnobs(rows_per_tile=2)):
         with pytest.raises(TilingError, match="chunk_cols|rows_per_tile"):
@@ -180,7 +185,8 @@ def test_rows_that_fit_keep_the_one_pass_plan():
     b.output(b.node("Softmax", [x], axis=-1), (3, 1000))
     (func,) = _row_funcs(b.model())
     _, tiling = RowReduceSchedule.schedule(func, soc)
-    assert tiling.params == {} and tiling.ub_bytes < 32_768
+    assert tiling.plan.chunked is None and tiling.params == {} and tiling.ub_bytes < 32_768
+    assert Tiling.from_json(tiling.to_json()) == tiling
     assert all(k.chunk_cols is None for k in RowReduceSchedule.knob_space(func, soc))
     # a chunk as long as the row is the one-pass plan
     _, same = RowReduceSchedule.schedule(func, soc, RowReduceKnobs(chunk_cols=1024))
@@ -200,6 +206,7 @@ def test_fp16_long_rows():
     b.output(layernorm_chain(b, z, cols), (2, cols))
     b.output(b.node("ReduceMax", [z], axes=[-1], keepdims=0), (2,))
     _, groups = build_and_check_plans(b)
-    assert _by_op(groups, "relax.nn.softmax")["params"]["passes"] == 3
+    assert _by_op(groups, "relax.nn.softmax")["plan"]["chunked"]["passes"]["count"] == 3
     # here the LayerNorm chain is one kernel: mean, variance, output
-    assert sorted(t["params"]["passes"] for t in chunked_tilings(groups)) == [1, 3, 3]
+    assert sorted(t["plan"]["chunked"]["passes"]["count"]
+                  for t in chunked_tilings(groups)) == [1, 3, 3]

@@ -215,3 +215,20 @@ def test_a_plan_reads_nested_dataclasses_back_by_their_types():
     again = _NestedPlan.from_dict(json.loads(json.dumps(asdict(plan))))
     assert again == plan and isinstance(again.method.slab, _Slab)
     assert _NestedPlan.from_dict({"method": {"slab": None, "sides": [5, 6]}}).method.sides == (5, 6)
+
+
+def test_plan_names_the_resident_sources_and_round_trips_through_json():
+    """A small broadcast source is kept whole in each core's UB; the plan names it and the
+    temps' slot width for the printer, and reads back from its JSON form equal."""
+    from tvm import te
+
+    from tvm_ascend.schedules.elementwise import ElementwisePlan
+    from tvm_ascend.schedules.tiling import Tiling
+
+    x = te.placeholder((1000,), "float16", "x")
+    b = te.placeholder((10,), "float16", "b")
+    y = te.compute((1000,), lambda i: te.exp(x[i] + b[i % 10]).astype("float32"), name="y")
+    _, tiling = ElementwiseSchedule.schedule(te.create_prim_func([x, b, y]),
+                                             get_soc("Ascend910B1"))
+    assert tiling.plan == ElementwisePlan(slot_bytes=4, resident_inputs=("b",))
+    assert tiling.params == {} and Tiling.from_json(tiling.to_json()) == tiling

@@ -222,7 +222,7 @@ __aicore__ inline void CopyTileOut(AscendC::GlobalTensor<T> dst,
 
 def tile_copy_helpers(data_copy_pad: bool) -> str:
     """The ``CopyTileIn`` / ``CopyTileOut`` helpers of a cube kernel for a SoC with or without
-    DataCopyPad (the tiling's ``params["data_copy_pad"]``).
+    DataCopyPad (the plan's ``data_copy_pad``).
 
     Example
     -------

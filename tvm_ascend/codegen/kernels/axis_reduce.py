@@ -41,14 +41,13 @@ class AxisReduceKernelPrinter(VectorKernelPrinter):
         walk(func.body, lambda s: blocks.append(s) if isinstance(s, SBlock)
              and s.name_hint != "root" else None)
         self.program = axis_program(blocks, func)
-        p = self.program
+        p, plan = self.program, tiling.plan
         if p.prologue_slots != tiling.temp_buffers or \
-                p.epilogue_slots != tiling.params["epilogue_temp_buffers"]:
+                p.epilogue_slots != plan.epilogue_temp_buffers:
             raise CodegenError(f"{symbol}: {p.prologue_slots}/{p.epilogue_slots} temps needed, "
                                f"tiling planned {tiling.temp_buffers}/"
-                               f"{tiling.params['epilogue_temp_buffers']}")
-        if (p.outer, p.reduce, p.inner) != tuple(tiling.params[k] for k in
-                                                 ("outer", "reduce", "inner")):
+                               f"{plan.epilogue_temp_buffers}")
+        if (p.outer, p.reduce, p.inner) != (plan.outer, plan.reduce, plan.inner):
             raise CodegenError(f"{symbol}: the scheduled function reduces "
                                f"{(p.outer, p.reduce, p.inner)}, its tiling another shape")
         self.acc_type = cpp_type(str(p.acc_buffer.dtype))
@@ -157,7 +156,7 @@ class AxisReduceKernelPrinter(VectorKernelPrinter):
         buf.line("template <typename T>")
         with buf.indent("__aicore__ inline void CopyRows(const AscendC::LocalTensor<T>& dst, "
                         "const AscendC::GlobalTensor<T>& src, uint32_t n, uint32_t len) {"):
-            if self.tiling.params["data_copy_pad"]:
+            if self.tiling.plan.data_copy_pad:
                 buf.line("uint32_t burst = (len * sizeof(T) + 31) / 32 * 32;")
                 buf.line("AscendC::DataCopyExtParams params{static_cast<uint16_t>(n), "
                          "static_cast<uint32_t>(len * sizeof(T)), "
@@ -337,18 +336,18 @@ class AxisReduceKernelPrinter(VectorKernelPrinter):
         buf.line("uint32_t tileRows = 0;")
 
     def tiling_fields(self) -> list[TilingField]:
-        t = self.tiling
+        t, plan = self.tiling, self.tiling.plan
         return [TilingField("uint64_t", "units", t.total,
                             "(outer index, chunk of the inner axes) pairs"),
                 TilingField("uint64_t", "blockUnits", t.block_len,
                             "units per core (the last core takes the rest)"),
-                TilingField("uint64_t", "outer", t.params["outer"],
+                TilingField("uint64_t", "outer", plan.outer,
                             "product of the axes before the reduced ones"),
-                TilingField("uint64_t", "reduce", t.params["reduce"],
+                TilingField("uint64_t", "reduce", plan.reduce,
                             "product of the reduced axes"),
-                TilingField("uint64_t", "inner", t.params["inner"],
+                TilingField("uint64_t", "inner", plan.inner,
                             "product of the axes after them"),
-                TilingField("uint32_t", "tileRows", t.params["tile_rows"],
+                TilingField("uint32_t", "tileRows", plan.tile_rows,
                             "reduced rows per UB tile")]
 
 

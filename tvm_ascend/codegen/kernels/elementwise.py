@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from tvm import tirx
 
 from ...errors import CodegenError
-from ...schedules.elementwise import is_resident
 from ...schedules.analysis.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
                                      make_analyzer, plan_tile_values)
 from ...schedules.analysis.tir_walk import expr_dtype, first_block_realize, param_buffers
-from ..cpp_types import cpp_type, dtype_bytes
+from ..cpp_types import cpp_type
 from ..kernel_parts import TilingField, ident
 from ..kernel_printer import ELEMENT_SHARE, TileLoop, VectorKernelPrinter
 from ..scalar_printer import ScalarPrinter
@@ -74,15 +73,15 @@ class ElementwiseKernelPrinter(VectorKernelPrinter):
         if self.plan.n_slots != self.tiling.temp_buffers:
             raise CodegenError(f"{self.symbol}: {self.plan.n_slots} UB slots needed but the "
                                f"tiling planned {self.tiling.temp_buffers}")
+        resident = self.tiling.plan.resident_inputs
         self.inputs: dict[str, InputSpec] = {}
         for index, (key, access) in enumerate(self.plan.accesses.items()):
             name = f"in{index}_{ident(access.buffer.name)}"[:40]
             self.inputs[key] = InputSpec(name, access.buffer, access.kind, access.offset,
-                                         is_resident(access))
+                                         access.kind is AccessKind.GATHER
+                                         and access.buffer.name in resident)
         self.out_dtype = str(self.out_buffer.dtype)
-        self.slot_bytes = max([dtype_bytes(self.out_dtype)]
-                              + [dtype_bytes(expr_dtype(n)) for n in self.plan.order]
-                              + [dtype_bytes(str(i.buffer.dtype)) for i in self.inputs.values()])
+        self.slot_bytes = self.tiling.plan.slot_bytes
         self.scalars = ScalarPrinter({k: f"{s.name}Val" for k, s in self.inputs.items()
                                       if s.kind is AccessKind.SCALAR}, expr_key)
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 import tvm
 
 from ...errors import CodegenError
-from ...schedules.pool2d import copied_input, epilogue_program, prologue_program
-from ...schedules.analysis.pool_window import pool_shape
+from ...schedules.pool2d import epilogue_program, prologue_program
 from ...schedules.analysis.row_program import RowAccessKind
 from ...schedules.analysis.tile_values import buffer_size, expr_key
 from ...schedules.analysis.tir_walk import expr_dtype, schedule_blocks
@@ -25,13 +24,14 @@ from ..scalar_printer import ScalarPrinter
 from ..tile_program import TileProgramPrinter
 from ..vector_emitters import Operand
 
-# geometry the kernel is specialised for: (constant, tiling param, index in a pair param)
+# geometry the kernel is specialised for: (constant, PoolShape field, index in a pair field)
 GEOMETRY = (("H", "h", None), ("W", "w", None), ("OH", "oh", None), ("OW", "ow", None),
             ("KH", "kernel", 0), ("KW", "kernel", 1), ("SH", "stride", 0), ("SW", "stride", 1),
             ("DH", "dilation", 0), ("DW", "dilation", 1), ("PAD_T", "pad", 0),
             ("PAD_L", "pad", 1))
-PITCHES = (("IN_ROWS", "in_rows"), ("IN_PITCH", "in_pitch"), ("OUT_PITCH", "out_pitch"),
-           ("V_LEFT", "v_left"), ("V_PITCH", "v_pitch"))
+# the UB pitches: (constant, PoolLayout field)
+PITCHES = (("IN_PITCH", "in_pitch"), ("OUT_PITCH", "out_pitch"), ("V_LEFT", "v_left"),
+           ("V_PITCH", "v_pitch"))
 REDUCE_OPS = {"max": ("Max", "Maxs"), "avg": ("Add", "Adds")}
 
 
@@ -49,18 +49,14 @@ class PoolKernelPrinter(VectorKernelPrinter):
 
     def __init__(self, symbol: str, func, tiling):
         super().__init__(symbol, func, tiling)
-        self.p = dict(tiling.params)
-        self.shape = pool_shape(func)
-        if isinstance(self.shape, str):
-            raise CodegenError(f"{symbol}: not a pooling group ({self.shape})")
+        self.plan, self.shape = tiling.plan, tiling.plan.shape
         blocks = schedule_blocks(tvm.s_tir.Schedule(func))
         self.program = epilogue_program(blocks, func, self.shape)
         self.prologue = prologue_program(blocks, func, self.shape)
         self.dtype = self.shape.dtype
         self.ctype = cpp_type(self.dtype)
         self.elem = dtype_bytes(self.dtype)
-        copied = copied_input(self.prologue) if self.prologue else self.shape.x_name
-        self.x_name = self.names[copied]
+        self.x_name = self.names[self.plan.copied_input]
         self.out_name = self.names[self.params[-1].name]
         self.slots = self._slots(self.program)
 
@@ -91,13 +87,15 @@ class PoolKernelPrinter(VectorKernelPrinter):
 
     # ---- printing ---------------------------------------------------------------------------
     def emit_tiling_constants(self, buf):
-        values = [(name, self.p[key] if index is None else self.p[key][index])
+        shape, lay = self.shape, self.plan.layout
+        values = [(name, getattr(shape, key) if index is None else getattr(shape, key)[index])
                   for name, key, index in GEOMETRY]
         buf.line("constexpr int32_t " + ", ".join(f"{n} = {v}" for n, v in values) + ";")
-        buf.line("constexpr uint32_t " + ", ".join(f"{n} = {self.p[k]}" for n, k in PITCHES)
+        pitches = [("IN_ROWS", self.plan.in_rows)] + [(n, getattr(lay, k)) for n, k in PITCHES]
+        buf.line("constexpr uint32_t " + ", ".join(f"{n} = {v}" for n, v in pitches)
                  + ";  // rows per plane, pitches in elements")
         if self.shape.kind == "avg":
-            (row_lo, row_hi), (col_lo, col_hi) = self.p["count_bounds"]
+            (row_lo, row_hi), (col_lo, col_hi) = shape.count_bounds
             buf.line(f"constexpr int32_t ROW_LO = {row_lo}, ROW_HI = {row_hi}, COL_LO = {col_lo}"
                      f", COL_HI = {col_hi};  // taps the divisor counts")
         buf.line(f"constexpr int32_t BUFFER_NUM = {self.tiling.buffer_num};")
@@ -109,8 +107,8 @@ class PoolKernelPrinter(VectorKernelPrinter):
         buf.line("if (unitEnd > tiling.totalUnits) unitEnd = tiling.totalUnits;")
 
     def emit_buffers(self, buf):
-        t, p, elem = self.ctype, self.p, self.elem
-        group, kw = self.tiling.tile_len, p["kernel"][1]
+        t, p, lay, elem = self.ctype, self.plan, self.plan.layout, self.elem
+        group, kw = self.tiling.tile_len, self.shape.kernel[1]
         scalars = set(self._inputs(RowAccessKind.SCALAR))
         for q in self.params:
             n = self.names[q.name]
@@ -119,23 +117,23 @@ class PoolKernelPrinter(VectorKernelPrinter):
                 buf.line(f"{n}Val = {n}Gm.GetValue(0);")
             else:
                 buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(q)});")
-        out_tile = group * p["rows_per_tile"] * p["out_pitch"] * elem
-        in_tile = group * p["in_rows"] * p["in_pitch"] * elem
+        out_tile = group * p.rows_per_tile * lay.out_pitch * elem
+        in_tile = group * p.in_rows * lay.in_pitch * elem
         buf.line(f"pipe.InitBuffer(inQue, BUFFER_NUM, {in_tile});")
         buf.line(f"pipe.InitBuffer(outQue, BUFFER_NUM, {out_tile});")
         for n in self._inputs(RowAccessKind.ROWS):
             buf.line(f"pipe.InitBuffer({n}Que, BUFFER_NUM, {out_tile});")
-        buf.line(f"pipe.InitBuffer(vBuf, {p['v_pitch'] * elem});")
-        buf.line(f"pipe.InitBuffer(offBuf, {kw * p['out_pitch'] * 4});")
-        buf.line(f"pipe.InitBuffer(tapBuf, {kw * p['out_pitch'] * elem});")
+        buf.line(f"pipe.InitBuffer(vBuf, {lay.v_pitch * elem});")
+        buf.line(f"pipe.InitBuffer(offBuf, {kw * lay.out_pitch * 4});")
+        buf.line(f"pipe.InitBuffer(tapBuf, {kw * lay.out_pitch * elem});")
         if self.shape.kind == "avg":
-            buf.line(f"pipe.InitBuffer(countBuf, {p['out_pitch'] * elem});")
-            buf.line(f"pipe.InitBuffer(divisorBuf, {p['out_pitch'] * elem});")
+            buf.line(f"pipe.InitBuffer(countBuf, {lay.out_pitch * elem});")
+            buf.line(f"pipe.InitBuffer(divisorBuf, {lay.out_pitch * elem});")
         if self.slots:
-            buf.line(f"pipe.InitBuffer(rowBuf, {self.slots * p['out_pitch'] * elem});")
+            buf.line(f"pipe.InitBuffer(rowBuf, {self.slots * lay.out_pitch * elem});")
         if self._slots(self.prologue):
             buf.line(f"pipe.InitBuffer(preBuf, "
-                     f"{self._slots(self.prologue) * p['in_pitch'] * elem});")
+                     f"{self._slots(self.prologue) * lay.in_pitch * elem});")
         self.emit_resident_setup(buf)
 
     def emit_resident_setup(self, buf):
@@ -260,7 +258,7 @@ class PoolKernelPrinter(VectorKernelPrinter):
     def emit_horizontal(self, buf):
         """The ``kw`` taps of every column side by side (one Gather), reduced into ``dst``."""
         binary, scalar = REDUCE_OPS[self.shape.kind]
-        kw = self.p["kernel"][1]
+        kw = self.shape.kernel[1]
         buf.line("AscendC::Gather(taps, vRow, offs, 0, KW * OUT_PITCH);")
         tap = "taps[{} * OUT_PITCH]"
         if kw == 1:
@@ -383,9 +381,9 @@ class PoolKernelPrinter(VectorKernelPrinter):
                             "the last core takes the rest"),
                 TilingField("uint32_t", "planesPerTile", t.tile_len,
                             "units per tile (whole planes when > 1)"),
-                TilingField("uint32_t", "rowsPerTile", self.p["rows_per_tile"],
+                TilingField("uint32_t", "rowsPerTile", self.plan.rows_per_tile,
                             "output rows per chunk"),
-                TilingField("uint32_t", "chunks", self.p["chunks"], "chunks per plane")]
+                TilingField("uint32_t", "chunks", self.plan.chunks, "chunks per plane")]
 
 
 __all__ = ["PoolKernelPrinter"]

@@ -7,7 +7,7 @@ instructions with the row values as scalar operands, and the row's output. A red
 value that does not vary along the row (rows of one element, a broadcast row value) needs no
 vector instruction: it is printed on the scalar unit (``scalar_reduction``).
 
-A row longer than the UB (a Tiling with ``params["passes"]``) is printed by
+A row longer than the UB (a plan with ``chunked`` passes) is printed by
 ``ChunkedRowKernelPrinter``: each pass sweeps the row in chunks of ``chunkCols`` columns
 (CopyIn/Compute[/CopyOut] per chunk), reductions add up chunk by chunk on the scalar unit, and
 row values are computed between passes (``schedules/row_reduce.py``, ``row_passes``).
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ...errors import CodegenError
 from ...schedules.analysis.row_program import RowAccessKind, input_dtypes, row_program
-from ...schedules.row_reduce import CHUNK_STREAMED, row_layout, row_passes
+from ...schedules.row_reduce import CHUNK_STREAMED
 from ...schedules.analysis.tile_values import buffer_size, expr_key
 from ...schedules.analysis.tir_walk import SBlock, expr_dtype, walk
 from ..cpp_types import cpp_type
@@ -72,7 +72,7 @@ class RowReduceKernelPrinter(RowKernelPrinter):
 
     def __new__(cls, symbol: str, func, tiling):
         # a multi-pass plan (rows longer than the UB) is printed as another kernel shape
-        if cls is RowReduceKernelPrinter and tiling.params.get("passes"):
+        if cls is RowReduceKernelPrinter and tiling.plan.chunked is not None:
             cls = ChunkedRowKernelPrinter
         return super().__new__(cls)
 
@@ -90,7 +90,7 @@ class RowReduceKernelPrinter(RowKernelPrinter):
         self.slot_base = len(self.program.intermediates)
         # each value keeps its own dtype (mixed-precision groups); rows of every dtype share
         # one element stride, and a row slot holds the widest value
-        self.stride, self.slot_bytes = row_layout(self.program)
+        self.stride, self.slot_bytes = tiling.plan.row_stride, tiling.plan.slot_bytes
         self.in_dtypes = input_dtypes(self.program)
 
     def _ctype(self, name: str) -> str:
@@ -320,11 +320,13 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
 
     def __init__(self, symbol: str, func, tiling):
         super().__init__(symbol, func, tiling)
-        self.passes = row_passes(self.program)
-        if self.passes.count != tiling.params["passes"]:
-            raise CodegenError(f"{symbol}: the row program needs {self.passes.count} passes, "
-                               f"the tiling planned {tiling.params['passes']}")
-        self.chunk = tiling.params["chunk_cols"]
+        chunked = tiling.plan.chunked
+        self.passes, self.chunk = chunked.passes, chunked.chunk_cols
+        planned = {i for i, _ in self.passes.reduce_pass + self.passes.row_after}
+        steps = {s.index for s in self.program.steps if s.kind != "full"}
+        if planned != steps:
+            raise CodegenError(f"{symbol}: the plan's passes place reduce and row steps "
+                               f"{sorted(planned)}, the scheduled function has {sorted(steps)}")
         self.out_index = self.program.steps[-1].index
 
     def _row_slot(self, k, dtype: str) -> str:
@@ -428,7 +430,7 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
                     buf.line(f"{self.names[name]}Que.FreeTensor({self.names[name]}Tile);")
             with buf.indent(f"__aicore__ inline void EndPass{p}() {{"):
                 for step in self.program.steps:
-                    if self.passes.reduce_pass.get(step.index) == p:
+                    if self.passes.reduced_in(step.index) == p:
                         buf.line(f"rowValue{step.index} = static_cast<"
                                  f"{cpp_type(str(step.buffer.dtype))}>(acc{step.index});")
                 self._emit_row_steps(buf, p)
@@ -444,7 +446,7 @@ class ChunkedRowKernelPrinter(RowReduceKernelPrinter):
         _, scalar_names = self._leaves()
         scalars = ScalarPrinter(scalar_names, expr_key)
         for step in self.program.steps:
-            if self.passes.row_after.get(step.index) == after:
+            if self.passes.computed_after(step.index) == after:
                 buf.line(f"rowValue{step.index} = {scalars.print(step.expr)};")
 
     def _emit_chunk_step(self, buf, step) -> None:
