@@ -35,6 +35,13 @@ FEATURE_NAMES = (
 )
 
 
+def _params_cube_dims(params: dict) -> tuple:
+    """``TemplatePlan.cube_dims`` of a template that has no typed plan yet (from its params;
+    goes when every template has one)."""
+    return tuple(params.get(key, 0) for key in
+                 ("m", "n", "k", "base_m", "base_n", "single_m", "single_n"))
+
+
 def _log(value: float) -> float:
     return math.log2(1.0 + max(0.0, float(value)))
 
@@ -56,12 +63,16 @@ def extract_features(prim_func, tiling, soc, estimate=None) -> np.ndarray:
     work = count_vector_work(prim_func, tiling.work.per_output_element,
                              tiling.work.img2col_prologue)
     est = estimate or estimate_kernel(prim_func, tiling, soc, work=work)
-    p = tiling.params
+    # (m, n, k, base_m, base_n, single_m, single_n) of a cube product; zeros without one
+    m, n, k, base_m, base_n, single_m, single_n = tiling.plan.cube_dims() \
+        if tiling.plan is not None else _params_cube_dims(tiling.params)
     span = tiling.cores * tiling.block_len
     last = tiling.total - (tiling.cores - 1) * tiling.block_len
-    m, n, k = p.get("m", 0), p.get("n", 0), p.get("k", 0)
     values = [
-        *(1.0 if tiling.template == t else 0.0 for t in TEMPLATES),
+        # a matmul_rows kernel counts as a matmul: the shipped XGBoost model was trained on
+        # features from before that template had a name of its own
+        *(1.0 if tiling.template == t or (t, tiling.template) == ("matmul", "matmul_rows")
+          else 0.0 for t in TEMPLATES),
         _log(tiling.gm_read_bytes), _log(tiling.gm_write_bytes), _log(tiling.total),
         _log(tiling.cols), float(work.elem_bytes),
         float(tiling.cores), tiling.cores / max(1, soc.vector_blocks),
@@ -71,8 +82,8 @@ def extract_features(prim_func, tiling, soc, estimate=None) -> np.ndarray:
         last / max(1, tiling.block_len),
         *(_log(work.by_class.get(c, 0)) for c in OP_CLASSES), float(work.ops_per_unit),
         _log(tiling.work.scalar_elems),
-        _log(tiling.work.cube_macs), _log(p.get("base_m", 0)), _log(p.get("base_n", 0)),
-        _log(p.get("single_m", 0)), _log(p.get("single_n", 0)),
+        _log(tiling.work.cube_macs), _log(base_m), _log(base_n),
+        _log(single_m), _log(single_n),
         float(m % 16 == 0) if m else 0.0, float(n % 16 == 0) if n else 0.0,
         float(k % 16 == 0) if k else 0.0,
         _log(est.mte2_us * 1e3), _log(est.vector_us * 1e3), _log(est.cube_us * 1e3),
