@@ -130,8 +130,8 @@ def test_template_reads_the_head_transposes_as_strides(proj, mask):
     assert shape.mask_coef == 1.0
     _, tiling = AttentionSchedule.schedule(func, get_soc("Ascend910B1"))
     assert tiling.template == "attention" and tiling.total == 2 * 3  # one query block each
-    # a Tiling reads back equal from its JSON (the tuning runner's workers hand it back so),
-    # the plan's shape (operand maps, tuples) and UB layout included; no untyped params
+    # a Tiling reads back equal from its JSON (the IR carries it so to the printer), the
+    # plan's shape (operand maps, tuples) and UB layout included; no untyped params
     assert isinstance(tiling.plan, AttentionPlan) and tiling.plan.shape == shape
     back = Tiling.from_json(tiling.to_json())
     assert tiling.params == {} and back == tiling

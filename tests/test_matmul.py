@@ -149,8 +149,8 @@ def test_matmul_plan_on_310p3_has_no_workspace_round_trip():
 
 
 def test_matmul_tiling_reads_back_from_its_json_with_its_plan():
-    """A Tiling reads back equal from its JSON (the tuning runner's workers hand it back so),
-    MatmulPlan and product shape included; the template leaves no untyped params."""
+    """A Tiling reads back equal from its JSON (the IR carries it so from the schedule stage
+    to the printer), MatmulPlan and product shape included; no untyped params are left."""
     func = _te_matmul_bias_relu(300, 128, 200, "float16")
     _, tiling = MatmulSchedule.schedule(func, get_soc("Ascend910B1"))
     assert isinstance(tiling.plan, MatmulPlan) and tiling.params == {}

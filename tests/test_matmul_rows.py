@@ -100,9 +100,9 @@ def test_matmul_with_row_epilogue_is_one_kernel(a_shape, n, dtype, norm):
 
 def test_rows_tiling_reads_back_from_its_json_with_both_shapes():
     """The report's Tiling reads back as a Tiling (as the board reads it), equal through its
-    JSON (as the tuning runner's workers hand it back), with a MatmulRowsPlan and no untyped
-    params; batch rows over shared weights are one taller product for the cube, while the
-    printer addresses A by the group's batched shape."""
+    JSON (as the IR carries it to the printer), with a MatmulRowsPlan and no untyped params;
+    batch rows over shared weights are one taller product for the cube, while the printer
+    addresses A by the group's batched shape."""
     b = _linear_norm((2, 20, 32), 64, "float32", "chain")
     _, reported = _check_one_kernel(b, "float32")
     tiling = Tiling.from_dict(reported)
