@@ -9,6 +9,8 @@ from tvm import te, topi
 import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
+from tvm_ascend.codegen.ascendc_printer import ScheduledKernel, kernel_source
+from tvm_ascend.errors import CodegenError
 from tvm_ascend.schedules import MatmulSchedule
 from tvm_ascend.schedules.matmul import MatmulPlan
 from tvm_ascend.schedules.tiling import Tiling
@@ -158,6 +160,18 @@ def test_matmul_tiling_reads_back_from_its_json_with_its_plan():
     assert back == tiling and (back.plan.shape.a_name, back.plan.shape.b_name) == ("a", "w")
     assert (tiling.plan.shape.m, tiling.plan.shape.n, tiling.plan.shape.k) == (300, 200, 128)
     assert tiling.plan.cube_dims()[:3] == (300, 200, 128)
+
+
+def test_a_plan_for_a_soc_with_datacopypad_is_not_printed_for_one_without():
+    """The unit's copy helpers are the SoC's: a kernel whose MatmulPlan chose DataCopyPad
+    (910B1) printed for 310P3 is refused with the reason (the check reads the typed plan)."""
+    func = _te_matmul_bias_relu(64, 32, 48, "float32")
+    scheduled, tiling = MatmulSchedule.schedule(func, get_soc("Ascend910B1"))
+    kernel = ScheduledKernel("k0", scheduled, tiling, {})
+    assert "DataCopyPad" in kernel_source(kernel, get_soc("Ascend910B1"))
+    with pytest.raises(CodegenError, match="planned for a SoC with DataCopyPad but printed "
+                                           "for Ascend310P3"):
+        kernel_source(kernel, get_soc("Ascend310P3"))
 
 
 def test_four_dimensional_batched_matmul_with_mask_epilogue():
