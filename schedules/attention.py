@@ -18,9 +18,9 @@ running row maximum
 the vector unit rescales and accumulates the output rows, divides by the running sums once and
 writes them. The seq x seq scores never go to GM as a tensor. On split 2201 chips (910B) the
 cube (AIC) and vector (AIV) exchange tiles through the GM workspace (L2), as CANN's fused
-attention kernels do; the plan counts those bytes apart (``workspace_*_bytes`` in the params).
-On coupled chips (310P) the tiles stay on chip, and without DataCopyPad the mask and output
-rows move as whole 32-byte blocks plus scalar tails (``params["data_copy_pad"]``).
+attention kernels do; the plan counts those bytes apart (``workspace_*_bytes`` of its
+KernelWork). On coupled chips (310P) the tiles stay on chip, and without DataCopyPad the mask
+and output rows move as whole 32-byte blocks plus scalar tails (``AttentionPlan.data_copy_pad``).
 
 K and V are read once per query block (``seq_q / base_q`` times in all): the FlashAttention
 I/O bound, Theta(S^2 d^2 / M) for on-chip memory M. Keeping a head's K and V resident in L1
@@ -39,7 +39,8 @@ from tvm_ascend.errors import TilingError
 
 from .analysis.attention_shape import AttentionShape, _NotAttention, attention_shape
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
-from .tiling import CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, UB_RESERVED_BYTES
+from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
+                     UB_RESERVED_BYTES)
 
 SCORE_BYTES = 4  # scores, probabilities' statistics and the output accumulator are float
 
@@ -51,6 +52,36 @@ class AttentionKnobs:
     base_q: int | None = None   # query rows per work item; None: 64 (at most seq_q rounded)
     base_kv: int | None = None  # keys per score tile; None: 128 (fp16) / 64 (fp32)
     cores: int | None = None    # None: every AI core
+
+
+@dataclass(frozen=True)
+class AttentionPlan(TemplatePlan, template="attention"):
+    """What the attention template decided for one kernel; its printer reads only this.
+
+    ``shape``: the attention as ``attention_shape`` read it from the group (sizes, every
+    operand's index map, scale, mask and Where).
+
+    Blocks: a work item is ``base_q`` query rows of one batch*head (``blocks_q`` items per
+    batch*head); a score tile covers ``base_kv`` keys; the QK product steps K (the head dim)
+    by ``base_k_qk``; the PV tile is ``d16`` wide (the head dim rounded up to 16).
+
+    ``ub_buffers``: (name, bytes) of every UB buffer the kernel reserves (InitBuffer), in the
+    order printed. ``tensor_read_bytes`` / ``tensor_write_bytes``: GM bytes of the tensors
+    (Q, K, V, mask, condition, output), apart from the workspace's. ``data_copy_pad``: the
+    mask and output rows move by DataCopyPad (the SoC has it), else by whole blocks and
+    scalar tails.
+    """
+
+    shape: AttentionShape
+    base_q: int
+    base_kv: int
+    base_k_qk: int
+    d16: int
+    blocks_q: int
+    ub_buffers: tuple[tuple[str, int], ...]
+    tensor_read_bytes: int
+    tensor_write_bytes: int
+    data_copy_pad: bool
 
 
 class AttentionSchedule:
@@ -163,7 +194,8 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
             base_kv -= FRACTAL
         else:
             raise TilingError(f"the two Matmul objects do not fit {soc.name}: {over}")
-    ub = sum(ub_layout(shape, base_q, base_kv).values())
+    layout = ub_layout(shape, base_q, base_kv)
+    ub = sum(layout.values())
     if ub > soc.ub_bytes - UB_RESERVED_BYTES:
         raise TilingError(f"attention needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
     blocks_q = ceil_div(shape.seq_q, base_q)
@@ -174,14 +206,9 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     traffic = _traffic(shape, soc, base_q, base_kv, base_k_qk)
     if shape.fill_param is not None:  # the Where's fill: read once per core
         traffic["tensor_read_bytes"] += used * e
-    params = {"batch": shape.batch, "seq_q": shape.seq_q, "seq_kv": shape.seq_kv,
-              "head_dim": shape.head_dim, "base_q": base_q, "base_kv": base_kv,
-              "base_k_qk": base_k_qk, "d16": d16, "blocks_q": blocks_q,
-              "scale": shape.scale, "mask_coef": shape.mask_coef,
-              "keep": shape.keep is not None, "mask_inside": shape.mask_inside,
-              "data_copy_pad": bool(soc.has_data_copy_pad),
-              "tensor_read_bytes": traffic["tensor_read_bytes"],
-              "tensor_write_bytes": traffic["tensor_write_bytes"]}
+    plan = AttentionPlan(shape, base_q, base_kv, base_k_qk, d16, blocks_q, tuple(layout.items()),
+                         traffic["tensor_read_bytes"], traffic["tensor_write_bytes"],
+                         bool(soc.has_data_copy_pad))
     work = KernelWork(steps=per_core, vector_repeats=min(per_core, total),
                       cube_macs=traffic["cube_macs"],
                       workspace_read_bytes=traffic["workspace_read_bytes"],
@@ -190,7 +217,7 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     return Tiling("attention", total, used, per_core, 1, per_core, 1, 0, ub, soc.ub_bytes,
                   traffic["tensor_read_bytes"] + traffic["workspace_read_bytes"],
                   traffic["tensor_write_bytes"] + traffic["workspace_write_bytes"],
-                  shape.head_dim, params, work)
+                  shape.head_dim, work=work, plan=plan)
 
 
 def _scalar_tails(shape, soc, base_q, base_kv) -> int:

@@ -17,7 +17,7 @@ the UB as one multi-burst copy; without it (310P, 910A) each row moves its whole
 by DataCopy and its tail element by element on the scalar unit, so no block reaches into
 another core's columns. The GM bytes are the same either way (the emulator counts a scalar
 GetValue/SetValue as its element's bytes); ``KernelWork.scalar_elems`` counts the tail
-elements for the timing model, ``params["data_copy_pad"]`` tells the printer which path to
+elements for the timing model, ``MatmulPlan.data_copy_pad`` tells the printer which path to
 print. On coupled chips (310P, 910A) the product reaches the UB on chip; on 910B it goes
 through the GM workspace and those bytes are in the plan.
 
@@ -25,12 +25,12 @@ Example
 -------
 >>> from tvm_ascend.soc import get_soc                                     # doctest: +SKIP
 >>> _, tiling = MatmulSchedule.schedule(func, get_soc("Ascend310P3"))     # doctest: +SKIP
->>> tiling.params["data_copy_pad"], tiling.cores                          # doctest: +SKIP
+>>> tiling.plan.data_copy_pad, tiling.cores                               # doctest: +SKIP
 (False, 8)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import tvm
 
@@ -41,7 +41,8 @@ from .analysis.epilogue_checks import epilogue_refusal
 from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .analysis.tile_values import buffer_size
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
-from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling, UB_RESERVED_BYTES)
+from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
+                     UB_RESERVED_BYTES)
 from .analysis.tir_walk import (load_buffer, product_loads, reduce_iter_vars, root_blocks,
                                 schedule_blocks)
 
@@ -82,9 +83,57 @@ class MatmulShape:
     b_batched: bool
     dtype: str
     # the operands' buffer names: one tensor may be both (``x @ x``), so a printer takes them
-    # from the product's loads, never from the parameters' order
-    a_name: str = ""
-    b_name: str = ""
+    # from the product's loads, never from the parameters' order. They bind the shape to the
+    # PrimFunc it was read from and take no part in equality: structurally equal groups (the
+    # planner's cache answers one with another's plan) have equal shapes and plans
+    a_name: str = field(default="", compare=False)
+    b_name: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class MatmulPlan(TemplatePlan, template="matmul"):
+    """What the matmul template decided for one kernel; its printer reads only this.
+
+    ``shape``: the product, as ``matmul_shape`` read it from the group (sizes, batch, which
+    operands are batched, their buffer names).
+
+    The cube's tiles (TCubeTiling): each client computes ``single_m x single_n`` output tiles,
+    each as ``base_m x base_n`` pieces over K steps of ``base_k``.
+
+    L1 reuse (CFG_MDL, ``l1_reuse``): the walk order (0: M fastest, 1: N fastest), how many
+    base blocks of A and of B L1 keeps (``depth_a1``, ``depth_b1``) and the L1 bytes they take.
+
+    The epilogue in the UB: a base tile's rows are ``align_n`` elements apart (32-byte
+    aligned); ``slots`` row slots of temporaries, ``slot_bytes`` bytes an element (the widest
+    dtype computed in); one vector call covers ``epilogue_rows`` rows. ``data_copy_pad``: the
+    tiles move by DataCopyPad (the SoC has it), else by whole blocks and scalar tails.
+    """
+
+    shape: MatmulShape
+    single_m: int
+    single_n: int
+    base_m: int
+    base_n: int
+    base_k: int
+    iterate_order: int
+    depth_a1: int
+    depth_b1: int
+    l1_bytes: int
+    align_n: int
+    slots: int
+    slot_bytes: int
+    epilogue_rows: int
+    data_copy_pad: bool
+
+    @property
+    def group_shape(self) -> MatmulShape:
+        """The product as the group writes it (the printer addresses A and B by it): the
+        shape the template tiled."""
+        return self.shape
+
+    def cube_dims(self) -> tuple:
+        s = self.shape
+        return (s.m, s.n, s.k, self.base_m, self.base_n, self.single_m, self.single_n)
 
 
 def matmul_shape(func) -> MatmulShape | None:
@@ -259,14 +308,10 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     ub = ub_of(rows)
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
     round_trip = product_round_trip(shape, soc)  # workspace bytes: L2
-    params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
-              "a_batched": shape.a_batched, "b_batched": shape.b_batched,
-              "base_m": base_m, "base_n": base_n, "base_k": base_k,
-              **l1_params(shape, base_m, base_n, base_k, reuse),
-              "aiv_ratio": ratio,
-              "single_m": single_m, "single_n": single_n, "align_n": align_n, "slots": slots,
-              "slot_bytes": slot_bytes, "epilogue_rows": rows,
-              "data_copy_pad": bool(soc.has_data_copy_pad)}
+    plan = MatmulPlan(shape, single_m, single_n, base_m, base_n, base_k,
+                      reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
+                      l1_footprint(shape, base_m, base_n, base_k, reuse), align_n, slots,
+                      slot_bytes, rows, bool(soc.has_data_copy_pad))
     fill_rows = columns * min(rows, base_m, single_m) if rows > 1 else 0
     work = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, single_n, rows,
                      fill_rows) + KernelWork(
@@ -278,7 +323,7 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
         aiv_ratio=ratio)
     return Tiling("matmul", total, used, per_core, 1, per_core, 1,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
-                  shape.n, params, work)
+                  shape.n, work=work, plan=plan)
 
 
 def _base_k(shape, base_m, base_n, soc, ratio) -> int:
@@ -385,7 +430,8 @@ def operand_reads(shape, base_m, base_n, base_k, single_m, single_n, reuse: L1Re
     return shape.batch * total * dtype_bytes(shape.dtype)
 
 
-def _l1_bytes(shape, base_m, base_n, base_k, reuse: L1Reuse) -> int:
+def l1_footprint(shape, base_m, base_n, base_k, reuse: L1Reuse) -> int:
+    """L1 bytes the kept blocks of A and B take (printed as the plan's ``l1_bytes``)."""
     return (reuse.depth_a1 * base_m + reuse.depth_b1 * base_n) * base_k * dtype_bytes(shape.dtype)
 
 
@@ -408,7 +454,7 @@ def l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n,
         for depth_a in sorted({2, max(2, need_a)}):
             for depth_b in sorted({2, max(2, need_b)}):
                 reuse = L1Reuse(order, depth_a, depth_b)
-                l1 = _l1_bytes(shape, base_m, base_n, base_k, reuse)
+                l1 = l1_footprint(shape, base_m, base_n, base_k, reuse)
                 if l1 > l1_bytes:
                     continue
                 key = (operand_reads(shape, base_m, base_n, base_k, single_m, single_n, reuse),
@@ -416,16 +462,10 @@ def l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n,
                 if best is None or key < best[0]:
                     best = (key, reuse)
     if best is None:
+        need = l1_footprint(shape, base_m, base_n, base_k, L1Reuse(0, 2, 2))
         raise TilingError(f"matmul blocks {base_m}x{base_k} and {base_k}x{base_n} double-buffered "
-                          f"need {_l1_bytes(shape, base_m, base_n, base_k, L1Reuse(0, 2, 2))} L1 "
-                          f"bytes; a client has {l1_bytes}")
+                          f"need {need} L1 bytes; a client has {l1_bytes}")
     return replace(best[1], operand_bytes=best[0][0])
-
-
-def l1_params(shape, base_m, base_n, base_k, reuse: L1Reuse) -> dict:
-    """The tiling's L1 fields (printed into TCubeTiling)."""
-    return {"iterate_order": reuse.iterate_order, "depth_a1": reuse.depth_a1,
-            "depth_b1": reuse.depth_b1, "l1_bytes": _l1_bytes(shape, base_m, base_n, base_k, reuse)}
 
 
 def cube_work(shape, soc, reuse: L1Reuse, per_core: int, base_m: int, base_n: int,

@@ -11,9 +11,9 @@ planner then keeps the matmul and the row kernel apart. SoCs without DataCopyPad
 take it too: the tiles move as the matmul template's do there (whole blocks, then the tails
 on the scalar unit), and 310P's 256 KB L0C holds twice the rows of 910B's.
 
-The Tiling is a matmul tiling in every field (the timing model, features and tuning read it as
-one; ``params["row_epilogue"]`` marks it), so the printer dispatch picks
-``codegen/kernels/matmul_rows.py`` for it.
+The Tiling's template is ``matmul_rows`` and its plan a ``MatmulRowsPlan``, printed by
+``codegen/kernels/matmul_rows.py``; the cost model's features count it as a matmul kernel
+(the shipped tuning model was trained so).
 
 Example
 -------
@@ -21,7 +21,7 @@ Example
 >>> MatmulRowsSchedule.applies(func)                                     # doctest: +SKIP
 Decision(ok=True, reason='matmul 128x768 @ 768x768 with a row epilogue over N=768')
 >>> _, tiling = MatmulRowsSchedule.schedule(func, get_soc("Ascend910B1"))  # doctest: +SKIP
->>> tiling.params["base_n"], tiling.params["base_m"]                     # doctest: +SKIP
+>>> tiling.plan.base_n, tiling.plan.base_m                               # doctest: +SKIP
 (768, 16)
 """
 from __future__ import annotations
@@ -35,15 +35,16 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import (FRACTAL, MatmulShape, cube_work, l1_params, l1_reuse, product_round_trip,
-                     matmul_traffic, epilogue_program, matmul_shape, scalar_tail_elems)
+from .matmul import (FRACTAL, MatmulShape, cube_work, l1_footprint, l1_reuse,
+                     product_round_trip, matmul_traffic, epilogue_program, matmul_shape,
+                     scalar_tail_elems)
 from .analysis.row_program import (RowAccessKind, check_program_dtypes, input_dtypes,
                                    is_full_row_block, program_dtypes)
 from .row_reduce import inline_row_blocks
 from .analysis.tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, pieces, round_up
-from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, Tiling,
-                     UB_RESERVED_BYTES)
+from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork,
+                     TemplatePlan, Tiling, UB_RESERVED_BYTES)
 from .analysis.tir_walk import (param_buffers, reduce_iter_vars, reducer_of, root_blocks,
                                 schedule_blocks)
 
@@ -62,6 +63,50 @@ class MatmulRowsKnobs:
 
     base_m: int | None = None  # rows per base tile; None: the most that fit (<= 64 / 128 fp16)
     cores: int | None = None   # None: every AI core
+
+
+@dataclass(frozen=True)
+class MatmulRowsPlan(TemplatePlan, template="matmul_rows"):
+    """What the matmul-rows template decided for one kernel; its printer reads only this.
+
+    ``shape``: the product as the kernel tiles it (batch rows of A over shared weights folded
+    into one taller matrix); ``group_shape``: the product as the group writes it, before that
+    folding (the printer addresses A and B by it).
+
+    The cube's tiles (TCubeTiling): ``single_m`` rows of all ``single_n`` = N columns a tile,
+    computed as ``base_m x base_n`` pieces (``base_n``: N rounded up to 16, whole rows) over
+    K steps of ``base_k``; ``max_base_m``: the most rows a base tile may take (L0C and the
+    UB), the tuner's bound.
+
+    L1 reuse (CFG_MDL): the walk goes down M (``iterate_order`` 0), keeping ``depth_a1`` /
+    ``depth_b1`` base blocks of A / B in ``l1_bytes`` of L1.
+
+    The row epilogue in the UB: a tile's rows are ``align_n`` elements apart; ``slots`` row
+    slots (the program's intermediates and temporaries, ReduceSum's work, the reduced value)
+    of ``slot_bytes`` bytes an element. ``data_copy_pad``: the tiles move by DataCopyPad (the
+    SoC has it), else by whole blocks and scalar tails.
+    """
+
+    shape: MatmulShape
+    group_shape: MatmulShape
+    single_m: int
+    single_n: int
+    base_m: int
+    base_n: int
+    base_k: int
+    max_base_m: int
+    iterate_order: int
+    depth_a1: int
+    depth_b1: int
+    l1_bytes: int
+    align_n: int
+    slots: int
+    slot_bytes: int
+    data_copy_pad: bool
+
+    def cube_dims(self) -> tuple:
+        s = self.shape
+        return (s.m, s.n, s.k, self.base_m, self.base_n, self.single_m, self.single_n)
 
 
 def _row_shape_decision(func, shape: MatmulShape) -> Decision:
@@ -140,7 +185,7 @@ class MatmulRowsSchedule:
         inline_row_blocks(sch, shape.batch * shape.m, shape.n)
         program = epilogue_program(schedule_blocks(sch), func, shape)
         _check_program(program, shape, soc)
-        tiling = _plan(_folded(shape), program, soc, knobs or MatmulRowsKnobs())
+        tiling = _plan(shape, program, soc, knobs or MatmulRowsKnobs())
         loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])
         sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
         return sch.mod["main"], tiling
@@ -150,7 +195,7 @@ class MatmulRowsSchedule:
         """Candidate knobs, the default first: base tiles of 16..128 rows that fit, all or half
         the AI cores. ``schedule`` may refuse one (TilingError); searches drop it."""
         _, default = MatmulRowsSchedule.schedule(func, soc)
-        top = default.params["max_base_m"]
+        top = default.plan.max_base_m
         space = [MatmulRowsKnobs()]
         for cores in (None, max(1, soc.ai_cores // 2)):
             for base_m in (b for b in (16, 32, 64, 128) if b <= top):
@@ -252,7 +297,8 @@ def _base_k(shape: MatmulShape, base_m: int, soc) -> int:
                       f"has {soc.l0b_bytes}")
 
 
-def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
+def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
+    shape = _folded(group_shape)
     elem = dtype_bytes(shape.dtype)
     c0 = BLOCK_BYTES // elem
     base_n = round_up(shape.n, FRACTAL)
@@ -292,22 +338,19 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     rows = [m for m_single in pieces(shape.m, single_m) for m in pieces(m_single, base_m)]
     cube_macs = shape.batch * sum(round_up(m, FRACTAL) for m in rows) * base_n \
         * round_up(shape.k, c0)
-    params = {"m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
-              "a_batched": shape.a_batched, "b_batched": shape.b_batched,
-              "base_m": base_m, "base_n": base_n, "base_k": base_k,
-              **l1_params(shape, base_m, base_n, base_k, reuse),
-              # a 1:1 mix: a row of N float32 in L0C needs the whole AIC's L0C per client
-              "aiv_ratio": 1,
-              "single_m": single_m, "single_n": shape.n, "align_n": base_n, "slots": slots,
-              "slot_bytes": slot_bytes, "row_epilogue": True,
-              "max_base_m": top, "data_copy_pad": bool(soc.has_data_copy_pad)}
+    plan = MatmulRowsPlan(shape, group_shape, single_m, shape.n, base_m, base_n, base_k, top,
+                          reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
+                          l1_footprint(shape, base_m, base_n, base_k, reuse), base_n, slots,
+                          slot_bytes, bool(soc.has_data_copy_pad))
+    # a 1:1 mix (KernelWork's default aiv_ratio): a row of N float32 in L0C needs the whole
+    # AIC's L0C per client
     work = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, shape.n) + \
         KernelWork(cube_macs=cube_macs, workspace_read_bytes=round_trip,
                    workspace_write_bytes=round_trip,
                    scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n,
                                                   single_m, shape.n, used))
-    return Tiling("matmul", total, used, per_core, 1, per_core, 1, program.temp_slots, ub,
-                  soc.ub_bytes, gm_read, gm_write, shape.n, params, work)
+    return Tiling("matmul_rows", total, used, per_core, 1, per_core, 1, program.temp_slots, ub,
+                  soc.ub_bytes, gm_read, gm_write, shape.n, work=work, plan=plan)
 
 
-__all__ = ["MatmulRowsSchedule", "MatmulRowsKnobs", "ub_bytes", "row_slots"]
+__all__ = ["MatmulRowsSchedule", "MatmulRowsKnobs", "MatmulRowsPlan", "ub_bytes", "row_slots"]

@@ -18,7 +18,8 @@ from tvm.relax.frontend.onnx import from_onnx
 import tvm_ascend
 from tvm_ascend.schedules import AttentionSchedule, RowReduceSchedule
 from tvm_ascend.schedules.analysis.attention_shape import attention_shape
-from tvm_ascend.schedules.attention import AttentionKnobs
+from tvm_ascend.schedules.attention import AttentionKnobs, AttentionPlan
+from tvm_ascend.schedules.tiling import Tiling
 from tvm_ascend.soc import get_soc
 from conftest import TOLERANCES, run_onnxruntime
 from onnx_models import ModelBuilder, attention_model
@@ -91,6 +92,15 @@ def test_template_reads_the_head_transposes_as_strides(proj, mask):
     assert shape.mask_coef == 1.0
     _, tiling = AttentionSchedule.schedule(func, get_soc("Ascend910B1"))
     assert tiling.template == "attention" and tiling.total == 2 * 3  # one query block each
+    # a Tiling reads back equal from its JSON (the IR carries it so to the printer), the
+    # plan's shape (operand maps, tuples) and UB layout included; no untyped params
+    assert isinstance(tiling.plan, AttentionPlan) and tiling.plan.shape == shape
+    back = Tiling.from_json(tiling.to_json())
+    assert tiling.params == {} and back == tiling
+    # the buffer names bind the plan to its PrimFunc (they take no part in equality)
+    assert [op.param for op in (back.plan.shape.q, back.plan.shape.mask)] == \
+        [shape.q.param, shape.mask.param]
+    assert sum(size for _, size in tiling.plan.ub_buffers) == tiling.ub_bytes
 
 
 def test_template_refuses_other_groups_and_bad_knobs():
@@ -166,7 +176,7 @@ def test_attention_with_a_one_element_scale_is_one_kernel(scale_shape, scale_op,
                            config=tvm_ascend.CompileConfig(fusion_level="aggressive"))
     group = _attention_group(lib)
     assert any(n.startswith(scale_op.lower()) for n in group["nodes"]), group["nodes"]
-    assert group["tiling"]["params"]["scale"] == pytest.approx(1 / np.sqrt(32), rel=1e-3)
+    assert group["tiling"]["plan"]["shape"]["scale"] == pytest.approx(1 / np.sqrt(32), rel=1e-3)
     assert lib.fusion_report()["kernels"]["host"] == 0
     (out,), (ref,) = lib.run(mb.feeds), run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
@@ -201,8 +211,8 @@ def test_attention_on_a_soc_without_datacopypad(case):
     (ref,) = run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
                                **TOLERANCES["cube/" + case["dtype"]])
-    params, work = group["tiling"]["params"], group["tiling"]["work"]
-    assert not params["data_copy_pad"] and work["scalar_elems"] > 0
+    plan, work = group["tiling"]["plan"], group["tiling"]["work"]
+    assert not plan["data_copy_pad"] and work["scalar_elems"] > 0
     assert work["workspace_read_bytes"] == work["workspace_write_bytes"] == 0
     (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
     assert launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]
@@ -262,8 +272,8 @@ def test_attention_takes_a_where_before_the_softmax(where, dtype, target):
     (out,), (ref,) = lib.run(mb.feeds), run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
                                **TOLERANCES["cube/" + dtype])
-    params = group["tiling"]["params"]
-    assert params["keep"] and params["mask_inside"] == (where == "inside")
+    shape = group["tiling"]["plan"]["shape"]
+    assert shape["keep"] is not None and shape["mask_inside"] == (where == "inside")
     (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
     assert launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]
     assert launch["gm_write_bytes"] == group["tiling"]["gm_write_bytes"]
@@ -289,9 +299,9 @@ def test_gm_traffic_has_no_score_matrix_term():
         lib = _build(mb)
         lib.run(mb.feeds)
         group = _attention_group(lib)
-        params = group["tiling"]["params"]
+        plan = group["tiling"]["plan"]
         read, write = _tensor_bytes(8, seq, 64, 64)
-        assert (params["tensor_read_bytes"], params["tensor_write_bytes"]) == (read, write)
+        assert (plan["tensor_read_bytes"], plan["tensor_write_bytes"]) == (read, write)
         (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
         workspace = group["tiling"]["work"]["workspace_read_bytes"]
         assert launch["gm_read_bytes"] == read + workspace

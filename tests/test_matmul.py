@@ -9,7 +9,11 @@ from tvm import te, topi
 import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
+from tvm_ascend.codegen.ascendc_printer import ScheduledKernel, kernel_source
+from tvm_ascend.errors import CodegenError
 from tvm_ascend.schedules import MatmulSchedule
+from tvm_ascend.schedules.matmul import MatmulPlan
+from tvm_ascend.schedules.tiling import Tiling
 from tvm_ascend.soc import get_soc
 
 CASES = [  # (A shape, W shape, dtype, residual)
@@ -47,10 +51,10 @@ def test_matmul_bias_relu_is_one_kernel(a_shape, w_shape, dtype, residual):
     assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
     assert launch["cube_macs"] == tiling["work"]["cube_macs"]
     # by default a 1:1 mix, one AIV per AIC (test_cost_model_tuning runs the 1:2 knob)
-    assert tiling["params"]["aiv_ratio"] == launch["task_ratio"] == 1
+    assert tiling["work"]["aiv_ratio"] == launch["task_ratio"] == 1
     assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
     assert "KERNEL_TYPE_MIX_AIC_1_1" in lib.kernel_sources()[group["kernel"]]
-    if tiling["params"]["epilogue_rows"] > 1:  # the epilogue runs over several rows a call
+    if tiling["plan"]["epilogue_rows"] > 1:  # the epilogue runs over several rows a call
         assert "for (uint32_t r = 0; r < curM; r += " in lib.kernel_sources()[group["kernel"]]
 
 
@@ -106,13 +110,13 @@ def test_matmul_on_soc_without_datacopypad(dtype):
     for (a_shape, w_shape, residual), group in zip(cases, report["groups"]):
         tiling, launch = group["tiling"], launches[group["kernel"]]
         assert group["on_npu"] and tiling["template"] == "matmul"
-        assert tiling["params"]["data_copy_pad"] is False and launch["soc"] == "Ascend310P3"
+        assert tiling["plan"]["data_copy_pad"] is False and launch["soc"] == "Ascend310P3"
         assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
         assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
         assert launch["cube_macs"] == tiling["work"]["cube_macs"]
         assert launch["peak_ub_bytes"] == tiling["ub_bytes"]
         # coupled cores: one per block (a 1:1 mix)
-        assert tiling["params"]["aiv_ratio"] == launch["task_ratio"] == 1
+        assert tiling["work"]["aiv_ratio"] == launch["task_ratio"] == 1
         assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
         # every row of the output (and of the residual) has a tail past its whole blocks,
         # and so has the bias column each core reads
@@ -141,9 +145,33 @@ def test_matmul_plan_on_310p3_has_no_workspace_round_trip():
     out_bytes = 300 * 200 * 2
     assert t910.gm_write_bytes == 2 * out_bytes and t310.gm_write_bytes == out_bytes
     assert t910.gm_read_bytes - t310.gm_read_bytes == out_bytes
-    assert 1 < t310.cores <= 8 and t310.params["data_copy_pad"] is False
+    assert 1 < t310.cores <= 8 and t310.plan.data_copy_pad is False
     assert t310.work.scalar_elems == 300 * (200 % 16) + t310.cores * (200 % 16)
-    assert t910.work.scalar_elems == 0 and t910.params["data_copy_pad"] is True
+    assert t910.work.scalar_elems == 0 and t910.plan.data_copy_pad is True
+
+
+def test_matmul_tiling_reads_back_from_its_json_with_its_plan():
+    """A Tiling reads back equal from its JSON (the IR carries it so from the schedule stage
+    to the printer), MatmulPlan and product shape included; no untyped params are left."""
+    func = _te_matmul_bias_relu(300, 128, 200, "float16")
+    _, tiling = MatmulSchedule.schedule(func, get_soc("Ascend910B1"))
+    assert isinstance(tiling.plan, MatmulPlan) and tiling.params == {}
+    back = Tiling.from_json(tiling.to_json())
+    assert back == tiling and (back.plan.shape.a_name, back.plan.shape.b_name) == ("a", "w")
+    assert (tiling.plan.shape.m, tiling.plan.shape.n, tiling.plan.shape.k) == (300, 200, 128)
+    assert tiling.plan.cube_dims()[:3] == (300, 200, 128)
+
+
+def test_a_plan_for_a_soc_with_datacopypad_is_not_printed_for_one_without():
+    """The unit's copy helpers are the SoC's: a kernel whose MatmulPlan chose DataCopyPad
+    (910B1) printed for 310P3 is refused with the reason (the check reads the typed plan)."""
+    func = _te_matmul_bias_relu(64, 32, 48, "float32")
+    scheduled, tiling = MatmulSchedule.schedule(func, get_soc("Ascend910B1"))
+    kernel = ScheduledKernel("k0", scheduled, tiling, {})
+    assert "DataCopyPad" in kernel_source(kernel, get_soc("Ascend910B1"))
+    with pytest.raises(CodegenError, match="planned for a SoC with DataCopyPad but printed "
+                                           "for Ascend310P3"):
+        kernel_source(kernel, get_soc("Ascend310P3"))
 
 
 def test_four_dimensional_batched_matmul_with_mask_epilogue():
@@ -177,7 +205,7 @@ def test_fp16_matmul_with_gelu_epilogue_computes_erf_in_float32_temporaries():
     assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], "float16")
     (group,) = lib.report.to_json()["groups"]
     assert group["on_npu"] and group["tiling"]["template"] == "matmul"
-    assert group["tiling"]["params"]["slot_bytes"] == 4
+    assert group["tiling"]["plan"]["slot_bytes"] == 4
     (launch,) = lib.profile()
     assert launch["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]
 
@@ -194,7 +222,7 @@ def test_partitioner_keeps_the_faster_tiling_variant_and_the_kernel_obeys_it():
     assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], "float16")
     (group,) = lib.report.to_json()["groups"]
     tiling = group["tiling"]
-    assert (tiling["params"]["base_m"], tiling["params"]["base_n"]) == (128, 256)
+    assert (tiling["plan"]["base_m"], tiling["plan"]["base_n"]) == (128, 256)
     assert "knobs {'base_m': 128, 'base_n': 256}" in group["reason"]
     (launch,) = lib.profile()
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]

@@ -14,7 +14,8 @@ from conftest import run_onnxruntime
 from onnx_models import ModelBuilder
 from tvm_ascend.errors import TilingError
 from tvm_ascend.schedules import MatmulRowsKnobs, MatmulRowsSchedule, MatmulSchedule
-from tvm_ascend.schedules.tiling import UB_RESERVED_BYTES
+from tvm_ascend.schedules.matmul_rows import MatmulRowsPlan
+from tvm_ascend.schedules.tiling import UB_RESERVED_BYTES, Tiling
 from benchmarks.models.bert import encoder_layer_inputs, encoder_layer_model
 from tvm_ascend.soc import get_soc
 
@@ -72,7 +73,7 @@ def _check_one_kernel(b, dtype, config=None, target="ascend"):
     (group,) = report["groups"]
     tiling = group["tiling"]
     assert group["on_npu"] and "matmul_rows template" in group["reason"]
-    assert tiling["params"]["row_epilogue"] and tiling["params"]["base_n"] >= tiling["cols"]
+    assert tiling["template"] == "matmul_rows" and tiling["plan"]["base_n"] >= tiling["cols"]
     _assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], dtype)
     (launch,) = lib.profile()
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
@@ -97,6 +98,22 @@ def test_matmul_with_row_epilogue_is_one_kernel(a_shape, n, dtype, norm):
     _check_one_kernel(_linear_norm(a_shape, n, dtype, norm), dtype)
 
 
+def test_rows_tiling_reads_back_from_its_json_with_both_shapes():
+    """The report's Tiling reads back as a Tiling (as the board reads it), equal through its
+    JSON (as the IR carries it to the printer), with a MatmulRowsPlan and no untyped params;
+    batch rows over shared weights are one taller product for the cube, while the printer
+    addresses A by the group's batched shape."""
+    b = _linear_norm((2, 20, 32), 64, "float32", "chain")
+    _, reported = _check_one_kernel(b, "float32")
+    tiling = Tiling.from_dict(reported)
+    assert isinstance(tiling.plan, MatmulRowsPlan) and tiling.params == {}
+    assert Tiling.from_json(tiling.to_json()) == tiling
+    shape, group = tiling.plan.shape, tiling.plan.group_shape
+    assert (shape.batch, shape.m, shape.a_batched) == (1, 40, False)
+    assert (group.batch, group.m, group.a_batched) == (2, 20, True)
+    assert tiling.plan.cube_dims()[:3] == (40, 64, 32)
+
+
 @pytest.mark.parametrize("a_shape,n,dtype,norm", [
     ((37, 48), 100, "float32", "op"),       # 100 % 8: 16-byte tails of the output and residual
     pytest.param((3, 11, 40), 100, "float16", "rms",  # 8-byte tails; batch folded into M
@@ -110,7 +127,7 @@ def test_matmul_with_row_epilogue_on_soc_without_datacopypad(a_shape, n, dtype, 
     lib.run(b.feeds)
     (launch,) = lib.profile()  # the check above took the first launch's
     assert launch["soc"] == "Ascend310P3" and tiling["cores"] > 1
-    assert tiling["params"]["data_copy_pad"] is False
+    assert tiling["plan"]["data_copy_pad"] is False
     assert all("DataCopyPad" not in src for src in lib.kernel_sources().values())
     c0 = 32 // np.dtype(dtype).itemsize
     rows = int(np.prod(a_shape[:-1]))
@@ -127,13 +144,13 @@ def test_plan_of_rows_on_310p3_uses_its_larger_l0c_and_ub():
     soc310 = get_soc("Ascend310P3")
     _, t310 = MatmulRowsSchedule.schedule(func, soc310)
     _, t910 = MatmulRowsSchedule.schedule(func, SOC)
-    p = t310.params
-    assert p["max_base_m"] > t910.params["max_base_m"] == 16
-    assert p["max_base_m"] * p["base_n"] * 4 <= soc310.l0c_bytes
+    p = t310.plan
+    assert p.max_base_m > t910.plan.max_base_m == 16
+    assert p.max_base_m * p.base_n * 4 <= soc310.l0c_bytes
     assert t310.ub_bytes <= soc310.ub_bytes - UB_RESERVED_BYTES
     out_bytes = 128 * 768 * 4
     assert t910.gm_write_bytes == 2 * out_bytes and t310.gm_write_bytes == out_bytes
-    assert p["data_copy_pad"] is False and t310.work.scalar_elems == 0  # 768 % 8 == 0
+    assert p.data_copy_pad is False and t310.work.scalar_elems == 0  # 768 % 8 == 0
 
 
 def test_matmul_softmax_over_n_is_one_kernel():
@@ -162,7 +179,7 @@ def test_bert_base_out_projection_with_layernorm_from_a_fusion_plan(tmp_path):
     path.write_text(json.dumps(plan))
     config = tvm_ascend.CompileConfig(fusion_plan_file=str(path))
     _, tiling = _check_one_kernel(b, "float32", config)
-    p, soc = tiling["params"], get_soc("Ascend910B1")
+    p, soc = tiling["plan"], get_soc("Ascend910B1")
     assert (p["base_m"], p["base_n"], p["base_k"], tiling["cores"]) == (16, 768, 8, 3)
     assert p["base_m"] * p["base_n"] * 4 <= soc.l0c_bytes
     assert 2 * p["base_k"] * p["base_n"] * 4 <= soc.l0b_bytes
@@ -247,11 +264,11 @@ def test_plan_of_rows_of_768_fits_every_memory():
     tile per core over 128 rows; the default knob first in the search space."""
     func = _te_func(128, 768, 768, residual=True)
     _, tiling = MatmulRowsSchedule.schedule(func, SOC)
-    p = tiling.params
-    assert (p["base_m"], p["base_n"], p["base_k"], p["max_base_m"]) == (16, 768, 8, 16)
-    assert (tiling.cores, tiling.tiles_per_core, tiling.template) == (8, 1, "matmul")
-    assert p["base_m"] * p["base_n"] * 4 <= SOC.l0c_bytes
-    assert 2 * p["base_k"] * p["base_n"] * 4 <= SOC.l0b_bytes
+    p = tiling.plan
+    assert (p.base_m, p.base_n, p.base_k, p.max_base_m) == (16, 768, 8, 16)
+    assert (tiling.cores, tiling.tiles_per_core, tiling.template) == (8, 1, "matmul_rows")
+    assert p.base_m * p.base_n * 4 <= SOC.l0c_bytes
+    assert 2 * p.base_k * p.base_n * 4 <= SOC.l0b_bytes
     assert tiling.ub_bytes <= SOC.ub_bytes - UB_RESERVED_BYTES
     space = MatmulRowsSchedule.knob_space(func, SOC)
     assert space[0] == MatmulRowsKnobs() and MatmulRowsKnobs(16, 12) in space
@@ -276,8 +293,8 @@ def test_bert_encoder_layer_norms_join_their_projections(style):
     lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(fusion_level="aggressive"))
     report = lib.fusion_report()
     launches = report["kernels"]["ascend"] + report["kernels"]["host"]
-    rows = [g for g in report["groups"] if g["on_npu"] and g["tiling"]["params"].get(
-        "row_epilogue")]
+    rows = [g for g in report["groups"]
+            if g["on_npu"] and g["tiling"]["template"] == "matmul_rows"]
     assert [[n for n in g["nodes"] if ".ln" in n][:1] for g in rows] == [
         ["layer.ln1" + ("" if style == "dynamo" else ".mean")],
         ["layer.ln2" + ("" if style == "dynamo" else ".mean")]]

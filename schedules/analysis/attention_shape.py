@@ -16,7 +16,7 @@ Example
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tvm
 from tvm import tirx
@@ -30,13 +30,22 @@ from .tir_walk import (BufferLoad, load_buffer, param_buffers, product_loads, re
 @dataclass(frozen=True)
 class OperandMap:
     """Where element (batch..., row, col) of an operand lives in its parameter buffer:
-    ``base + sum(batch_coefs * batch) + row * row_stride + col * col_stride``."""
+    ``base + sum(batch_coefs * batch) + row * row_stride + col * col_stride``.
 
-    param: str
+    ``param`` binds the map to the PrimFunc it was read from and takes no part in equality:
+    structurally equal groups (the planner's cache answers one with another's plan) have
+    equal maps, shapes and plans."""
+
+    param: str = field(compare=False)
     batch_coefs: tuple
     row_stride: int
     col_stride: int
     base: int = 0
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "OperandMap":
+        """The map of ``asdict(map)`` read back from JSON (a plan carries it)."""
+        return cls(**{**values, "batch_coefs": tuple(values["batch_coefs"])})
 
 
 @dataclass(frozen=True)
@@ -60,8 +69,16 @@ class AttentionShape:
     # the additive mask is added inside the Where (``mask_inside``) or after it
     keep: OperandMap | None = None
     fill: float = 0.0
-    fill_param: str | None = None
+    fill_param: str | None = field(default=None, compare=False)  # a name, as OperandMap.param
     mask_inside: bool = False
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "AttentionShape":
+        """The shape of ``asdict(shape)`` read back from JSON (the attention plan carries it):
+        tuples and operand maps as they were."""
+        maps = {name: OperandMap.from_dict(values[name]) if values.get(name) is not None
+                else None for name in ("q", "k", "v", "out", "mask", "keep")}
+        return cls(**{**values, **maps, "batch_extents": tuple(values["batch_extents"])})
 
     @property
     def batch(self) -> int:

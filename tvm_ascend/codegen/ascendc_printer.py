@@ -55,15 +55,9 @@ def _provenance(buf: CodeBuffer, kernel: ScheduledKernel) -> None:
              f"UB {t.ub_bytes}/{t.ub_capacity} B")
 
 
-def _printer_name(tiling) -> str:
-    # a matmul tiling with a row epilogue (schedules/matmul_rows.py) stays a matmul tiling for
-    # the timing model and the features; only its printer differs
-    return "matmul_rows" if tiling.params.get("row_epilogue") else tiling.template
-
-
 def kernel_printer(kernel: ScheduledKernel) -> KernelPrinter:
     try:
-        cls = KERNEL_PRINTERS[_printer_name(kernel.tiling)]
+        cls = KERNEL_PRINTERS[kernel.tiling.template]
     except KeyError as err:
         raise CodegenError(f"{kernel.symbol}: no printer for template "
                            f"{kernel.tiling.template!r}") from err
@@ -72,13 +66,12 @@ def kernel_printer(kernel: ScheduledKernel) -> KernelPrinter:
 
 def _extra_includes(kernel: ScheduledKernel, soc) -> tuple:
     """Lines a printer adds to the prelude once per unit, for ``soc``."""
-    return KERNEL_PRINTERS[_printer_name(kernel.tiling)].extra_includes(soc)
+    return KERNEL_PRINTERS[kernel.tiling.template].extra_includes(soc)
 
 
 def _prelude(soc, kernels) -> str:
     for k in kernels:  # the prelude's copy helpers are the SoC's: the plans must agree
-        planned = k.tiling.plan.planned_data_copy_pad if k.tiling.plan is not None else \
-            k.tiling.params.get("data_copy_pad")
+        planned = k.tiling.plan.planned_data_copy_pad if k.tiling.plan is not None else None
         if planned is not None and bool(planned) != bool(soc.has_data_copy_pad):
             raise CodegenError(f"{k.symbol}: planned for a SoC {'with' if planned else 'without'}"
                                f" DataCopyPad but printed for {soc.name}; schedule it again")

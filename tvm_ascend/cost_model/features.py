@@ -56,15 +56,16 @@ def extract_features(prim_func, tiling, soc, estimate=None) -> np.ndarray:
     work = count_vector_work(prim_func, tiling.work.per_output_element,
                              tiling.work.img2col_prologue)
     est = estimate or estimate_kernel(prim_func, tiling, soc, work=work)
+    # (m, n, k, base_m, base_n, single_m, single_n) of a cube product; zeros without one
+    m, n, k, base_m, base_n, single_m, single_n = tiling.plan.cube_dims() \
+        if tiling.plan is not None else (0,) * 7
     span = tiling.cores * tiling.block_len
     last = tiling.total - (tiling.cores - 1) * tiling.block_len
-    if tiling.plan is not None:
-        m, n, k, base_m, base_n, single_m, single_n = tiling.plan.cube_dims()
-    else:  # a template whose plan is still the params dict
-        m, n, k, base_m, base_n, single_m, single_n = (tiling.params.get(key, 0) for key in (
-            "m", "n", "k", "base_m", "base_n", "single_m", "single_n"))
     values = [
-        *(1.0 if tiling.template == t else 0.0 for t in TEMPLATES),
+        # a matmul_rows kernel counts as a matmul: the shipped XGBoost model was trained on
+        # features from before that template had a name of its own
+        *(1.0 if tiling.template == t or (t, tiling.template) == ("matmul", "matmul_rows")
+          else 0.0 for t in TEMPLATES),
         _log(tiling.gm_read_bytes), _log(tiling.gm_write_bytes), _log(tiling.total),
         _log(tiling.cols), float(work.elem_bytes),
         float(tiling.cores), tiling.cores / max(1, soc.vector_blocks),
@@ -74,7 +75,8 @@ def extract_features(prim_func, tiling, soc, estimate=None) -> np.ndarray:
         last / max(1, tiling.block_len),
         *(_log(work.by_class.get(c, 0)) for c in OP_CLASSES), float(work.ops_per_unit),
         _log(tiling.work.scalar_elems),
-        _log(tiling.work.cube_macs), _log(base_m), _log(base_n), _log(single_m), _log(single_n),
+        _log(tiling.work.cube_macs), _log(base_m), _log(base_n),
+        _log(single_m), _log(single_n),
         float(m % 16 == 0) if m else 0.0, float(n % 16 == 0) if n else 0.0,
         float(k % 16 == 0) if k else 0.0,
         _log(est.mte2_us * 1e3), _log(est.vector_us * 1e3), _log(est.cube_us * 1e3),

@@ -11,7 +11,7 @@ vector halves of the group run as one kernel (on 910B, an AIC with its AIVs).
 from __future__ import annotations
 
 from ...errors import CodegenError
-from ...schedules.attention import attention_shape, ub_layout
+from ...schedules.attention import AttentionPlan
 from ...schedules.analysis.tile_values import buffer_size
 from ..code_buffer import CodeBuffer
 from ..cpp_types import cpp_type
@@ -34,21 +34,21 @@ class AttentionKernelPrinter(CubeKernelPrinter):
 
     def __init__(self, symbol: str, func, tiling):
         super().__init__(symbol, func, tiling)
-        self.p = dict(tiling.params)
-        try:
-            self.shape = attention_shape(func)
-        except Exception as err:  # noqa: BLE001 - any analysis failure is a codegen error here
-            raise CodegenError(f"{symbol}: not an attention group ({err})") from err
+        if not isinstance(tiling.plan, AttentionPlan):
+            raise CodegenError(f"{symbol}: the {tiling.template} tiling carries no "
+                               "AttentionPlan; schedule the group again")
+        self.plan = tiling.plan
+        self.shape = self.plan.shape
         self.ctype = cpp_type(self.shape.dtype)
         self.elem = 2 if self.shape.dtype == "float16" else 4
-        self.layout = ub_layout(self.shape, self.p["base_q"], self.p["base_kv"])
+        self.layout = dict(self.plan.ub_buffers)  # UB buffer name -> bytes, in print order
 
     def _n(self, operand) -> str:
         return self.names[operand.param]
 
     # ---- printing ---------------------------------------------------------------------------
     def emit_types(self, buf):
-        s, p, t = self.shape, self.p, self.ctype
+        s, p, t = self.shape, self.plan, self.ctype
         with buf.indent("struct TilingData {", "};"):
             buf.line("TCubeTiling qk;         // scores = Q @ K^T, one base_q x base_kv tile")
             buf.line("TCubeTiling pv;         // product = P @ V, one base_q x head_dim tile")
@@ -62,8 +62,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                  "CubeFormat::ND_ALIGN, float>;")
         buf.line(f"using PType = matmul::MatmulType<{vec}, CubeFormat::ND, {t}>;")
         consts = {"SEQ_Q": s.seq_q, "SEQ_KV": s.seq_kv, "HEAD_DIM": s.head_dim,
-                  "BASE_Q": p["base_q"], "BASE_KV": p["base_kv"], "BLOCKS_Q": p["blocks_q"],
-                  "PITCH_D": -(-s.head_dim // 8) * 8, "STAT": -(-p["base_q"] // 8) * 8,
+                  "BASE_Q": p.base_q, "BASE_KV": p.base_kv, "BLOCKS_Q": p.blocks_q,
+                  "PITCH_D": -(-s.head_dim // 8) * 8, "STAT": -(-p.base_q // 8) * 8,
                   "C0": 32 // self.elem}
         for name, value in consts.items():
             buf.line(f"constexpr uint32_t {name} = {value};")
@@ -290,19 +290,19 @@ class AttentionKernelPrinter(CubeKernelPrinter):
 
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:
-        s, p, t = self.shape, self.p, self.tiling
+        s, p, t = self.shape, self.plan, self.tiling
         common = {"usedCoreNum": t.cores, "depthA1": 1, "depthB1": 1, "stepM": 1, "stepN": 1,
                   "stepKa": 1, "stepKb": 1, "isBias": 0, "iterateOrder": 0, "dbL0A": 1,
                   "dbL0B": 1, "dbL0C": 1}
         org_n, org_kb = (s.seq_kv, s.k.row_stride) if s.k_transposed else (s.k.col_stride, 1)
         qk = {**common, "M": s.seq_q, "N": org_n, "Ka": s.q.row_stride, "Kb": org_kb,
-              "singleCoreM": p["base_q"], "singleCoreN": p["base_kv"],
-              "singleCoreK": s.head_dim, "baseM": p["base_q"], "baseN": p["base_kv"],
-              "baseK": p["base_k_qk"]}
-        pv = {**common, "M": p["base_q"], "N": s.v.row_stride, "Ka": p["base_kv"],
-              "Kb": s.seq_kv, "singleCoreM": p["base_q"], "singleCoreN": s.head_dim,
-              "singleCoreK": p["base_kv"], "baseM": p["base_q"], "baseN": p["d16"],
-              "baseK": p["base_kv"]}
+              "singleCoreM": p.base_q, "singleCoreN": p.base_kv,
+              "singleCoreK": s.head_dim, "baseM": p.base_q, "baseN": p.base_kv,
+              "baseK": p.base_k_qk}
+        pv = {**common, "M": p.base_q, "N": s.v.row_stride, "Ka": p.base_kv,
+              "Kb": s.seq_kv, "singleCoreM": p.base_q, "singleCoreN": s.head_dim,
+              "singleCoreK": p.base_kv, "baseM": p.base_q, "baseN": p.d16,
+              "baseK": p.base_kv}
         buf.line(f"{self.symbol}_impl::TilingData {var}{{}};")
         for name, values in (("qk", qk), ("pv", pv)):
             emit_field_assignments(buf, self.symbol, var, "int32_t",

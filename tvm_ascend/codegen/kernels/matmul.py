@@ -23,7 +23,7 @@ True
 from __future__ import annotations
 
 from ...errors import CodegenError
-from ...schedules.matmul import epilogue_program, matmul_shape
+from ...schedules.matmul import MatmulPlan, epilogue_program
 from ...schedules.analysis.row_program import RowAccessKind
 from ...schedules.analysis.tile_values import buffer_size, expr_key
 from ...schedules.analysis.tir_walk import SBlock, expr_dtype, walk
@@ -39,32 +39,36 @@ CUBE_FIELDS = ("usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN"
                "stepKb", "isBias", "iterateOrder", "dbL0A", "dbL0B", "dbL0C")
 
 
-def mdl_steps(params: dict) -> dict:
-    """TCubeTiling's step fields for the planned L1 depths, as CFG_MDL reads them (depthA1 =
-    stepM * stepKa, or 2 for double-buffered blocks): a kept operand loads its whole K panel
-    (stepKa = K steps) for ``depth / K steps`` tiles along its other axis."""
-    k_steps = -(-params["k"] // params["base_k"])
+def mdl_steps(plan) -> dict:
+    """TCubeTiling's step fields for the planned L1 depths of ``plan`` (a MatmulPlan or
+    MatmulRowsPlan), as CFG_MDL reads them (depthA1 = stepM * stepKa, or 2 for
+    double-buffered blocks): a kept operand loads its whole K panel (stepKa = K steps) for
+    ``depth / K steps`` tiles along its other axis."""
+    k_steps = -(-plan.shape.k // plan.base_k)
 
     def steps(depth):
         return (k_steps, max(1, depth // k_steps)) if depth >= k_steps else (1, 1)
 
-    step_ka, step_m = steps(params["depth_a1"])
-    step_kb, step_n = steps(params["depth_b1"])
+    step_ka, step_m = steps(plan.depth_a1)
+    step_kb, step_n = steps(plan.depth_b1)
     return {"stepM": step_m, "stepN": step_n, "stepKa": step_ka, "stepKb": step_kb}
 
 
 class MatmulKernelPrinter(CubeKernelPrinter):
     """Prints one MatMul (+ epilogue) kernel and describes its launch."""
 
+    plan_type = MatmulPlan  # the plan this printer reads (the template's)
+
     def __init__(self, symbol: str, func, tiling):
         super().__init__(symbol, func, tiling)
-        self.p = dict(tiling.params)
+        if not isinstance(tiling.plan, self.plan_type):
+            raise CodegenError(f"{symbol}: the {tiling.template} tiling carries no "
+                               f"{self.plan_type.__name__}; schedule the group again")
+        self.plan = tiling.plan
         blocks = []
         walk(func.body, lambda s: blocks.append(s) if isinstance(s, SBlock)
              and s.name_hint != "root" else None)
-        self.shape = matmul_shape(func)
-        if self.shape is None:
-            raise CodegenError(f"{symbol}: not a matmul group")
+        self.shape = self.plan.group_shape
         self.program = epilogue_program(blocks, func, self.shape)
         self.ctype = cpp_type(self.shape.dtype)
         self.a_name, self.b_name = self.names[self.shape.a_name], self.names[self.shape.b_name]
@@ -73,13 +77,13 @@ class MatmulKernelPrinter(CubeKernelPrinter):
     @property
     def kernel_mode(self) -> str:
         """CANN's CPU-debug kernel mode: MIX_MODE is the 1:2 mix (each AIV a Matmul client),
-        MIX_AIC_1_1 one AIV per AIC; the plan's ``aiv_ratio`` chose."""
-        return "MIX_MODE" if self.p["aiv_ratio"] == 2 else "MIX_AIC_1_1"
+        MIX_AIC_1_1 one AIV per AIC; the plan's ``aiv_ratio`` (in its KernelWork) chose."""
+        return "MIX_MODE" if self.tiling.work.aiv_ratio == 2 else "MIX_AIC_1_1"
 
     @property
     def rows(self) -> int:
         """Rows one epilogue instruction covers (the plan's ``epilogue_rows``)."""
-        return int(self.p.get("epilogue_rows", 1))
+        return self.plan.epilogue_rows
 
     def _repeated_columns(self) -> list:
         """Broadcast columns repeated over ``rows`` rows for multi-row instructions."""
@@ -88,7 +92,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
     @property
     def block_dim(self) -> int:
         """Launch blocks: AIC groups, each running ``aiv_ratio`` of the plan's clients."""
-        return -(-self.tiling.cores // self.p["aiv_ratio"])
+        return -(-self.tiling.cores // self.tiling.work.aiv_ratio)
 
     def _inputs(self, *kinds):
         if self.program is None:
@@ -140,9 +144,9 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             n = self.names[name]
             buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
             buf.line(f"{n}Val = {n}Gm.GetValue(0);")
-        if self.p["slots"]:  # temporaries as wide as the widest dtype computed in
-            buf.line(f"pipe->InitBuffer(rowBuf, {self.p['slots'] * self.rows} * "
-                     f"tiling.cube.baseN * {self.p['slot_bytes']});")
+        if self.plan.slots:  # temporaries as wide as the widest dtype computed in
+            buf.line(f"pipe->InitBuffer(rowBuf, {self.plan.slots * self.rows} * "
+                     f"tiling.cube.baseN * {self.plan.slot_bytes});")
         for name in self._repeated_columns():
             n = self.names[name]
             buf.line(f"pipe->InitBuffer({n}RepBuf, {self.rows} * tiling.cube.baseN * "
@@ -180,7 +184,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         t = self.ctype
         with buf.indent("__aicore__ inline void Tile(uint32_t b, uint32_t mOff, uint32_t nOff, "
                         "uint32_t singleM, uint32_t singleN, uint32_t round) {"):
-            if self.p["iterate_order"] == 0:
+            if self.plan.iterate_order == 0:
                 buf.line("uint32_t roundM = (singleM + tiling.cube.baseM - 1) / "
                          "tiling.cube.baseM;")
                 buf.line("uint32_t mIdx = round % roundM, nIdx = round / roundM;  // M fastest")
@@ -286,7 +290,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         def slot(k, node):
             ctype = cpp_type(expr_dtype(node))
             return (f"rowBuf.GetWithOffset<{ctype}>({slot_elems}, "
-                    f"{k} * {slot_elems} * {self.p['slot_bytes']})")
+                    f"{k} * {slot_elems} * {self.plan.slot_bytes})")
 
         root = printer.emit(buf, step.plan, tiles, "cTile[r * stride]", slot, count)
         if root.text != "cTile[r * stride]":
@@ -308,24 +312,24 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             buf.line(f"AscendC::LocalTensor<{t}> {self.names[name]}Rep;")
         for name in self._inputs(RowAccessKind.SCALAR):
             buf.line(f"{t} {self.names[name]}Val;")
-        if self.p["slots"]:
+        if self.plan.slots:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
 
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:
-        p, t = self.p, self.tiling
-        values = {"usedCoreNum": t.cores, "M": p["m"], "N": p["n"], "Ka": p["k"], "Kb": p["k"],
-                  "singleCoreM": p["single_m"], "singleCoreN": p["single_n"],
-                  "singleCoreK": p["k"], "baseM": p["base_m"], "baseN": p["base_n"],
-                  "baseK": p["base_k"], "depthA1": p["depth_a1"], "depthB1": p["depth_b1"],
-                  "isBias": 0, "iterateOrder": p["iterate_order"], "dbL0A": 2, "dbL0B": 2,
+        p, s, t = self.plan, self.plan.shape, self.tiling  # the product as the plan tiled it
+        values = {"usedCoreNum": t.cores, "M": s.m, "N": s.n, "Ka": s.k, "Kb": s.k,
+                  "singleCoreM": p.single_m, "singleCoreN": p.single_n,
+                  "singleCoreK": s.k, "baseM": p.base_m, "baseN": p.base_n,
+                  "baseK": p.base_k, "depthA1": p.depth_a1, "depthB1": p.depth_b1,
+                  "isBias": 0, "iterateOrder": p.iterate_order, "dbL0A": 2, "dbL0B": 2,
                   "dbL0C": 1, **mdl_steps(p)}
         buf.line(f"{self.symbol}_impl::TilingData {var}{{}};")
         emit_field_assignments(buf, self.symbol, var, "int32_t",
                                {f"cube.{field}": values[field] for field in CUBE_FIELDS})
         emit_field_assignments(buf, self.symbol, var, "uint32_t", {
-            "batch": p["batch"], "tilesM": -(-p["m"] // p["single_m"]),
-            "tilesN": -(-p["n"] // p["single_n"]), "tilesPerCore": t.block_len,
+            "batch": s.batch, "tilesM": -(-s.m // p.single_m),
+            "tilesN": -(-s.n // p.single_n), "tilesPerCore": t.block_len,
             "totalTiles": t.total})
 
 

@@ -18,7 +18,7 @@ True
 from __future__ import annotations
 
 from ...errors import CodegenError
-from ...schedules.matmul_rows import row_slots
+from ...schedules.matmul_rows import MatmulRowsPlan, row_slots
 from ...schedules.analysis.row_program import RowAccessKind
 from ...schedules.analysis.tile_values import expr_key
 from ...schedules.analysis.tir_walk import expr_dtype
@@ -36,26 +36,33 @@ C_ROW = "cTile[r * stride]"  # the current row of the product in the UB (kernels
 class MatmulRowsKernelPrinter(MatmulKernelPrinter):
     """Prints one MatMul + row-epilogue kernel and describes its launch."""
 
+    plan_type = MatmulRowsPlan
+
     def __init__(self, symbol: str, func, tiling):
         super().__init__(symbol, func, tiling)
         program = self.program
         if program is None or not any(s.kind == "reduce" for s in program.steps):
             raise CodegenError(f"{symbol}: no row reduction after the matmul; the matmul "
                                "printer prints it")
-        if program.temp_slots != tiling.temp_buffers or row_slots(program) != self.p["slots"]:
+        if program.temp_slots != tiling.temp_buffers or row_slots(program) != self.plan.slots:
             raise CodegenError(f"{symbol}: the row program needs {program.temp_slots} temps and "
                                f"{row_slots(program)} slots, the tiling planned "
-                               f"{tiling.temp_buffers} and {self.p['slots']}")
+                               f"{tiling.temp_buffers} and {self.plan.slots}")
         if not program.out_full:
             raise CodegenError(f"{symbol}: the row epilogue must end in whole rows")
         self.slot_base = len(program.intermediates)
         extra = row_slots(program) - 2  # slots after the program's: work, then reduced value
         self.work_slot, self.reduced_slot = extra, extra + 1
 
+    @property
+    def rows(self) -> int:
+        """The row program runs a row a step (its reductions give one value a row)."""
+        return 1
+
     def _slot(self, k: int, dtype: str) -> str:
         """Row slot ``k`` of rowBuf viewed as ``dtype`` (``baseN`` elements)."""
         return (f"rowBuf.GetWithOffset<{cpp_type(dtype)}>(tiling.cube.baseN, "
-                f"{k} * tiling.cube.baseN * {self.p['slot_bytes']})")
+                f"{k} * tiling.cube.baseN * {self.plan.slot_bytes})")
 
     def _leaves(self) -> tuple[dict, dict]:
         """(tile operands by load key, scalar texts by load key) for the row ``r``."""
