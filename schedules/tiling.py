@@ -5,7 +5,7 @@ import dataclasses
 import json
 import types
 import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 
 import tvm
 
@@ -232,7 +232,6 @@ class Tiling:
     gm_read_bytes: int
     gm_write_bytes: int
     cols: int = 1  # elements per row for row templates (``total`` then counts rows)
-    params: dict = field(default_factory=dict)  # template-specific sizes (matmul base tiles)
     work: KernelWork = KernelWork()  # what the kernel does, for the timing model
     plan: TemplatePlan | None = None  # the template's typed decisions, for its printer
 

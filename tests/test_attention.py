@@ -96,7 +96,7 @@ def test_template_reads_the_head_transposes_as_strides(proj, mask):
     # plan's shape (operand maps, tuples) and UB layout included; no untyped params
     assert isinstance(tiling.plan, AttentionPlan) and tiling.plan.shape == shape
     back = Tiling.from_json(tiling.to_json())
-    assert tiling.params == {} and back == tiling
+    assert back == tiling
     # the buffer names bind the plan to its PrimFunc (they take no part in equality)
     assert [op.param for op in (back.plan.shape.q, back.plan.shape.mask)] == \
         [shape.q.param, shape.mask.param]

@@ -515,7 +515,7 @@ def test_conv_plan_is_typed_and_round_trips_through_json():
     for soc in ("Ascend910B1", "Ascend310P3"):
         scheduled, tiling = Conv2dSchedule.schedule(func, get_soc(soc))
         plan = tiling.plan
-        assert isinstance(plan, ConvPlan) and tiling.params == {}
+        assert isinstance(plan, ConvPlan)
         assert plan.shape.stride == (2, 2) and plan.shape.k == 16 * 9
         assert plan.img2col.mode == "window" and isinstance(plan.img2col.layout, WindowLayout)
         assert plan.col_in_gm == (soc == "Ascend910B1")

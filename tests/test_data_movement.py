@@ -170,7 +170,7 @@ def test_transpose_box_copy_plan():
     assert tiling.work.scalar_elems == 0
     assert 20 % tiling.tile_len == 0  # tiles never cross a batch (where bases jump)
     # the box is staged column by column, then permuted into the tile by one Gather
-    assert tiling.plan == DataMovementPlan(gathered_operands=1) and tiling.params == {}
+    assert tiling.plan == DataMovementPlan(gathered_operands=1)
     assert Tiling.from_json(tiling.to_json()) == tiling
 
 

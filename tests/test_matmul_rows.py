@@ -106,7 +106,7 @@ def test_rows_tiling_reads_back_from_its_json_with_both_shapes():
     b = _linear_norm((2, 20, 32), 64, "float32", "chain")
     _, reported = _check_one_kernel(b, "float32")
     tiling = Tiling.from_dict(reported)
-    assert isinstance(tiling.plan, MatmulRowsPlan) and tiling.params == {}
+    assert isinstance(tiling.plan, MatmulRowsPlan)
     assert Tiling.from_json(tiling.to_json()) == tiling
     shape, group = tiling.plan.shape, tiling.plan.group_shape
     assert (shape.batch, shape.m, shape.a_batched) == (1, 40, False)
