@@ -122,27 +122,8 @@ def partition_for_ascend(mod, config: CompileConfig | None = None):
     config = (config or CompileConfig()).with_env()
     imported = load_model(mod, config.input_shape)
     policy = fusion_policy(config, imported)
-    return plan_fusion(imported, policy, config.soc, precision=precision_of(config))
-
-
-def _estimate_retiled(result, scheduled, tilings: dict, soc) -> None:
-    """Estimate again the groups whose kernel is built with another tiling than the partitioner
-    estimated (a tuning database record), so the report and its model estimate describe the
-    kernels that run; the source says so."""
-    from .cost_model.timing import estimate_kernel
-
-    funcs = {gv.name_hint: func for gv, func in scheduled.functions.items()}
-    for group in result.groups:
-        tiling = tilings.get(group.symbol)
-        if not group.on_npu or tiling is None or group.planned is None or \
-                tiling == group.planned:
-            continue
-        est = estimate_kernel(funcs[group.symbol].attrs[ir_attrs.PRIM_FUNC], tiling, soc)
-        group.estimate = {"time_us": round(est.time_us, 3),
-                          "roofline_us": round(est.roofline_us, 3),
-                          "source": "timing model, tiling of the tuning record",
-                          "planned_us": group.estimate.get("time_us")}
-        group.planned = tiling
+    return plan_fusion(imported, policy, config.soc, precision=precision_of(config),
+                       cost=GroupCost(config.soc, config.tuning_database))
 
 
 def _nodes_before(mod: tvm.IRModule) -> int:
@@ -243,11 +224,13 @@ def _plan_and_build(imported: tvm.IRModule, policy: FusionPolicy, config: Compil
     into single ops, a single op on the host: ``fallback.py``), unless ``config.strict``."""
     soc = config.soc
     failures: list[KernelFailure] = []
-    cost = GroupCost(soc)  # a plan drawn again after a failure re-asks the same PrimFuncs
+    # one cost for the build: every alternative, the plan drawn again after a failure and the
+    # schedule stage ask it, and it asks the tuning database first
+    cost = GroupCost(soc, config.tuning_database)
     for _ in range(MAX_PLANS):
         result = plan_fusion(imported, policy, soc, params, precision_of(config), cost)
         try:
-            return _build_plan(result, imported, config, failures, key)
+            return _build_plan(result, imported, config, failures, key, cost)
         except _KernelsFailed as failed:
             if config.strict:
                 raise failed.error from None
@@ -274,17 +257,15 @@ def _failed(result, stage: str, errors: dict) -> _KernelsFailed:
     return _KernelsFailed(failures, next(iter(errors.values())))
 
 
-def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str | None
-                ) -> _Built:
-    """One plan's schedule, print and compile stages; raises _KernelsFailed naming the kernels
-    that failed."""
+def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str | None,
+                cost: GroupCost) -> _Built:
+    """One plan's schedule, print and compile stages (the kernels as ``cost`` planned them);
+    raises _KernelsFailed naming the kernels that failed."""
     soc = config.soc
     errors: dict = {}
-    scheduled, tilings = schedule_groups(result.mod, soc, database=config.tuning_database,
-                                         failures=errors)
+    scheduled, tilings = schedule_groups(result.mod, cost, failures=errors)
     if errors:
         raise _failed(result, "schedule", errors)
-    _estimate_retiled(result, scheduled, tilings, soc)
     report = fusion_report(result, tilings, config, _nodes_before(imported))
     report["kernel_failures"] = [f.to_json() for f in earlier]
     names = _input_names(imported, scheduled)

@@ -83,7 +83,6 @@ class KernelGroup:
     io_bytes: int = 0          # bytes of its inputs and output (the GM traffic of a host group)
     free: bool = False         # a host group of views only: no copy, no launch
     estimate: dict = field(default_factory=dict)
-    planned: object = field(default=None, repr=False)  # the Tiling the estimate was made for
 
     @property
     def rules(self) -> list[str]:
@@ -596,8 +595,7 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
                             rule_of(site.members, site.recomputed), reason,
                             gm_bytes_saved=_kept_on_chip(site.members) if decision.ok else 0,
                             formed_by=site.rule, io_bytes=_io_bytes(site), estimate=estimate,
-                            free=decision is _VIEWS_ON_HOST,
-                            planned=plan.tiling if plan is not None and plan.ok else None)
+                            free=decision is _VIEWS_ON_HOST)
         if group.free:
             group.io_bytes, group.estimate = 0, {}
         groups[site.name] = group
