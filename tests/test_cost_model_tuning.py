@@ -10,6 +10,7 @@ import pytest
 import tvm_ascend
 from tvm_ascend import ir_attrs
 from tvm_ascend.cost_model import TuningDatabase, TuningDatabaseError, estimate_kernel, workload_of
+from tvm_ascend.kernel_record import record_of
 from tvm_ascend.partition.cost import GroupCost
 from tvm_ascend.schedules import (DataMovementKnobs, DataMovementSchedule,
                                   ElementwiseKnobs, ElementwiseSchedule, MatmulKnobs,
@@ -49,7 +50,7 @@ def _mlp_model(a_shape=(2, 70, 96), w_shape=(96, 80), dtype="float16"):
 
 def _kernels(model):
     result = tvm_ascend.partition_for_ascend(model)
-    return [(gv.name_hint, template_by_name(str(f.attrs[ir_attrs.TEMPLATE])),
+    return [(gv.name_hint, template_by_name(record_of(f).template),
              f.attrs[ir_attrs.PRIM_FUNC]) for gv, f in result.mod.functions.items()
             if f.attrs and f.attrs.get("Codegen") == "ascend"]
 

@@ -7,6 +7,7 @@ import json
 import re
 from collections import Counter
 
+import pytest
 import tvm
 import tvm_ffi
 
@@ -14,8 +15,11 @@ import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder, conv_bn
 from tvm_ascend import CompileConfig, ir_attrs
+from tvm_ascend.codegen.ext_codegen import scheduled_kernels
 from tvm_ascend.cost_model import TuningDatabase, workload_of
+from tvm_ascend.errors import CodegenError
 from tvm_ascend.frontend import load_model
+from tvm_ascend.kernel_record import KernelRecord, record_of
 from tvm_ascend.partition.cost import GroupCost
 from tvm_ascend.pipeline import fusion_policy, plan_fusion
 from tvm_ascend.schedules import TEMPLATES, RowReduceKnobs
@@ -27,7 +31,7 @@ SOC = get_soc("Ascend910B1")
 
 def record_template(func) -> str:
     """The template the partitioner chose for a codegen function."""
-    return str(func.attrs[ir_attrs.TEMPLATE])
+    return record_of(func).template
 
 
 def _mlp_and_conv():
@@ -147,3 +151,31 @@ def test_groups_are_formed_on_the_tuning_records_estimate(tmp_path):
     assert len(groups) == 2  # Mul and Softmax apart
     assert sum(g["estimate"]["time_us"] for g in groups) < tuned.time_us
     assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], "float32")
+
+
+def test_one_kernel_record_written_by_the_partitioner_completed_by_the_schedule_stage():
+    """Template, knobs, tiling and group were four attributes with four encoders; now one
+    ``ascend.kernel`` record: the partitioner's decisions, then the tiling, read by codegen."""
+    cost = GroupCost(SOC)
+    config = CompileConfig()
+    imported = load_model(_mlp_and_conv().model(), {})
+    result = plan_fusion(imported, fusion_policy(config, imported), SOC, cost=cost)
+    funcs = {gv: f for gv, f in result.mod.functions.items()
+             if f.attrs and f.attrs.get("Codegen") == "ascend"}
+    records = {gv: record_of(f) for gv, f in funcs.items()}
+    groups = {g.symbol: g for g in result.groups if g.on_npu}
+    for gv, record in records.items():
+        plan = cost.plan(funcs[gv].attrs[ir_attrs.PRIM_FUNC])
+        assert record.template == plan.template.name and record.tiling is None
+        assert record.knobs == (dataclasses.asdict(plan.knobs) if plan.knobs else None)
+        assert record.group["name"] == groups[gv.name_hint].name
+        assert KernelRecord.from_json(record.to_json()) == record
+    with pytest.raises(CodegenError, match="partitioned but not scheduled"):
+        scheduled_kernels(list(funcs.values()))
+    scheduled, tilings = schedule_groups(result.mod, cost)
+    for kernel in scheduled_kernels([scheduled[gv] for gv in records]):
+        assert kernel.tiling == tilings[kernel.symbol]
+        assert record_of(scheduled[result.mod.get_global_var(kernel.symbol)]).tiling == \
+            json.loads(tilings[kernel.symbol].to_json())
+    with pytest.raises(CodegenError, match=r"kernel record holds \['group', 'knobs', "):
+        KernelRecord.from_json('{"template": "matmul"}')

@@ -8,18 +8,21 @@ import tvm
 from tvm import relax
 
 from . import ir_attrs
+from .kernel_record import record_of
 
 logger = logging.getLogger("tvm_ascend.schedule")
 
 
 def schedule_groups(mod: tvm.IRModule, cost, failures: dict | None = None
                     ) -> tuple[tvm.IRModule, dict]:
-    """(module with scheduled PrimFuncs and Tilings on its codegen functions, {symbol: Tiling}).
+    """(module with scheduled PrimFuncs and completed kernel records on its codegen functions,
+    {symbol: Tiling}).
 
     ``cost``: the build's ``GroupCost`` (``partition/cost.py``), whose plans the partitioner
     made: each kernel takes the scheduled PrimFunc and Tiling of its plan with the template and
-    knobs the partitioner recorded (``ir_attrs.TEMPLATE``, ``ir_attrs.KNOBS``), a tuning
-    record's included, so nothing is planned twice; a kernel the cost holds no plan for (a
+    knobs its kernel record names (``ir_attrs.KERNEL``), a tuning record's included, so
+    nothing is planned twice, and the tiling completes the record; a kernel the cost holds no
+    plan for (a
     module partitioned elsewhere) is planned through it. ``failures``: where given, a kernel
     whose scheduling raises is recorded there (symbol -> exception) and left unscheduled, for
     the pipeline to plan again without it (``tvm_ascend/fallback.py``); without it the error
@@ -30,17 +33,17 @@ def schedule_groups(mod: tvm.IRModule, cost, failures: dict | None = None
         if not isinstance(func, relax.Function) or not func.attrs or \
                 func.attrs.get("Codegen") != "ascend":
             continue
-        chosen = func.attrs.get(ir_attrs.KNOBS)
+        record = record_of(func)
         try:
-            plan = cost.kernel(func.attrs[ir_attrs.PRIM_FUNC], str(func.attrs[ir_attrs.TEMPLATE]),
-                               json.loads(str(chosen)) if chosen else None)
+            plan = cost.kernel(func.attrs[ir_attrs.PRIM_FUNC], record.template, record.knobs)
         except Exception as err:  # noqa: BLE001 - any failure of one kernel is that kernel's
             if failures is None:
                 raise
             failures[gv.name_hint] = err
             continue
         tilings[gv.name_hint] = plan.tiling
+        record = record.with_tiling(json.loads(plan.tiling.to_json()))
         mod[gv] = func.with_attrs({ir_attrs.PRIM_FUNC: plan.scheduled,
-                                   ir_attrs.TILING: plan.tiling.to_json()})
+                                   ir_attrs.KERNEL: record.to_json()})
         logger.debug("%s: %s", gv.name_hint, plan.tiling)
     return mod, tilings

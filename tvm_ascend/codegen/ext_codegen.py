@@ -1,6 +1,7 @@
 """``relax.ext.ascend``: the BYOC codegen that RunCodegen calls with the partitioned groups.
 
-It reads the decisions carried on each function (scheduled PrimFunc, Tiling, group provenance),
+It reads the decisions carried on each function (the scheduled PrimFunc and the kernel record:
+template, knobs, tiling, group provenance),
 prints one C++ unit and returns it as a C source module; ``export_library`` compiles it with g++
 against the AscendC emulator and links it into the deployable ``.so``.
 """
@@ -12,6 +13,8 @@ import logging
 import tvm
 
 from .. import ir_attrs
+from ..errors import CodegenError
+from ..kernel_record import record_of
 from ..schedules.tiling import Tiling
 from ..soc import get_soc
 from .ascendc_printer import ScheduledKernel, translation_unit
@@ -22,12 +25,16 @@ FIXED_EXPORTS = ["ascend_profile_json", "ascend_profile_reset", "ascend_metadata
 
 
 def scheduled_kernels(funcs) -> list[ScheduledKernel]:
+    """The kernels of scheduled codegen functions, read from their kernel records."""
     kernels = []
     for func in funcs:
-        attrs = func.attrs
-        kernels.append(ScheduledKernel(str(attrs["global_symbol"]), attrs[ir_attrs.PRIM_FUNC],
-                                       Tiling.from_json(str(attrs[ir_attrs.TILING])),
-                                       json.loads(str(attrs[ir_attrs.GROUP]))))
+        symbol, record = str(func.attrs["global_symbol"]), record_of(func)
+        if record.tiling is None:
+            raise CodegenError(f"kernel {symbol} has no tiling in its kernel record: its "
+                               "module was partitioned but not scheduled (schedule_groups)")
+        kernels.append(ScheduledKernel(symbol, func.attrs[ir_attrs.PRIM_FUNC],
+                                       Tiling.from_json(json.dumps(record.tiling)),
+                                       record.group))
     return kernels
 
 
