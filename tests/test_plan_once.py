@@ -15,6 +15,7 @@ import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder, conv_bn
 from tvm_ascend import CompileConfig, ir_attrs
+from tvm_ascend.codegen import ext_codegen
 from tvm_ascend.codegen.ext_codegen import scheduled_kernels
 from tvm_ascend.cost_model import TuningDatabase, workload_of
 from tvm_ascend.errors import CodegenError
@@ -179,3 +180,27 @@ def test_one_kernel_record_written_by_the_partitioner_completed_by_the_schedule_
             json.loads(tilings[kernel.symbol].to_json())
     with pytest.raises(CodegenError, match=r"kernel record holds \['group', 'knobs', "):
         KernelRecord.from_json('{"template": "matmul"}')
+
+
+def test_the_pipeline_keeps_the_unit_codegen_printed_and_the_library_carries_it(
+        monkeypatch, tmp_path):
+    """The pipeline parsed the kernel sources and metadata back out of the generated C++ text;
+    now relax.ext.ascend hands its unit back as data (``PrintedUnits`` in RunCodegen's options),
+    and a library exported and loaded again reads the same metadata from its own export."""
+    printed = []
+    original = ext_codegen.unit_module
+
+    def spy(*args, **kwargs):
+        module, unit = original(*args, **kwargs)
+        printed.append(unit)
+        return module, unit
+
+    monkeypatch.setattr(ext_codegen, "unit_module", spy)
+    b = _mlp_and_conv()
+    lib = tvm_ascend.build(b.model(), config=CompileConfig(build_cache=False))
+    (unit,) = printed
+    assert lib.metadata == unit.metadata and len(unit.kernel_sources) == 2
+    assert lib.kernel_sources() == unit.kernel_sources
+    assert all(symbol in unit.code for symbol in unit.kernel_sources)
+    again = tvm_ascend.load(lib.export_library(tmp_path / "model.so"))
+    assert again.metadata == lib.metadata

@@ -20,7 +20,7 @@ import tvm_ffi
 from tvm import relax
 
 from . import ir_attrs
-from .codegen import metadata_from_source, register_codegen, unit_module
+from .codegen import PrintedUnit, PrintedUnits, register_codegen, unit_module
 from .codegen.ascendc_printer import kernel_source
 from .codegen.ext_codegen import scheduled_kernels
 from .config import CompileConfig
@@ -142,13 +142,6 @@ def _onnx_model(mod):
     if isinstance(mod, (str, os.PathLike)):
         return onnx.load(os.fspath(mod), load_external_data=False)
     return None
-
-
-def _external_source(mod: tvm.IRModule) -> str:
-    externals = mod.attrs["external_mods"] if mod.attrs and "external_mods" in mod.attrs else []
-    for ext in externals:
-        return ext.inspect_source()
-    return ""
 
 
 def build(mod, target="ascend", params=None, config: CompileConfig | None = None
@@ -273,14 +266,15 @@ def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str
                 "input_specs": _input_specs(scheduled, names),
                 "dim_ranges": _dim_ranges(imported)}
     try:
-        lowered, source = _codegen(scheduled, soc, metadata)
+        lowered, unit = _codegen(scheduled, soc, metadata)
     except CodegenError as err:  # printed again one by one, only now, to name the culprits
         errors = _print_errors(scheduled, soc)
         if not errors:
             raise
         raise _failed(result, "print", errors) from err
+    source = unit.code
     executable = tvm.compile(lowered, target=tvm.target.Target("llvm"))
-    module = AscendModule(executable, metadata_from_source(source),
+    module = AscendModule(executable, unit.metadata,
                           cache_key=_cache_key(lowered, source), cache_dir=config.cache_dir,
                           build_key=key, cache_mode=config.op_compiler_cache_mode)
     try:
@@ -346,17 +340,22 @@ def _dim_ranges(imported: tvm.IRModule) -> dict:
     return {}
 
 
-def _codegen(scheduled: tvm.IRModule, soc, metadata: dict) -> tuple[tvm.IRModule, str]:
-    """RunCodegen with ``relax.ext.ascend``: (module with the unit attached, unit source)."""
+def _codegen(scheduled: tvm.IRModule, soc, metadata: dict) -> tuple[tvm.IRModule, PrintedUnit]:
+    """RunCodegen with ``relax.ext.ascend``: (module with the unit attached, the unit as
+    printed: its code, kernel sources and metadata, handed back through ``PrintedUnits``)."""
+    printed = PrintedUnits()
     codegen = relax.transform.RunCodegen(
-        {"ascend": {"soc_version": soc.name, "metadata": json.dumps(metadata)}})
+        {"ascend": {"soc_version": soc.name, "metadata": json.dumps(metadata),
+                    "printed": printed}})
     try:
         lowered = codegen(scheduled)
     except Exception as err:  # noqa: BLE001 - errors in relax.ext.ascend cross the FFI
         raise CodegenError(f"printing the AscendC kernels failed: {err}") from err
-    if not _external_source(lowered):  # nothing offloaded: the unit still carries the metadata
-        lowered = lowered.with_attr("external_mods", [unit_module([], soc, metadata)])
-    return lowered, _external_source(lowered)
+    if not printed.units:  # nothing offloaded: the unit still carries the metadata
+        module, unit = unit_module([], soc, metadata)
+        return lowered.with_attr("external_mods", [module]), unit
+    (unit,) = printed.units  # RunCodegen hands relax.ext.ascend every kernel at once
+    return lowered, unit
 
 
 def _cache_key(lowered: tvm.IRModule, source: str) -> str:

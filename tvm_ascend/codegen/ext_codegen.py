@@ -17,7 +17,7 @@ from ..errors import CodegenError
 from ..kernel_record import record_of
 from ..schedules.tiling import Tiling
 from ..soc import get_soc
-from .ascendc_printer import ScheduledKernel, translation_unit
+from .ascendc_printer import PrintedUnit, ScheduledKernel, translation_unit
 
 logger = logging.getLogger("tvm_ascend.codegen")
 
@@ -38,21 +38,36 @@ def scheduled_kernels(funcs) -> list[ScheduledKernel]:
     return kernels
 
 
-def unit_module(kernels, soc, metadata: dict):
-    """The C source module of ``kernels`` (possibly none: the unit still carries the metadata
-    and the profile functions, so every built model exports and loads the same way)."""
-    code, _ = translation_unit(kernels, soc, metadata)
+class PrintedUnits:
+    """Where ``relax.ext.ascend`` leaves the units it prints, for the caller of RunCodegen to
+    read as data (code, kernel sources, metadata) rather than out of the C++ text. Handed in
+    through the options (``"printed"``), it crosses the FFI as this Python object itself."""
+
+    def __init__(self):
+        self.units: list[PrintedUnit] = []
+
+
+def unit_module(kernels, soc, metadata: dict) -> tuple[object, PrintedUnit]:
+    """(the C source module of ``kernels``, the unit printed for it). ``kernels`` may be none:
+    the unit still carries the metadata and the profile functions, so every built model
+    exports and loads the same way."""
+    unit = translation_unit(kernels, soc, metadata)
     logger.info("printed %d AscendC kernel(s) for %s", len(kernels), soc.name)
     create = tvm.get_global_func("runtime.CSourceModuleCreate")
-    return create(code, "cc", [k.symbol for k in kernels] + FIXED_EXPORTS, [])
+    return create(unit.code, "cc", [k.symbol for k in kernels] + FIXED_EXPORTS, []), unit
 
 
 def ascend_codegen(funcs, options, constant_names):
-    """RunCodegen entry: partitioned functions in, one CSourceModule out."""
+    """RunCodegen entry: partitioned functions in, one CSourceModule out; the printed unit
+    also goes to the options' ``"printed"`` (``PrintedUnits``) when one is given."""
     options = dict(options or {})
     soc = get_soc(str(options.get("soc_version", "Ascend910B1")))
     metadata = json.loads(str(options.get("metadata", "{}")))
-    return [unit_module(scheduled_kernels(funcs), soc, metadata)]
+    module, unit = unit_module(scheduled_kernels(funcs), soc, metadata)
+    printed = options.get("printed")
+    if printed is not None:
+        printed.units.append(unit)
+    return [module]
 
 
 def register_codegen() -> None:
