@@ -45,26 +45,34 @@ __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "Matm
            "MatmulKnobs", "MatmulRowsSchedule", "MatmulRowsKnobs",
            "Pool2dSchedule", "Pool2dKnobs",
            "Tiling", "AccessKind", "classify_load",
-           "plan_tile_values", "TEMPLATES", "plan_template", "select_template", "template_by_name",
-           "knobs_from_json", "supports"]
+           "plan_tile_values", "TEMPLATES", "plan_template", "schedule_template",
+           "select_template", "template_by_name", "knobs_from_json", "supports"]
 
 
 def plan_template(func, soc):
-    """(template, Tiling, Decision) for ``func`` on ``soc``: among the templates that tile it,
-    the one with the fewest elements gathered on the scalar unit, then the first in TEMPLATES
-    order (a scalar gather is slow on the device, vector work is not). Template and Tiling are
-    None when no template fits; the Decision then says why for each."""
+    """(template, Tiling, Decision) for ``func`` on ``soc``, as ``schedule_template`` chooses."""
+    template, _, tiling, decision = schedule_template(func, soc)
+    return template, tiling, decision
+
+
+def schedule_template(func, soc):
+    """(template, scheduled PrimFunc, Tiling, Decision) for ``func`` on ``soc``: among the
+    templates that tile it, the one with the fewest elements gathered on the scalar unit, then
+    the first in TEMPLATES order (a scalar gather is slow on the device, vector work is not).
+    Template, PrimFunc and Tiling are None when no template fits; the Decision then says why
+    for each. The winner's scheduled PrimFunc is handed back so nobody schedules it again."""
     from tvm_ascend.decision import Decision
     from tvm_ascend.errors import TilingError
 
     reasons, fits, closest = [], [], []
+    scheduled = {}  # template -> its scheduled PrimFunc
     for template in TEMPLATES:
         decision = _applies(template, func)
         if not decision:
             reasons.append(f"{template.name}: {_one_line(decision.reason)}")
             continue
         try:
-            _, tiling = template.schedule(func, soc)
+            scheduled[template], tiling = template.schedule(func, soc)
         except TilingError as err:
             reasons.append(f"{template.name}: {_one_line(err)}")
             closest.append(f"the {template.name} template takes it but cannot tile it: "
@@ -83,10 +91,11 @@ def plan_template(func, soc):
         # the summary is a template that recognised the group and failed to tile it (a tiling
         # refusal before a TVM error); none when no template recognised it
         closest.sort(key=lambda text: "TVM could not" in text)
-        return None, None, Decision.no("no schedule template fits (" + "; ".join(reasons) + ")",
-                                       closest[0] if closest else "")
+        return None, None, None, Decision.no(
+            "no schedule template fits (" + "; ".join(reasons) + ")", closest[0] if closest else "")
     _, _, best, tiling = min(fits, key=lambda fit: fit[:2])
-    return best, tiling, Decision.yes(f"{best.name} template tiles it on {soc.name}")
+    return best, scheduled[best], tiling, Decision.yes(f"{best.name} template tiles it on "
+                                                       f"{soc.name}")
 
 
 def _one_line(err) -> str:

@@ -22,6 +22,7 @@ from tvm_ascend.codegen.npu_unit import npu_kernel_mode, npu_unit_source
 from tvm_ascend.codegen.launcher import (ACL_TIME_SUFFIX, emit_acl_launcher,
                                          emit_host_launcher)
 from tvm_ascend.errors import AscendError, CodegenError, ToolchainError
+from tvm_ascend.kernel_record import record_of
 from tvm_ascend.runtime import cann
 from tvm_ascend.schedules import template_by_name
 from tvm_ascend.soc import emulator_dir, get_soc
@@ -42,7 +43,7 @@ def _free_port() -> int:
 def _only_kernel(model):
     result = tvm_ascend.partition_for_ascend(model)
     ((name, template, func),) = [
-        (gv.name_hint, template_by_name(str(f.attrs[ir_attrs.TEMPLATE])),
+        (gv.name_hint, template_by_name(record_of(f).template),
          f.attrs[ir_attrs.PRIM_FUNC]) for gv, f in result.mod.functions.items()
         if f.attrs and f.attrs.get("Codegen") == "ascend"]
     return name, template, func

@@ -295,14 +295,12 @@ def test_conv_epilogue_covers_many_rows_per_call(target, dtype):
     assert by_op["Sub"]["instrs"] == 2 * p.tiles_n * 40
 
 
-def test_conv_epilogue_row_by_row_when_a_record_asks(monkeypatch, tmp_path):
+def test_conv_epilogue_row_by_row_when_a_record_asks(tmp_path):
     """``Conv2dKnobs(epilogue_rows=1)`` (a tuning record's) prints the epilogue one output row
     per call, each row's BatchNorm shift read on the scalar unit: the same numbers, and the
     plan still equals the emulator's counters."""
-    from tvm_ascend import pipeline
     from tvm_ascend.cost_model import TuningDatabase, workload_of
     from tvm_ascend.schedules.conv2d import Conv2dKnobs, Conv2dSchedule
-    from tvm_ascend.scheduling import schedule_groups
     from tvm_ascend.soc import get_soc
 
     b = ModelBuilder("float32", seed=9)
@@ -315,9 +313,8 @@ def test_conv_epilogue_row_by_row_when_a_record_asks(monkeypatch, tmp_path):
     db = TuningDatabase(tmp_path / "db")
     db.commit(workload_of(func, "conv2d", get_soc("Ascend910B1")),
               Conv2dKnobs(epilogue_rows=1), 1.0)
-    monkeypatch.setattr(pipeline, "schedule_groups",
-                        lambda mod, soc, *_, **__: schedule_groups(mod, soc, database=db))
-    lib = tvm_ascend.build(model)
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        tuning_database=str(db.path), build_cache=False))
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
     np.testing.assert_allclose(out, ref, **TOLERANCES["cube/float32"])
     (conv,) = _check_counters(lib)

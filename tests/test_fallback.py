@@ -108,12 +108,12 @@ def test_a_fused_kernel_failing_everywhere_ends_on_the_host_in_two_plans(monkeyp
 
 
 def test_a_kernel_whose_scheduling_raises_is_planned_again(monkeypatch):
-    from tvm_ascend import scheduling
+    from tvm_ascend.partition.cost import GroupCost
 
-    def failing(template, *args, **kwargs):
-        raise RuntimeError(f"injected {template.name} scheduling failure")
+    def failing(self, prim, template, knobs):
+        raise RuntimeError(f"injected {template} scheduling failure")
 
-    monkeypatch.setattr(scheduling, "tuned_schedule", failing)
+    monkeypatch.setattr(GroupCost, "kernel", failing)
     model, feeds = _chain()
     lib = tvm_ascend.build(model, config=CompileConfig(build_cache=False))
     failures = lib.fusion_report()["kernel_failures"]

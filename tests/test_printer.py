@@ -147,10 +147,11 @@ def _planned_sources(model, config):
     from tvm_ascend import ir_attrs
     from tvm_ascend.codegen.ascendc_printer import kernel_source
     from tvm_ascend.codegen.ext_codegen import scheduled_kernels
+    from tvm_ascend.partition.cost import GroupCost
     from tvm_ascend.scheduling import schedule_groups
 
     result = tvm_ascend.partition_for_ascend(model, config)
-    scheduled, _ = schedule_groups(result.mod, config.soc)
+    scheduled, _ = schedule_groups(result.mod, GroupCost(config.soc))
     funcs = [f for f in scheduled.functions.values() if f.attrs and ir_attrs.PRIM_FUNC in f.attrs]
     return [kernel_source(kernel, config.soc) for kernel in scheduled_kernels(funcs)]
 

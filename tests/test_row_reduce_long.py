@@ -17,6 +17,7 @@ from tvm_ascend import CompileConfig, ir_attrs
 from tvm_ascend.cost_model.database import TuningDatabase, knobs_to_json, workload_of
 from tvm_ascend.schedules import knobs_from_json
 from tvm_ascend.errors import TilingError
+from tvm_ascend.kernel_record import record_of
 from tvm_ascend.schedules import RowReduceKnobs, RowReduceSchedule
 from tvm_ascend.schedules.tiling import Tiling
 from tvm_ascend.soc import get_soc
@@ -100,7 +101,8 @@ def _pinned_chunks(model, tmp_path, chunk_cols: int, soc_version="Ascend910B1"):
     db = TuningDatabase(str(tmp_path))
     partitioned = tvm_ascend.partition_for_ascend(model, config)
     for func in partitioned.mod.functions.values():
-        if func.attrs and str(func.attrs.get(ir_attrs.TEMPLATE, "")) == "row_reduce":
+        if func.attrs and ir_attrs.KERNEL in func.attrs and \
+                record_of(func).template == "row_reduce":
             prim = func.attrs[ir_attrs.PRIM_FUNC]
             db.commit(workload_of(prim, "row_reduce", config.soc),
                       RowReduceKnobs(chunk_cols=chunk_cols), 1.0, runner="pin")
@@ -143,7 +145,7 @@ def _row_funcs(model, soc_version="Ascend910B1") -> list:
     config = CompileConfig(soc_version=soc_version)
     partitioned = tvm_ascend.partition_for_ascend(model, config)
     return [f.attrs[ir_attrs.PRIM_FUNC] for f in partitioned.mod.functions.values()
-            if f.attrs and str(f.attrs.get(ir_attrs.TEMPLATE, "")) == "row_reduce"]
+            if f.attrs and ir_attrs.KERNEL in f.attrs and record_of(f).template == "row_reduce"]
 
 
 def test_chunk_knobs_plans_and_refusals():

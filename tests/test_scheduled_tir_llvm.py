@@ -14,6 +14,7 @@ import tvm
 
 import tvm_ascend
 from tvm_ascend import ir_attrs
+from tvm_ascend.kernel_record import record_of
 from tvm_ascend.schedules import template_by_name
 from tvm_ascend.soc import get_soc
 from onnx_models import ModelBuilder, attention_model
@@ -59,7 +60,7 @@ def _groups(model):
     # the aggressive level: attention's chain is one group there
     result = tvm_ascend.partition_for_ascend(
         model, tvm_ascend.CompileConfig(fusion_level="aggressive"))
-    return [(str(f.attrs[ir_attrs.TEMPLATE]), f.attrs[ir_attrs.PRIM_FUNC])
+    return [(record_of(f).template, f.attrs[ir_attrs.PRIM_FUNC])
             for f in result.mod.functions.values()
             if f.attrs and f.attrs.get("Codegen") == "ascend"]
 

@@ -2,11 +2,9 @@
 
 ONNX_NODES = "ascend.onnx_nodes"   # on main: binding var -> ONNX node name (frontend)
 ONNX_NODE_COUNT = "ascend.onnx_node_count"  # on main: nodes of the ONNX graph (frontend)
-GROUP = "ascend.group"             # on a Codegen function: provenance JSON (partition)
-TEMPLATE = "ascend.template"       # schedule template chosen for the group (partition)
+KERNEL = "ascend.kernel"           # on a Codegen function: KernelRecord JSON (kernel_record.py):
+# template, knobs and group provenance (partition), completed with the tiling (schedule)
 PRIM_FUNC = "ascend.prim_func"     # the group's PrimFunc, then its scheduled form (schedule)
-TILING = "ascend.tiling"           # the Tiling JSON the printer obeys (schedule)
-KNOBS = "ascend.knobs"             # JSON of the template knobs the cost interface chose (partition)
 MODEL_OP = "ascend.model_op"       # on a copied PrimFunc: the binding it was copied for
 HORIZONTAL = "ascend.horizontal"   # on main: binding vars made by merging parallel ops (prepare)
 ONNX_INPUTS = "ascend.onnx_inputs"  # on main: the ONNX graph input names, in parameter order

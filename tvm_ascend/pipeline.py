@@ -20,7 +20,7 @@ import tvm_ffi
 from tvm import relax
 
 from . import ir_attrs
-from .codegen import metadata_from_source, register_codegen, unit_module
+from .codegen import PrintedUnit, PrintedUnits, register_codegen, unit_module
 from .codegen.ascendc_printer import kernel_source
 from .codegen.ext_codegen import scheduled_kernels
 from .config import CompileConfig
@@ -123,27 +123,8 @@ def partition_for_ascend(mod, config: CompileConfig | None = None):
     config = (config or CompileConfig()).with_env()
     imported = load_model(mod, config.input_shape)
     policy = fusion_policy(config, imported)
-    return plan_fusion(imported, policy, config.soc, precision=precision_of(config))
-
-
-def _estimate_retiled(result, scheduled, tilings: dict, soc) -> None:
-    """Estimate again the groups whose kernel is built with another tiling than the partitioner
-    estimated (a tuning database record), so the report and its model estimate describe the
-    kernels that run; the source says so."""
-    from .cost_model.timing import estimate_kernel
-
-    funcs = {gv.name_hint: func for gv, func in scheduled.functions.items()}
-    for group in result.groups:
-        tiling = tilings.get(group.symbol)
-        if not group.on_npu or tiling is None or group.planned is None or \
-                tiling == group.planned:
-            continue
-        est = estimate_kernel(funcs[group.symbol].attrs[ir_attrs.PRIM_FUNC], tiling, soc)
-        group.estimate = {"time_us": round(est.time_us, 3),
-                          "roofline_us": round(est.roofline_us, 3),
-                          "source": "timing model, tiling of the tuning record",
-                          "planned_us": group.estimate.get("time_us")}
-        group.planned = tiling
+    return plan_fusion(imported, policy, config.soc, precision=precision_of(config),
+                       cost=GroupCost(config.soc, config.tuning_database))
 
 
 def _nodes_before(mod: tvm.IRModule) -> int:
@@ -162,13 +143,6 @@ def _onnx_model(mod):
     if isinstance(mod, (str, os.PathLike)):
         return onnx.load(os.fspath(mod), load_external_data=False)
     return None
-
-
-def _external_source(mod: tvm.IRModule) -> str:
-    externals = mod.attrs["external_mods"] if mod.attrs and "external_mods" in mod.attrs else []
-    for ext in externals:
-        return ext.inspect_source()
-    return ""
 
 
 def build(mod, target="ascend", params=None, config: CompileConfig | None = None
@@ -244,11 +218,13 @@ def _plan_and_build(imported: tvm.IRModule, policy: FusionPolicy, config: Compil
     into single ops, a single op on the host: ``fallback.py``), unless ``config.strict``."""
     soc = config.soc
     failures: list[KernelFailure] = []
-    cost = GroupCost(soc)  # a plan drawn again after a failure re-asks the same PrimFuncs
+    # one cost for the build: every alternative, the plan drawn again after a failure and the
+    # schedule stage ask it, and it asks the tuning database first
+    cost = GroupCost(soc, config.tuning_database)
     for _ in range(MAX_PLANS):
         result = plan_fusion(imported, policy, soc, params, precision_of(config), cost)
         try:
-            return _build_plan(result, imported, config, failures, key)
+            return _build_plan(result, imported, config, failures, key, cost)
         except _KernelsFailed as failed:
             if config.strict:
                 raise failed.error from None
@@ -275,17 +251,15 @@ def _failed(result, stage: str, errors: dict) -> _KernelsFailed:
     return _KernelsFailed(failures, next(iter(errors.values())))
 
 
-def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str | None
-                ) -> _Built:
-    """One plan's schedule, print and compile stages; raises _KernelsFailed naming the kernels
-    that failed."""
+def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str | None,
+                cost: GroupCost) -> _Built:
+    """One plan's schedule, print and compile stages (the kernels as ``cost`` planned them);
+    raises _KernelsFailed naming the kernels that failed."""
     soc = config.soc
     errors: dict = {}
-    scheduled, tilings = schedule_groups(result.mod, soc, database=config.tuning_database,
-                                         failures=errors)
+    scheduled, tilings = schedule_groups(result.mod, cost, failures=errors)
     if errors:
         raise _failed(result, "schedule", errors)
-    _estimate_retiled(result, scheduled, tilings, soc)
     report = fusion_report(result, tilings, config, _nodes_before(imported))
     report["kernel_failures"] = [f.to_json() for f in earlier]
     names = _input_names(imported, scheduled)
@@ -293,15 +267,16 @@ def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str
                 "input_specs": _input_specs(scheduled, names),
                 "dim_ranges": _dim_ranges(imported)}
     try:
-        lowered, source = _codegen(scheduled, soc, metadata)
+        lowered, unit = _codegen(scheduled, soc, metadata)
     except CodegenError as err:  # printed again one by one, only now, to name the culprits
         errors = _print_errors(scheduled, soc)
         if not errors:
             raise
         raise _failed(result, "print", errors) from err
+    source = unit.code
     host, weights = lift_weights(lowered)  # the library holds code; its weights ride beside
     executable = tvm.compile(host, target=tvm.target.Target("llvm"))
-    module = AscendModule(executable, metadata_from_source(source),
+    module = AscendModule(executable, unit.metadata,
                           cache_key=_cache_key(lowered, source), cache_dir=config.cache_dir,
                           build_key=key, cache_mode=config.op_compiler_cache_mode,
                           weights=weights)
@@ -368,17 +343,22 @@ def _dim_ranges(imported: tvm.IRModule) -> dict:
     return {}
 
 
-def _codegen(scheduled: tvm.IRModule, soc, metadata: dict) -> tuple[tvm.IRModule, str]:
-    """RunCodegen with ``relax.ext.ascend``: (module with the unit attached, unit source)."""
+def _codegen(scheduled: tvm.IRModule, soc, metadata: dict) -> tuple[tvm.IRModule, PrintedUnit]:
+    """RunCodegen with ``relax.ext.ascend``: (module with the unit attached, the unit as
+    printed: its code, kernel sources and metadata, handed back through ``PrintedUnits``)."""
+    printed = PrintedUnits()
     codegen = relax.transform.RunCodegen(
-        {"ascend": {"soc_version": soc.name, "metadata": json.dumps(metadata)}})
+        {"ascend": {"soc_version": soc.name, "metadata": json.dumps(metadata),
+                    "printed": printed}})
     try:
         lowered = codegen(scheduled)
     except Exception as err:  # noqa: BLE001 - errors in relax.ext.ascend cross the FFI
         raise CodegenError(f"printing the AscendC kernels failed: {err}") from err
-    if not _external_source(lowered):  # nothing offloaded: the unit still carries the metadata
-        lowered = lowered.with_attr("external_mods", [unit_module([], soc, metadata)])
-    return lowered, _external_source(lowered)
+    if not printed.units:  # nothing offloaded: the unit still carries the metadata
+        module, unit = unit_module([], soc, metadata)
+        return lowered.with_attr("external_mods", [module]), unit
+    (unit,) = printed.units  # RunCodegen hands relax.ext.ascend every kernel at once
+    return lowered, unit
 
 
 def _cache_key(lowered: tvm.IRModule, source: str) -> str:

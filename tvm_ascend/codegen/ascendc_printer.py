@@ -31,6 +31,19 @@ METADATA_DELIMITER = "ascendmeta"
 
 
 @dataclass(frozen=True)
+class PrintedUnit:
+    """One printed translation unit, as data: its C++ ``code`` and the ``metadata`` it embeds
+    (the caller's, with every kernel's standalone source under ``kernel_sources``)."""
+
+    code: str
+    metadata: dict
+
+    @property
+    def kernel_sources(self) -> dict[str, str]:
+        return self.metadata["kernel_sources"]
+
+
+@dataclass(frozen=True)
 class ScheduledKernel:
     """What codegen receives for one group: decided upstream, printed here."""
 
@@ -91,8 +104,9 @@ def kernel_source(kernel: ScheduledKernel, soc) -> str:
     return buf.text()
 
 
-def translation_unit(kernels: list[ScheduledKernel], soc, metadata: dict) -> tuple[str, dict]:
-    """(C++ source of all kernels + host launchers, {symbol: standalone kernel source})."""
+def translation_unit(kernels: list[ScheduledKernel], soc, metadata: dict) -> PrintedUnit:
+    """The C++ source of all kernels + host launchers, with ``metadata`` and every kernel's
+    standalone source embedded (``ascend_metadata_json``, what ``load`` reads back)."""
     sources = {k.symbol: kernel_source(k, soc) for k in kernels}
     buf = CodeBuffer()
     buf.line(f"// tvm-ascend: {len(kernels)} AscendC kernel(s) for {soc.name}, CPU-emulated build")
@@ -113,12 +127,6 @@ def translation_unit(kernels: list[ScheduledKernel], soc, metadata: dict) -> tup
     buf.line("static tvm::ffi::String AscendMetadata() { "
              "return tvm::ffi::String(kAscendMetadata); }")
     buf.line("TVM_FFI_DLL_EXPORT_TYPED_FUNC(ascend_metadata_json, AscendMetadata);")
-    return buf.text(), sources
-
-
-def metadata_from_source(code: str) -> dict:
-    """The metadata embedded by ``translation_unit`` (kernel sources, report), read back."""
-    start_token = f'R"{METADATA_DELIMITER}('
-    start = code.index(start_token) + len(start_token)
-    end = code.index(f"){METADATA_DELIMITER}\"", start)
-    return json.loads(code[start:end])
+    # the metadata as the library will hand it back, so a built module and one loaded from
+    # its library hold equal metadata (JSON has lists, not tuples; keys are strings)
+    return PrintedUnit(buf.text(), json.loads(meta))

@@ -16,11 +16,13 @@ naming the file it could not write, and the build goes on (``write_or_warn``).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
 
 from .. import ir_attrs
+from ..kernel_record import record_of
 from ..partition.fusion_result import write_fusion_result
 from ..partition.plan_file import export_plan
 from ..partition.report import report_table, write_json_atomic
@@ -74,7 +76,8 @@ def _scheduled_text(mod) -> str:
     parts = []
     for gv, func in mod.functions.items():
         if func.attrs and ir_attrs.PRIM_FUNC in func.attrs:
-            tiling = func.attrs.get(ir_attrs.TILING, "")
+            tiling = record_of(func).tiling if ir_attrs.KERNEL in func.attrs else None
+            tiling = json.dumps(tiling, sort_keys=True) if tiling is not None else ""
             parts.append(f"# {gv.name_hint}\n# tiling {tiling}\n"
                          + func.attrs[ir_attrs.PRIM_FUNC].script())
     return "\n\n".join(parts)

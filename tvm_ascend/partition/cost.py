@@ -2,31 +2,35 @@
 
 It uses the timing model of ``tvm_ascend.cost_model`` (per-core pipes, double buffering, launch
 overhead) and, for a kernel that model fails on, the roofline of the kernel's GM traffic plus
-the SoC's launch overhead, so every decision still has a number. Plans (template choice and
-tiling) are cached by the structural hash of the PrimFunc: a transformer repeats the same
-candidate once per layer.
+the SoC's launch overhead, so every decision still has a number. Plans (template choice,
+knobs, tiling and the scheduled PrimFunc) are cached by the structural hash of the PrimFunc: a
+transformer repeats the same candidate once per layer, and the schedule stage takes its
+kernels' plans from here rather than scheduling them again. A tuning database, when given, is
+asked first: a kernel it holds a record for is planned with the record's knobs.
 
 Example
 -------
->>> cost = GroupCost(get_soc("Ascend910B1"))                     # doctest: +SKIP
->>> plan = cost.plan(prim_func); plan.time_us                    # doctest: +SKIP
+>>> cost = GroupCost(get_soc("Ascend910B1"), database="tuning_db")   # doctest: +SKIP
+>>> plan = cost.plan(prim_func); plan.time_us                        # doctest: +SKIP
 3.41
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
 from tvm.ir.expr import Call, TensorLoad
 from tvm.s_tir.stmt import SBlock
 
+from ..cost_model.database import knobs_to_json, open_database, workload_of
 from ..cost_model.timing import estimate_kernel, estimate_launch
 from ..decision import Decision
 from ..errors import TilingError
-from ..schedules import plan_template
+from ..schedules import knobs_from_json, schedule_template, template_by_name
 from ..schedules.analysis.tir_walk import walk
 
 logger = logging.getLogger("tvm_ascend.partition")
@@ -34,7 +38,8 @@ logger = logging.getLogger("tvm_ascend.partition")
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """A candidate kernel: its template and tiling (None when none fits) and estimate."""
+    """A candidate kernel: its template, tiling and scheduled PrimFunc (None when none fits),
+    and its estimate."""
 
     template: object
     tiling: object
@@ -43,6 +48,8 @@ class KernelPlan:
     roofline_us: float = 0.0
     source: str = ""  # which model made the estimate
     knobs: object = None  # the template's knobs the estimate chose (None: its defaults)
+    scheduled: object = field(default=None, compare=False, repr=False)  # the applied PrimFunc
+    prim: object = field(default=None, compare=False, repr=False)  # the PrimFunc it was made for
 
     @property
     def ok(self) -> bool:
@@ -87,24 +94,80 @@ def host_estimate(io_bytes: int, soc, flops: float = 0.0) -> dict:
 
 
 class GroupCost:
-    """Plans and estimates candidate kernels for one SoC (cached per PrimFunc)."""
+    """Plans and estimates candidate kernels for one SoC (cached per PrimFunc); one per build.
 
-    def __init__(self, soc):
+    ``database`` (a tuning database folder or ``TuningDatabase``, or None): a kernel whose
+    workload it holds is planned with the best recorded knobs that still plan, its estimate
+    the timing model's on that tiling; the others with the fastest of the template's variants.
+    """
+
+    def __init__(self, soc, database=None):
         self.soc = soc
+        self.database = open_database(database)
         self._cache: dict[int, list] = {}
+        self._applied: dict[tuple, KernelPlan] = {}  # kernel() plans made for one PrimFunc
 
     def plan(self, prim) -> KernelPlan:
-        """The plan of ``prim``: template, tiling and estimated time."""
+        """The plan of ``prim``: template, knobs, tiling, scheduled PrimFunc and estimated
+        time."""
         key = tvm_ffi.structural_hash(prim, map_free_vars=True)
         for seen, plan in self._cache.get(key, []):
             if tvm_ffi.structural_equal(seen, prim, map_free_vars=True):
                 return plan
-        template, tiling, decision = plan_template(prim, self.soc)
-        plan = KernelPlan(template, tiling, decision)
+        template, scheduled, tiling, decision = schedule_template(prim, self.soc)
+        plan = KernelPlan(template, tiling, decision, scheduled=scheduled, prim=prim)
         if template is not None:
-            plan = self._fastest_variant(self._with_estimate(plan, prim), prim)
+            plan = self._recorded(plan, prim) or \
+                self._fastest_variant(self._with_estimate(plan, prim), prim)
         self._cache.setdefault(key, []).append((prim, plan))
         return plan
+
+    def kernel(self, prim, template: str, knobs: dict | None) -> KernelPlan:
+        """The plan of the kernel ``prim`` with ``template`` and ``knobs`` (a kernel record's:
+        None for the defaults), scheduled for ``prim`` itself: the partitioner's plan when it
+        is that one. A module partitioned with another cost (another tuning database), or a
+        kernel structurally equal to one planned before under other names (the printers print
+        the parameters' names), is applied here once more."""
+        plan = self.plan(prim)
+        chosen = template_by_name(template)
+        key = (prim, template, json.dumps(_knob_values(chosen, knobs), sort_keys=True))
+        if plan.ok and plan.template is chosen and plan.prim.same_as(prim) and \
+                _knob_values(chosen, plan.knobs) == _knob_values(chosen, knobs):
+            return plan
+        if key not in self._applied:
+            values = knobs_from_json(template, knobs) if knobs is not None else None
+            scheduled, tiling = chosen.schedule(prim, self.soc, values) if values is not None \
+                else chosen.schedule(prim, self.soc)
+            decision = Decision.yes(f"{template} template, as the kernel's record names it")
+            self._applied[key] = self._with_estimate(KernelPlan(
+                chosen, tiling, decision, knobs=values, scheduled=scheduled, prim=prim), prim)
+        return self._applied[key]
+
+    def _recorded(self, plan: KernelPlan, prim) -> KernelPlan | None:
+        """The plan with the tuning database's best knobs for ``prim``'s workload, or None
+        when the database holds none that still plan (a warning says why, once per kernel)."""
+        if self.database is None:
+            return None
+        record = self.database.best(workload_of(prim, plan.template.name, self.soc))
+        if record is None:
+            return None
+        try:
+            knobs = knobs_from_json(plan.template.name, record["knobs"])
+            scheduled, tiling = (plan.scheduled, plan.tiling) if \
+                _knob_values(plan.template, knobs) == _knob_values(plan.template, None) else \
+                plan.template.schedule(prim, self.soc, knobs)
+        except (TypeError, TilingError) as err:
+            logger.warning("the tuning record of the %s kernel of shapes %s has knobs %s that "
+                           "are not usable (%s); it is planned as if untuned",
+                           plan.template.name, _shapes(prim), record["knobs"], err)
+            return None
+        reason = (f"{plan.decision.reason}; knobs {record['knobs']} of a tuning record "
+                  f"({record['time_us']:.2f} us measured)")
+        tuned = self._with_estimate(KernelPlan(plan.template, tiling, Decision.yes(reason),
+                                               knobs=knobs, scheduled=scheduled, prim=prim), prim)
+        logger.info("the %s kernel of shapes %s: tuned knobs %s (%.2f us estimated)",
+                    plan.template.name, _shapes(prim), record["knobs"], tuned.time_us)
+        return dataclasses.replace(tuned, source=f"{tuned.source}, tiling of the tuning record")
 
     def _fastest_variant(self, plan: KernelPlan, prim) -> KernelPlan:
         """The template's variants (``template.variants``: knobs worth a look beside its
@@ -116,11 +179,12 @@ class GroupCost:
         best, default_us = plan, plan.time_us
         for knobs in variants(prim, self.soc)[1:]:
             try:
-                _, tiling = plan.template.schedule(prim, self.soc, knobs)
+                scheduled, tiling = plan.template.schedule(prim, self.soc, knobs)
             except TilingError:
                 continue
             candidate = self._with_estimate(
-                KernelPlan(plan.template, tiling, plan.decision, knobs=knobs), prim)
+                KernelPlan(plan.template, tiling, plan.decision, knobs=knobs,
+                           scheduled=scheduled, prim=prim), prim)
             if candidate.time_us < best.time_us:
                 best = candidate
         if best is plan:
@@ -134,16 +198,29 @@ class GroupCost:
         tiling = plan.tiling
         try:
             est = estimate_kernel(prim, tiling, self.soc)
-            return KernelPlan(plan.template, tiling, plan.decision, est.time_us,
-                              est.roofline_us, "timing model", plan.knobs)
+            return dataclasses.replace(plan, time_us=est.time_us, roofline_us=est.roofline_us,
+                                       source="timing model")
         except Exception as err:  # noqa: BLE001 - an estimate must never stop a build
             logger.warning("timing model failed on a %s kernel (%s); using the GM-bytes "
                            "roofline instead", plan.template.name, err)
         gm = tiling.gm_read_bytes + tiling.gm_write_bytes
         roofline = gm / (self.soc.gm_bandwidth_gbps * 1e3)  # GB/s -> bytes per us
-        return KernelPlan(plan.template, tiling, plan.decision,
-                          roofline + self.soc.launch_overhead_us, roofline, "GM-bytes roofline",
-                          plan.knobs)
+        return dataclasses.replace(plan, time_us=roofline + self.soc.launch_overhead_us,
+                                   roofline_us=roofline, source="GM-bytes roofline")
+
+
+def _knob_values(template, knobs) -> dict:
+    """Every knob's value (the template's defaults filled in) of ``knobs``: None, the
+    template's Knobs, or a record's JSON object, so equal choices compare equal however they
+    are spelled."""
+    if isinstance(knobs, dict):
+        knobs = knobs_from_json(template.name, knobs)
+    return knobs_to_json(knobs if knobs is not None else template.Knobs())
+
+
+def _shapes(prim) -> str:
+    """A kernel's parameter shapes, as a warning names the kernel before it has a symbol."""
+    return ", ".join("x".join(str(int(d)) for d in p.shape) for p in prim.params)
 
 
 __all__ = ["GroupCost", "KernelPlan", "host_estimate", "tir_flops"]

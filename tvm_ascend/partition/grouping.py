@@ -13,7 +13,6 @@ The result is data (``PartitionResult``) that the schedule stage reads; nothing 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from collections import Counter
 from .. import ir_attrs
 from ..decision import Decision
 from ..errors import FusionConfigError
+from ..kernel_record import KernelRecord
 from ..schedules import supports
 from .cost import GroupCost, host_estimate, tir_flops
 from .legalize import impl_mode_of, legalize_map
@@ -83,7 +83,6 @@ class KernelGroup:
     io_bytes: int = 0          # bytes of its inputs and output (the GM traffic of a host group)
     free: bool = False         # a host group of views only: no copy, no launch
     estimate: dict = field(default_factory=dict)
-    planned: object = field(default=None, repr=False)  # the Tiling the estimate was made for
 
     @property
     def rules(self) -> list[str]:
@@ -347,11 +346,11 @@ def _codegen_function(prim_gv, prim_func, args, out_ty, symbol, group_json, plan
     params = [relax.Var(f"p{i}", arg.ty) for i, arg in enumerate(args)]
     body = relax.op.call_tir(prim_gv, relax.Tuple(params), out_ty)
     func = relax.Function(params, body, out_ty)
-    attrs = {"Codegen": "ascend", "global_symbol": symbol, ir_attrs.PRIM_FUNC: prim_func,
-             ir_attrs.GROUP: json.dumps(group_json), ir_attrs.TEMPLATE: plan.template.name}
-    if plan.knobs is not None:  # the schedule stage tiles with the knobs the estimate chose
-        attrs[ir_attrs.KNOBS] = json.dumps(dataclasses.asdict(plan.knobs))
-    return func.with_attrs(attrs)
+    # the schedule stage applies the plan of these knobs (None: the template's defaults)
+    knobs = dataclasses.asdict(plan.knobs) if plan.knobs is not None else None
+    record = KernelRecord(plan.template.name, knobs, None, group_json)
+    return func.with_attrs({"Codegen": "ascend", "global_symbol": symbol,
+                            ir_attrs.PRIM_FUNC: prim_func, ir_attrs.KERNEL: record.to_json()})
 
 
 def partition(mod: tvm.IRModule, soc, fuse: bool = True,
@@ -596,8 +595,7 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
                             rule_of(site.members, site.recomputed), reason,
                             gm_bytes_saved=_kept_on_chip(site.members) if decision.ok else 0,
                             formed_by=site.rule, io_bytes=_io_bytes(site), estimate=estimate,
-                            free=decision is _VIEWS_ON_HOST,
-                            planned=plan.tiling if plan is not None and plan.ok else None)
+                            free=decision is _VIEWS_ON_HOST)
         if group.free:
             group.io_bytes, group.estimate = 0, {}
         groups[site.name] = group

@@ -138,6 +138,7 @@ def tune_model(model, trials: int = 16, database=None, config=None, runner=None,
 
     from .. import ir_attrs
     from ..config import CompileConfig
+    from ..kernel_record import record_of
     from ..cost_model.xgb_model import CostModel, load_or_none
     from ..pipeline import partition_for_ascend
 
@@ -154,7 +155,7 @@ def tune_model(model, trials: int = 16, database=None, config=None, runner=None,
                if f.attrs and f.attrs.get("Codegen") == "ascend"]
     outcomes = []
     for name, func in sorted(kernels, key=lambda kv: kv[0]):
-        template = template_by_name(str(func.attrs[ir_attrs.TEMPLATE]))
+        template = template_by_name(record_of(func).template)
         prim = func.attrs[ir_attrs.PRIM_FUNC]
         with tqdm(total=trials, desc=f"{name} ({template.name})", unit="trial",
                   disable=not show_progress, leave=True) as bar:
