@@ -13,7 +13,8 @@ import tvm_ascend
 from tvm_ascend.cli import main
 from tvm_ascend.cost_model.counters import estimate_from_counters
 from tvm_ascend.errors import ExportError
-from tvm_ascend.runtime.profile_files import COLUMNS, OP_SUMMARY, TRACE
+from tvm_ascend.runtime.profile_files import (COLUMNS, OP_SUMMARY, TRACE, chrome_trace,
+                                               launch_rows)
 from tvm_ascend.soc import get_soc
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo.onnx"
@@ -86,6 +87,21 @@ def test_trace_is_chrome_json_with_a_slice_per_launch_and_pipe_tracks(profiled):
         inside = [e for e in pipes if e["name"] == launch["name"]]
         assert inside and all(launch["ts"] <= e["ts"] and e["ts"] + e["dur"] <= launch["ts"]
                               + launch["dur"] + 1e-3 for e in inside)
+
+
+def test_unsplit_cores_are_ai_core_and_a_kernel_without_a_plan_is_na(profiled):
+    lib, records, _ = profiled
+    report = dict(lib.fusion_report(), soc_version="Ascend310P3")
+    on_310p = launch_rows([dict(r, soc="Ascend310P3") for r in records], report)
+    assert {row["Task Type"] for row in on_310p} == {"AI_CORE"}
+    assert all(row["Mix Block Dim"] == "N/A" for row in on_310p)
+    stranger = dict(records[0], kernel="ascend_k9_not_in_the_report")
+    (row, after) = launch_rows([stranger, records[0]], lib.fusion_report())
+    assert row["Task Duration(us)"] == "N/A" and "no tiling plan" in row["Duration Source"]
+    assert after["Task Start Time(us)"] == 0.0  # an unestimated launch takes no time
+    trace = chrome_trace([row, after], "Ascend910B1")
+    assert [e["name"] for e in trace["traceEvents"] if e.get("cat") == "kernel"] == \
+        [records[0]["kernel"]]
 
 
 def test_a_bad_profile_folder_is_an_error_naming_it_and_keeps_the_counters(profiled,
