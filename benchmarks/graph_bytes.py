@@ -1,11 +1,18 @@
 """Reference traffic figures computed from an ONNX graph alone (no compiler involved).
 
-- compulsory bytes: every graph input, every weight and every graph output moved once;
+- compulsory bytes: every graph input, every weight and every graph output moved once, where
+  a weight that only partial reads take (a Gather's table, a Slice of a weight) counts as the
+  bytes those reads return (a Gather: its indices count x the row bytes), capped at the
+  whole weight: an embedding lookup reads the rows it needs, not the table (BERT-base at
+  batch 1, sequence 8 reads 8 of the 30,522 rows of its 93.8 MB word table), so a plan can
+  move no fewer bytes than this. Indices are taken as distinct (the bound cannot see their
+  values);
 - matmul-boundary bytes: every MatMul / Gemm / Conv reads its operands and writes its output
   once, everything between them is fused into their prologues and epilogues, attention scores
   (an activation x activation MatMul's output that reaches the next such MatMul) never reach
   GM; compulsory tensors no MatMul / Gemm / Conv touches (embedding tables, norm weights, the
-  final outputs of a norm) are moved once on top.
+  final outputs of a norm) are moved once on top, at their compulsory bytes (the rows a
+  Gather reads).
 
 Example
 -------
@@ -26,6 +33,9 @@ MATMUL_OPS = ("MatMul", "Gemm", "Conv")
 SHAPE_INPUTS = {"Reshape": {1}, "Expand": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1},
                 "ReduceMean": {1}, "ReduceSum": {1}, "ReduceMax": {1}, "Slice": {1, 2, 3, 4},
                 "Tile": {1}, "Pad": {1}, "Resize": {1, 2, 3}, "ConstantOfShape": {0}}
+# Ops that read only a part of their data input (slot 0): a Gather the rows its indices name,
+# a Slice its window; the bytes they read are the bytes they return.
+PARTIAL_READS = {"Gather": 0, "Slice": 0}
 
 
 def _tensor_shapes(model: onnx.ModelProto) -> dict[str, tuple[list[int], int]]:
@@ -51,6 +61,26 @@ def _weights(model: onnx.ModelProto) -> set[str]:
         skip = SHAPE_INPUTS.get(node.op_type, set())
         used.update(name for slot, name in enumerate(node.input) if slot not in skip)
     return {init.name for init in model.graph.initializer} & used
+
+
+def _weight_reads(model: onnx.ModelProto, weights: set[str], sizes: dict[str, int]
+                  ) -> dict[str, int]:
+    """Bytes of each weight that its readers need: the whole weight when any node reads it
+    whole, else the sum of what its partial reads (``PARTIAL_READS``) return, capped at the
+    weight."""
+    partial: dict[str, int] = {}
+    whole = set()
+    for node in model.graph.node:
+        skip = SHAPE_INPUTS.get(node.op_type, set())
+        for slot, name in enumerate(node.input):
+            if name not in weights or slot in skip:
+                continue
+            if PARTIAL_READS.get(node.op_type) == slot and node.output[0] in sizes:
+                partial[name] = partial.get(name, 0) + sizes[node.output[0]]
+            else:
+                whole.add(name)
+    return {name: sizes[name] if name in whole or name not in partial
+            else min(sizes[name], partial[name]) for name in weights}
 
 
 def _from_weights(model: onnx.ModelProto, weights: set[str]) -> set[str]:
@@ -94,8 +124,9 @@ def graph_references(model: onnx.ModelProto) -> dict:
     Returns
     -------
     dict
-        ``compulsory_bytes``, ``matmul_boundary_bytes``, ``matmul_macs`` (multiply-adds of
-        every MatMul, Gemm and Conv) and ``weight_bytes``.
+        ``compulsory_bytes`` (a Gather's or Slice's weight: only the bytes it reads),
+        ``matmul_boundary_bytes``, ``matmul_macs`` (multiply-adds of every MatMul, Gemm and
+        Conv) and ``weight_bytes`` (every weight whole).
 
     Example
     -------
@@ -115,6 +146,8 @@ def graph_references(model: onnx.ModelProto) -> dict:
     if missing:
         raise ValueError(f"graph_references: no static shape for {', '.join(missing[:5])}; "
                          "the benchmark models have static shapes only")
+    compulsory = {name: sizes[name] for name in io}
+    compulsory.update(_weight_reads(model, weights, sizes))
     constant = _from_weights(model, weights)
     scores = _attention_scores(model, constant)
     boundary, touched, macs = 0, set(), 0
@@ -131,8 +164,8 @@ def graph_references(model: onnx.ModelProto) -> dict:
             boundary += sizes[name]
             touched.add(name)
         macs += _macs(node, shapes)
-    boundary += sum(sizes[name] for name in compulsory_names - touched)
-    return {"compulsory_bytes": sum(sizes[name] for name in compulsory_names),
+    boundary += sum(compulsory[name] for name in compulsory_names - touched)
+    return {"compulsory_bytes": sum(compulsory.values()),
             "matmul_boundary_bytes": boundary, "matmul_macs": macs,
             "weight_bytes": sum(sizes[name] for name in weights)}
 

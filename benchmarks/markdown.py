@@ -164,7 +164,9 @@ def render_markdown(results: dict, charts: list[str] = (), base_dir: str = ".") 
         "the host and are counted as launches too).",
         "- **GM MB**: global-memory bytes moved, summed over every group of the fusion report "
         "(from the tiling plans; on configurations that run, the NPU part equals the "
-        "emulator's counters). **compulsory**: inputs, weights and outputs moved once. "
+        "emulator's counters). **compulsory**: inputs, weights and outputs moved once (of a "
+        "weight that only Gathers or Slices read, the rows they read: a lookup reads rows, "
+        "not its table). "
         "**matmul-boundary**: every MatMul/Gemm/Conv reads its operands and writes its output "
         "once, everything else fused, attention scores never in GM (plus compulsory tensors "
         "no MatMul touches).",

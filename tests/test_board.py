@@ -21,6 +21,7 @@ from tvm_ascend.codegen.code_buffer import CodeBuffer
 from tvm_ascend.codegen.npu_unit import npu_kernel_mode, npu_unit_source
 from tvm_ascend.codegen.launcher import (ACL_TIME_SUFFIX, emit_acl_launcher,
                                          emit_host_launcher)
+from tvm_ascend.cost_model.counters import vector_work_from_counters
 from tvm_ascend.errors import AscendError, CodegenError, ToolchainError
 from tvm_ascend.kernel_record import record_of
 from tvm_ascend.runtime import cann
@@ -272,7 +273,7 @@ def test_board_over_a_loopback_tracker_matches_the_local_plan_estimate(chain):
 
 
 def test_vector_work_from_counters_classes_each_api():
-    work = board.vector_work_from_counters({"vector_by_op": {
+    work = vector_work_from_counters({"vector_by_op": {
         "Exp": {"instrs": 2, "elems": 100}, "Div": {"instrs": 2, "elems": 100},
         "Sigmoid": {"instrs": 8, "elems": 100}, "Adds": {"instrs": 2, "elems": 100},
         "Gather": {"instrs": 2, "elems": 50}}}, 2)

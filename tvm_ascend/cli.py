@@ -4,6 +4,7 @@ Example
 -------
     tvm-ascend compile --model model.onnx --output model.so --soc_version Ascend910B1 \\
         --input_shape "x:1,3,224,224"
+    tvm-ascend profile --model model.onnx --output prof/    # op_summary.csv, trace_view.json
 """
 from __future__ import annotations
 
@@ -236,6 +237,49 @@ def _run_compare(args) -> int:
     return 0
 
 
+def _profile_parser(sub) -> None:
+    p = sub.add_parser("profile", help="build the model, run it once on seeded random inputs and "
+                       "write msprof-style op_summary.csv and trace_view.json (Perfetto) of "
+                       "every launch: the timing model's ESTIMATES, not measurements")
+    p.add_argument("--model", required=True, help="ONNX model file")
+    p.add_argument("--output", required=True, help="folder for the profile files (as msprof's "
+                   "--output; made if missing)")
+    p.add_argument("--soc_version", default="Ascend910B1")
+    p.add_argument("--input_shape", default="")
+    p.add_argument("--precision_mode", default="must_keep_origin_dtype", choices=PRECISION_MODES)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    _fusion_flags(p)
+
+
+def _run_profile(args) -> int:
+    import onnx
+
+    from .compare import random_inputs
+    from .pipeline import build
+    from .runtime.profile_files import OP_SUMMARY, TRACE, check_profile_folder, launch_rows
+
+    check_profile_folder(args.output)  # before the build, not after minutes of it
+    config = _config(args, precision_mode=args.precision_mode)
+    lib = build(args.model, target="ascend", config=config)  # its errors name a bad model
+    lib.profile(reset=True)  # launches of this run only
+    graph = onnx.load(args.model, load_external_data=False)  # the inputs' names and shapes
+    lib.run(random_inputs(graph, config.input_shape, args.seed))
+    records = lib.profile(output=args.output)
+    rows = launch_rows(records, lib.fusion_report())
+    print(f"{args.model} on {lib.soc_version}: {len(rows)} launch(es); ESTIMATED times "
+          "(timing model from the emulator's counters, not measured)")
+    print(f"  {'us':>9}  {'bound':<8} {'task type':<15} op name")
+    for row in rows:
+        duration = row["Task Duration(us)"]
+        shown = f"{duration:9.3f}" if duration != "N/A" else f"{'N/A':>9}"
+        print(f"  {shown}  {row['Bound']:<8} {row['Task Type']:<15} {row['Op Name']}")
+    total = sum(r["Task Duration(us)"] for r in rows if r["Task Duration(us)"] != "N/A")
+    print(f"  {total:9.3f}  total (estimate)")
+    folder = Path(args.output)
+    print(f"written: {folder / OP_SUMMARY}, {folder / TRACE} (open it in https://ui.perfetto.dev)")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="tvm-ascend", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log each stage")
@@ -244,6 +288,7 @@ def main(argv=None) -> int:
     _explain_parser(sub)
     _tune_parser(sub)
     _compare_parser(sub)
+    _profile_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s")
@@ -252,7 +297,7 @@ def main(argv=None) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return {"compile": _run_compile, "explain": _run_explain, "tune": _run_tune,
-                "compare": _run_compare}[args.command](args)
+                "compare": _run_compare, "profile": _run_profile}[args.command](args)
     except AscendError as err:
         print(f"tvm-ascend: error: {err}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ from ..errors import DeviceRuleError, ExportError, ModelLoadError, ToolchainErro
 from . import build_cache
 from .artifacts import (append_trailer, check_output_path, copy_atomic, file_lock, publish,
                         staging_dir, verify_library)
+from .profile_files import check_profile_folder, write_profile
 from .toolchain import (default_cache_dir, discard_emulator_runtime, emulator_compile_options,
                         runtime_in)
 from .weights import append_weights, read_weights
@@ -294,13 +295,32 @@ class AscendModule:
             return [result.numpy()]
         return [r.numpy() for r in result]
 
-    def profile(self, reset: bool = True) -> list[dict]:
-        """Emulator counters of each kernel launch since the last reset (GM bytes, vector ops)."""
+    def profile(self, reset: bool = True, output=None) -> list[dict]:
+        """Emulator counters of each kernel launch since the last reset (GM bytes, vector ops).
+
+        ``output``: a folder (made if missing) to also write msprof-style files of these
+        launches into, as ``msprof --output`` does: ``op_summary.csv`` (one row per launch,
+        msprof's column names, every time the timing model's ESTIMATE and labelled so) and
+        ``trace_view.json`` (a Chrome trace with a track per pipe: open it in
+        https://ui.perfetto.dev). See ``runtime/profile_files.py``. A folder that is a file or
+        cannot be written is an ExportError naming it.
+
+        Example
+        -------
+        >>> lib.run({"x": x})                                           # doctest: +SKIP
+        >>> launches = lib.profile(output="prof")                       # doctest: +SKIP
+        >>> sorted(p.name for p in Path("prof").iterdir())              # doctest: +SKIP
+        ['op_summary.csv', 'trace_view.json']
+        """
+        if output is not None:
+            check_profile_folder(output)  # before the counters are reset: a bad folder loses none
         self._ensure_loaded()
         records = json.loads(str(self._lib.get_function("ascend_profile_json",
                                                         query_imports=True)()))
         if reset:
             self._lib.get_function("ascend_profile_reset", query_imports=True)()
+        if output is not None:
+            write_profile(output, records, self.fusion_report())
         return records
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import dataclasses
 import functools
 import json
 import logging
@@ -43,11 +42,9 @@ import tvm
 import tvm_ffi
 
 from ..codegen.launcher import ACL_TIME_SUFFIX
-from ..cost_model.timing import KernelEstimate, estimate_kernel
-from ..cost_model.vector_work import VectorWork
+from ..cost_model.counters import estimate_from_counters
 from ..errors import AscendError
 from ..runtime import cann
-from ..schedules.tiling import Tiling
 from ..soc import get_soc
 from .rpc_runner import DEVICE_COUNT_FUNC, TIME_KERNEL_FUNC
 
@@ -55,71 +52,11 @@ logger = logging.getLogger("tvm_ascend.tuning")
 
 BACKENDS = ("emulator", "acl")
 
-# Cost class of each vector API the emulator counts, as vector_work.py classes the TIR ops
-# the printer turns into them: Reciprocal (+ Muls) is how a division is printed, so both are
-# basic and a division weighs 2 either way; advanced APIs are composite. Unlisted APIs (copies,
-# gathers, reductions, Duplicate, Cast) are basic.
-VECTOR_API_CLASS = {
-    "Div": "divide",
-    "Exp": "transcendental", "Ln": "transcendental", "Sqrt": "transcendental",
-    "Rsqrt": "transcendental",
-    "Sigmoid": "composite", "Tanh": "composite", "Erf": "composite", "Sin": "composite",
-    "Cos": "composite", "Power": "composite", "Gelu": "composite", "FasterGelu": "composite",
-    "Silu": "composite",
-}
 _PARAM_ANNOTATION = re.compile(
     r'loc=param\[(\d+)\], param=[^,]*, annotation=R\.Tensor\(\(([^)]*)\), dtype="(\w+)"\)')
 
 
 # ---- the emulator backend ----------------------------------------------------------------------
-def vector_work_from_counters(counters: dict, elem_bytes: int) -> VectorWork:
-    """The vector work of one launch as the emulator counted it (``vector_by_op``).
-
-    Each API's elements go to its cost class (``VECTOR_API_CLASS``); ``ops_per_unit`` is the
-    number of distinct vector APIs, each taken as issued once per tile or row, as the printers
-    emit a chain. This equals ``count_vector_work`` of the group's TIR when every TIR op is
-    printed as one API called once per unit (elementwise chains); gathers, reductions and
-    advanced APIs make the two differ.
-
-    Example
-    -------
-    >>> work = vector_work_from_counters({"vector_by_op": {"Exp": {"instrs": 4, "elems": 512},
-    ...                                   "Muls": {"instrs": 4, "elems": 512}}}, 4)
-    >>> work.by_class["transcendental"], work.by_class["basic"], work.ops_per_unit
-    (512, 512, 2)
-    """
-    by_class = {"basic": 0, "divide": 0, "transcendental": 0, "composite": 0}
-    by_op = counters.get("vector_by_op", {})
-    for api, count in by_op.items():
-        by_class[VECTOR_API_CLASS.get(api, "basic")] += int(count["elems"])
-    return VectorWork(by_class, len(by_op), elem_bytes)
-
-
-def estimate_from_counters(group: dict, counters: dict, soc) -> KernelEstimate:
-    """The timing model's estimate of one launch of ``group`` (a fusion-report group) from the
-    emulator's ``counters`` for it: the group's tiling with the counted GM bytes and cube MACs
-    (as ``LocalRunner(mode="emulator")`` does) and the counted vector work.
-
-    Equal to ``LocalRunner(mode="plan")``'s estimate for the same tiling when the counters
-    equal the plan's (GM bytes and MACs are checked equal in the tests) and the vector work
-    equals the TIR's (see ``vector_work_from_counters``). An estimate, not a measurement.
-
-    Example
-    -------
-    >>> group = lib.fusion_report()["groups"][0]                        # doctest: +SKIP
-    >>> estimate_from_counters(group, lib.profile()[0], soc).time_us   # doctest: +SKIP
-    3.93
-    """
-    tiling = Tiling.from_dict(group["tiling"])
-    measured = dataclasses.replace(
-        tiling, gm_read_bytes=int(counters["gm_read_bytes"]),
-        gm_write_bytes=int(counters["gm_write_bytes"]),
-        work=dataclasses.replace(tiling.work, cube_macs=int(counters.get("cube_macs", 0))))
-    out_dtype = group["ops"][-1]["dtype"] if group.get("ops") else "float32"
-    work = vector_work_from_counters(counters, np.dtype(out_dtype).itemsize)
-    return estimate_kernel(None, measured, soc, work=work)
-
-
 def _resolve(lib_path: str) -> Path:
     """A path sent by an RPC client is relative to the session's upload folder."""
     path = Path(lib_path)
