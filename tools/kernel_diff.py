@@ -281,7 +281,7 @@ def main(argv=None) -> int:
             cases = write_models(tree, models, args.corpus_set)
         else:
             cases = json.loads(args.cases.read_text())
-        dump(cases, args.out, args.jobs)
+        dump([case for case in cases if args.only in case["name"]], args.out, args.jobs)
         return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="kernel-diff-"))
     status = against(args.rev, args.corpus_set, args.jobs, work, tree, args.only)
