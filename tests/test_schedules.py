@@ -232,3 +232,12 @@ def test_plan_names_the_resident_sources_and_round_trips_through_json():
                                              get_soc("Ascend910B1"))
     assert tiling.plan == ElementwisePlan(slot_bytes=4, resident_inputs=("b",))
     assert Tiling.from_json(tiling.to_json()) == tiling
+
+
+def test_analyse_once_plan_per_knobs_apply_per_plan_is_schedule():
+    """The contract: one analysis serves every plan, and apply leaves it as it found it."""
+    from template_contract import check_analyse_plan_apply
+
+    _, func = _fused_prim_func((4, 300, 129), ["add_bias", "relu", "add_rowcol"])
+    check_analyse_plan_apply(ElementwiseSchedule, func, get_soc("Ascend910B1"),
+                             [None, ElementwiseKnobs(cores=5, tile_len=256, double_buffer=False)])
