@@ -589,18 +589,11 @@ def movement_program(func) -> MovementProgram:
 def prepared_movement(func) -> tuple[MovementProgram, object]:
     """(MovementProgram of ``func``, ``func`` with every block inlined into its output block):
     the template's ``applies`` and ``analyse`` both ask it of a candidate, so the answer is
-    kept for the last few functions (shared: never modify it); TilingError says why not.
-
-    Example
-    -------
-    >>> program, prepared = prepared_movement(prim_func)          # doctest: +SKIP
-    >>> len(root_blocks(prepared))                                # the output block only
-    1
-    """
+    kept for the last few functions (shared: never modify it); TilingError says why not."""
     sch, out_rv = inlined_output_block(func)
     return _Analysis(func, sch.get(out_rv)).run(), sch.mod["main"]
 
 
 __all__ = ["MovementProgram", "Operand", "Segment", "Leaf", "Choice", "DataDependent",
-           "movement_program", "prepared_movement", "inlined_output_block", "evaluate", "uses", "MAX_BURSTS",
-           "index_loads"]
+           "movement_program", "prepared_movement", "inlined_output_block", "evaluate", "uses",
+           "MAX_BURSTS", "index_loads"]
