@@ -45,8 +45,10 @@ from .analysis.tile_values import (FLOAT_DTYPES, Access, AccessKind, child_exprs
 from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, KernelWork, TemplatePlan, Tiling,
                      UB_RESERVED_BYTES)
-from .analysis.tir_walk import (BufferLoad, expr_dtype, load_buffer, param_buffers,
-                                reduce_iter_vars, reducer_of, schedule_blocks)
+from .analysis.tir_walk import (BufferLoad, cached_by_identity, expr_dtype, load_buffer,
+                                param_buffers, reduce_iter_vars, reducer_of, root_blocks,
+                                schedule_blocks)
+from .template import Template
 
 MAX_BURSTS = 4095      # DataCopyPad blockCount limit: rows per tile
 REPEAT_BYTES = 256     # one vector repeat: the smallest chunk worth splitting I into
@@ -348,16 +350,25 @@ def _inline(sch) -> None:
                 continue
 
 
+@cached_by_identity
+def _inlined(func) -> tuple:
+    """(``func`` with every elementwise block inlined, its AxisProgram), kept for the last few
+    functions: ``applies`` and ``analyse`` both read it (shared: never modify it)."""
+    sch = tvm.s_tir.Schedule(func)
+    _inline(sch)
+    return sch.mod["main"], axis_program(schedule_blocks(sch), func)
+
+
+@cached_by_identity
 def _legal(func) -> Decision:
     """Hard constraints on the unscheduled function (no tiling)."""
-    sch = tvm.s_tir.Schedule(func)
-    reductions = [b for b in schedule_blocks(sch) if reduce_iter_vars(b)]
+    reductions = [b for b in root_blocks(func) if reduce_iter_vars(b)]
     if len(reductions) != 1:
         return Decision.no(f"{len(reductions)} reductions; the axis-reduce template takes one "
                            "(a softmax over another axis reads its reductions back: two passes)")
     if len(param_buffers(func)[1]) != 1:
         return Decision.no("the axis-reduce template prints one output")
-    for block in schedule_blocks(sch):
+    for block in root_blocks(func):
         store = block.body
         if type(store).__name__ != "BufferStore":
             return Decision.no(f"block {block.name_hint} is not a single store")
@@ -374,21 +385,29 @@ def _legal(func) -> Decision:
             return Decision.no(f"TIR construct {construct} has no vector instruction")
     try:
         axis_shape(reductions[0])
-        inlined = tvm.s_tir.Schedule(func)
-        _inline(inlined)
-        check_program(axis_program(schedule_blocks(inlined), func))
+        check_program(_inlined(func)[1])
     except TilingError as err:
         return Decision.no(str(err))
     return Decision.yes("one reduction over adjacent non-last axes with elementwise prologue "
                         "and epilogue")
 
 
-class AxisReduceSchedule:
+@dataclass(frozen=True)
+class AxisReduceAnalysis:
+    """What the axis-reduce template reads from a group, shared by every plan of it:
+    ``prepared``, the function with its prologue inlined into the reduction and its epilogue
+    into the output block (what every plan tiles), and its ``program``."""
+
+    prepared: object
+    program: AxisProgram
+
+
+class AxisReduceSchedule(Template):
     """Template for reductions over adjacent non-last axes (``out[o, i] = reduce_r x[o, r, i]``)
     with elementwise prologues and epilogues."""
 
     name = "axis_reduce"
-    Knobs = AxisReduceKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
+    Knobs = AxisReduceKnobs  # plan()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:
@@ -402,44 +421,41 @@ class AxisReduceSchedule:
         """
         return _legal(func)
 
-    @staticmethod
-    def schedule(func, soc, knobs: AxisReduceKnobs | None = None):
-        """(scheduled PrimFunc, Tiling) for ``func`` on ``soc``; ``knobs`` as the search chose.
-
-        The reduction's spatial loops become ``[O, I]``, ``I`` is split into chunks, the
-        ``(o, chunk)`` units are split over the cores (``ascend.block_idx``) with the reduction
-        loop inside each unit, and the epilogue is computed at the unit.
-
-        Example
-        -------
-        >>> _, tiling = AxisReduceSchedule.schedule(func, soc, AxisReduceKnobs(chunk=16))
-        >>> tiling.cols, tiling.plan.tile_rows                       # doctest: +SKIP
-        (16, 9)
-        """
-        knobs = knobs or AxisReduceKnobs()
+    @classmethod
+    def analyse(cls, func) -> AxisReduceAnalysis:
+        """The inlined function and its program (TilingError: not this template's group)."""
         decision = _legal(func)
         if not decision:
             raise TilingError(f"axis-reduce template does not apply: {decision.reason}")
-        sch = tvm.s_tir.Schedule(func)
-        _inline(sch)
-        program = axis_program(schedule_blocks(sch), func)
-        check_program(program)
-        tiling = _plan(program, soc, knobs)
-        _tile_loops(sch, program, tiling)
-        return sch.mod["main"], tiling
+        return AxisReduceAnalysis(*_inlined(func))
+
+    @classmethod
+    def plan(cls, analysis: AxisReduceAnalysis, soc,
+             knobs: AxisReduceKnobs | None = None) -> Tiling:
+        """The Tiling on ``soc``; ``knobs`` as the search chose (``chunk=16``: ``cols`` 16)."""
+        return _plan(analysis.program, soc, knobs or AxisReduceKnobs())
+
+    @classmethod
+    def apply(cls, analysis: AxisReduceAnalysis, tiling: Tiling):
+        """The reduction's spatial loops become ``[O, I]``, ``I`` is split into chunks, the
+        ``(o, chunk)`` units are split over the cores (``ascend.block_idx``) with the reduction
+        loop inside each unit, and the epilogue is computed at the unit."""
+        sch = tvm.s_tir.Schedule(analysis.prepared)
+        _tile_loops(sch, analysis.program, tiling)
+        return sch.mod["main"]
 
     @staticmethod
     def knob_space(func, soc) -> list[AxisReduceKnobs]:
         """Candidate knobs, the default first: core counts halving from every vector block,
         chunks halving from the planned one (whole 32-byte blocks), single and double
-        buffering. ``schedule`` may still refuse one (TilingError); searches drop it.
+        buffering. ``plan`` may still refuse one (TilingError); searches drop it.
 
         Example
         -------
         >>> AxisReduceSchedule.knob_space(func, soc)[0]             # doctest: +SKIP
         AxisReduceKnobs(cores=None, chunk=None, double_buffer=True)
         """
-        _, default = AxisReduceSchedule.schedule(func, soc)
+        default = AxisReduceSchedule.plan(AxisReduceSchedule.analyse(func), soc)
         align = default.plan.align
         cores = sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)}, reverse=True)
         chunks = [None] + sorted({round_up(max(1, default.cols // d), align) for d in (2, 4)

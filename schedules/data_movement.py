@@ -38,15 +38,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import tvm
 
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
 from .analysis.movement_program import (MAX_BURSTS, Choice, MovementProgram, evaluate, index_loads,
-                                        inlined_output_block, movement_program)
+                                        prepared_movement)
 from .analysis.tir_walk import load_buffer, param_buffers
 from .tiling import ceil_div, dtype_bytes, knob_grid
 from .tiling import CORE_LOOP_ANNOTATION, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
+from .template import Template
 
 
 # ---- the template ------------------------------------------------------------------------------
@@ -71,11 +73,21 @@ class DataMovementPlan(TemplatePlan, template="data_movement"):
     gathered_operands: int = 0
 
 
-class DataMovementSchedule:
+@dataclass(frozen=True)
+class DataMovementAnalysis:
+    """What the data-movement template reads from a group, shared by every plan of it:
+    ``program`` (its rows, operands, segments and sources) and ``prepared``, the function with
+    every block inlined into the output block (what every plan splits)."""
+
+    program: MovementProgram
+    prepared: object
+
+
+class DataMovementSchedule(Template):
     """Template for groups that move data (and compute elementwise on what they moved)."""
 
     name = "data_movement"
-    Knobs = DataMovementKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
+    Knobs = DataMovementKnobs  # plan()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:
@@ -84,41 +96,50 @@ class DataMovementSchedule:
         if len(param_buffers(func)[1]) != 1:
             return Decision.no("the data-movement template prints one output")
         try:
-            program = movement_program(func)
+            program, _ = prepared_movement(func)
         except TilingError as err:
             return Decision.no(str(err))
         kinds = sorted({leaf.kind for seg in program.segments() for leaf in seg.leaves()})
         return Decision.yes(f"rows of {program.cols} assembled from {', '.join(kinds)} copies")
 
-    @staticmethod
-    def schedule(func, soc, knobs: DataMovementKnobs | None = None):
-        """(scheduled PrimFunc, Tiling) for ``func`` on ``soc``."""
-        knobs = knobs or DataMovementKnobs()
+    @classmethod
+    def analyse(cls, func) -> DataMovementAnalysis:
+        """The movement program and the inlined function (TilingError: not this template's)."""
         if len(param_buffers(func)[1]) != 1:
             raise TilingError("data-movement template does not apply: several outputs")
-        program = movement_program(func)
-        tiling = plan_tiling(program, soc, knobs)
-        sch, out_rv = inlined_output_block(func)
-        loops = sch.get_loops(out_rv)
+        return DataMovementAnalysis(*prepared_movement(func))
+
+    @classmethod
+    def plan(cls, analysis: DataMovementAnalysis, soc,
+             knobs: DataMovementKnobs | None = None) -> Tiling:
+        """Cores and rows per tile (``plan_tiling``) on ``soc``."""
+        return plan_tiling(analysis.program, soc, knobs or DataMovementKnobs())
+
+    @classmethod
+    def apply(cls, analysis: DataMovementAnalysis, tiling: Tiling):
+        """The output's row loops fused and split ``[cores, tiles_per_core, tile_rows]``, the
+        core loop annotated (a one-row output keeps its loop)."""
+        sch = tvm.s_tir.Schedule(analysis.prepared)
+        loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[-1])
         if len(loops) > 1:
             row_loop = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
             core, _, _ = sch.split(row_loop, [tiling.cores, tiling.tiles_per_core,
                                               tiling.tile_len])
             sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
-        return sch.mod["main"], tiling
+        return sch.mod["main"]
 
     @staticmethod
     def knob_space(func, soc) -> list[DataMovementKnobs]:
         """Candidate knobs for the tuner, the default first: core counts halving from every
         vector block, rows per tile halving from the most that fit, single and double
-        buffering. A candidate ``schedule`` refuses (TilingError) is dropped by the search.
+        buffering. A candidate ``plan`` refuses (TilingError) is dropped by the search.
 
         Example
         -------
         >>> DataMovementSchedule.knob_space(func, soc)[0]            # doctest: +SKIP
         DataMovementKnobs(cores=None, tile_rows=None, double_buffer=True)
         """
-        _, default = DataMovementSchedule.schedule(func, soc)
+        default = DataMovementSchedule.plan(DataMovementSchedule.analyse(func), soc)
         cores = sorted({max(1, default.cores // d) for d in (1, 2, 4)}, reverse=True)
         rows = [None] + sorted({default.tile_len // d for d in (2, 4, 8)
                                 if default.tile_len // d >= 1}, reverse=True)

@@ -28,6 +28,7 @@ from .analysis.tir_walk import expr_dtype, first_block_realize, param_buffers, r
 from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan,
                      Tiling, UB_RESERVED_BYTES)
+from .template import Template
 
 RESIDENT_GATHER_MAX_BYTES = 16384  # broadcast sources up to this size stay in the UB per core
 REPEAT_BYTES = 256               # one vector repeat
@@ -55,11 +56,27 @@ class ElementwisePlan(TemplatePlan, template="elementwise"):
     resident_inputs: tuple[str, ...] = ()
 
 
-class ElementwiseSchedule:
+@dataclass(frozen=True)
+class ElementwiseAnalysis:
+    """What the elementwise template reads from a group, shared by every plan of it.
+
+    ``prepared``: the function with every block inlined into the output block and that block's
+    loops fused into one (what every plan splits). ``total``: the flat loop's extent.
+    ``values``: the output expression's TileValuePlan, each load classified against the flat
+    index. ``out_dtype``: the output's dtype.
+    """
+
+    prepared: tirx.PrimFunc
+    total: int
+    values: object
+    out_dtype: str
+
+
+class ElementwiseSchedule(Template):
     """Template for groups of elementwise, broadcast and scalar operations."""
 
     name = "elementwise"
-    Knobs = ElementwiseKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
+    Knobs = ElementwiseKnobs  # plan()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func: tirx.PrimFunc) -> Decision:
@@ -82,24 +99,49 @@ class ElementwiseSchedule:
                 return Decision.no(f"TIR construct {construct} has no vector instruction")
         return Decision.yes("all blocks spatial, one output, every construct vectorisable")
 
-    @staticmethod
-    def schedule(func: tirx.PrimFunc, soc, knobs: ElementwiseKnobs = ElementwiseKnobs()):
-        """(scheduled PrimFunc, Tiling) for ``func`` on ``soc``."""
-        decision = ElementwiseSchedule.applies(func)
+    @classmethod
+    def analyse(cls, func: tirx.PrimFunc) -> ElementwiseAnalysis:
+        """Inline the group into its output block, fuse its loops, classify its loads."""
+        decision = cls.applies(func)
         if not decision:
             raise TilingError(f"elementwise template does not apply: {decision.reason}")
         sch = tvm.s_tir.Schedule(func)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
         for block_rv in blocks[:-1]:
             sch.compute_inline(block_rv)
-        out_block = blocks[-1]
-        loops = sch.get_loops(out_block)
+        loops = sch.get_loops(blocks[-1])
         flat_loop = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-        tiling = _plan(sch, out_block, flat_loop, func, soc, knobs)
-        core, tile, _ = sch.split(flat_loop, [tiling.cores, tiling.tiles_per_core,
-                                              tiling.tile_len])
+        loop = sch.get(flat_loop)
+        total = int(loop.extent)
+        flat = tirx.Var("flat", "int64")
+        realize = first_block_realize(loop)
+        bindings = {iv.var: value for iv, value in zip(realize.block.iter_vars,
+                                                       realize.iter_values)}
+        bindings[loop.loop_var] = flat
+        analyzer = make_analyzer(flat, total, bindings)
+        store = realize.block.body
+        values = plan_tile_values(store.value,
+                                  lambda ld: classify_load(ld, analyzer, flat, total))
+        return ElementwiseAnalysis(sch.mod["main"], total, values, str(store.buffer.dtype))
+
+    @classmethod
+    def plan(cls, analysis: ElementwiseAnalysis, soc,
+             knobs: ElementwiseKnobs | None = None) -> Tiling:
+        """The Tiling of the analysed group on ``soc`` (TilingError where ``knobs`` do not
+        fit)."""
+        return _plan(analysis, soc, knobs or ElementwiseKnobs())
+
+    @classmethod
+    def apply(cls, analysis: ElementwiseAnalysis, tiling: Tiling) -> tirx.PrimFunc:
+        """The flat loop split into ``[cores, tiles_per_core, tile_len]``, the core loop
+        annotated."""
+        sch = tvm.s_tir.Schedule(analysis.prepared)
+        (out_block,) = sch.get_child_blocks(sch.get_sblock("root"))
+        (flat_loop,) = sch.get_loops(out_block)
+        core, _, _ = sch.split(flat_loop, [tiling.cores, tiling.tiles_per_core,
+                                           tiling.tile_len])
         sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
-        return sch.mod["main"], tiling
+        return sch.mod["main"]
 
     @staticmethod
     def knob_space(func: tirx.PrimFunc, soc) -> list[ElementwiseKnobs]:
@@ -107,9 +149,9 @@ class ElementwiseSchedule:
 
         Core counts halve from every vector block; tiles shrink from the largest that fits by
         powers of two (whole 256-byte repeats); single and double buffering. A candidate may
-        still be refused by ``schedule`` (TilingError) where it does not fit; searches drop it.
+        still be refused by ``plan`` (TilingError) where it does not fit; searches drop it.
         """
-        _, default = ElementwiseSchedule.schedule(func, soc)
+        default = ElementwiseSchedule.plan(ElementwiseSchedule.analyse(func), soc)
         cores = sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)}, reverse=True)
         tiles = [None] + sorted({default.tile_len // d // 128 * 128 for d in (2, 4, 8, 16)
                                  if default.tile_len // d >= 128}, reverse=True)
@@ -193,17 +235,9 @@ def _max_tile(fp: _Footprint, soc, buffer_num: int, knobs) -> tuple[int, int]:
     return max_tile, align
 
 
-def _plan(sch, out_block, flat_loop, func, soc, knobs) -> Tiling:
-    loop = sch.get(flat_loop)
-    total = int(loop.extent)
-    flat = tirx.Var("flat", "int64")
-    realize = first_block_realize(loop)
-    bindings = {iv.var: value for iv, value in zip(realize.block.iter_vars, realize.iter_values)}
-    bindings[loop.loop_var] = flat
-    analyzer = make_analyzer(flat, total, bindings)
-    store = realize.block.body
-    plan = plan_tile_values(store.value, lambda ld: classify_load(ld, analyzer, flat, total))
-    fp = _footprint(plan, store.buffer.dtype)
+def _plan(analysis: ElementwiseAnalysis, soc, knobs: ElementwiseKnobs) -> Tiling:
+    total, plan = analysis.total, analysis.values
+    fp = _footprint(plan, analysis.out_dtype)
     if len(fp.streamed) > soc.max_live_buffers_per_position:
         raise TilingError(f"{len(fp.streamed)} input tiles would be live at once in VECIN; "
                           f"{soc.name} allows {soc.max_live_buffers_per_position} per position")

@@ -33,7 +33,9 @@ from .analysis.tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan,
                      Tiling, UB_RESERVED_BYTES)
-from .analysis.tir_walk import param_buffers, reduce_iter_vars, reducer_of, schedule_blocks
+from .analysis.tir_walk import (cached_by_identity, param_buffers, reduce_iter_vars, reducer_of,
+                                root_blocks, schedule_blocks)
+from .template import Template
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
 # default chunks are whole multiples of this many columns: whole 256-byte Compare repeats in
@@ -59,8 +61,7 @@ def _row_shape(func) -> tuple[int, int] | None:
     Without a reduction, the rows of the output (a data-movement group such as a Transpose
     that keeps the last axis: every row is one contiguous slice of its input).
     """
-    sch = tvm.s_tir.Schedule(func)
-    blocks = schedule_blocks(sch)
+    blocks = root_blocks(func)
     reductions = [b for b in blocks if reduce_iter_vars(b)]
     if not reductions:
         extents = [int(iv.dom.extent) for iv in blocks[-1].iter_vars]
@@ -72,50 +73,98 @@ def _row_shape(func) -> tuple[int, int] | None:
     return math.prod(spatial), int(reduce_iter_vars(first)[0].dom.extent)
 
 
-class RowReduceSchedule:
+@cached_by_identity
+def _legal(func) -> Decision:
+    """``applies`` (kept for the last few functions: ``analyse`` asks it again)."""
+    shape = _row_shape(func)
+    if shape is None:
+        return Decision.no("neither a reduction nor rows of a multi-dimensional output")
+    rows, cols = shape
+    for block in root_blocks(func):
+        store = block.body
+        if type(store).__name__ != "BufferStore":
+            return Decision.no(f"block {block.name_hint} is not a single store")
+        if str(store.buffer.dtype) not in SUPPORTED_DTYPES + ("bool",):
+            return Decision.no(f"block {block.name_hint} computes in {store.buffer.dtype}")
+        reduce_vars = reduce_iter_vars(block)
+        if reduce_vars:
+            found = reducer_of(store)
+            if len(reduce_vars) != 1 or found is None:
+                return Decision.no(f"block {block.name_hint} is not a sum/max/min over one "
+                                   "axis")
+            if int(reduce_vars[0].dom.extent) != cols:
+                return Decision.no(f"block {block.name_hint} reduces over another length")
+            expr = found[1]
+        else:
+            expr = store.value
+        construct = unsupported_construct(expr, masks=True)
+        if construct:
+            return Decision.no(f"TIR construct {construct} has no vector instruction")
+        extents = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0]
+        if math.prod(extents) != rows and not is_full_row_block(extents, rows, cols):
+            return Decision.no(f"block {block.name_hint} iterates {extents}, not "
+                               f"{rows} rows of {cols}")
+    if len(param_buffers(func)[1]) != 1:
+        return Decision.no("the row-reduce template prints one output")
+    return Decision.yes(f"last-axis reduction over rows of {cols}")
+
+
+@dataclass(frozen=True)
+class RowReduceAnalysis:
+    """What the row template reads from a group, shared by every plan of it: ``prepared``,
+    the function with its row-valued and single-consumer blocks inlined and the output's row
+    loops fused into one (what every plan splits), and its ``program`` over ``rows`` rows of
+    ``cols``."""
+
+    prepared: object
+    program: RowProgram
+    rows: int
+    cols: int
+
+
+class RowReduceSchedule(Template):
     """Template for last-axis reductions with elementwise prologues and epilogues."""
 
     name = "row_reduce"
-    Knobs = RowReduceKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
+    Knobs = RowReduceKnobs  # plan()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:
-        shape = _row_shape(func)
-        if shape is None:
-            return Decision.no("neither a reduction nor rows of a multi-dimensional output")
-        rows, cols = shape
-        sch = tvm.s_tir.Schedule(func)
-        for block in schedule_blocks(sch):
-            store = block.body
-            if type(store).__name__ != "BufferStore":
-                return Decision.no(f"block {block.name_hint} is not a single store")
-            if str(store.buffer.dtype) not in SUPPORTED_DTYPES + ("bool",):
-                return Decision.no(f"block {block.name_hint} computes in {store.buffer.dtype}")
-            reduce_vars = reduce_iter_vars(block)
-            if reduce_vars:
-                found = reducer_of(store)
-                if len(reduce_vars) != 1 or found is None:
-                    return Decision.no(f"block {block.name_hint} is not a sum/max/min over one "
-                                       "axis")
-                if int(reduce_vars[0].dom.extent) != cols:
-                    return Decision.no(f"block {block.name_hint} reduces over another length")
-                expr = found[1]
-            else:
-                expr = store.value
-            construct = unsupported_construct(expr, masks=True)
-            if construct:
-                return Decision.no(f"TIR construct {construct} has no vector instruction")
-            extents = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0]
-            if math.prod(extents) != rows and not is_full_row_block(extents, rows, cols):
-                return Decision.no(f"block {block.name_hint} iterates {extents}, not "
-                                   f"{rows} rows of {cols}")
-        if len(param_buffers(func)[1]) != 1:
-            return Decision.no("the row-reduce template prints one output")
-        return Decision.yes(f"last-axis reduction over rows of {cols}")
+        """Decision: every block a single store over rows of the first reduction's length (or
+        rows of the output without one), computed in a vector dtype, one output."""
+        return _legal(func)
 
-    @staticmethod
-    def schedule(func, soc, knobs: RowReduceKnobs | None = None):
-        """(scheduled PrimFunc, Tiling); ``knobs`` (RowReduceKnobs) as the search chose.
+    @classmethod
+    def analyse(cls, func) -> RowReduceAnalysis:
+        """Inline what the row program does not keep, fuse the output's row loops, read the
+        row program."""
+        decision = cls.applies(func)
+        if not decision:
+            raise TilingError(f"row-reduce template does not apply: {decision.reason}")
+        rows, cols = _row_shape(func)
+        sch = tvm.s_tir.Schedule(func)
+        inline_row_blocks(sch, rows, cols)
+        out_rv = sch.get_child_blocks(sch.get_sblock("root"))[-1]
+        out_block = sch.get(out_rv)
+        extents = [int(iv.dom.extent) for iv in out_block.iter_vars if int(iv.iter_type) == 0]
+        loops = sch.get_loops(out_rv)
+        if reduce_iter_vars(out_block):
+            loops = loops[:-1]  # the reduction loop stays inside the row
+        row_loops = loops[:-1] if is_full_row_block(extents, rows, cols) else loops
+        if len(row_loops) > 1:
+            sch.fuse(*row_loops)  # the outermost loop from here on: apply splits it
+        elif not row_loops:
+            # a reduction to one value has no row loop to split; refused with the IndexError
+            # that indexing the empty list always raised here, so the fusion reports that
+            # quote it stay as they were (a sentence instead is a change of its own)
+            raise IndexError("list index out of range")
+        program = row_program(schedule_blocks(sch), func, rows, cols)
+        return RowReduceAnalysis(sch.mod["main"], program, rows, cols)
+
+    @classmethod
+    def plan(cls, analysis: RowReduceAnalysis, soc,
+             knobs: RowReduceKnobs | None = None) -> Tiling:
+        """The Tiling on ``soc``; ``knobs`` (RowReduceKnobs) as the search chose.
 
         A row longer than the UB (or a ``chunk_cols`` knob below C) gets the multi-pass plan:
         one row per step, ``tiling.plan.chunked`` (RowChunks: the passes and the chunks); a
@@ -127,37 +176,30 @@ class RowReduceSchedule:
         >>> tiling.plan.chunked.passes.count   # max, sum of exp, output
         3
         """
-        knobs = knobs or RowReduceKnobs()
-        decision = RowReduceSchedule.applies(func)
-        if not decision:
-            raise TilingError(f"row-reduce template does not apply: {decision.reason}")
-        rows, cols = _row_shape(func)
-        sch = tvm.s_tir.Schedule(func)
-        inline_row_blocks(sch, rows, cols)
+        return _plan(analysis.program, soc, analysis.rows, analysis.cols,
+                     knobs or RowReduceKnobs())
+
+    @classmethod
+    def apply(cls, analysis: RowReduceAnalysis, tiling: Tiling):
+        """The row loop split ``[cores, tiles_per_core, rows_per_tile]``, every other block
+        computed at the row, the core loop annotated."""
+        sch = tvm.s_tir.Schedule(analysis.prepared)
         block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
-        out_block = sch.get(block_rvs[-1])
-        extents = [int(iv.dom.extent) for iv in out_block.iter_vars if int(iv.iter_type) == 0]
-        loops = sch.get_loops(block_rvs[-1])
-        if reduce_iter_vars(out_block):
-            loops = loops[:-1]  # the reduction loop stays inside the row
-        row_loops = loops[:-1] if is_full_row_block(extents, rows, cols) else loops
-        row_loop = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
-        program = row_program(schedule_blocks(sch), func, rows, cols)
-        tiling = _plan(program, soc, rows, cols, knobs)
+        row_loop = sch.get_loops(block_rvs[-1])[0]
         core, _, row = sch.split(row_loop, [tiling.cores, tiling.tiles_per_core,
                                             tiling.tile_len])
         for block_rv in reversed(block_rvs[:-1]):
             sch.compute_at(block_rv, row)
         sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
-        return sch.mod["main"], tiling
+        return sch.mod["main"]
 
     @staticmethod
     def knob_space(func, soc) -> list[RowReduceKnobs]:
         """Candidate knobs, the default first: core counts halving from every vector block,
         rows per tile (rows longer than the UB: columns per chunk) shrinking from the most that
-        fit by powers of two, single and double buffering. ``schedule`` may still refuse one
+        fit by powers of two, single and double buffering. ``plan`` may still refuse one
         (TilingError); searches drop it."""
-        _, default = RowReduceSchedule.schedule(func, soc)
+        default = RowReduceSchedule.plan(RowReduceSchedule.analyse(func), soc)
         cores = sorted({max(1, soc.vector_blocks // d) for d in (1, 2, 4)}, reverse=True)
         rows, chunks = [None], [None]
         chunk = default.plan.chunked.chunk_cols if default.plan.chunked else None

@@ -270,3 +270,13 @@ def test_sweep_of_shapes(dtype, target):
         shape = shape[:-1] + (max(2, shape[-1]),)
         _add_reduction(b, ops[k % 4], shape, list(range(first, last + 1)), k % 2, f"x{k}")
     _build_and_check(b, target=target)
+
+
+def test_analyse_once_plan_per_knobs_apply_per_plan_is_schedule():
+    """The contract, on |x| summed over two axes with an epilogue: one analysis serves every
+    plan, and apply leaves it as it found it."""
+    from template_contract import check_analyse_plan_apply
+
+    func, _ = _te_reduction((3, 6, 5, 21), [1, 2], 0, epilogue=True)
+    check_analyse_plan_apply(AxisReduceSchedule, func, get_soc("Ascend910B1"), [
+        None, AxisReduceKnobs(cores=3, chunk=8), AxisReduceKnobs(chunk=16, double_buffer=False)])

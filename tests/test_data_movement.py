@@ -380,3 +380,28 @@ def test_a_gather_by_a_0d_id_fused_with_its_reader_declares_the_id_tensor(soc):
     assert len(fused) == 2
     for group in fused:
         assert profile[group["kernel"]]["gm_read_bytes"] == group["tiling"]["gm_read_bytes"]
+
+
+def test_analyse_once_plan_per_knobs_apply_per_plan_is_schedule():
+    """The contract: one analysis (the transpose and its relu inlined) serves every plan, and
+    apply leaves it as it found it."""
+    from tvm import relax
+
+    from template_contract import check_analyse_plan_apply
+    from tvm_ascend.schedules.analysis.tir_walk import root_blocks
+    from tvm_ascend.schedules.data_movement import DataMovementKnobs
+    from tvm_ascend.soc import get_soc
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3, 37, 20), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(relax.op.permute_dims(x, [0, 2, 1])))
+        bb.emit_func_output(out)
+    legal = relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(bb.get()))
+    mod = relax.transform.FuseTIR()(relax.transform.FuseOps()(legal))
+    func = next(f for gv, f in mod.functions.items() if gv.name_hint != "main")
+    assert len(root_blocks(func)) == 2  # the transpose and the relu, before analyse
+    check_analyse_plan_apply(DataMovementSchedule, func, get_soc("Ascend910B1"),
+                             [None, DataMovementKnobs(cores=4, tile_rows=2,
+                                                      double_buffer=False)])

@@ -212,3 +212,17 @@ def test_fp16_long_rows():
     # here the LayerNorm chain is one kernel: mean, variance, output
     assert sorted(t["plan"]["chunked"]["passes"]["count"]
                   for t in chunked_tilings(groups)) == [1, 3, 3]
+
+
+def test_analyse_once_plan_per_knobs_apply_per_plan_is_schedule():
+    """The contract, on a LayerNorm chain: one analysis serves the one-pass plans and the
+    multi-pass one, and apply leaves it as it found it."""
+    from template_contract import check_analyse_plan_apply
+
+    b = ModelBuilder("float32", seed=46)
+    x = b.input("x", (6, 1000))
+    b.output(layernorm_chain(b, x, 1000), (6, 1000))
+    (func,) = _row_funcs(b.model())
+    check_analyse_plan_apply(RowReduceSchedule, func, get_soc("Ascend910B1"), [
+        None, RowReduceKnobs(cores=3, rows_per_tile=1, double_buffer=False),
+        RowReduceKnobs(chunk_cols=256)])

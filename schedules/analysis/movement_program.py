@@ -32,7 +32,7 @@ from tvm_ascend.errors import TilingError
 
 from .tile_values import (VECTOR_BINARY, VECTOR_CALLS, AccessKind, Access,
                           expr_key, flat_offset, plan_tile_values)
-from .tir_walk import BufferLoad, Call, expr_dtype, load_buffer, param_buffers
+from .tir_walk import BufferLoad, Call, cached_by_identity, expr_dtype, load_buffer, param_buffers
 from ..tiling import dtype_bytes, round_up
 from ..tiling import BLOCK_BYTES, SUPPORTED_DTYPES
 
@@ -585,6 +585,15 @@ def movement_program(func) -> MovementProgram:
     return _Analysis(func, sch.get(out_rv)).run()
 
 
+@cached_by_identity
+def prepared_movement(func) -> tuple[MovementProgram, object]:
+    """(MovementProgram of ``func``, ``func`` with every block inlined into its output block):
+    the template's ``applies`` and ``analyse`` both ask it of a candidate, so the answer is
+    kept for the last few functions (shared: never modify it); TilingError says why not."""
+    sch, out_rv = inlined_output_block(func)
+    return _Analysis(func, sch.get(out_rv)).run(), sch.mod["main"]
+
+
 __all__ = ["MovementProgram", "Operand", "Segment", "Leaf", "Choice", "DataDependent",
-           "movement_program", "inlined_output_block", "evaluate", "uses", "MAX_BURSTS",
-           "index_loads"]
+           "movement_program", "prepared_movement", "inlined_output_block", "evaluate", "uses",
+           "MAX_BURSTS", "index_loads"]
