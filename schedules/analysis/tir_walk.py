@@ -6,6 +6,8 @@ recogniser asks of a fused PrimFunc before it decides anything of its own.
 """
 from __future__ import annotations
 
+import functools
+
 from tvm import tirx
 from tvm.ir.expr import Call, TensorLoad
 from tvm.s_tir.stmt import SBlock, SBlockRealize
@@ -141,28 +143,38 @@ def access_at(expr, values: dict) -> int | None:
     return int(out.value) if type(out).__name__ == "IntImm" else None
 
 
-_ROOT_BLOCKS: dict = {}  # id(func) -> (func, blocks): a few entries, newest last
+def cached_by_identity(fn):
+    """``fn(func)`` for the last few PrimFuncs, kept by identity (PrimFuncs are immutable):
+    the planner asks every template's ``applies`` and then ``analyse`` of the same candidate,
+    and both read the same blocks, inlines and programs, each a TIR Schedule (milliseconds) to
+    build. A call that raises keeps nothing."""
+    entries: dict = {}  # id(func) -> (func, value), newest last; func kept so ids stay unique
+
+    @functools.wraps(fn)
+    def cached(func):
+        hit = entries.get(id(func))
+        if hit is not None and hit[0] is func:
+            return hit[1]
+        value = fn(func)
+        if len(entries) >= 16:
+            entries.pop(next(iter(entries)))
+        entries[id(func)] = (func, value)
+        return value
+
+    return cached
 
 
+@cached_by_identity
 def root_blocks(func: tirx.PrimFunc) -> list:
     """The root's child blocks of ``func`` in order (SBlock statements), as a TIR Schedule
-    lists them. Every template's ``applies`` asks this of the same function while the planner
-    tries templates on a candidate; building a Schedule costs milliseconds, so the answer for
-    the last few functions is kept (by identity: PrimFuncs are immutable)."""
-    hit = _ROOT_BLOCKS.get(id(func))
-    if hit is not None and hit[0] is func:
-        return hit[1]
+    lists them (kept for the last few functions: every template's ``applies`` asks it)."""
     import tvm
 
     sch = tvm.s_tir.Schedule(func)
-    blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
-    if len(_ROOT_BLOCKS) >= 16:
-        _ROOT_BLOCKS.pop(next(iter(_ROOT_BLOCKS)))
-    _ROOT_BLOCKS[id(func)] = (func, blocks)
-    return blocks
+    return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
 
 
 __all__ = ["expr_dtype", "BufferLoad", "Call", "load_buffer", "walk", "written_buffers",
            "param_buffers", "first_block_realize", "SBlock", "SBlockRealize", "root_blocks",
            "schedule_blocks", "reduce_iter_vars", "reducer_of", "product_loads",
-           "access_at"]
+           "access_at", "cached_by_identity"]
