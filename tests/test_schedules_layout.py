@@ -102,15 +102,28 @@ def _templates():
 
 
 @pytest.mark.parametrize("template", _templates(), ids=lambda t: t.name)
-def test_every_template_names_the_knobs_its_schedule_takes(template):
+def test_every_template_keeps_the_contract(template):
+    """Every template is a ``Template`` that defines its own ``analyse``, ``plan`` and
+    ``apply`` (the planner calls them apart: one analysis per group, one plan per candidate,
+    one apply for the kept plan) and leaves ``schedule``, the three in a row, to the base."""
+    from tvm_ascend.schedules.template import Template
+
+    assert issubclass(template, Template), f"{template.__name__} is no Template"
+    for method in ("analyse", "plan", "apply"):
+        assert method in vars(template), f"{template.__name__} does not define {method}"
+    assert "schedule" not in vars(template), f"{template.__name__} defines its own schedule"
+
+
+@pytest.mark.parametrize("template", _templates(), ids=lambda t: t.name)
+def test_every_template_names_the_knobs_its_plan_takes(template):
     """``Template.Knobs`` is what the tuning records are read into (``knobs_from_json``) and
     what the partitioner's choice is written from; a template without it cannot be tuned."""
     from tvm_ascend.schedules import knobs_from_json
 
     knobs = template.Knobs
     assert dataclasses.is_dataclass(knobs) and knobs.__dataclass_params__.frozen
-    annotation = inspect.signature(template.schedule).parameters["knobs"].annotation
-    assert knobs.__name__ in str(annotation), f"{template.name}.schedule takes {annotation}"
+    annotation = inspect.signature(template.plan).parameters["knobs"].annotation
+    assert knobs.__name__ in str(annotation), f"{template.name}.plan takes {annotation}"
     default = knobs()
     assert knobs_from_json(template.name, dataclasses.asdict(default)) == default
     with pytest.raises(TypeError, match="unknown"):
