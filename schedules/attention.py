@@ -38,9 +38,10 @@ from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
 from .analysis.attention_shape import AttentionShape, _NotAttention, attention_shape
+from .analysis.tir_walk import cached_by_identity
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
-from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
-                     UB_RESERVED_BYTES)
+from .tiling import SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
+from .template import Template, mark_core_loop
 
 SCORE_BYTES = 4  # scores, probabilities' statistics and the output accumulator are float
 
@@ -84,41 +85,71 @@ class AttentionPlan(TemplatePlan, template="attention"):
     data_copy_pad: bool
 
 
-class AttentionSchedule:
+@dataclass(frozen=True)
+class AttentionAnalysis:
+    """What the attention template reads from a group: its ``shape`` (every operand's index
+    map, scale, mask and Where) and ``prepared``, the group as ``apply`` schedules it (the
+    template inlines nothing: the printer reads the operands through the index maps)."""
+
+    shape: AttentionShape
+    prepared: tvm.tirx.PrimFunc
+
+
+@cached_by_identity
+def _shape_or_reason(func) -> AttentionShape | str:
+    """``attention_shape(func)``, or why the group is not attention."""
+    try:
+        return attention_shape(func)
+    except _NotAttention as err:
+        return str(err)
+
+
+@cached_by_identity
+def _applies(func) -> Decision:
+    shape = _shape_or_reason(func)
+    if isinstance(shape, str):
+        return Decision.no(shape)
+    if shape.dtype not in SUPPORTED_DTYPES:
+        return Decision.no(f"attention in {shape.dtype}; the kernel takes float16/float32")
+    for name, op in (("Q", shape.q), ("V", shape.v), ("output", shape.out)):
+        if op.col_stride != 1:
+            return Decision.no(f"{name} ({op.param}) is not contiguous along the head dim")
+    if shape.k.col_stride != 1 and shape.k.row_stride != 1:
+        return Decision.no(f"K ({shape.k.param}) is contiguous along neither keys nor dim")
+    return Decision.yes(f"attention {shape.batch} x {shape.seq_q} x {shape.seq_kv} x "
+                        f"{shape.head_dim}: both products on the cube, online softmax")
+
+
+class AttentionSchedule(Template):
     """Template for attention groups: two cube products around an online softmax."""
 
     name = "attention"
-    Knobs = AttentionKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
+    Knobs = AttentionKnobs  # plan()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:
-        try:
-            shape = attention_shape(func)
-        except _NotAttention as err:
-            return Decision.no(str(err))
-        if shape.dtype not in SUPPORTED_DTYPES:
-            return Decision.no(f"attention in {shape.dtype}; the kernel takes float16/float32")
-        for name, op in (("Q", shape.q), ("V", shape.v), ("output", shape.out)):
-            if op.col_stride != 1:
-                return Decision.no(f"{name} ({op.param}) is not contiguous along the head dim")
-        if shape.k.col_stride != 1 and shape.k.row_stride != 1:
-            return Decision.no(f"K ({shape.k.param}) is contiguous along neither keys nor dim")
-        return Decision.yes(f"attention {shape.batch} x {shape.seq_q} x {shape.seq_kv} x "
-                            f"{shape.head_dim}: both products on the cube, online softmax")
+        return _applies(func)
 
     @staticmethod
-    def schedule(func, soc, knobs: AttentionKnobs | None = None):
-        """(PrimFunc, Tiling) for ``soc``. The PrimFunc is ``func`` with its first loop marked
-        as the core loop: the kernel's structure comes from the plan, not from loop nests."""
-        decision = AttentionSchedule.applies(func)
+    def analyse(func) -> AttentionAnalysis:
+        """The attention the group computes (``AttentionAnalysis``); TilingError where the
+        template does not take it."""
+        decision = _applies(func)
         if not decision:
             raise TilingError(f"attention template does not apply: {decision.reason}")
-        shape = attention_shape(func)
-        tiling = plan_attention(shape, soc, knobs or AttentionKnobs())
-        sch = tvm.s_tir.Schedule(func)
-        loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])
-        sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
-        return sch.mod["main"], tiling
+        return AttentionAnalysis(_shape_or_reason(func), func)
+
+    @staticmethod
+    def plan(analysis: AttentionAnalysis, soc, knobs: AttentionKnobs | None = None) -> Tiling:
+        """Blocks, cores, UB and GM traffic of the analysed attention on ``soc``; ``knobs``
+        (AttentionKnobs) as the search chose, None for the defaults."""
+        return plan_attention(analysis.shape, soc, knobs or AttentionKnobs())
+
+    @staticmethod
+    def apply(analysis: AttentionAnalysis, tiling: Tiling):
+        """The group with its first loop marked as the core loop: the kernel's structure
+        comes from the plan, not from loop nests."""
+        return mark_core_loop(analysis.prepared)
 
     @staticmethod
     def knob_space(func, soc) -> list[AttentionKnobs]:

@@ -41,10 +41,10 @@ from .analysis.epilogue_checks import epilogue_refusal
 from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .analysis.tile_values import buffer_size
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
-from .tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
-                     UB_RESERVED_BYTES)
-from .analysis.tir_walk import (load_buffer, product_loads, reduce_iter_vars, root_blocks,
-                                schedule_blocks)
+from .tiling import SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
+from .analysis.tir_walk import (cached_by_identity, load_buffer, product_loads,
+                                reduce_iter_vars, root_blocks, schedule_blocks)
+from .template import Template, mark_core_loop
 
 MAX_BASE = 256  # 128 x 256 float32 accumulators fill a 910B L0C (128 KB)
 
@@ -136,6 +136,7 @@ class MatmulPlan(TemplatePlan, template="matmul"):
         return (s.m, s.n, s.k, self.base_m, self.base_n, self.single_m, self.single_n)
 
 
+@cached_by_identity
 def matmul_shape(func) -> MatmulShape | None:
     """The matmul of ``func``'s first block, if it is one the cube template takes.
 
@@ -174,46 +175,50 @@ def matmul_shape(func) -> MatmulShape | None:
                        load_buffer(a_load).name, load_buffer(b_load).name)
 
 
-class MatmulSchedule:
+@dataclass(frozen=True)
+class MatmulAnalysis:
+    """What the matmul template reads from a group, once for all its plans: the product's
+    ``shape``, the epilogue as a row program over C's rows (``program``, None without one) and
+    ``prepared``, the group with its epilogue inlined into one block (the function ``apply``
+    schedules and the printer reads)."""
+
+    shape: MatmulShape
+    program: object  # RowProgram | None
+    prepared: tvm.tirx.PrimFunc
+
+
+class MatmulSchedule(Template):
     """Template for MatMul groups (cube) with elementwise epilogues (vector)."""
 
     name = "matmul"
-    Knobs = MatmulKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
+    Knobs = MatmulKnobs  # plan()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:
-        shape = matmul_shape(func)
-        if shape is None:
-            return Decision.no("first block is not a matmul C += A[i, k] * B[k, j]")
-        if shape.dtype not in SUPPORTED_DTYPES:
-            return Decision.no(f"matmul in {shape.dtype}; the cube kernel takes float16/float32")
-        refusal = epilogue_refusal(func, root_blocks(func)[1:], "matmul", "matmul",
-                                   shape.dtype)
-        if refusal is not None:
-            return refusal
-        return Decision.yes(f"matmul {shape.m}x{shape.k} @ {shape.k}x{shape.n} on the cube")
+        return _applies(func)
 
     @staticmethod
-    def schedule(func, soc, knobs: MatmulKnobs | None = None):
-        """(scheduled PrimFunc, Tiling); ``knobs`` (MatmulKnobs) as the search chose."""
-        decision = MatmulSchedule.applies(func)
-        if not decision:
-            raise TilingError(f"matmul template does not apply: {decision.reason}")
-        shape = matmul_shape(func)
-        sch = tvm.s_tir.Schedule(func)
-        block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
-        for block_rv in block_rvs[1:-1]:
-            sch.compute_inline(block_rv)
-        program = epilogue_program(schedule_blocks(sch), func, shape)
-        tiling = _plan(shape, program, soc, knobs or MatmulKnobs())
-        loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])
-        sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
-        return sch.mod["main"], tiling
+    def analyse(func) -> MatmulAnalysis:
+        """The group's product, epilogue program and prepared function (``MatmulAnalysis``);
+        TilingError where the template does not take it or cannot print its epilogue."""
+        return _analyse(func)
+
+    @staticmethod
+    def plan(analysis: MatmulAnalysis, soc, knobs: MatmulKnobs | None = None) -> Tiling:
+        """The Tiling of the analysed group on ``soc``; ``knobs`` (MatmulKnobs) as the search
+        chose, None for the defaults."""
+        return _plan(analysis.shape, analysis.program, soc, knobs or MatmulKnobs())
+
+    @staticmethod
+    def apply(analysis: MatmulAnalysis, tiling: Tiling):
+        """The prepared function with the product's outer loop as the core loop: the kernel's
+        tiles come from the plan, not from loop nests."""
+        return mark_core_loop(analysis.prepared)
 
     @staticmethod
     def variants(func, soc) -> list[MatmulKnobs]:
         """Knobs worth estimating beside the default for every group (the partitioner keeps the
-        fastest; ``schedule`` may refuse one): twice the base tile along M or N (fewer
+        fastest; ``plan`` may refuse one): twice the base tile along M or N (fewer
         re-reads of the other operand where its K panel does not stay in L1), and on 910B the
         1:2 mix (twice the vector units for a heavy epilogue, half the L1 each)."""
         shape = matmul_shape(func)
@@ -233,7 +238,7 @@ class MatmulSchedule:
     def knob_space(func, soc) -> list[MatmulKnobs]:
         """Candidate knobs, the default first: base tiles of 32..128 (64 for float32) along
         M and N, plus the default's variants (``variants``), all or half the clients, on 910B
-        a 1:1 or 1:2 mix. ``schedule`` may refuse one (TilingError)."""
+        a 1:1 or 1:2 mix. ``plan`` may refuse one (TilingError)."""
         shape = matmul_shape(func)
         if shape is None:
             return [MatmulKnobs()]
@@ -251,6 +256,32 @@ class MatmulSchedule:
                         if knobs not in space:
                             space.append(knobs)
         return space
+
+
+@cached_by_identity
+def _applies(func) -> Decision:
+    shape = matmul_shape(func)
+    if shape is None:
+        return Decision.no("first block is not a matmul C += A[i, k] * B[k, j]")
+    if shape.dtype not in SUPPORTED_DTYPES:
+        return Decision.no(f"matmul in {shape.dtype}; the cube kernel takes float16/float32")
+    refusal = epilogue_refusal(func, root_blocks(func)[1:], "matmul", "matmul", shape.dtype)
+    if refusal is not None:
+        return refusal
+    return Decision.yes(f"matmul {shape.m}x{shape.k} @ {shape.k}x{shape.n} on the cube")
+
+
+@cached_by_identity
+def _analyse(func) -> MatmulAnalysis:
+    decision = _applies(func)
+    if not decision:
+        raise TilingError(f"matmul template does not apply: {decision.reason}")
+    shape = matmul_shape(func)
+    sch = tvm.s_tir.Schedule(func)
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root"))[1:-1]:
+        sch.compute_inline(block_rv)
+    return MatmulAnalysis(shape, epilogue_program(schedule_blocks(sch), func, shape),
+                          sch.mod["main"])
 
 
 def epilogue_program(blocks, func, shape: MatmulShape):

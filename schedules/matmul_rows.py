@@ -43,10 +43,11 @@ from .analysis.row_program import (RowAccessKind, check_program_dtypes, input_dt
 from .row_reduce import inline_row_blocks
 from .analysis.tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, pieces, round_up
-from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork,
-                     TemplatePlan, Tiling, UB_RESERVED_BYTES)
-from .analysis.tir_walk import (param_buffers, reduce_iter_vars, reducer_of, root_blocks,
-                                schedule_blocks)
+from .tiling import (BLOCK_BYTES, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
+                     UB_RESERVED_BYTES)
+from .analysis.tir_walk import (cached_by_identity, param_buffers, reduce_iter_vars,
+                                reducer_of, root_blocks, schedule_blocks)
+from .template import Template, mark_core_loop
 
 # L0A/L0B are double-buffered and L0C single (the values the matmul printer's TCubeTiling
 # carries: dbL0A = dbL0B = 2, dbL0C = 1, depthA1 = depthB1 = 2); L0C accumulates in float32.
@@ -145,56 +146,87 @@ def _row_shape_decision(func, shape: MatmulShape) -> Decision:
     return Decision.yes()
 
 
-class MatmulRowsSchedule:
+@dataclass(frozen=True)
+class MatmulRowsAnalysis:
+    """What the matmul-rows template reads from a group, once for all its plans: the product's
+    ``shape`` as the group writes it, the row epilogue over C's rows (``program``) and
+    ``prepared``, the group after the row template's inlining (row values and single-use full
+    rows joined to their reader; the product stays the first block)."""
+
+    shape: MatmulShape
+    program: object  # RowProgram
+    prepared: tvm.tirx.PrimFunc
+
+
+@cached_by_identity
+def _applies(func) -> Decision:
+    shape = matmul_shape(func)
+    if shape is None:
+        return Decision.no("first block is not a matmul C += A[i, k] * B[k, j]")
+    if shape.dtype not in SUPPORTED_DTYPES:
+        return Decision.no(f"matmul in {shape.dtype}; the cube kernel takes float16/float32")
+    if shape.b_batched:
+        # a per-batch product of two activations followed by a row reduction is the first
+        # half of attention: taking it here would leave the planner comparing the attention
+        # kernel (scores kept on chip) against this one instead of against the split ops
+        return Decision.no("B differs per batch (attention scores): the attention template "
+                           "takes the product with its softmax and PV")
+    decision = _row_shape_decision(func, shape)
+    if not decision:
+        return decision
+    if len(param_buffers(func)[1]) != 1:
+        return Decision.no("the matmul-rows template prints one output")
+    return Decision.yes(f"matmul {shape.m}x{shape.k} @ {shape.k}x{shape.n} with a row "
+                        f"epilogue over N={shape.n}")
+
+
+@cached_by_identity
+def _analyse(func) -> MatmulRowsAnalysis:
+    decision = _applies(func)
+    if not decision:
+        raise TilingError(f"matmul-rows template does not apply: {decision.reason}")
+    shape = matmul_shape(func)
+    sch = tvm.s_tir.Schedule(func)
+    inline_row_blocks(sch, shape.batch * shape.m, shape.n)
+    return MatmulRowsAnalysis(shape, epilogue_program(schedule_blocks(sch), func, shape),
+                              sch.mod["main"])
+
+
+class MatmulRowsSchedule(Template):
     """Template for a MatMul on the cube followed by row reductions over its N axis."""
 
     name = "matmul_rows"
-    Knobs = MatmulRowsKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
+    Knobs = MatmulRowsKnobs  # plan()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:
-        shape = matmul_shape(func)
-        if shape is None:
-            return Decision.no("first block is not a matmul C += A[i, k] * B[k, j]")
-        if shape.dtype not in SUPPORTED_DTYPES:
-            return Decision.no(f"matmul in {shape.dtype}; the cube kernel takes float16/float32")
-        if shape.b_batched:
-            # a per-batch product of two activations followed by a row reduction is the first
-            # half of attention: taking it here would leave the planner comparing the attention
-            # kernel (scores kept on chip) against this one instead of against the split ops
-            return Decision.no("B differs per batch (attention scores): the attention template "
-                               "takes the product with its softmax and PV")
-        decision = _row_shape_decision(func, shape)
-        if not decision:
-            return decision
-        if len(param_buffers(func)[1]) != 1:
-            return Decision.no("the matmul-rows template prints one output")
-        return Decision.yes(f"matmul {shape.m}x{shape.k} @ {shape.k}x{shape.n} with a row "
-                            f"epilogue over N={shape.n}")
+        return _applies(func)
 
     @staticmethod
-    def schedule(func, soc, knobs: MatmulRowsKnobs | None = None):
-        """(scheduled PrimFunc, Tiling); ``knobs`` (MatmulRowsKnobs) as the search chose."""
-        decision = MatmulRowsSchedule.applies(func)
-        if not decision:
-            raise TilingError(f"matmul-rows template does not apply: {decision.reason}")
-        shape = matmul_shape(func)
-        sch = tvm.s_tir.Schedule(func)
-        # the row template's inlining: row values and single-use full rows join their reader;
-        # the product (a reduction over K) stays the first block
-        inline_row_blocks(sch, shape.batch * shape.m, shape.n)
-        program = epilogue_program(schedule_blocks(sch), func, shape)
-        _check_program(program, shape, soc)
-        tiling = _plan(shape, program, soc, knobs or MatmulRowsKnobs())
-        loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])
-        sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
-        return sch.mod["main"], tiling
+    def analyse(func) -> MatmulRowsAnalysis:
+        """The group's product, its row epilogue and the prepared function
+        (``MatmulRowsAnalysis``); TilingError where the template does not take it."""
+        return _analyse(func)
+
+    @staticmethod
+    def plan(analysis: MatmulRowsAnalysis, soc,
+             knobs: MatmulRowsKnobs | None = None) -> Tiling:
+        """The Tiling of the analysed group on ``soc``; ``knobs`` (MatmulRowsKnobs) as the
+        search chose, None for the defaults. TilingError for an epilogue the kernel cannot
+        print on ``soc`` or rows too wide for it."""
+        _check_program(analysis.program, analysis.shape, soc)
+        return _plan(analysis.shape, analysis.program, soc, knobs or MatmulRowsKnobs())
+
+    @staticmethod
+    def apply(analysis: MatmulRowsAnalysis, tiling: Tiling):
+        """The prepared function with the product's outer loop as the core loop."""
+        return mark_core_loop(analysis.prepared)
 
     @staticmethod
     def knob_space(func, soc) -> list[MatmulRowsKnobs]:
         """Candidate knobs, the default first: base tiles of 16..128 rows that fit, all or half
-        the AI cores. ``schedule`` may refuse one (TilingError); searches drop it."""
-        _, default = MatmulRowsSchedule.schedule(func, soc)
+        the AI cores. ``plan`` may refuse one (TilingError); searches drop it."""
+        default = MatmulRowsSchedule.plan(MatmulRowsSchedule.analyse(func), soc)
         top = default.plan.max_base_m
         space = [MatmulRowsKnobs()]
         for cores in (None, max(1, soc.ai_cores // 2)):

@@ -51,7 +51,8 @@ from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, \
     TemplatePlan, Tiling, UB_RESERVED_BYTES
-from .analysis.tir_walk import schedule_blocks
+from .analysis.tir_walk import cached_by_identity, root_blocks, schedule_blocks
+from .template import Template
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per copy
 EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR)
@@ -149,11 +150,58 @@ def copied_input(prologue) -> str:
     return rows[0]
 
 
-class Pool2dSchedule:
+@dataclass(frozen=True)
+class PoolAnalysis:
+    """What the pooling template reads from a group, once for all its plans: ``prepared``, the
+    group with its epilogue and prologue inlined into one block each (the function ``apply``
+    schedules and the printer reads), the pool read back from it (``shape``) and its
+    epilogue and prologue row programs (None without one)."""
+
+    shape: PoolShape
+    program: object   # RowProgram | None: the epilogue
+    prologue: object  # RowProgram | None
+    prepared: tvm.tirx.PrimFunc
+
+
+@cached_by_identity
+def _applies(func) -> Decision:
+    shape = pool_shape(func)
+    if isinstance(shape, str):
+        return Decision.no(f"not an NCHW max/avg pool the template prints: {shape}")
+    if shape.dtype not in SUPPORTED_DTYPES:
+        return Decision.no(f"pooling in {shape.dtype}; the vector kernel takes float16/float32")
+    blocks = root_blocks(func)
+    refusal = epilogue_refusal(func, blocks[:shape.prologue] + blocks[shape.out_index + 1:],
+                               "pool", "pool2d", shape.dtype)
+    if refusal is not None:
+        return refusal
+    (kh, kw), (sh, sw) = shape.kernel, shape.stride
+    return Decision.yes(f"{shape.kind} pool {kh}x{kw} stride {sh}x{sw} on the vector unit "
+                        "(vertical Max/Add over rows, horizontal Gather + Max/Add)")
+
+
+@cached_by_identity
+def _analyse(func) -> PoolAnalysis:
+    decision = _applies(func)
+    if not decision:
+        raise TilingError(f"pool2d template does not apply: {decision.reason}")
+    shape = pool_shape(func)
+    sch = tvm.s_tir.Schedule(func)
+    block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
+    # the epilogue and the prologue as one block each, as the printer reads them
+    for block_rv in block_rvs[shape.out_index + 1:-1] + block_rvs[:max(0, shape.prologue - 1)]:
+        sch.compute_inline(block_rv)
+    inlined = sch.mod["main"]
+    shape, blocks = pool_shape(inlined), schedule_blocks(sch)
+    return PoolAnalysis(shape, epilogue_program(blocks, inlined, shape),
+                        prologue_program(blocks, inlined, shape), inlined)
+
+
+class Pool2dSchedule(Template):
     """Template for MaxPool / AveragePool groups (NCHW) with elementwise epilogues."""
 
     name = "pool2d"
-    Knobs = Pool2dKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
+    Knobs = Pool2dKnobs  # plan()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:
@@ -165,50 +213,35 @@ class Pool2dSchedule:
         >>> Pool2dSchedule.applies(prim_func).reason    # doctest: +SKIP
         'max pool 3x3 stride 2x2 on the vector unit (...)'
         """
-        shape = pool_shape(func)
-        if isinstance(shape, str):
-            return Decision.no(f"not an NCHW max/avg pool the template prints: {shape}")
-        if shape.dtype not in SUPPORTED_DTYPES:
-            return Decision.no(f"pooling in {shape.dtype}; the vector kernel takes "
-                               "float16/float32")
-        blocks = schedule_blocks(tvm.s_tir.Schedule(func))
-        refusal = epilogue_refusal(func, blocks[:shape.prologue] + blocks[shape.out_index + 1:],
-                                   "pool", "pool2d", shape.dtype)
-        if refusal is not None:
-            return refusal
-        (kh, kw), (sh, sw) = shape.kernel, shape.stride
-        return Decision.yes(f"{shape.kind} pool {kh}x{kw} stride {sh}x{sw} on the vector unit "
-                            "(vertical Max/Add over rows, horizontal Gather + Max/Add)")
+        return _applies(func)
 
     @staticmethod
-    def schedule(func, soc, knobs: Pool2dKnobs | None = None):
-        """(scheduled PrimFunc, Tiling); ``knobs`` (Pool2dKnobs) as the search chose.
+    def analyse(func) -> PoolAnalysis:
+        """The group with its epilogue and prologue inlined into one block each, as the
+        printer reads it, and the pool, epilogue and prologue read back from that
+        (``PoolAnalysis``); TilingError where the template does not take the group."""
+        return _analyse(func)
 
-        The epilogue is inlined into one block; the window block's loops are fused and split
-        as the plan cuts the work, ``[cores, tiles_per_core, units per tile]`` over
-        ``(plane, chunk)``, the core loop annotated ``ascend.block_idx``.
+    @staticmethod
+    def plan(analysis: PoolAnalysis, soc, knobs: Pool2dKnobs | None = None) -> Tiling:
+        """The Tiling of the analysed pool on ``soc`` (``plan`` below); ``knobs``
+        (Pool2dKnobs) as the search chose, None for the defaults.
 
         Examples
         --------
-        >>> scheduled, tiling = Pool2dSchedule.schedule(func, soc, Pool2dKnobs(cores=1))
+        >>> tiling = Pool2dSchedule.plan(Pool2dSchedule.analyse(func), soc, Pool2dKnobs(cores=1))
         ... # doctest: +SKIP
         """
-        knobs = knobs or Pool2dKnobs()
-        decision = Pool2dSchedule.applies(func)
-        if not decision:
-            raise TilingError(f"pool2d template does not apply: {decision.reason}")
-        shape = pool_shape(func)
-        sch = tvm.s_tir.Schedule(func)
-        block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
-        # the epilogue and the prologue as one block each, as the printer reads them
-        for block_rv in block_rvs[shape.out_index + 1:-1] + block_rvs[:max(0, shape.prologue
-                                                                            - 1)]:
-            sch.compute_inline(block_rv)
-        inlined = sch.mod["main"]
-        shape, blocks = pool_shape(inlined), schedule_blocks(sch)
-        tiling = plan(shape, epilogue_program(blocks, inlined, shape), soc, knobs,
-                      prologue_program(blocks, inlined, shape))
-        p = tiling.plan
+        return plan(analysis.shape, analysis.program, soc, knobs or Pool2dKnobs(),
+                    analysis.prologue)
+
+    @staticmethod
+    def apply(analysis: PoolAnalysis, tiling: Tiling):
+        """The window block's loops fused and split as the plan cuts the work,
+        ``[cores, tiles_per_core, units per tile]`` over ``(plane, chunk)``, the core loop
+        annotated ``ascend.block_idx``."""
+        shape, p = analysis.shape, tiling.plan
+        sch = tvm.s_tir.Schedule(analysis.prepared)
         pool_rv = sch.get_child_blocks(sch.get_sblock("root"))[shape.out_index - (
             1 if shape.kind == "avg" else 0)]
         n, c, y, *_ = sch.get_loops(pool_rv)
@@ -217,13 +250,13 @@ class Pool2dSchedule:
         unit = sch.fuse(plane, chunk)
         core, _, _ = sch.split(unit, [tiling.cores, tiling.tiles_per_core, tiling.tile_len])
         sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
-        return sch.mod["main"], tiling
+        return sch.mod["main"]
 
     @staticmethod
     def knob_space(func, soc) -> list[Pool2dKnobs]:
         """Candidate knobs, the default first: fewer cores, fewer rows per tile, single
-        buffering. ``schedule`` may still refuse one (TilingError); searches drop it."""
-        _, default = Pool2dSchedule.schedule(func, soc)
+        buffering. ``plan`` may still refuse one (TilingError); searches drop it."""
+        default = Pool2dSchedule.plan(Pool2dSchedule.analyse(func), soc)
         rows = default.plan.rows_per_tile
         space = [Pool2dKnobs()]
         for double in (True, False):

@@ -29,6 +29,10 @@ from __future__ import annotations
 
 import typing
 
+import tvm
+
+from .tiling import CORE_LOOP_ANNOTATION
+
 
 class Template:
     """Base of the tiling templates (see the module docstring for the contract)."""
@@ -61,4 +65,14 @@ class Template:
         return cls.apply(analysis, tiling), tiling
 
 
-__all__ = ["Template"]
+def mark_core_loop(func, block_index: int = 0):
+    """``func`` with the outermost loop of its ``block_index``-th root block annotated as the
+    core loop (``CORE_LOOP_ANNOTATION``): the ``apply`` of the templates whose kernel's
+    structure comes from the plan, not from loop nests."""
+    sch = tvm.s_tir.Schedule(func)
+    loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[block_index])
+    sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
+    return sch.mod["main"]
+
+
+__all__ = ["Template", "mark_core_loop"]

@@ -114,6 +114,24 @@ def test_template_refuses_other_groups_and_bad_knobs():
         AttentionSchedule.schedule(func, get_soc("Ascend910B1"), AttentionKnobs(base_q=24))
 
 
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+def test_one_attention_analysis_plans_every_knob_as_schedule_does(soc):
+    """One analysis (the operands' index maps, scale and mask) serves every plan, each plan
+    applied is what ``schedule`` gives, ``apply`` leaves the analysis as it found it, and a
+    group that is not attention is refused by ``analyse`` with the reason."""
+    from template_contract import check_analyse_plan_apply
+
+    func = fused_prim_func(attention_model(seq=40).model())
+    check_analyse_plan_apply(AttentionSchedule, func, get_soc(soc),
+                             [None, AttentionKnobs(base_q=32, base_kv=32),
+                              AttentionKnobs(base_kv=64, cores=2)])
+    mb = ModelBuilder("float32")
+    x = mb.input("x", [4, 32])
+    mb.output(mb.node("Softmax", [x], axis=-1), [4, 32])
+    with pytest.raises(tvm_ascend.TilingError, match="attention template does not apply"):
+        AttentionSchedule.analyse(fused_prim_func(mb.model()))
+
+
 def test_long_rows_tile_where_the_row_template_cannot():
     """A softmax row of 16384 scores does not fit the UB: the row template streams it in
     three passes over GM (max, sum of exp, output); the attention template's UB does not

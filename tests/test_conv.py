@@ -470,6 +470,38 @@ def test_conv_knob_space_starts_with_the_defaults():
         Conv2dSchedule.schedule(func, soc, Conv2dKnobs(img2col="direct"))  # a 3x3 conv
 
 
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+def test_one_conv_analysis_plans_every_variant_as_schedule_does(soc, monkeypatch):
+    """The partitioner estimates up to nine variants of a conv: the cube templates' ``applies``
+    and one ``analyse`` (the epilogue inlined and laid out as rows) build two TIR Schedules
+    in all (the root blocks, the inlining), every variant plans from that one analysis, each
+    plan applied is what ``schedule`` gives, and ``apply`` leaves the analysis as it found
+    it."""
+    import tvm
+
+    from template_contract import check_analyse_plan_apply
+    from tvm_ascend.schedules import (AttentionSchedule, Conv2dSchedule, MatmulRowsSchedule,
+                                      MatmulSchedule, Pool2dSchedule)
+    from tvm_ascend.soc import get_soc
+
+    b = ModelBuilder("float16", seed=17)
+    x = b.input("x", (1, 64, 7, 7))
+    b.output(conv_bn(b, x, 64, 128, residual=b.input("r", (1, 128, 7, 7))), (1, 128, 7, 7))
+    result = tvm_ascend.partition_for_ascend(b.model())
+    (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
+               if f.attrs and f.attrs.get("Codegen") == "ascend"]
+    chip, built, schedule = get_soc(soc), [], tvm.s_tir.Schedule
+    monkeypatch.setattr(tvm.s_tir, "Schedule", lambda *a: built.append(a) or schedule(*a))
+    cube = (MatmulSchedule, MatmulRowsSchedule, AttentionSchedule, Pool2dSchedule,
+            Conv2dSchedule)
+    assert [t for t in cube if t.applies(func)] == [Conv2dSchedule]
+    analysis, variants = Conv2dSchedule.analyse(func), Conv2dSchedule.variants(func, chip)
+    tilings = [Conv2dSchedule.plan(analysis, chip, knobs) for knobs in variants]
+    assert len(built) == 2 and len(tilings) == len(variants) >= 4
+    monkeypatch.undo()
+    check_analyse_plan_apply(Conv2dSchedule, func, chip, [None] + variants)
+
+
 def test_pointwise_conv_reads_b_from_gm_on_910b_and_copies_rows_on_310p():
     """The two methods of a 1x1 conv: on 910B the Matmul reads B from the input planes (no
     copy, and no B staged through GM, so fewer GM bytes than the rows copy); on 310P the rows

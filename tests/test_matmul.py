@@ -150,6 +150,20 @@ def test_matmul_plan_on_310p3_has_no_workspace_round_trip():
     assert t910.work.scalar_elems == 0 and t910.plan.data_copy_pad is True
 
 
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+def test_one_matmul_analysis_plans_every_variant_as_schedule_does(soc):
+    """The partitioner estimates each of ``variants`` of a group: one analysis (the epilogue
+    inlined, its row program read) serves them all and is kept for the function, each plan
+    applied is what ``schedule`` gives, and ``apply`` leaves the analysis as it found it."""
+    from template_contract import check_analyse_plan_apply
+
+    func, chip = _te_matmul_bias_relu(300, 128, 200, "float16"), get_soc(soc)
+    variants = MatmulSchedule.variants(func, chip)
+    assert len(variants) >= 2  # twice the base tile along M; on 910B1 the 1:2 mix too
+    check_analyse_plan_apply(MatmulSchedule, func, chip, [None] + variants)
+    assert MatmulSchedule.analyse(func) is MatmulSchedule.analyse(func)
+
+
 def test_matmul_tiling_reads_back_from_its_json_with_its_plan():
     """A Tiling reads back equal from its JSON (the IR carries it so from the schedule stage
     to the printer), MatmulPlan and product shape included; no untyped params are left."""

@@ -276,6 +276,21 @@ def test_plan_of_rows_of_768_fits_every_memory():
         MatmulRowsSchedule.schedule(func, SOC, MatmulRowsKnobs(base_m=32))
 
 
+def test_one_rows_analysis_plans_every_knob_as_schedule_does():
+    """One analysis (the row template's inlining, the LayerNorm's row program) serves every
+    knob of the search space, each plan applied is what ``schedule`` gives, and ``apply``
+    leaves the analysis as it found it; a plan the SoC cannot take is refused by ``plan``."""
+    from template_contract import check_analyse_plan_apply
+
+    func = _te_func(256, 64, 96, residual=True)
+    space = MatmulRowsSchedule.knob_space(func, SOC)
+    assert MatmulRowsKnobs(32, 12) in space  # 32-row tiles on half the cores
+    check_analyse_plan_apply(MatmulRowsSchedule, func, SOC, [None] + space)
+    wide = MatmulRowsSchedule.analyse(_te_func(32, 64, 4096, residual=True))
+    with pytest.raises(TilingError, match="too wide"):
+        MatmulRowsSchedule.plan(wide, SOC)
+
+
 # Launches per layer now. TorchScript style: QKV, attention, out-proj + LN1, FFN-up + GELU,
 # FFN-down + LN2, within issue #4's 6. Dynamo style adds the Split of the fused QKV (no Ascend
 # kernel yet: host) and the Q and K reshape/transpose kernels (the data-movement rules'), 8.

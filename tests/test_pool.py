@@ -296,6 +296,27 @@ def test_template_recognises_topi_pools_and_plans_fit_the_ub():
         Pool2dSchedule.schedule(big, SOC, Pool2dKnobs(rows_per_tile=0))
 
 
+def test_one_pool_analysis_plans_every_knob_as_schedule_does():
+    """One analysis (the epilogue and the prologue inlined into one block each, the pool read
+    back from that) serves every plan, each plan applied (its loops fused and split as the
+    plan cuts the work) is what ``schedule`` gives, and ``apply`` leaves the analysis as it
+    found it."""
+    from template_contract import check_analyse_plan_apply
+
+    knobs = [None, Pool2dKnobs(cores=1), Pool2dKnobs(rows_per_tile=2, double_buffer=False)]
+    avg = _pool_func(relax.op.nn.avg_pool2d, shape=(2, 3, 12, 12), pool_size=(3, 3),
+                     strides=(2, 2), padding=(1, 1, 1, 1))
+    check_analyse_plan_apply(Pool2dSchedule, avg, SOC, knobs)
+    x = te.placeholder((1, 3, 9, 9), name="x")
+    relu = te.compute(x.shape, lambda *i: tvm.tirx.max(x(*i), tvm.tirx.const(0.0, "float32")),
+                      name="relu")
+    prologue = te.create_prim_func([x, topi.nn.pool2d(relu, (2, 2), (1, 1), (1, 1),
+                                                      (1, 0, 0, 0), "max")])
+    analysis = Pool2dSchedule.analyse(prologue)
+    assert analysis.prologue is not None and analysis.program is None
+    check_analyse_plan_apply(Pool2dSchedule, prologue, SOC, knobs)
+
+
 def test_prologues_and_refusals():
     x = te.placeholder((1, 3, 9, 9), name="x")
     relu = te.compute(x.shape, lambda *i: tvm.tirx.max(x(*i), tvm.tirx.const(0.0, "float32")),

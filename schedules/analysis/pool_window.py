@@ -22,12 +22,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-import tvm
 from tvm.sym.analyzer import Analyzer
 
 from .tile_values import uses_var
 from .tir_walk import (BufferLoad, Call, access_at, load_buffer, param_buffers, reduce_iter_vars,
-                       reducer_of, schedule_blocks)
+                       reducer_of, root_blocks)
 
 _SHAPES: OrderedDict = OrderedDict()  # pool_shape's memo
 _SHAPES_LOCK = threading.Lock()
@@ -259,7 +258,7 @@ def pool_shape(func):
 
 
 def _analyse(func):
-    blocks = schedule_blocks(tvm.s_tir.Schedule(func))
+    blocks = root_blocks(func)
     index = next((i for i, b in enumerate(blocks) if len(reduce_iter_vars(b)) == 2), None)
     if index is None:
         return "no reduction over a 2-D window"

@@ -82,14 +82,14 @@ from ..analysis.row_program import RowAccessKind, program_dtypes, row_program
 from ..analysis.epilogue_checks import epilogue_refusal
 from ..analysis.tile_values import buffer_size
 from ..tiling import FRACTAL, ceil_div, dtype_bytes, round_up
-from ..tiling import (CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
-                      UB_RESERVED_BYTES)
+from ..tiling import SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
 from .epilogue import column_bytes, row_columns
 from .shape import ConvShape, conv_block_index, conv_shape
 from .img2col import (IMG2COL_MODES, Img2colPlan, block_tails, count_col_builds, gather_mode,
                       img2col_plan, pointwise)
 from .traffic import column_scalar_writes, conv_traffic, img2col_work, streamed_tails
-from ..analysis.tir_walk import param_buffers, root_blocks, schedule_blocks
+from ..analysis.tir_walk import cached_by_identity, param_buffers, root_blocks, schedule_blocks
+from ..template import Template, mark_core_loop
 
 EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SCALAR, RowAccessKind.SCALAR)
 
@@ -174,63 +174,97 @@ def epilogue_program(blocks, func, shape: ConvShape, conv_index: int):
     return program
 
 
-class Conv2dSchedule:
+@dataclass(frozen=True)
+class ConvAnalysis:
+    """What the conv template reads from a group, once for all its plans (the partitioner
+    estimates up to nine variants of one conv): the convolution's ``shape``, the epilogue as
+    a row program over the output rows (``program``, None without one), the conv block's
+    index among the root blocks (``conv_index``) and ``prepared``, the group with its epilogue
+    inlined into one block laid out as rows ``(n, co)`` of ``oh * ow`` pixels (the function
+    ``apply`` schedules and the printer reads)."""
+
+    shape: ConvShape
+    program: object  # RowProgram | None
+    conv_index: int
+    prepared: tvm.tirx.PrimFunc
+
+
+@cached_by_identity
+def _applies(func) -> Decision:
+    shape = conv_shape(func)
+    if shape is None:
+        return Decision.no("not an NCHW conv2d (pad_temp block, then a reduction over "
+                           "rc, ry, rx of pad_temp * OIHW weights)")
+    if shape.dtype not in SUPPORTED_DTYPES:
+        return Decision.no(f"conv2d in {shape.dtype}; the cube kernel takes float16/float32")
+    blocks = root_blocks(func)
+    refusal = epilogue_refusal(func, blocks[conv_block_index(blocks) + 1:], "conv2d",
+                               "conv2d", shape.dtype)
+    if refusal is not None:
+        return refusal
+    inputs, _ = param_buffers(func)
+    if shape.x_name not in {b.name for b in inputs}:
+        # img2col gathers the conv's input from GM: a prologue computed in the kernel
+        # (a ReLU or residual Add before the conv) has no GM copy to gather from
+        return Decision.no("the conv2d input is computed in the group (a prologue); the "
+                           "img2col gather reads it from GM")
+    return Decision.yes(f"conv2d {shape.cout}x{shape.cin // shape.groups}x{shape.kh}x"
+                        f"{shape.kw} (groups {shape.groups}) as img2col + cube")
+
+
+@cached_by_identity
+def _analyse(func) -> ConvAnalysis:
+    decision = _applies(func)
+    if not decision:
+        raise TilingError(f"conv2d template does not apply: {decision.reason}")
+    shape = conv_shape(func)
+    sch = tvm.s_tir.Schedule(func)
+    conv_index = conv_block_index(schedule_blocks(sch))
+    block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
+    for block_rv in block_rvs[conv_index + 1:-1]:
+        sch.compute_inline(block_rv)
+    block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
+    if len(block_rvs) > conv_index + 1:
+        if shape.pixels < 2:
+            raise TilingError("a conv epilogue over 1x1 outputs is not printed yet")
+        ow = shape.ow
+        # rows (n, co) of oh * ow pixels: the layout the epilogue's row program reads
+        try:
+            sch.transform_block_layout(block_rvs[-1], lambda n, c, y, x: (n, c, y * ow + x))
+        except Exception as err:  # noqa: BLE001 - TVM's ScheduleError and arity errors
+            raise TilingError(f"the conv epilogue's output block is not (n, c, y, x) rows "
+                              f"the row program can read ({type(err).__name__})") from err
+    return ConvAnalysis(shape, epilogue_program(schedule_blocks(sch), func, shape, conv_index),
+                        conv_index, sch.mod["main"])
+
+
+class Conv2dSchedule(Template):
     """Template for Conv2D groups (img2col + cube) with elementwise epilogues (vector)."""
 
     name = "conv2d"
-    Knobs = Conv2dKnobs  # schedule()'s knobs; knobs_from_json reads a record into one
+    Knobs = Conv2dKnobs  # plan()'s knobs; knobs_from_json reads a record into one
 
     @staticmethod
     def applies(func) -> Decision:
-        shape = conv_shape(func)
-        if shape is None:
-            return Decision.no("not an NCHW conv2d (pad_temp block, then a reduction over "
-                               "rc, ry, rx of pad_temp * OIHW weights)")
-        if shape.dtype not in SUPPORTED_DTYPES:
-            return Decision.no(f"conv2d in {shape.dtype}; the cube kernel takes float16/float32")
-        blocks = root_blocks(func)
-        refusal = epilogue_refusal(func, blocks[conv_block_index(blocks) + 1:], "conv2d",
-                                   "conv2d", shape.dtype)
-        if refusal is not None:
-            return refusal
-        inputs, _ = param_buffers(func)
-        if shape.x_name not in {b.name for b in inputs}:
-            # img2col gathers the conv's input from GM: a prologue computed in the kernel
-            # (a ReLU or residual Add before the conv) has no GM copy to gather from
-            return Decision.no("the conv2d input is computed in the group (a prologue); the "
-                               "img2col gather reads it from GM")
-        return Decision.yes(f"conv2d {shape.cout}x{shape.cin // shape.groups}x{shape.kh}x"
-                            f"{shape.kw} (groups {shape.groups}) as img2col + cube")
+        return _applies(func)
 
     @staticmethod
-    def schedule(func, soc, knobs: Conv2dKnobs | None = None):
-        """(scheduled PrimFunc, Tiling); ``knobs`` (Conv2dKnobs) as the search chose."""
-        decision = Conv2dSchedule.applies(func)
-        if not decision:
-            raise TilingError(f"conv2d template does not apply: {decision.reason}")
-        shape = conv_shape(func)
-        sch = tvm.s_tir.Schedule(func)
-        conv_index = conv_block_index(schedule_blocks(sch))
-        block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
-        for block_rv in block_rvs[conv_index + 1:-1]:
-            sch.compute_inline(block_rv)
-        block_rvs = sch.get_child_blocks(sch.get_sblock("root"))
-        if len(block_rvs) > conv_index + 1:
-            if shape.pixels < 2:
-                raise TilingError("a conv epilogue over 1x1 outputs is not printed yet")
-            ow = shape.ow
-            # rows (n, co) of oh * ow pixels: the layout the epilogue's row program reads
-            try:
-                sch.transform_block_layout(block_rvs[-1],
-                                           lambda n, c, y, x: (n, c, y * ow + x))
-            except Exception as err:  # noqa: BLE001 - TVM's ScheduleError and arity errors
-                raise TilingError(f"the conv epilogue's output block is not (n, c, y, x) rows "
-                                  f"the row program can read ({type(err).__name__})") from err
-        program = epilogue_program(schedule_blocks(sch), func, shape, conv_index)
-        tiling = plan(shape, program, soc, knobs or Conv2dKnobs())
-        loops = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[conv_index])
-        sch.annotate(loops[0], CORE_LOOP_ANNOTATION, 1)
-        return sch.mod["main"], tiling
+    def analyse(func) -> ConvAnalysis:
+        """The group's convolution, epilogue program and prepared function (``ConvAnalysis``);
+        TilingError where the template does not take it or cannot print its epilogue."""
+        return _analyse(func)
+
+    @staticmethod
+    def plan(analysis: ConvAnalysis, soc, knobs: Conv2dKnobs | None = None) -> Tiling:
+        """The Tiling of the analysed conv on ``soc``; ``knobs`` (Conv2dKnobs) as the search
+        chose, None for the defaults."""
+        return plan(analysis.shape, analysis.program, soc, knobs or Conv2dKnobs())
+
+    @staticmethod
+    def apply(analysis: ConvAnalysis, tiling: Tiling):
+        """The prepared function with the conv block's outer loop as the core loop: the
+        kernel's tiles come from the plan, not from loop nests."""
+        return mark_core_loop(analysis.prepared, analysis.conv_index)
 
     @staticmethod
     def variants(func, soc) -> list[Conv2dKnobs]:
@@ -269,7 +303,7 @@ class Conv2dSchedule:
     @staticmethod
     def knob_space(func, soc) -> list[Conv2dKnobs]:
         """Candidate knobs, the default first: the variants, then tiles of 16..128 (64 for
-        float32) output channels by 32..128 pixels. ``schedule`` may refuse one."""
+        float32) output channels by 32..128 pixels. ``plan`` may refuse one."""
         shape = conv_shape(func)
         if shape is None:
             return [Conv2dKnobs()]

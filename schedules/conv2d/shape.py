@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from tvm.sym.analyzer import Analyzer
 
-from ..analysis.tir_walk import (BufferLoad, Call, access_at, load_buffer, product_loads,
-                                 reduce_iter_vars, root_blocks)
+from ..analysis.tir_walk import (BufferLoad, Call, access_at, cached_by_identity, load_buffer,
+                                 product_loads, reduce_iter_vars, root_blocks)
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,7 @@ def _pad_source(pad_block):
     return value, (-offsets[2], -offsets[3])
 
 
+@cached_by_identity
 def conv_shape(func) -> ConvShape | None:
     """The convolution of ``func`` (pad_temp block, then conv2d_nchw), if the template takes it."""
     blocks = root_blocks(func)
