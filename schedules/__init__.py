@@ -45,34 +45,36 @@ __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "Matm
            "MatmulKnobs", "MatmulRowsSchedule", "MatmulRowsKnobs",
            "Pool2dSchedule", "Pool2dKnobs",
            "Tiling", "AccessKind", "classify_load",
-           "plan_tile_values", "TEMPLATES", "plan_template", "schedule_template",
+           "plan_tile_values", "TEMPLATES", "plan_template", "choose_template",
            "select_template", "template_by_name", "knobs_from_json", "supports"]
 
 
 def plan_template(func, soc):
-    """(template, Tiling, Decision) for ``func`` on ``soc``, as ``schedule_template`` chooses."""
-    template, _, tiling, decision = schedule_template(func, soc)
+    """(template, Tiling, Decision) for ``func`` on ``soc``, as ``choose_template`` chooses."""
+    template, _, tiling, decision = choose_template(func, soc)
     return template, tiling, decision
 
 
-def schedule_template(func, soc):
-    """(template, scheduled PrimFunc, Tiling, Decision) for ``func`` on ``soc``: among the
-    templates that tile it, the one with the fewest elements gathered on the scalar unit, then
-    the first in TEMPLATES order (a scalar gather is slow on the device, vector work is not).
-    Template, PrimFunc and Tiling are None when no template fits; the Decision then says why
-    for each. The winner's scheduled PrimFunc is handed back so nobody schedules it again."""
+def choose_template(func, soc):
+    """(template, analysis, Tiling, Decision) for ``func`` on ``soc``: among the templates that
+    tile it, the one with the fewest elements gathered on the scalar unit, then the first in
+    TEMPLATES order (a scalar gather is slow on the device, vector work is not). Each
+    template that applies is analysed and planned once, nothing is scheduled: the caller
+    applies the plan it keeps (``template.apply(analysis, tiling)``), and plans other knobs
+    from the same analysis. Template, analysis and Tiling are None when no template fits; the
+    Decision then says why for each."""
     from tvm_ascend.decision import Decision
     from tvm_ascend.errors import TilingError
 
     reasons, fits, closest = [], [], []
-    scheduled = {}  # template -> its scheduled PrimFunc
     for template in TEMPLATES:
         decision = _applies(template, func)
         if not decision:
             reasons.append(f"{template.name}: {_one_line(decision.reason)}")
             continue
         try:
-            scheduled[template], tiling = template.schedule(func, soc)
+            analysis = template.analyse(func)
+            tiling = template.plan(analysis, soc)
         except TilingError as err:
             reasons.append(f"{template.name}: {_one_line(err)}")
             closest.append(f"the {template.name} template takes it but cannot tile it: "
@@ -86,16 +88,15 @@ def schedule_template(func, soc):
             closest.append(f"the {template.name} template takes it but TVM could not schedule "
                            f"it ({type(err).__name__})")
             continue
-        fits.append((tiling.work.scalar_elems, len(fits), template, tiling))
+        fits.append((tiling.work.scalar_elems, len(fits), template, analysis, tiling))
     if not fits:
         # the summary is a template that recognised the group and failed to tile it (a tiling
         # refusal before a TVM error); none when no template recognised it
         closest.sort(key=lambda text: "TVM could not" in text)
         return None, None, None, Decision.no(
             "no schedule template fits (" + "; ".join(reasons) + ")", closest[0] if closest else "")
-    _, _, best, tiling = min(fits, key=lambda fit: fit[:2])
-    return best, scheduled[best], tiling, Decision.yes(f"{best.name} template tiles it on "
-                                                       f"{soc.name}")
+    _, _, best, analysis, tiling = min(fits, key=lambda fit: fit[:2])
+    return best, analysis, tiling, Decision.yes(f"{best.name} template tiles it on {soc.name}")
 
 
 def _one_line(err) -> str:

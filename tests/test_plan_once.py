@@ -49,19 +49,37 @@ def _mlp_and_conv():
 
 
 def _count_schedules(monkeypatch) -> Counter:
-    """Wrap every template's ``schedule``; the Counter counts calls per (template, PrimFunc
-    structure, knobs), the defaults however spelled (None or ``Knobs()``) counted as one."""
+    """Wrap every template's ``analyse``, ``plan`` and ``apply``; the Counter counts calls per
+    (step, template, PrimFunc structure, knobs), the defaults however spelled (None or
+    ``Knobs()``) counted as one. ``schedule`` is the three in a row, so it is counted too."""
     calls: Counter = Counter()
+    structure_of = {}  # id of an analysis -> the structure of the PrimFunc it analysed
+
+    def default(template, knobs):
+        return json.dumps(dataclasses.asdict(knobs if knobs is not None else template.Knobs()),
+                          sort_keys=True)
+
     for template in TEMPLATES:
-        original = template.schedule
+        analyse, plan, apply = template.analyse, template.plan, template.apply
 
-        def counted(func, soc, knobs=None, _original=original, _template=template):
-            values = dataclasses.asdict(knobs if knobs is not None else _template.Knobs())
+        def counted_analyse(func, _t=template, _f=analyse):
+            analysis = _f(func)
             structure = tvm_ffi.structural_hash(func, map_free_vars=True)
-            calls[(_template.name, structure, json.dumps(values, sort_keys=True))] += 1
-            return _original(func, soc) if knobs is None else _original(func, soc, knobs)
+            structure_of[id(analysis)] = structure
+            calls[("analyse", _t.name, structure, "")] += 1
+            return analysis
 
-        monkeypatch.setattr(template, "schedule", staticmethod(counted))
+        def counted_plan(analysis, soc, knobs=None, _t=template, _f=plan):
+            calls[("plan", _t.name, structure_of.get(id(analysis)), default(_t, knobs))] += 1
+            return _f(analysis, soc, knobs)
+
+        def counted_apply(analysis, tiling, _t=template, _f=apply):
+            calls[("apply", _t.name, structure_of.get(id(analysis)), tiling.to_json())] += 1
+            return _f(analysis, tiling)
+
+        monkeypatch.setattr(template, "analyse", staticmethod(counted_analyse))
+        monkeypatch.setattr(template, "plan", staticmethod(counted_plan))
+        monkeypatch.setattr(template, "apply", staticmethod(counted_apply))
     return calls
 
 
@@ -72,15 +90,20 @@ def test_a_build_schedules_each_candidate_of_each_kernel_once(monkeypatch):
     calls = _count_schedules(monkeypatch)
     b = _mlp_and_conv()
     lib = tvm_ascend.build(b.model(), config=CompileConfig(build_cache=False))
-    templates = {name for name, _, _ in calls}
+    templates = {name for _, name, _, _ in calls}
     assert {"matmul", "conv2d"} <= templates, calls
-    assert any(knobs != json.dumps(dataclasses.asdict(t.Knobs()), sort_keys=True)
-               for name, _, knobs in calls for t in TEMPLATES if t.name == name), \
+    assert any(step == "plan" and knobs != json.dumps(dataclasses.asdict(t.Knobs()),
+                                                      sort_keys=True)
+               for step, name, _, knobs in calls for t in TEMPLATES if t.name == name), \
         "no variant was estimated, so the count proves little"
     twice = {key: n for key, n in calls.items() if n > 1}
-    assert not twice, f"scheduled more than once: {twice}"
-    kernels = {g["tiling"]["template"] for g in lib.report.to_json()["groups"] if g["on_npu"]}
-    assert {"matmul", "conv2d"} <= kernels
+    assert not twice, f"analysed, planned or applied more than once: {twice}"
+    # only kernels are scheduled: one apply per NPU kernel, however many candidates were planned
+    kernels = [g for g in lib.report.to_json()["groups"] if g["on_npu"]]
+    applies = sum(n for (step, _, _, _), n in calls.items() if step == "apply")
+    plans = sum(n for (step, _, _, _), n in calls.items() if step == "plan")
+    assert applies == len(kernels) < plans, (applies, len(kernels), plans)
+    assert {"matmul", "conv2d"} <= {g["tiling"]["template"] for g in kernels}
     for out, ref in zip(lib.run(b.feeds), run_onnxruntime(b.model(), b.feeds)):
         assert_close(out, ref, "cube/float32")
 
@@ -99,11 +122,15 @@ def test_the_schedule_stage_applies_the_partitioners_plan(monkeypatch):
     assert len(prims) == 2
     calls = _count_schedules(monkeypatch)
     scheduled, tilings = schedule_groups(result.mod, cost)
-    assert not calls  # every kernel's plan was in the cost
+    # every kernel's plan was in the cost: only applied, never analysed or planned again
+    assert {step for step, _, _, _ in calls} == {"apply"} and sum(calls.values()) == 2
     for gv, prim in prims.items():
         plan = cost.plan(prim)
-        assert scheduled[gv].attrs[ir_attrs.PRIM_FUNC].same_as(plan.scheduled)
-        assert tilings[gv.name_hint] == plan.tiling
+        kernel = cost.kernel(prim, record_template(result.mod[gv]), record_of(
+            result.mod[gv]).knobs)
+        assert scheduled[gv].attrs[ir_attrs.PRIM_FUNC].same_as(kernel.scheduled)
+        assert tilings[gv.name_hint] == plan.tiling == kernel.tiling
+    assert sum(calls.values()) == 2  # asking again applies nothing more
     elsewhere = plan_fusion(imported, policy, SOC, cost=GroupCost(SOC))
     _, again = schedule_groups(elsewhere.mod, GroupCost(SOC))
     assert again == tilings and calls  # planned afresh, to the same tilings
@@ -122,7 +149,9 @@ def test_an_equal_function_under_other_names_is_scheduled_as_itself():
     renamed = tvm.script.from_source(re.sub(rf"\b{name}\b", "renamed_input", prim.script()))
     assert tvm_ffi.structural_equal(renamed, prim, map_free_vars=True)
     cost = GroupCost(SOC)
-    assert cost.kernel(prim, template, None).scheduled.same_as(cost.plan(prim).scheduled)
+    first = cost.kernel(prim, template, None)
+    assert first.scheduled is not None and cost.plan(prim).scheduled is None
+    assert cost.kernel(prim, template, None) is first  # applied once
     kernel = cost.kernel(renamed, template, None)
     assert cost.plan(renamed) is cost.plan(prim)  # one plan, one estimate
     assert kernel.prim.same_as(renamed) and kernel.tiling == cost.plan(prim).tiling

@@ -130,12 +130,12 @@ def test_a_schedule_primitive_refusing_is_a_refusal_not_a_crash(monkeypatch):
     _, func = _fused_prim_func((4, 33), ["add_bias", "relu"])
     soc = get_soc("Ascend910B1")
 
-    def broken(func, soc, knobs=None):
+    def broken(func):  # the schedule steps a template's analysis makes (inlines, layouts)
         raise RuntimeError("ScheduleError: transform_block_layout failed")
 
     for template in ("ElementwiseSchedule", "RowReduceSchedule"):
         monkeypatch.setattr(getattr(__import__("tvm_ascend.schedules", fromlist=[template]),
-                                    template), "schedule", staticmethod(broken))
+                                    template), "analyse", staticmethod(broken))
     template, tiling, decision = plan_template(func, soc)
     assert template is None and tiling is None and not decision
     assert "while scheduling (ScheduleError: transform_block_layout failed)" in decision.reason
@@ -169,7 +169,7 @@ def test_no_template_fits_names_the_one_that_came_closest(monkeypatch):
         def applies(self, func):
             return Decision.yes() if self._applies else Decision.no(f"not a {self.name} group")
 
-        def schedule(self, func, soc):
+        def analyse(self, func):
             raise self._error
 
     tvm_error = RuntimeError("ScheduleError: An error occurred\n<a whole PrimFunc>\n"

@@ -1,4 +1,4 @@
-"""Schedule stage: each NPU group's PrimFunc as the partitioner's plan scheduled it."""
+"""Schedule stage: each NPU group's PrimFunc scheduled once, by the partitioner's plan."""
 from __future__ import annotations
 
 import json
@@ -19,11 +19,10 @@ def schedule_groups(mod: tvm.IRModule, cost, failures: dict | None = None
     {symbol: Tiling}).
 
     ``cost``: the build's ``GroupCost`` (``partition/cost.py``), whose plans the partitioner
-    made: each kernel takes the scheduled PrimFunc and Tiling of its plan with the template and
-    knobs its kernel record names (``ir_attrs.KERNEL``), a tuning record's included, so
-    nothing is planned twice, and the tiling completes the record; a kernel the cost holds no
-    plan for (a
-    module partitioned elsewhere) is planned through it. ``failures``: where given, a kernel
+    made: each kernel's plan with the template and knobs its kernel record names
+    (``ir_attrs.KERNEL``), a tuning record's included, is applied once (its template's
+    ``apply``), so nothing is planned twice, and the tiling completes the record; a kernel the
+    cost holds no plan for (a module partitioned elsewhere) is planned through it. ``failures``: where given, a kernel
     whose scheduling raises is recorded there (symbol -> exception) and left unscheduled, for
     the pipeline to plan again without it (``tvm_ascend/fallback.py``); without it the error
     propagates.

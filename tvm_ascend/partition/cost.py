@@ -3,10 +3,12 @@
 It uses the timing model of ``tvm_ascend.cost_model`` (per-core pipes, double buffering, launch
 overhead) and, for a kernel that model fails on, the roofline of the kernel's GM traffic plus
 the SoC's launch overhead, so every decision still has a number. Plans (template choice,
-knobs, tiling and the scheduled PrimFunc) are cached by the structural hash of the PrimFunc: a
-transformer repeats the same candidate once per layer, and the schedule stage takes its
-kernels' plans from here rather than scheduling them again. A tuning database, when given, is
-asked first: a kernel it holds a record for is planned with the record's knobs.
+knobs, tiling and the template's analysis) are cached by the structural hash of the PrimFunc:
+a transformer repeats the same candidate once per layer. A candidate is analysed once per
+template and planned once per knobs, and nothing is scheduled while the partitioner
+explores: the schedule stage takes its kernels' plans from here and applies each once
+(``GroupCost.kernel``). A tuning database, when given, is asked first: a kernel it holds a
+record for is planned with the record's knobs.
 
 Example
 -------
@@ -30,7 +32,7 @@ from ..cost_model.database import knobs_to_json, open_database, workload_of
 from ..cost_model.timing import estimate_kernel, estimate_launch
 from ..decision import Decision
 from ..errors import TilingError
-from ..schedules import knobs_from_json, schedule_template, template_by_name
+from ..schedules import choose_template, knobs_from_json, template_by_name
 from ..schedules.analysis.tir_walk import walk
 
 logger = logging.getLogger("tvm_ascend.partition")
@@ -38,8 +40,9 @@ logger = logging.getLogger("tvm_ascend.partition")
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """A candidate kernel: its template, tiling and scheduled PrimFunc (None when none fits),
-    and its estimate."""
+    """A candidate kernel: its template and tiling (None when none fits), its estimate, and
+    the analysis its plans come from; ``scheduled`` is set on the plans of kernels
+    (``GroupCost.kernel``), which alone are scheduled."""
 
     template: object
     tiling: object
@@ -50,6 +53,8 @@ class KernelPlan:
     knobs: object = None  # the template's knobs the estimate chose (None: its defaults)
     scheduled: object = field(default=None, compare=False, repr=False)  # the applied PrimFunc
     prim: object = field(default=None, compare=False, repr=False)  # the PrimFunc it was made for
+    # the template's analysis of ``prim``: other knobs plan from it, the kept plan applies it
+    analysis: object = field(default=None, compare=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -108,14 +113,14 @@ class GroupCost:
         self._applied: dict[tuple, KernelPlan] = {}  # kernel() plans made for one PrimFunc
 
     def plan(self, prim) -> KernelPlan:
-        """The plan of ``prim``: template, knobs, tiling, scheduled PrimFunc and estimated
-        time."""
+        """The plan of ``prim``: template, knobs, tiling and estimated time (analysed and
+        planned, not scheduled)."""
         key = tvm_ffi.structural_hash(prim, map_free_vars=True)
         for seen, plan in self._cache.get(key, []):
             if tvm_ffi.structural_equal(seen, prim, map_free_vars=True):
                 return plan
-        template, scheduled, tiling, decision = schedule_template(prim, self.soc)
-        plan = KernelPlan(template, tiling, decision, scheduled=scheduled, prim=prim)
+        template, analysis, tiling, decision = choose_template(prim, self.soc)
+        plan = KernelPlan(template, tiling, decision, prim=prim, analysis=analysis)
         if template is not None:
             plan = self._recorded(plan, prim) or \
                 self._fastest_variant(self._with_estimate(plan, prim), prim)
@@ -131,10 +136,14 @@ class GroupCost:
         plan = self.plan(prim)
         chosen = template_by_name(template)
         key = (prim, template, json.dumps(_knob_values(chosen, knobs), sort_keys=True))
+        if key in self._applied:
+            return self._applied[key]
         if plan.ok and plan.template is chosen and plan.prim.same_as(prim) and \
                 _knob_values(chosen, plan.knobs) == _knob_values(chosen, knobs):
-            return plan
-        if key not in self._applied:
+            # the partitioner's plan: scheduled now, once, for the kernel it became
+            self._applied[key] = dataclasses.replace(
+                plan, scheduled=chosen.apply(plan.analysis, plan.tiling))
+        else:
             values = knobs_from_json(template, knobs) if knobs is not None else None
             scheduled, tiling = chosen.schedule(prim, self.soc, values) if values is not None \
                 else chosen.schedule(prim, self.soc)
@@ -153,9 +162,9 @@ class GroupCost:
             return None
         try:
             knobs = knobs_from_json(plan.template.name, record["knobs"])
-            scheduled, tiling = (plan.scheduled, plan.tiling) if \
+            tiling = plan.tiling if \
                 _knob_values(plan.template, knobs) == _knob_values(plan.template, None) else \
-                plan.template.schedule(prim, self.soc, knobs)
+                plan.template.plan(plan.analysis, self.soc, knobs)
         except (TypeError, TilingError) as err:
             logger.warning("the tuning record of the %s kernel of shapes %s has knobs %s that "
                            "are not usable (%s); it is planned as if untuned",
@@ -164,7 +173,8 @@ class GroupCost:
         reason = (f"{plan.decision.reason}; knobs {record['knobs']} of a tuning record "
                   f"({record['time_us']:.2f} us measured)")
         tuned = self._with_estimate(KernelPlan(plan.template, tiling, Decision.yes(reason),
-                                               knobs=knobs, scheduled=scheduled, prim=prim), prim)
+                                               knobs=knobs, prim=prim, analysis=plan.analysis),
+                                    prim)
         logger.info("the %s kernel of shapes %s: tuned knobs %s (%.2f us estimated)",
                     plan.template.name, _shapes(prim), record["knobs"], tuned.time_us)
         return dataclasses.replace(tuned, source=f"{tuned.source}, tiling of the tuning record")
@@ -179,12 +189,12 @@ class GroupCost:
         best, default_us = plan, plan.time_us
         for knobs in variants(prim, self.soc)[1:]:
             try:
-                scheduled, tiling = plan.template.schedule(prim, self.soc, knobs)
+                tiling = plan.template.plan(plan.analysis, self.soc, knobs)
             except TilingError:
                 continue
             candidate = self._with_estimate(
-                KernelPlan(plan.template, tiling, plan.decision, knobs=knobs,
-                           scheduled=scheduled, prim=prim), prim)
+                KernelPlan(plan.template, tiling, plan.decision, knobs=knobs, prim=prim,
+                           analysis=plan.analysis), prim)
             if candidate.time_us < best.time_us:
                 best = candidate
         if best is plan:
