@@ -204,6 +204,52 @@ def test_a_runtime_the_linker_rejects_is_rebuilt(cache, tmp_path, caplog):
     assert any("linker rejected" in r.getMessage() for r in caplog.records)
 
 
+def test_the_units_headers_are_precompiled_once_and_checked(cache, caplog, monkeypatch):
+    """The headers every unit includes are precompiled once per SoC into the cache and named
+    by ``-include``; a damaged precompiled form is built again (with a warning), and a build
+    meanwhile still matches onnxruntime."""
+    from tvm_ascend.runtime import toolchain
+
+    header = toolchain.unit_header("Ascend910B1", cache)
+    compiled = header.with_name(header.name + ".gch")
+    assert header.read_text().startswith('#include "kernel_operator.h"') and compiled.exists()
+    options = toolchain.emulator_compile_options("Ascend910B1", cache)
+    assert options[options.index("-include") + 1] == str(header)
+    stamp = compiled.stat().st_mtime_ns
+    assert toolchain.unit_header("Ascend910B1", cache) == header
+    assert compiled.stat().st_mtime_ns == stamp  # reused, not built again
+    compiled.write_bytes(compiled.read_bytes()[:4096])
+    monkeypatch.setattr(toolchain, "_SOUND", set())  # as a new process finds it
+    caplog.set_level(logging.WARNING, logger="tvm_ascend")
+    model = make_demo_model(seed=6)
+    feeds = _feeds(model)
+    assert_close(tvm_ascend.build(model).run(feeds)[0], run_onnxruntime(model, feeds)[0],
+                 "float32")
+    assert any("precompiled unit headers" in r.getMessage() and "sha256" in r.getMessage()
+               for r in caplog.records)
+    assert compiled.stat().st_size > 4096
+
+
+def test_a_unit_builds_without_its_precompiled_headers(cache, caplog, monkeypatch):
+    """Precompiling the headers is a speed-up, never a requirement: where it fails, the
+    warning says so and the unit parses the headers itself."""
+    from tvm_ascend.errors import ToolchainError
+    from tvm_ascend.runtime import toolchain
+
+    def broken(flags, header, compiled):
+        raise ToolchainError("precompiling the AscendC unit's headers failed", ["g++"],
+                             "cc1plus: fatal error: out of memory")
+
+    monkeypatch.setattr(toolchain, "_compile_header", broken)
+    caplog.set_level(logging.WARNING, logger="tvm_ascend")
+    assert "-include" not in toolchain.emulator_compile_options("Ascend910B1", cache)
+    assert any("out of memory" in r.getMessage() for r in caplog.records)
+    model = make_demo_model(seed=7)
+    feeds = _feeds(model)
+    assert_close(tvm_ascend.build(model).run(feeds)[0], run_onnxruntime(model, feeds)[0],
+                 "float32")
+
+
 def test_an_unknown_cache_mode_is_an_error_naming_the_modes():
     with pytest.raises(tvm_ascend.FusionConfigError, match="op_compiler_cache_mode='on'.*force"):
         tvm_ascend.CompileConfig(op_compiler_cache_mode="on")

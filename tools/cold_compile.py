@@ -6,7 +6,7 @@ from ``benchmarks/models`` unless ``--model`` names an ONNX file), then builds a
 both alike. Every build runs in a fresh process with an empty compile cache (no build-cache or
 kernel-cache hit), at the default fusion level unless ``--level`` says otherwise. The
 emulator's runtime object, which a machine compiles once for all models, is built before the
-clock starts. Per build it records the wall time of ``build`` and of ``export_library`` and
+clock starts, as are the unit's precompiled headers where the tree has them. Per build it records the wall time of ``build`` and of ``export_library`` and
 the CPU seconds of the process and of its children (g++), and prints the medians side by side
 with the ratio.
 
@@ -52,11 +52,15 @@ def measure(model: Path, level: str, soc: str) -> dict:
     """One cold build and export of ``model`` in this process (run in a fresh one)."""
     import tvm_ascend
     from tvm_ascend import CompileConfig
-    from tvm_ascend.runtime.toolchain import emulator_runtime_object
+    from tvm_ascend.runtime import toolchain
 
     with tempfile.TemporaryDirectory(prefix="cold_compile_") as cache:
         os.environ["TVM_ASCEND_CACHE_DIR"] = cache
-        emulator_runtime_object(soc, cache)  # once per machine, not per model
+        # once per machine, not per model: the runtime object and (where the tree has them)
+        # the unit's precompiled headers
+        toolchain.emulator_runtime_object(soc, cache)
+        if hasattr(toolchain, "unit_header"):
+            toolchain.unit_header(soc, cache)
         config = CompileConfig(soc_version=soc, cache_dir=cache, **(
             {"fusion_level": level} if level != "default" else {}))
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
