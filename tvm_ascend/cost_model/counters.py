@@ -60,6 +60,12 @@ def vector_work_from_counters(counters: dict, elem_bytes: int) -> VectorWork:
     return VectorWork(by_class, len(by_op), elem_bytes)
 
 
+def group_tiling(group: dict | None) -> Tiling | None:
+    """The typed Tiling of a fusion-report group (None for a group without one: a host op)."""
+    data = (group or {}).get("tiling")
+    return Tiling.from_dict(data) if data else None
+
+
 def estimate_from_counters(group: dict, counters: dict, soc) -> KernelEstimate:
     """The timing model's estimate of one launch of ``group`` (a fusion-report group) from the
     emulator's ``counters`` for it: the group's tiling with the counted GM bytes and cube MACs
@@ -75,7 +81,7 @@ def estimate_from_counters(group: dict, counters: dict, soc) -> KernelEstimate:
     >>> estimate_from_counters(group, lib.profile()[0], soc).time_us   # doctest: +SKIP
     3.93
     """
-    tiling = Tiling.from_dict(group["tiling"])
+    tiling = group_tiling(group)
     measured = dataclasses.replace(
         tiling, gm_read_bytes=int(counters["gm_read_bytes"]),
         gm_write_bytes=int(counters["gm_write_bytes"]),

@@ -39,7 +39,7 @@ import json
 import os
 from pathlib import Path
 
-from ..cost_model.counters import estimate_from_counters
+from ..cost_model.counters import estimate_from_counters, group_tiling
 from ..errors import ExportError
 from ..soc import get_soc
 from .artifacts import write_atomic
@@ -80,8 +80,8 @@ def launch_rows(records: list[dict], report: dict) -> list[dict]:
         mixed = int(record.get("cube_macs", 0)) > 0
         split = soc.npu_arch == _SPLIT_ARCH
         block_dim = int(record.get("block_dim", 0))
-        tiling = (group or {}).get("tiling") or {}
-        row = {"Op Name": kernel, "OP Type": tiling.get("template", "N/A"),
+        tiling = group_tiling(group)
+        row = {"Op Name": kernel, "OP Type": tiling.template if tiling else "N/A",
                "Task Type": ("MIX_AIC" if mixed else "AI_VECTOR_CORE") if split else "AI_CORE",
                "Block Dim": block_dim,
                "Mix Block Dim": block_dim * max(1, int(record.get("task_ratio", 1)))
@@ -103,19 +103,19 @@ def launch_rows(records: list[dict], report: dict) -> list[dict]:
         row.update({"Task Start Time(us)": _us(start), "Task Duration(us)": _us(estimate.time_us),
                     "Bound": estimate.bound, "Duration Source": ESTIMATE_NOTE})
         row.update(zip([column for column, _ in PIPES],
-                       map(_us, _pipe_times(estimate, group, record, mixed))))
+                       map(_us, _pipe_times(estimate, tiling, record, mixed))))
         row["_launch_us"] = estimate.launch_us
         rows.append(row)
         start += estimate.time_us
     return rows
 
 
-def _pipe_times(estimate, group: dict, record: dict, mixed: bool) -> tuple:
+def _pipe_times(estimate, tiling, record: dict, mixed: bool) -> tuple:
     """(aic mac, aic mte2, aiv vec, aiv scalar, aiv mte2, aiv mte3) busy microseconds."""
     aic_share = 0.0
     if mixed:
         read = int(record.get("gm_read_bytes", 0))
-        operand = int(group["tiling"].get("work", {}).get("cube_operand_bytes", 0))
+        operand = tiling.work.cube_operand_bytes
         aic_share = min(read, operand) / read if read else 1.0
     return (estimate.cube_us, estimate.mte2_us * aic_share, estimate.vector_us,
             estimate.scalar_us, estimate.mte2_us * (1.0 - aic_share), estimate.mte3_us)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tvm
 
+from ..cost_model.counters import group_tiling
 from ..cost_model.database import TuningDatabase, knobs_to_json, workload_of
 from ..cost_model.timing import estimate_kernel
 from ..errors import AscendError, TilingError
@@ -114,10 +115,10 @@ def measure_on_emulator(candidate: Candidate, inputs: dict) -> MeasureResult:
         lib = build_with_knobs(candidate, workdir)
         groups = [g for g in lib.fusion_report().get("groups", [])
                   if g.get("kernel") == candidate.kernel]
-        used = groups[0].get("tiling", {}) if groups else {}
-        if used and (used.get("tile_len"), used.get("cores")) != (tiling.tile_len, tiling.cores):
+        used = group_tiling(groups[0]) if groups else None
+        if used and (used.tile_len, used.cores) != (tiling.tile_len, tiling.cores):
             return MeasureResult(None, tiling, error="the build did not apply the pinned knobs "
-                                 f"(tiling {used.get('tile_len')}x{used.get('cores')} cores); "
+                                 f"(tiling {used.tile_len}x{used.cores} cores); "
                                  "is CompileConfig.tuning_database wired?", runner="emulator")
         lib.run(inputs)
         launches = [p for p in lib.profile() if p.get("kernel") == candidate.kernel]
