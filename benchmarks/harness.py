@@ -65,7 +65,7 @@ BASELINE_LABELS = {
 RUN_LIMIT_MACS = 2_000_000_000
 RESULT_KEYS = ("model", "config", "baseline", "dtype", "style", "status", "error", "onnx_nodes",
                "kernels", "kernels_ascend", "kernels_host", "npu_kernels", "gm_bytes",
-               "npu_gm_bytes", "emulator_gm_bytes", "compulsory_bytes", "matmul_boundary_bytes",
+               "hbm_bytes", "l2_bytes", "npu_gm_bytes", "emulator_gm_bytes", "compulsory_bytes", "matmul_boundary_bytes",
                "matmul_macs", "est_latency_us", "roofline_us", "peak_memory_bytes",
                "compile_s_cold", "compile_s_warm", "compile_s_warm_replan", "max_abs_err",
                "max_rel_err", "ref_max_abs",
@@ -268,6 +268,8 @@ def report_figures(report: dict) -> dict:
     kernels = report.get("kernels", {})
     with_bytes = [g.get("gm_bytes") for g in groups]
     estimate = report.get("estimate")
+    # a report before HBM and L2 were told apart has neither: None, never a guess
+    split = groups and all("hbm_bytes" in g and "l2_bytes" in g for g in groups)
     return {
         "kernels_ascend": kernels.get("ascend"), "kernels_host": kernels.get("host"),
         "kernels": (kernels["ascend"] + kernels["host"]
@@ -275,6 +277,8 @@ def report_figures(report: dict) -> dict:
         "npu_kernels": report.get("npu_kernels"),
         # the total only where every group (host ones too) reports its bytes
         "gm_bytes": sum(with_bytes) if groups and None not in with_bytes else None,
+        "hbm_bytes": sum(g["hbm_bytes"] for g in groups) if split else None,
+        "l2_bytes": sum(g["l2_bytes"] for g in groups) if split else None,
         "npu_gm_bytes": (sum(g["gm_bytes"] for g in npu)
                          if all("gm_bytes" in g for g in npu) else None),
         "peak_memory_bytes": report.get("peak_memory_bytes"),

@@ -337,3 +337,24 @@ def test_every_issue_configuration_is_above_the_run_threshold():
         if (config.model, config.name) in ISSUE_CONFIGS and config.dtype == "float16":
             macs = graph_references(config.onnx_model())["matmul_macs"]
             assert macs > harness.RUN_LIMIT_MACS, config.key
+
+
+def test_the_tables_divide_hbm_bytes_by_the_bounds():
+    """GM, HBM and L2 bytes side by side; the ratios to the bounds use HBM bytes, and a record
+    made before the split says n/a instead of dividing GM bytes."""
+    split = _fake_record("bert_base", "b1_s8", "aggressive", gm_bytes=1000, hbm_bytes=600,
+                         l2_bytes=400)
+    old = _fake_record("bert_base", "b1_s8", "op_by_op", gm_bytes=1000)
+    text = markdown.render_markdown({"header": {"socs": ["Ascend910B1"]},
+                                     "records": [old, split]})
+    assert "| HBM MB | L2 MB (est.) | x compulsory (HBM) |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| aggressive |"))
+    assert "| 0.001 | 0.001 | 0.000 | 1.20x | 0.75x |" in row  # 600 / 500, 600 / 800
+    row = next(line for line in text.splitlines() if line.startswith("| op_by_op |"))
+    assert f"| 0.001 | {markdown.NA} | {markdown.NA} | {markdown.NA} | {markdown.NA} |" in row
+    figures = harness.report_figures({"groups": [
+        {"on_npu": True, "gm_bytes": 10, "hbm_bytes": 6, "l2_bytes": 4},
+        {"on_npu": False, "gm_bytes": 5, "hbm_bytes": 5, "l2_bytes": 0}]})
+    assert (figures["gm_bytes"], figures["hbm_bytes"], figures["l2_bytes"]) == (15, 11, 4)
+    assert harness.report_figures({"groups": [{"on_npu": True, "gm_bytes": 10}]})[
+        "hbm_bytes"] is None

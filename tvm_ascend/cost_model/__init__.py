@@ -13,13 +13,13 @@ Example
 >>> estimate_launch(0, 0, get_soc("Ascend910B1")).time_us   # an empty launch: its overhead
 3.0
 """
-from .timing import KernelEstimate, estimate_kernel, estimate_launch, estimate_model
+from .timing import KernelEstimate, estimate_kernel, estimate_launch, estimate_model, l2_bytes
 from .vector_work import VectorWork, count_vector_work
 from .database import TuningDatabase, TuningDatabaseError, workload_of
 from .features import FEATURE_NAMES, extract_features
 from .xgb_model import CostModel, CostModelError, load_or_none
 
-__all__ = ["KernelEstimate", "estimate_kernel", "estimate_launch", "estimate_model",
+__all__ = ["KernelEstimate", "estimate_kernel", "estimate_launch", "estimate_model", "l2_bytes",
            "VectorWork", "count_vector_work", "TuningDatabase", "TuningDatabaseError",
            "workload_of", "FEATURE_NAMES", "extract_features", "CostModel", "CostModelError",
            "load_or_none"]

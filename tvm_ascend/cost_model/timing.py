@@ -114,6 +114,26 @@ def estimate_launch(gm_bytes: float, flops: float, soc, dtype_bytes: int = 2
                           bound=bound)
 
 
+def l2_bytes(tiling) -> tuple[int, int]:
+    """(read, written) GM bytes of ``tiling``'s kernel that L2 serves, as the timing model
+    charges them: the tiles a mixed kernel passes between its cube and vector cores through
+    the GM workspace (one small region per core, used again and again) and the cube operand
+    blocks read a second time when the operands fit in L2 (the plan's ``l2_operand_bytes``);
+    the rest of its GM bytes are HBM traffic. An estimate of where bytes come from: no
+    counter of the emulator or the device tells L2 hits apart.
+
+    >>> from tvm_ascend.schedules.tiling import KernelWork, Tiling
+    >>> t = Tiling("matmul", 4, 1, 4, 1, 4, 1, 0, 0, 1, 1000, 200,
+    ...            work=KernelWork(workspace_read_bytes=300, l2_operand_bytes=100,
+    ...                            workspace_write_bytes=50))
+    >>> l2_bytes(t)
+    (400, 50)
+    """
+    work = tiling.work
+    return (min(tiling.gm_read_bytes, work.workspace_read_bytes + work.l2_operand_bytes),
+            min(tiling.gm_write_bytes, work.workspace_write_bytes))
+
+
 def _pipeline_cycles(stage_cycles: list[float], steps: int, double_buffered: bool) -> float:
     """Cycles of ``steps`` steps through the pipes: overlapped when double-buffered (fill once,
     then the slowest pipe per step), serialised when not."""
@@ -153,12 +173,9 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     steps = max(1, plan.steps)
     double = tiling.buffer_num >= 2
     read, write = tiling.gm_read_bytes, tiling.gm_write_bytes
-    # tiles a mixed kernel passes between its cube and vector cores go through the GM
-    # workspace, which stays in L2, and a matmul's operand blocks read a second time find
-    # them in L2 when the operands fit there (the plan's l2_operand_bytes): those move at L2
+    # the bytes L2 serves (l2_bytes: workspace round trips, operand re-reads) move at L2
     # speed, the rest at HBM speed
-    ws_read = min(read, plan.workspace_read_bytes + plan.l2_operand_bytes)
-    ws_write = min(write, plan.workspace_write_bytes)
+    ws_read, ws_write = l2_bytes(tiling)
     # cores share GM: a core moves at most its MTE rate and at most its part of the bandwidth
     core_bw = bandwidth / clock / cores
 

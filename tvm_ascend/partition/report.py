@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 from .. import ir_attrs
+from ..cost_model.timing import l2_bytes
 from ..errors import FusionConfigError
 from .rules import RULES
 
@@ -33,8 +34,12 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
         if tiling is not None:
             entry["tiling"] = json.loads(tiling.to_json())
             entry["gm_bytes"] = tiling.gm_read_bytes + tiling.gm_write_bytes
+            entry["l2_bytes"] = sum(l2_bytes(tiling))
         else:  # a host group reads its inputs and writes its output once
-            entry["gm_bytes"] = group.io_bytes
+            entry["gm_bytes"], entry["l2_bytes"] = group.io_bytes, 0
+        # of the bytes through the GM address space, those L2 serves (an estimate, as the
+        # timing model charges them) and the rest, which HBM moves
+        entry["hbm_bytes"] = entry["gm_bytes"] - entry["l2_bytes"]
         groups.append(entry)
     host_ops = [{"var": op.var, "op": op.op, "node": op.node, "why": op.decision.reason}
                 for op in result.ops.values() if not op.decision.ok]
@@ -102,8 +107,12 @@ def model_estimate(groups: list, soc_version: str) -> dict:
     """Estimated latency of one inference: the sum over launches (ESTIMATE, timing model)."""
     latency = sum(g["estimate"].get("time_us", 0.0) for g in groups)
     roofline = sum(g["estimate"].get("roofline_us", 0.0) for g in groups)
+    launched = [g for g in groups if g["launch"]]
     return {"soc": soc_version, "latency_us": round(latency, 3), "roofline_us": round(roofline, 3),
-            "label": "estimate", "launches": sum(1 for g in groups if g["launch"])}
+            "label": "estimate", "launches": len(launched),
+            "gm_bytes": sum(g["gm_bytes"] for g in launched),
+            "hbm_bytes": sum(g["hbm_bytes"] for g in launched),
+            "l2_bytes": sum(g["l2_bytes"] for g in launched)}
 
 
 def _tensor_bytes(ty) -> int:
