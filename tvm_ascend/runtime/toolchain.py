@@ -99,16 +99,22 @@ def _sound(target: Path, warn: bool, what: str = "emulator runtime") -> bool:
 
 
 def _compile_runtime(flags: list[str], folder: Path, target: Path) -> None:
-    fd, tmp = tempfile.mkstemp(suffix=".o", dir=folder, prefix=".runtime.")
+    _compile_recorded([CXX, "-x", "c++", *flags, f"-I{emulator_dir()}", "-c",
+                       str(emulator_dir() / "kernel_operator.h")], target,
+                      "building the AscendC emulator runtime failed")
+
+
+def _compile_recorded(command: list[str], target: Path, failure: str) -> None:
+    """Run ``command -o <temporary>`` and rename the result to ``target`` with its sha256
+    record; a failure is a ToolchainError saying ``failure``, with the compiler's output."""
+    fd, tmp = tempfile.mkstemp(suffix=target.suffix, dir=target.parent, prefix=f".{target.name}.")
     os.close(fd)
-    command = [CXX, "-x", "c++", *flags, f"-I{emulator_dir()}", "-c",
-               str(emulator_dir() / "kernel_operator.h"), "-o", tmp]
+    command = [*command, "-o", tmp]
     try:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
-            raise ToolchainError("building the AscendC emulator runtime failed", command,
-                                 done.stdout + done.stderr)
-        # the record first: a reader that sees the new object and the old record rebuilds
+            raise ToolchainError(failure, command, done.stdout + done.stderr)
+        # the record first: a reader that sees the new file and the old record rebuilds
         write_digest(Path(tmp), target)
         os.replace(tmp, target)
     finally:
@@ -171,16 +177,5 @@ def unit_header(soc_name: str, cache_dir=None) -> Path | None:
 
 def _compile_header(flags: list[str], header: Path, compiled: Path) -> None:
     write_atomic(header, "".join(f"#include {name}\n" for name in UNIT_HEADERS))
-    fd, tmp = tempfile.mkstemp(suffix=".gch", dir=header.parent, prefix=".unit_headers.")
-    os.close(fd)
-    command = [CXX, *flags, "-x", "c++-header", str(header), "-o", tmp]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise ToolchainError("precompiling the AscendC unit's headers failed", command,
-                                 done.stdout + done.stderr)
-        write_digest(Path(tmp), compiled)
-        os.replace(tmp, compiled)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    _compile_recorded([CXX, *flags, "-x", "c++-header", str(header)], compiled,
+                      "precompiling the AscendC unit's headers failed")
