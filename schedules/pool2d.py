@@ -68,7 +68,7 @@ class Pool2dKnobs:
 
 
 @dataclass(frozen=True)
-class PoolLayout(TemplatePlan):
+class PoolLayout:
     """UB row pitches in elements (``layout``): input rows ``in_pitch`` apart, output rows
     ``out_pitch``; the vertical-result row is ``v_pitch`` long, its data from ``v_left`` (32-byte
     aligned) with the pad value around it."""

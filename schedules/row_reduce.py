@@ -343,7 +343,7 @@ CHUNK_STREAMED = (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE, RowAccessKind.COL
 
 
 @dataclass(frozen=True)
-class RowPasses(TemplatePlan):
+class RowPasses:
     """The passes of a row longer than the UB, derived from the row program's dependencies.
 
     A reduction runs in the pass after the last pass that makes a row value it depends on
@@ -370,7 +370,7 @@ class RowPasses(TemplatePlan):
 
 
 @dataclass(frozen=True)
-class RowChunks(TemplatePlan):
+class RowChunks:
     """The multi-pass plan of a row longer than the UB (or chunked by the knob): every pass
     sweeps the row in ``chunks_per_row`` chunks of ``chunk_cols`` columns; ``passes`` says
     what each pass computes and streams."""

@@ -198,8 +198,7 @@ def _from_json_value(hint, value):
                 return _from_json_value(arg, value)
     if dataclasses.is_dataclass(hint) and isinstance(value, dict):
         # a nested plan's own tuples and dataclasses are read by their types too
-        reader = getattr(hint, "from_dict", None)
-        return reader(value) if reader else _dataclass_from_json(hint, value)
+        return _dataclass_from_json(hint, value)
     if origin is tuple or hint is tuple:
         args = typing.get_args(hint)
         if len(args) == 2 and args[1] is Ellipsis:

@@ -42,11 +42,6 @@ class OperandMap:
     col_stride: int
     base: int = 0
 
-    @classmethod
-    def from_dict(cls, values: dict) -> "OperandMap":
-        """The map of ``asdict(map)`` read back from JSON (a plan carries it)."""
-        return cls(**{**values, "batch_coefs": tuple(values["batch_coefs"])})
-
 
 @dataclass(frozen=True)
 class AttentionShape:
@@ -71,14 +66,6 @@ class AttentionShape:
     fill: float = 0.0
     fill_param: str | None = field(default=None, compare=False)  # a name, as OperandMap.param
     mask_inside: bool = False
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "AttentionShape":
-        """The shape of ``asdict(shape)`` read back from JSON (the attention plan carries it):
-        tuples and operand maps as they were."""
-        maps = {name: OperandMap.from_dict(values[name]) if values.get(name) is not None
-                else None for name in ("q", "k", "v", "out", "mask", "keep")}
-        return cls(**{**values, **maps, "batch_extents": tuple(values["batch_extents"])})
 
     @property
     def batch(self) -> int:

@@ -55,13 +55,6 @@ class PoolShape:
     out_index: int   # index of the pool's output block (the divide for avg)
     prologue: int = 0  # elementwise blocks before the pool (and its padding)
 
-    @classmethod
-    def from_dict(cls, values: dict) -> "PoolShape":
-        """The shape of ``asdict(shape)`` read back from JSON (a plan's), pairs as tuples."""
-        pairs = {k: tuple(values[k]) for k in ("kernel", "stride", "dilation", "pad")}
-        bounds = tuple(tuple(b) for b in values["count_bounds"])
-        return cls(**{**values, **pairs, "count_bounds": bounds})
-
     @property
     def planes(self) -> int:
         return self.n * self.c
