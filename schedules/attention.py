@@ -39,6 +39,7 @@ from tvm_ascend.errors import TilingError
 
 from .analysis.attention_shape import AttentionShape, _NotAttention, attention_shape
 from .analysis.tir_walk import cached_by_identity
+from .l2_reuse import l2_served, walk_distance
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
 from .template import Template, mark_core_loop
@@ -240,8 +241,18 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     plan = AttentionPlan(shape, base_q, base_kv, base_k_qk, d16, blocks_q, tuple(layout.items()),
                          traffic["tensor_read_bytes"], traffic["tensor_write_bytes"],
                          bool(soc.has_data_copy_pad))
+    # every query block reads the whole of its head's K and V (and its Q rows once per score
+    # tile): the re-reads past Q + K + V (+ mask) are L2 hits when what the working cores
+    # read in one pass fits in L2 (l2_reuse): a query block each, K and V of the heads in
+    # flight (cores on one head share them)
+    unique = _unique_tensor_bytes(shape)
+    pass_bytes = traffic["tensor_read_bytes"] // max(1, shape.batch * blocks_q)
+    kv_bytes = 2 * shape.seq_kv * shape.head_dim * e
+    heads = min(used, shape.batch)
+    distance = walk_distance([(heads, kv_bytes), (used, max(0, pass_bytes - kv_bytes))])
+    l2_hits = l2_served(traffic["tensor_read_bytes"] - unique, distance, soc)
     work = KernelWork(steps=per_core, vector_repeats=min(per_core, total),
-                      cube_macs=traffic["cube_macs"],
+                      cube_macs=traffic["cube_macs"], l2_operand_bytes=l2_hits,
                       workspace_read_bytes=traffic["workspace_read_bytes"],
                       workspace_write_bytes=traffic["workspace_write_bytes"],
                       scalar_elems=_scalar_tails(shape, soc, base_q, base_kv))
@@ -249,6 +260,18 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
                   traffic["tensor_read_bytes"] + traffic["workspace_read_bytes"],
                   traffic["tensor_write_bytes"] + traffic["workspace_write_bytes"],
                   shape.head_dim, work=work, plan=plan)
+
+
+def _unique_tensor_bytes(shape) -> int:
+    """Bytes of Q, K, V and the mask / condition blocks read once each (the first reads)."""
+    e = dtype_bytes(shape.dtype)
+    qkv = shape.batch * (shape.seq_q + 2 * shape.seq_kv) * shape.head_dim * e
+    extra = 0
+    for operand, elem in ((shape.mask, e), (shape.keep, 1)):
+        if operand is not None:
+            rows = 1 if operand.row_stride == 0 else shape.seq_q
+            extra += shape.batch * rows * shape.seq_kv * elem
+    return qkv + extra
 
 
 def _scalar_tails(shape, soc, base_q, base_kv) -> int:

@@ -10,7 +10,7 @@ and vector unit for its epilogue). On a client the high-level Matmul API compute
 vector call as its temporaries fit in the UB (``epilogue_rows``) before the single write to
 GM. The Matmul object runs CFG_MDL: L1 keeps as many operand blocks across pieces as ``l1_reuse``
 chooses (the walk order and depths that read the fewest A and B bytes and fit L1), and the
-re-reads left over are counted as L2 traffic when the operands fit in L2.
+re-reads left over are L2 traffic where the walk's reuse distance fits in L2 (``l2_reuse``).
 
 Every SoC profile takes it: where DataCopyPad exists (910B, 310B) a tile moves between GM and
 the UB as one multi-burst copy; without it (310P, 910A) each row moves its whole 32-byte blocks
@@ -40,6 +40,7 @@ from tvm_ascend.errors import TilingError
 from .analysis.epilogue_checks import epilogue_refusal
 from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .analysis.tile_values import buffer_size
+from .l2_reuse import l2_served, walk_distance
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
 from .analysis.tir_walk import (cached_by_identity, load_buffer, product_loads,
@@ -503,16 +504,24 @@ def cube_work(shape, soc, reuse: L1Reuse, per_core: int, base_m: int, base_n: in
               single_m: int, single_n: int, epilogue_rows: int = 1,
               column_fill_rows: int = 0) -> KernelWork:
     """The work of a matmul kernel's cube side and epilogue loop: the operand bytes and the
-    re-reads L2 serves (A and B bytes read beyond each operand's size, when both operands and
-    the output fit in ``soc``'s L2: the second read of a block finds it there), one step per
-    base tile, and the epilogue's calls as the printer loops (one per op per row of every base
-    tile, or per ``epilogue_rows`` rows plus the column fills that repeat a broadcast column
-    over them)."""
+    re-reads L2 serves (A and B bytes read beyond each operand's size, by the one L2 rule of
+    ``l2_reuse``: between two reads of an operand block a core reads its tile's whole
+    block of the operand walked fastest and one panel of the other, and the working cores
+    do so at once: the distinct A and B blocks in flight), one step per base tile, and the epilogue's calls as the printer loops
+    (one per op per row of every base tile, or per ``epilogue_rows`` rows plus the column
+    fills that repeat a broadcast column over them)."""
     elem = dtype_bytes(shape.dtype)
     unique = ((shape.batch if shape.a_batched else 1) * shape.m * shape.k
               + (shape.batch if shape.b_batched else 1) * shape.k * shape.n) * elem
     reads = reuse.operand_bytes
-    fits_l2 = unique + shape.batch * shape.m * shape.n * elem <= soc.l2_bytes
+    m_blocks = (shape.batch if shape.a_batched else 1) * ceil_div(shape.m, single_m)
+    n_blocks = (shape.batch if shape.b_batched else 1) * ceil_div(shape.n, single_n)
+    active = ceil_div(shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n),
+                      max(1, per_core))
+    # a pass: each core's whole block of the operand walked fastest and one panel of the other
+    fastest = (single_m, base_n) if reuse.iterate_order == 0 else (base_m, single_n)
+    distance = walk_distance([(min(active, m_blocks), fastest[0] * shape.k * elem),
+                              (min(active, n_blocks), fastest[1] * shape.k * elem)])
     tiles = ceil_div(single_m, base_m) * ceil_div(single_n, base_n)
     if epilogue_rows == 1:
         repeats, extra = single_m * ceil_div(single_n, base_n) * per_core, 0
@@ -521,7 +530,7 @@ def cube_work(shape, soc, reuse: L1Reuse, per_core: int, base_m: int, base_n: in
         repeats, extra = steps * tiles * per_core, column_fill_rows * tiles * per_core
     return KernelWork(steps=max(1, per_core * tiles), vector_repeats=repeats,
                       extra_vector_calls=extra, cube_operand_bytes=reads,
-                      l2_operand_bytes=max(0, reads - unique) if fits_l2 else 0)
+                      l2_operand_bytes=l2_served(reads - unique, distance, soc))
 
 
 def _base_tiles(shape, base_m, base_n, single_m, single_n) -> list[tuple[int, int]]:

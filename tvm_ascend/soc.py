@@ -46,6 +46,7 @@ class SocProfile:
     vector_issue_cycles: int
     scalar_cycles_per_elem: float
     mte_latency_cycles: int
+    hbm_stream_gbps: float
 
     @property
     def vector_bytes_per_cycle(self) -> int:
@@ -85,7 +86,7 @@ def soc_profiles() -> dict[str, SocProfile]:
         ints = [int(v) for v in rest[:9]]
         floats = [float(v) for v in rest[9:11]]
         timing = (int(rest[13]), int(rest[14]), float(rest[15]), float(rest[16]), int(rest[17]),
-                  float(rest[18]), int(rest[19]))
+                  float(rest[18]), int(rest[19]), float(rest[20]))
         profiles[name] = SocProfile(name, *ints, *floats, int(rest[11]), float(rest[12]),
                                     *timing)
     return profiles

@@ -5,7 +5,10 @@ Per core, four pipes work on a sequence of steps (UB tiles, rows or matmul base 
 Double-buffered, the steps overlap (the slowest pipe sets the pace after the first step);
 single-buffered, they run one after the other. The busiest core decides, the launch overhead
 is added, and the result never goes below the roofline bound of the launch:
-``max(GM bytes / bandwidth, cube flops / cube peak, vector ops / vector peak)``.
+``max(HBM bytes / nominal bandwidth + L2 bytes / L2 rate, cube flops / cube peak,
+vector ops / vector peak)``. Bytes L2 serves (``schedules/l2_reuse.py``: one rule for every
+template) move at the core's MTE rate; HBM bytes at most at the core's part of the bandwidth
+a streaming kernel achieves (``hbm_stream_gbps``, below the nominal figure).
 
 Every figure is an estimate from the SoC profile (soc_profiles.def, sources cited there).
 
@@ -55,12 +58,6 @@ class KernelEstimate:
         """A JSON-ready dict (every figure is labelled an estimate)."""
         return asdict(self)
 
-
-# L2 over HBM bandwidth. ESTIMATE: CANN's platform ini for 910B lists l2_rate=110 and
-# ddr_rate=32 in unstated (but common) units (shared/reference/performance.md, GM row). The
-# SoC profiles' per-core MTE rates come from ddr_rate; a byte served by L2 moves at l2_rate,
-# this ratio faster, per core as in aggregate.
-L2_BANDWIDTH_RATIO = 110 / 32
 
 # A vector Gather reads each element from its own place in the UB, so it cannot stream whole
 # blocks as a contiguous op does. ESTIMATE: one 32-byte block of output per cycle (no public
@@ -117,8 +114,9 @@ def estimate_launch(gm_bytes: float, flops: float, soc, dtype_bytes: int = 2
 def l2_bytes(tiling) -> tuple[int, int]:
     """(read, written) GM bytes of ``tiling``'s kernel that L2 serves, as the timing model
     charges them: the tiles a mixed kernel passes between its cube and vector cores through
-    the GM workspace (one small region per core, used again and again) and the cube operand
-    blocks read a second time when the operands fit in L2 (the plan's ``l2_operand_bytes``);
+    the GM workspace (one small region per core, used again and again) and the operand
+    blocks read again within L2's reach (the plan's ``l2_operand_bytes``, by the rule of
+    ``schedules/l2_reuse.py``);
     the rest of its GM bytes are HBM traffic. An estimate of where bytes come from: no
     counter of the emulator or the device tells L2 hits apart.
 
@@ -168,22 +166,21 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     work = work if work is not None else count_vector_work(
         prim_func, plan.per_output_element, plan.img2col_prologue)
     clock, bandwidth = _peaks(soc)
+    stream = soc.hbm_stream_gbps * 1e9
     cores = max(1, tiling.cores)
     share = min(tiling.block_len, tiling.total) / max(1, tiling.total)  # busiest core's part
     steps = max(1, plan.steps)
     double = tiling.buffer_num >= 2
     read, write = tiling.gm_read_bytes, tiling.gm_write_bytes
-    # the bytes L2 serves (l2_bytes: workspace round trips, operand re-reads) move at L2
-    # speed, the rest at HBM speed
+    # the bytes L2 serves (l2_bytes: workspace round trips, operand re-reads) move at the
+    # core's MTE rate, the rest at most at the core's part of what HBM streams
     ws_read, ws_write = l2_bytes(tiling)
-    # cores share GM: a core moves at most its MTE rate and at most its part of the bandwidth
-    core_bw = bandwidth / clock / cores
+    core_hbm = stream / clock / cores
 
     def moved(hbm_bytes, l2_bytes, mte_rate):
         """Cycles of the busiest core's part of ``hbm_bytes`` from HBM and ``l2_bytes`` from
         L2, on a pipe that moves ``mte_rate`` bytes per cycle."""
-        return share * (hbm_bytes / min(mte_rate, core_bw)
-                        + l2_bytes / min(mte_rate, core_bw) / L2_BANDWIDTH_RATIO)
+        return share * (hbm_bytes / min(mte_rate, core_hbm) + l2_bytes / mte_rate)
 
     mte2 = moved(read - ws_read, ws_read, soc.mte2_bytes_per_cycle) \
         + steps * soc.mte_latency_cycles
@@ -221,11 +218,15 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         stages = [max(operand_mte2, cube), mte2 - operand_mte2, vector + scalar, mte3]
     else:
         stages = [mte2, cube, vector + scalar, mte3]
-    core_us = _pipeline_cycles(stages, steps, double) / clock * 1e6
-    # the roofline of the launch: every core at its peak, GM at its bandwidth
-    workspace = ws_read + ws_write
-    mem_us = ((read + write - workspace) / bandwidth
-              + workspace / (bandwidth * L2_BANDWIDTH_RATIO)) * 1e6
+    # a core's reads and writes share its part of what HBM streams, though MTE2 and MTE3
+    # overlap as pipes
+    hbm = share * (read - ws_read + write - ws_write) / core_hbm
+    core_us = max(_pipeline_cycles(stages, steps, double), hbm) / clock * 1e6
+    # the roofline of the launch: every core at its peak, HBM at its nominal bandwidth and
+    # the L2's bytes at every core's MTE rate
+    served = ws_read + ws_write
+    l2_peak = soc.mte2_bytes_per_cycle * max(soc.ai_cores, soc.vector_blocks) * clock
+    mem_us = ((read + write - served) / bandwidth + served / l2_peak) * 1e6
     cube_us = macs / (cube_rate * soc.ai_cores * clock) * 1e6
     vec_us = work.weighted_ops * work.elem_bytes / (
         soc.vector_bytes_per_cycle * soc.vector_blocks * clock) * 1e6

@@ -258,12 +258,13 @@ struct SocProfile {
     int vector_issue_cycles;
     double scalar_cycles_per_elem;
     int mte_latency_cycles;
+    double hbm_stream_gbps;
 };
 
 #define ASCEND_SOC(name, arch, aic, aiv, ub, l1, l0a, l0b, l0c, live, clk, bw, lanes, lo, l2, \
-                   cube, mte2, mte3, issue, scalar, mte_lat)                                    \
+                   cube, mte2, mte3, issue, scalar, mte_lat, hbm)                               \
     SocProfile{#name, arch, aic, aiv, ub, l1, l0a, l0b, l0c, live, clk, bw, lanes, lo, l2,     \
-               cube, mte2, mte3, issue, scalar, mte_lat},
+               cube, mte2, mte3, issue, scalar, mte_lat, hbm},
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wcomment"
 inline constexpr SocProfile kSocTable[] = {
