@@ -3,6 +3,11 @@
     python -m benchmarks --quick                        # tiny configurations, a few minutes
     python -m benchmarks --model bert_base --baseline conservative --dtype float16
     python -m benchmarks --render-only                  # tables and charts from results.json
+    python -m benchmarks --calibration                  # the calibration rows, then the tables
+
+The calibration suite (``benchmarks/calibration.py``: the timing model beside published
+measurements, and the uncertainty bands the package ships) runs with every full run (no
+``--quick`` and no filter) and alone with ``--calibration``.
 
 The configurations users quote (BERT-base b1_s128 and b16_s512, ResNet-50 b1/b32 at 224,
 GPT-2 medium b1/b8 s512, each in float16 and float32) are in the default list; above
@@ -59,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--render-only", action="store_true",
                         help="only rewrite BENCHMARKS.md and the charts from --output")
     parser.add_argument("--list", action="store_true", help="list the configurations and exit")
+    parser.add_argument("--calibration", action="store_true",
+                        help="only run the calibration suite (benchmarks/calibration.py), "
+                             "then rewrite BENCHMARKS.md")
+    parser.add_argument("--no-calibration", action="store_true",
+                        help="do not run the calibration suite after a full run")
     return parser
 
 
@@ -74,6 +84,12 @@ def render(results: dict, markdown_path: str, charts_dir: str) -> list[str]:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    calibrated = 0
+    if args.calibration:
+        from . import calibration
+
+        calibrated = calibration.main([])  # 1: a row outside the aim without a reason
+        args.render_only = True
     if args.render_only:
         path = Path(args.output)
         if not path.exists():
@@ -86,7 +102,7 @@ def main(argv=None) -> int:
             return 2
         for item in render(results, args.markdown, args.charts_dir):
             print(item)
-        return 0
+        return calibrated
     pool = harness.QUICK_CONFIGS if args.quick else harness.FULL_CONFIGS
     try:
         configs = harness.select_configs(pool, args.model, args.config, args.dtype)
@@ -105,6 +121,11 @@ def main(argv=None) -> int:
     except results_file.ResultsFileError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    full_run = not (args.quick or args.model or args.config or args.dtype or args.baseline)
+    if full_run and not args.no_calibration:
+        from . import calibration
+
+        calibration.main([])
     for item in [args.output] + render(results, args.markdown, args.charts_dir):
         print(item)
     ran = {results_file.record_key(r) for r in results["records"]

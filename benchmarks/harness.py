@@ -66,7 +66,8 @@ RUN_LIMIT_MACS = 2_000_000_000
 RESULT_KEYS = ("model", "config", "baseline", "dtype", "style", "status", "error", "onnx_nodes",
                "kernels", "kernels_ascend", "kernels_host", "npu_kernels", "gm_bytes",
                "hbm_bytes", "l2_bytes", "npu_gm_bytes", "emulator_gm_bytes", "compulsory_bytes", "matmul_boundary_bytes",
-               "matmul_macs", "est_latency_us", "roofline_us", "peak_memory_bytes",
+               "matmul_macs", "est_latency_us", "est_band_us", "roofline_us",
+               "peak_memory_bytes",
                "compile_s_cold", "compile_s_warm", "compile_s_warm_replan", "max_abs_err",
                "max_rel_err", "ref_max_abs",
                "nonfinite_outputs",
@@ -314,8 +315,8 @@ def _blank_record(config: BenchConfig, baseline: str, refs: dict, nodes: int) ->
     record = dict.fromkeys(RESULT_KEYS)
     record.update(model=config.model, config=config.name, baseline=baseline,
                   dtype=config.dtype, style=config.style, onnx_nodes=nodes,
-                  est_latency_us=dict.fromkeys(SOCS), roofline_us=dict.fromkeys(SOCS),
-                  stage_s={}, compulsory_bytes=refs["compulsory_bytes"],
+                  est_latency_us=dict.fromkeys(SOCS), est_band_us=dict.fromkeys(SOCS),
+                  roofline_us=dict.fromkeys(SOCS), stage_s={}, compulsory_bytes=refs["compulsory_bytes"],
                   matmul_boundary_bytes=refs["matmul_boundary_bytes"],
                   matmul_macs=refs["matmul_macs"])
     return record
@@ -366,6 +367,8 @@ def benchmark_baseline(config: BenchConfig, baseline: str, model: onnx.ModelProt
                 estimates[soc] = report_figures(other.fusion_report())["estimate"]
         for soc in SOCS:
             record["est_latency_us"][soc] = _estimate_for(estimates.get(soc), soc, "latency_us")
+            record["est_band_us"][soc] = _estimate_for(estimates.get(soc), soc,
+                                                       "latency_band_us")
             record["roofline_us"][soc] = _model_roofline_us(record, soc)
         if reference is not None:
             start = time.perf_counter()

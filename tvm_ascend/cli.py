@@ -209,8 +209,8 @@ def _run_tune(args) -> int:
 
 def _compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="fusion off vs ATC-style vs conservative vs aggressive: "
-                       "launches, GM bytes, estimated latency, and the error of every output "
-                       "and fused group")
+                       "launches, HBM and L2 bytes, estimated latency with its band, and the "
+                       "error of every output and fused group")
     p.add_argument("--model", required=True, help="ONNX model file")
     p.add_argument("--soc_version", default="Ascend910B1")
     p.add_argument("--input_shape", default="")

@@ -1,8 +1,8 @@
 """``tvm-ascend compare``: one model built several ways, side by side, and where precision goes.
 
 For each variant (fusion off, the ATC-style emulation, conservative, aggressive) it reports the
-launches, GM bytes and estimated latency of the build and, against onnxruntime (or the
-fusion-off build when onnxruntime is not installed), the error of every model output and of
+launches, HBM and L2 bytes and estimated latency (with its band) of the build and, against
+onnxruntime (or the fusion-off build when onnxruntime is not installed), the error of every model output and of
 every fused group: each group's output tensor is made a model output for that check, so the
 group that introduces an error is named, not just the model that shows it.
 
@@ -38,6 +38,9 @@ class VariantResult:
     launches: int
     gm_bytes: int
     est_latency_us: float
+    hbm_bytes: int = 0   # of gm_bytes, those HBM moves (the rest L2 serves; estimates)
+    l2_bytes: int = 0
+    est_band_us: tuple = (0.0, 0.0)  # fastest and slowest time the calibration allows
     output_errors: dict = field(default_factory=dict)  # output name -> (max abs, max rel)
     group_errors: list = field(default_factory=list)   # (group id, rule, tensor, abs, rel)
 
@@ -166,9 +169,11 @@ def compare_model(model, config: CompileConfig | None = None, variants=None, see
         lib = build(model, config=cfg)
         report = lib.fusion_report()
         outputs = dict(zip([o.name for o in model.graph.output], lib.run(feeds)))
+        estimate = report["estimate"]
         result = VariantResult(name, report["kernels"]["ascend"] + report["kernels"]["host"],
                                sum(g.get("gm_bytes", 0) for g in report["groups"]),
-                               report["estimate"]["latency_us"])
+                               estimate["latency_us"], estimate["hbm_bytes"],
+                               estimate["l2_bytes"], tuple(estimate["latency_band_us"]))
         result.output_errors = {k: _errors(v, reference[k]) for k, v in outputs.items()}
         if groups:
             result.group_errors = _group_errors(model, report, feeds, cfg)
@@ -201,13 +206,17 @@ def _group_errors(model, report, feeds, cfg) -> list:
 
 def format_comparison(results: list[VariantResult], source: str) -> str:
     """The comparison as plain-text tables (latencies are labelled estimates)."""
-    lines = [f"{'variant':<14}{'launches':>9}{'GM bytes':>14}{'est. us':>10}  max rel err "
-             f"per output (vs {source})"]
+    lines = [f"{'variant':<14}{'launches':>9}{'HBM bytes':>14}{'L2 bytes':>14}{'est. us':>10}"
+             f"{'band us':>20}  max rel err per output (vs {source})"]
     for r in results:
         errs = ", ".join(f"{k}: {v[1]:.2e}" for k, v in r.output_errors.items())
-        lines.append(f"{r.name:<14}{r.launches:>9}{r.gm_bytes:>14}{r.est_latency_us:>10.1f}  "
-                     f"{errs}")
-    lines.append("(est. us: ESTIMATE from the timing model, sum over launches)")
+        band = f"{r.est_band_us[0]:.1f}-{r.est_band_us[1]:.1f}"
+        lines.append(f"{r.name:<14}{r.launches:>9}{r.hbm_bytes:>14}{r.l2_bytes:>14}"
+                     f"{r.est_latency_us:>10.1f}{band:>20}  {errs}")
+    lines.append("(est. us: ESTIMATE from the timing model, sum over launches; band: the "
+                 "times the calibration rows of each kernel's class allow, "
+                 "benchmarks/calibration.json; HBM / L2 bytes: estimates of where the GM "
+                 "bytes are served)")
     for r in results:
         if r.group_errors:
             lines += ["", f"{r.name}: fused groups by error (their output tensor vs {source})"]

@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 from .. import ir_attrs
+from ..cost_model.bands import band_for_template
 from ..cost_model.timing import l2_bytes
 from ..errors import FusionConfigError
 from .rules import RULES
@@ -40,6 +41,9 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
         # of the bytes through the GM address space, those L2 serves (an estimate, as the
         # timing model charges them) and the rest, which HBM moves
         entry["hbm_bytes"] = entry["gm_bytes"] - entry["l2_bytes"]
+        if "time_us" in entry["estimate"]:
+            entry["estimate"] = _with_band(entry["estimate"],
+                                           tiling.template if tiling is not None else None)
         groups.append(entry)
     host_ops = [{"var": op.var, "op": op.op, "node": op.node, "why": op.decision.reason}
                 for op in result.ops.values() if not op.decision.ok]
@@ -103,12 +107,26 @@ def rule_stats(result) -> dict:
     return stats
 
 
+def _with_band(estimate: dict, template: str | None) -> dict:
+    """A copy of a group's ``estimate`` with its uncertainty band: ``band_us`` (fastest,
+    slowest time the calibration rows of its kernel class allow) and ``band`` (the class)."""
+    band = band_for_template(template)
+    low, high = band.interval(estimate["time_us"])
+    return {**estimate, "band_us": [round(low, 3), round(high, 3)],
+            "band": band.kernel_class if band.calibrated else f"{band.kernel_class} "
+                                                              "(uncalibrated)"}
+
+
 def model_estimate(groups: list, soc_version: str) -> dict:
-    """Estimated latency of one inference: the sum over launches (ESTIMATE, timing model)."""
+    """Estimated latency of one inference: the sum over launches (ESTIMATE, timing model),
+    with its band (``latency_band_us``: the sum of the launches' bands, cost_model.bands)."""
     latency = sum(g["estimate"].get("time_us", 0.0) for g in groups)
     roofline = sum(g["estimate"].get("roofline_us", 0.0) for g in groups)
+    band = [sum(g["estimate"].get("band_us", (0.0, 0.0))[end] for g in groups)
+            for end in (0, 1)]
     launched = [g for g in groups if g["launch"]]
     return {"soc": soc_version, "latency_us": round(latency, 3), "roofline_us": round(roofline, 3),
+            "latency_band_us": [round(band[0], 3), round(band[1], 3)],
             "label": "estimate", "launches": len(launched),
             "gm_bytes": sum(g["gm_bytes"] for g in launched),
             "hbm_bytes": sum(g["hbm_bytes"] for g in launched),
