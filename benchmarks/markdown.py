@@ -146,8 +146,10 @@ def _provenance_lines(results: dict) -> list[str]:
 
 
 # The seed articles' headline figures (shared/seeds/004: Ascend 910B, batch 32, ATC with an
-# aggressive fusion switch file against the same model unfused): (model, unfused ms, fused ms)
-SEED_SPEEDUPS = (("resnet50", 12.4, 8.7), ("bert_base", 56.8, 39.2), ("gpt2_medium", 182.5, 126.4))
+# aggressive fusion switch file against the same model unfused): (model, unfused ms, fused ms,
+# the speedup as the article prints it)
+SEED_SPEEDUPS = (("resnet50", 12.4, 8.7, "1.42x"), ("bert_base", 56.8, 39.2, "1.45x"),
+                 ("gpt2_medium", 182.5, 126.4, "1.44x"))
 
 
 def _seed_lines(records: list[dict]) -> list[str]:
@@ -162,7 +164,7 @@ def _seed_lines(records: list[dict]) -> list[str]:
              "| model | seeds: unfused -> fused ms (speedup) | ours: configuration | op_by_op "
              "-> aggressive est. ms (speedup) | atc_style -> aggressive (speedup) |",
              "|---|---|---|---|---|"]
-    for model, unfused, fused in SEED_SPEEDUPS:
+    for model, unfused, fused, printed in SEED_SPEEDUPS:
         est = {}
         for r in records:
             if r["model"] == model and r["dtype"] == "float16" and r["status"] == "ok":
@@ -174,7 +176,7 @@ def _seed_lines(records: list[dict]) -> list[str]:
             continue
         config = max(full, key=lambda c: est[c]["op_by_op"])
         b = est[config]
-        lines.append(f"| {model} | {unfused} -> {fused} ({unfused / fused:.2f}x) | {config} "
+        lines.append(f"| {model} | {unfused} -> {fused} ({printed}) | {config} "
                      f"float16 | {b['op_by_op'] / 1e3:.2f} -> {b['aggressive'] / 1e3:.2f} "
                      f"({b['op_by_op'] / b['aggressive']:.2f}x) | {b['atc_style'] / 1e3:.2f} -> "
                      f"{b['aggressive'] / 1e3:.2f} ({b['atc_style'] / b['aggressive']:.2f}x) |")
