@@ -11,7 +11,8 @@ import pytest
 
 import tvm_ascend
 from tvm_ascend.cli import main
-from tvm_ascend.cost_model.counters import estimate_from_counters
+from tvm_ascend.cost_model.counters import estimate_from_counters, group_tiling
+from tvm_ascend.cost_model.timing import l2_bytes
 from tvm_ascend.errors import ExportError
 from tvm_ascend.runtime.profile_files import (COLUMNS, OP_SUMMARY, TRACE, chrome_trace,
                                                launch_rows)
@@ -63,10 +64,18 @@ def test_op_summary_has_a_row_per_launch_at_that_launch_estimate(profiled):
         assert float(row["Task Start Time(us)"]) == pytest.approx(start, abs=1e-3)
         start += estimate.time_us
         assert int(row["Block Dim"]) == record["block_dim"]
+        # HBM and L2 apart: of the counted GM bytes, L2 serves what the plan says (l2_bytes)
+        tiling = group_tiling(groups[record["kernel"]])
+        gm = record["gm_read_bytes"] + record["gm_write_bytes"]
+        assert int(row["L2 Bytes (est.)"]) == min(gm, sum(l2_bytes(tiling)))
+        assert int(row["HBM Bytes (est.)"]) + int(row["L2 Bytes (est.)"]) == gm
+        low, high = map(float, row["Task Duration Band(us)"].split("-"))
+        assert low <= float(row["Task Duration(us)"]) <= high
         assert row["Duration Source"].startswith("estimate") and "not measured" in \
             row["Duration Source"]
     by_kind = {row["OP Type"]: row for row in rows}
     assert by_kind["matmul"]["Task Type"] == "MIX_AIC"
+    assert int(by_kind["matmul"]["L2 Bytes (est.)"]) > 0  # the cube -> vector workspace
     assert float(by_kind["matmul"]["aic_mac_time(us)"]) > 0
     assert by_kind["data_movement"]["Task Type"] == "AI_VECTOR_CORE"
     assert by_kind["data_movement"]["Mix Block Dim"] == "N/A"

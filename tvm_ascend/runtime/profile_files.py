@@ -7,8 +7,11 @@
   ``Task Duration(us)``, ``Block Dim``, ``Mix Block Dim`` and the PipeUtilization pipe times
   ``aic_mac_time(us)``, ``aic_mte2_time(us)``, ``aiv_vec_time(us)``, ``aiv_scalar_time(us)``,
   ``aiv_mte2_time(us)``, ``aiv_mte3_time(us)``), then this project's own columns (the pipe that
-  bound the launch, its GM bytes, its fusion group and ONNX nodes) and ``Duration Source``, which
-  says on every row that the times are the timing model's estimate, not a measurement;
+  bound the launch, its GM bytes as the emulator counted them and, apart, the HBM and L2 bytes
+  of them as the plan has L2 serve them (estimates), the duration's uncertainty band from the
+  calibration rows of its kernel class, its fusion group and ONNX nodes) and ``Duration
+  Source``, which says on every row that the times are the timing model's estimate, not a
+  measurement;
 - ``trace_view.json``: the same launches as a Chrome trace (``traceEvents`` of ``ph: "X"``
   events, microseconds; open it in https://ui.perfetto.dev or chrome://tracing): one track of
   launches and one track per pipe.
@@ -39,7 +42,9 @@ import json
 import os
 from pathlib import Path
 
+from ..cost_model.bands import band_for_template
 from ..cost_model.counters import estimate_from_counters, group_tiling
+from ..cost_model.timing import l2_bytes
 from ..errors import ExportError
 from ..soc import get_soc
 from .artifacts import write_atomic
@@ -54,7 +59,8 @@ PIPES = (("aic_mac_time(us)", "AIC MAC (cube)"), ("aic_mte2_time(us)", "AIC MTE2
 COLUMNS = (["Op Name", "OP Type", "Task Type", "Task Start Time(us)", "Task Duration(us)",
             "Task Wait Time(us)", "Block Dim", "Mix Block Dim"]
            + [column for column, _ in PIPES]
-           + ["Bound", "GM Bytes", "Group", "ONNX Nodes", "Duration Source"])
+           + ["Bound", "GM Bytes", "HBM Bytes (est.)", "L2 Bytes (est.)",
+              "Task Duration Band(us)", "Group", "ONNX Nodes", "Duration Source"])
 _SPLIT_ARCH = 2201  # 910B/A3: cube (AIC) and vector (AIV) cores are separate cores
 
 
@@ -93,15 +99,22 @@ def launch_rows(records: list[dict], report: dict) -> list[dict]:
                "ONNX Nodes": ";".join((group or {}).get("onnx_nodes", []))}
         if not tiling:
             row.update({"Task Start Time(us)": _us(start), "Task Duration(us)": "N/A",
-                        "Bound": "N/A",
+                        "Bound": "N/A", "HBM Bytes (est.)": "N/A", "L2 Bytes (est.)": "N/A",
+                        "Task Duration Band(us)": "N/A",
                         "Duration Source": f"no estimate: the fusion report has no tiling "
                                            f"plan for kernel {kernel!r}"})
             row.update({column: "N/A" for column, _ in PIPES})
             rows.append(row)
             continue
         estimate = estimate_from_counters(group, record, soc)
+        # of the bytes the emulator counted, those the plan has L2 serve (l2_bytes: one rule,
+        # schedules/l2_reuse.py); no counter tells an L2 hit apart, so both are estimates
+        served = min(row["GM Bytes"], sum(l2_bytes(tiling)))
+        low, high = band_for_template(tiling.template).interval(estimate.time_us)
         row.update({"Task Start Time(us)": _us(start), "Task Duration(us)": _us(estimate.time_us),
-                    "Bound": estimate.bound, "Duration Source": ESTIMATE_NOTE})
+                    "Bound": estimate.bound, "Duration Source": ESTIMATE_NOTE,
+                    "HBM Bytes (est.)": row["GM Bytes"] - served, "L2 Bytes (est.)": served,
+                    "Task Duration Band(us)": f"{_us(low)}-{_us(high)}"})
         row.update(zip([column for column, _ in PIPES],
                        map(_us, _pipe_times(estimate, tiling, record, mixed))))
         row["_launch_us"] = estimate.launch_us
