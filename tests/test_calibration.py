@@ -126,8 +126,13 @@ def test_report_carries_bands_and_hbm_l2_apart():
     mb.output(mb.node("Relu", [mb.node("MatMul", [x, w])]), [64, 96])
     from tvm_ascend.pipeline import build
 
-    report = build(mb.model(), config=CompileConfig(build_cache=False)).fusion_report()
+    lib = build(mb.model(), config=CompileConfig(build_cache=False))
+    report = lib.fusion_report()
     est = report["estimate"]
+    text = str(lib.report).splitlines()
+    assert text[1].startswith(f"estimate (timing model, not measured): {est['latency_us']:.1f}"
+                              f" us (band {est['latency_band_us'][0]:.1f}-")
+    assert "MB HBM +" in text[1] and "MB L2" in text[1]
     low, high = est["latency_band_us"]
     assert low <= est["latency_us"] <= high
     assert est["gm_bytes"] == est["hbm_bytes"] + est["l2_bytes"]

@@ -185,7 +185,16 @@ def report_table(report: dict) -> str:
     that decided and what to do about it; every refusal in full stays in the report)."""
     lines = [f"{report['nodes_before']} ONNX nodes -> {report['kernels']['ascend']} Ascend "
              f"launches + {report['kernels']['host']} host launches ({report['soc_version']}, "
-             f"fusion {report['fusion_level']})", ""]
+             f"fusion {report['fusion_level']})"]
+    est = report.get("estimate") or {}
+    if "latency_us" in est:
+        band = est.get("latency_band_us")
+        within = f" (band {band[0]:.1f}-{band[1]:.1f} us)" if band else ""
+        split = (f"; {est['hbm_bytes'] / 1e6:.1f} MB HBM + {est['l2_bytes'] / 1e6:.1f} MB L2"
+                 if "hbm_bytes" in est else "")
+        lines.append(f"estimate (timing model, not measured): {est['latency_us']:.1f} us"
+                     f"{within}, roofline {est['roofline_us']:.1f} us{split}")
+    lines.append("")
     failures = report.get("kernel_failures", [])
     if failures:  # bugs of ours the user should see first, and can report
         lines.append(f"{len(failures)} kernel(s) failed and were planned again (a bug in "
@@ -195,12 +204,15 @@ def report_table(report: dict) -> str:
                   f": {f['error']}" for f in failures]
         lines.append("")
     width = max([26] + [len(g["rule"]) + 2 for g in report["groups"]])
-    lines.append(f"{'id':<5}{'where':<7}{'rule':<{width}}{'GM saved':>10}  nodes")
+    lines.append(f"{'id':<5}{'where':<7}{'rule':<{width}}{'GM saved':>10}{'est. us':>10}"
+                 f"  nodes")
     for group in report["groups"]:
         where = "npu" if group["on_npu"] else "host"
         nodes = ", ".join(group["nodes"]) or ", ".join(op["op"] for op in group["ops"])
+        time_us = (group.get("estimate") or {}).get("time_us")
+        est_cell = f"{time_us:.1f}" if time_us is not None else "-"
         lines.append(f"{group['id']:<5}{where:<7}{group['rule']:<{width}}"
-                     f"{group['gm_bytes_saved']:>10}  {nodes}")
+                     f"{group['gm_bytes_saved']:>10}{est_cell:>10}  {nodes}")
     rewrites = report.get("prepare_rewrites", [])
     if rewrites:
         lines += ["", "prepare rewrites:"]
