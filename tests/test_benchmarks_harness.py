@@ -15,7 +15,7 @@ from benchmarks import charts, harness, markdown, results_file
 from benchmarks.models import bert
 from conftest import TOLERANCES
 
-MODELS = ["bert_base", "resnet50", "gpt2_small", "gpt2_medium"]
+MODELS = ["bert_base", "resnet50", "gpt2_small", "gpt2_medium", "vit_base"]
 
 
 @pytest.fixture(scope="module")
