@@ -10,12 +10,13 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_ascend
 from benchmarks.graph_bytes import graph_references
 from benchmarks.harness import QUICK_CONFIGS
-from benchmarks.models import bert, gpt2, resnet50
+from benchmarks.models import bert, gpt2, resnet50, vit
 from conftest import assert_close, run_onnxruntime
 
 TINY_BERT = dict(batch=2, seq=16, hidden=32, heads=2, layers=2, vocab=64)
 TINY_GPT2 = dict(batch=2, seq=16, hidden=32, heads=2, layers=2, vocab=64)
 TINY_RESNET = dict(batch=1, image=32, width=8, blocks=(1, 1, 1, 1), classes=10)
+TINY_VIT = dict(batch=2, image=32, patch=8, hidden=32, heads=2, layers=2, classes=10)
 
 
 def _tiny(name: str, style: str, dtype: str):
@@ -33,13 +34,16 @@ def _tiny(name: str, style: str, dtype: str):
         return (gpt2.decoder_layer_model(style=style, dtype=dtype, batch=2, seq=16, hidden=32,
                                          heads=2),
                 gpt2.decoder_layer_inputs(style=style, batch=2, seq=16, hidden=32, dtype=dtype))
+    if name == "vit":
+        return (vit.vit_model(style=style, dtype=dtype, **TINY_VIT),
+                vit.example_inputs(batch=2, image=32, dtype=dtype))
     return (resnet50.resnet50_model(style=style, dtype=dtype, **TINY_RESNET),
             resnet50.example_inputs(batch=1, image=32, dtype=dtype))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("style", ["torchscript", "dynamo"])
-@pytest.mark.parametrize("name", ["bert", "gpt2", "resnet", "bert_layer", "gpt2_layer"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "resnet", "bert_layer", "gpt2_layer", "vit"])
 def test_models_run_in_onnxruntime_with_finite_unit_scale_outputs(name, style, dtype):
     model, feeds = _tiny(name, style, dtype)
     outputs = run_onnxruntime(model, feeds)
@@ -73,6 +77,11 @@ def test_styles_write_the_ops_of_their_exporter():
     resnet_ops = _ops(resnet50.resnet50_model(**TINY_RESNET)) - {"Identity"}  # names output
     assert resnet_ops == {"Conv", "BatchNormalization", "Relu", "Add", "MaxPool",
                           "GlobalAveragePool", "Flatten", "Gemm"}
+    vit_script = vit.vit_model(style="torchscript", **TINY_VIT)
+    assert {"Conv", "Expand", "Concat", "ReduceMean", "Erf", "Softmax", "Gemm"} <= _ops(vit_script)
+    assert not {"LayerNormalization", "Split", "IsNaN"} & _ops(vit_script)
+    assert {"LayerNormalization", "Split", "IsNaN"} <= _ops(vit.vit_model(style="dynamo",
+                                                                          **TINY_VIT))
 
 
 def test_full_size_architectures_have_their_published_sizes():
@@ -101,6 +110,8 @@ def test_weights_are_deterministic_and_bad_knobs_are_refused():
         resnet50.resnet50_model(image=100)
     with pytest.raises(ValueError, match="dtype"):
         resnet50.resnet50_model(dtype="bfloat16", **TINY_RESNET)
+    with pytest.raises(ValueError, match="divide by patch"):
+        vit.vit_model(image=100)
 
 
 def _quick(model: str):
@@ -129,12 +140,59 @@ def test_tiny_models_match_onnxruntime_through_tvm_ascend(model):
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("style", ["torchscript", "dynamo"])
-@pytest.mark.parametrize("name", ["bert_layer", "gpt2_layer", "bert", "resnet"])
+@pytest.mark.parametrize("name", ["bert_layer", "gpt2_layer", "bert", "resnet", "vit"])
 def test_every_style_and_dtype_matches_onnxruntime(name, style, dtype):
     model, feeds = _tiny(name, style, dtype)
     outputs = tvm_ascend.build(model).run(feeds)
     for got, want in zip(outputs, run_onnxruntime(model, feeds)):
         assert_close(got, want, dtype)
+
+
+def test_tiny_vit_matches_onnxruntime_through_tvm_ascend():
+    """Not slow, unlike the other families' twin above: no other default test builds a ViT
+    (patch Conv, class-token Expand + Concat, attention with no mask). The harness's quick
+    configuration, so the harness test finds these kernels in the session's compile cache."""
+    config = next(c for c in QUICK_CONFIGS if c.model == "vit_base")
+    assert dict(config.knobs) == TINY_VIT  # the same tiny model as _tiny("vit")
+    onnx_model, feeds = config.onnx_model(), config.inputs()
+    onnx.checker.check_model(onnx_model, full_check=True)
+    lib = tvm_ascend.build(onnx_model)
+    (expected,) = run_onnxruntime(onnx_model, feeds)
+    (got,) = lib.run(feeds)
+    assert got.shape == (2, 10)
+    assert_close(got, expected, "float32_model")
+    # every op of the ViT has an Ascend kernel: none is left on the host
+    kernels = lib.fusion_report()["kernels"]
+    assert kernels["ascend"] > 0 and kernels["host"] == 0
+
+
+def test_full_size_vit_base_has_its_published_size_and_structure():
+    # the calibration configuration (ViT-base/16 batch 32 fp16), built but not compiled
+    model = vit.vit_model(batch=32, dtype="float16")
+    weights = sum(int(np.prod(t.dims)) for t in model.graph.initializer
+                  if t.data_type == TensorProto.FLOAT16)
+    # timm's vit_base_patch16_224: 86,567,656 parameters; beside them the graph holds a few
+    # scalar constants per layer (LayerNorm's 2 and eps, GELU's sqrt 2, 1 and 0.5, sqrt d)
+    assert 0 <= weights - 86_567_656 < 200
+    shapes = {t.name: list(t.dims) for t in model.graph.initializer}
+    assert shapes["patch_embed.proj.weight"] == [768, 3, 16, 16]
+    assert shapes["pos_embed"] == [1, 197, 768] and shapes["cls_token"] == [1, 1, 768]
+    assert shapes["head.weight"] == [1000, 768]
+    ops = [node.op_type for node in model.graph.node]
+    assert ops.count("Conv") == 1 and ops.count("Softmax") == 12
+    # per layer: q, k, v, out, scores, context, fc1, fc2; then the classifier's one Gemm
+    assert ops.count("MatMul") == 12 * 8 and ops.count("Gemm") == 1
+    assert ops.count("ReduceMean") == 2 * (2 * 12 + 1)  # 25 LayerNorm chains, 2 means each
+    assert ops.count("Erf") == 12 and ops.count("Concat") == 1
+    conv = next(node for node in model.graph.node if node.op_type == "Conv")
+    attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
+    assert attrs["kernel_shape"] == [16, 16] and attrs["strides"] == [16, 16]
+    dims = [[d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in (model.graph.input[0], model.graph.output[0])]
+    assert dims == [[32, 3, 224, 224], [32, 1000]]
+    # timm's figure: 17.6 GMACs an image
+    macs = graph_references(model)["matmul_macs"] / 32
+    assert 17.5e9 < macs < 17.65e9
 
 
 def _graph(nodes, inputs, outputs, inits):

@@ -27,23 +27,10 @@ from .common import (OnnxGraph, check_style, extended_mask, padding_mask, token_
 def _encoder_layer(g: OnnxGraph, x: str, mask: str, batch: int, seq: int, hidden: int,
                    heads: int, ffn: int, style: str, stem: str) -> str:
     """One post-LN encoder layer on x [batch, seq, hidden] with an additive mask [b,1,1,s]."""
-    head_dim = hidden // heads
-    if style == "dynamo":
-        qkv = g.linear(x, hidden, 3 * hidden, f"{stem}.attn.qkv")
-        q, k, v = g.op("Split", [qkv, g.int64([hidden] * 3, f"{stem}.attn.split_sizes")],
-                       f"{stem}.attn.split", outputs=3, axis=-1)
-    else:
-        q, k, v = (g.linear(x, hidden, hidden, f"{stem}.attn.{name}") for name in "qkv")
-    q = g.split_heads(q, batch, seq, heads, head_dim, f"{stem}.attn.q")
-    k_t = g.split_heads(k, batch, seq, heads, head_dim, f"{stem}.attn.k", perm=(0, 2, 3, 1))
-    v = g.split_heads(v, batch, seq, heads, head_dim, f"{stem}.attn.v")
-    context = g.attention_core(q, k_t, v, mask, head_dim, f"{stem}.attn", style)
-    merged = g.merge_heads(context, batch, seq, hidden, f"{stem}.attn.merge")
-    attn = g.linear(merged, hidden, hidden, f"{stem}.attn.out")
+    attn = g.self_attention(x, mask, batch, seq, hidden, heads, f"{stem}.attn", style)
     h = g.layer_norm(g.op("Add", [attn, x], f"{stem}.attn.residual"), hidden,
                      f"{stem}.ln1", style, eps=1e-12)
-    up = g.gelu(g.linear(h, hidden, ffn, f"{stem}.ffn.up"), f"{stem}.ffn.gelu", style)
-    down = g.linear(up, ffn, hidden, f"{stem}.ffn.down")
+    down = g.mlp(h, hidden, ffn, f"{stem}.ffn", style, names=("up", "down"))
     return g.layer_norm(g.op("Add", [down, h], f"{stem}.ffn.residual"), hidden,
                         f"{stem}.ln2", style, eps=1e-12)
 
@@ -86,8 +73,7 @@ def bert_model(style: str = "torchscript", batch: int = 1, seq: int = 128, hidde
                            f"encoder.{index}")
     g.output(x, [batch, seq, hidden], name="last_hidden_state")
     if pooler:
-        first = g.op("Gather", [x, g.int64(0, "pooler.index")], "pooler.first", axis=1)
-        dense = g.linear(first, hidden, hidden, "pooler.dense", gemm=True)
+        dense = g.linear(g.first_token(x, "pooler"), hidden, hidden, "pooler.dense", gemm=True)
         g.output(g.op("Tanh", [dense], "pooler.tanh"), [batch, hidden], name="pooler_output")
     return g.model()
 

@@ -210,13 +210,14 @@ class OnnxGraph:
         return self.op("Reshape", [moved, self.int64([batch, seq, hidden], f"{stem}.shape")],
                        f"{stem}.reshape")
 
-    def attention_core(self, q: str, k_t: str, v: str, mask: str, head_dim: int, stem: str,
-                       style: str, causal: str | None = None) -> str:
+    def attention_core(self, q: str, k_t: str, v: str, mask: str | None, head_dim: int,
+                       stem: str, style: str, causal: str | None = None) -> str:
         """Scores, mask, softmax, context for q [b,h,s,d], k_t [b,h,d,s], v [b,h,s,d].
 
         TorchScript: MatMul -> Div(sqrt d) [-> Where(causal)] -> Add(mask) -> Softmax -> MatMul.
         Dynamo (SDPA decomposed): q and k_t each scaled by d**-0.25 -> MatMul -> Add(mask) ->
         Softmax -> IsNaN / Where(0) -> MatMul; a causal mask is already inside ``mask``.
+        ``mask=None`` (a model that attends to every token, ViT) writes no Add.
         """
         if style == "torchscript":
             scores = self.op("Div", [self.op("MatMul", [q, k_t], f"{stem}.qk"),
@@ -225,19 +226,73 @@ class OnnxGraph:
             if causal is not None:
                 lowest = self.const(np.finfo(self.np_dtype).min, f"{stem}.min")
                 scores = self.op("Where", [causal, scores, lowest], f"{stem}.causal")
-            probs = self.op("Softmax", [self.op("Add", [scores, mask], f"{stem}.mask")],
-                            f"{stem}.softmax", axis=-1)
+            probs = self.op("Softmax", [self._masked(scores, mask, stem)], f"{stem}.softmax",
+                            axis=-1)
         else:
             root = self.const(head_dim ** -0.25, f"{stem}.root_scale")
             scores = self.op("MatMul", [self.op("Mul", [q, root], f"{stem}.q_scale"),
                                         self.op("Mul", [k_t, root], f"{stem}.k_scale")],
                              f"{stem}.qk")
-            softmax = self.op("Softmax", [self.op("Add", [scores, mask], f"{stem}.mask")],
+            softmax = self.op("Softmax", [self._masked(scores, mask, stem)],
                               f"{stem}.softmax", axis=-1)
             is_nan = self.op("IsNaN", [softmax], f"{stem}.isnan")
             probs = self.op("Where", [is_nan, self.const(0.0, f"{stem}.zero"), softmax],
                             f"{stem}.where")
         return self.op("MatMul", [probs, v], f"{stem}.pv")
+
+    def _masked(self, scores: str, mask: str | None, stem: str) -> str:
+        return scores if mask is None else self.op("Add", [scores, mask], f"{stem}.mask")
+
+    def heads_attention(self, q: str, k: str, v: str, mask: str | None, batch: int, seq: int,
+                        hidden: int, heads: int, stem: str, style: str,
+                        causal: str | None = None) -> str:
+        """Projected q, k, v [b, s, h*d] -> heads split -> ``attention_core`` -> heads merged
+        [b, s, h*d], ready for the output projection."""
+        head_dim = hidden // heads
+        q = self.split_heads(q, batch, seq, heads, head_dim, f"{stem}.q")
+        k_t = self.split_heads(k, batch, seq, heads, head_dim, f"{stem}.k", perm=(0, 2, 3, 1))
+        v = self.split_heads(v, batch, seq, heads, head_dim, f"{stem}.v")
+        context = self.attention_core(q, k_t, v, mask, head_dim, stem, style, causal)
+        return self.merge_heads(context, batch, seq, hidden, f"{stem}.merge")
+
+    def self_attention(self, x: str, mask: str | None, batch: int, seq: int, hidden: int,
+                       heads: int, stem: str, style: str) -> str:
+        """HF's BERT / ViT self-attention with its output projection on x [b, s, hidden]:
+        separate q / k / v projections (TorchScript), or one fused QKV projection and Split
+        (dynamo); ``mask`` is the additive mask, or None to attend to every token."""
+        if style == "dynamo":
+            qkv = self.linear(x, hidden, 3 * hidden, f"{stem}.qkv")
+            q, k, v = self.op("Split", [qkv, self.int64([hidden] * 3, f"{stem}.split_sizes")],
+                              f"{stem}.split", outputs=3, axis=-1)
+        else:
+            q, k, v = (self.linear(x, hidden, hidden, f"{stem}.{name}") for name in "qkv")
+        merged = self.heads_attention(q, k, v, mask, batch, seq, hidden, heads, stem, style)
+        return self.linear(merged, hidden, hidden, f"{stem}.out")
+
+    def mlp(self, x: str, hidden: int, inner: int, stem: str, style: str,
+            names: tuple[str, str] = ("fc1", "fc2"), approximate: str = "none") -> str:
+        """The transformer feed-forward block: Linear(hidden -> inner) -> GELU -> Linear(inner
+        -> hidden), the projections named ``{stem}.{names[i]}`` and the GELU ``{stem}.gelu``."""
+        up = self.gelu(self.linear(x, hidden, inner, f"{stem}.{names[0]}"), f"{stem}.gelu",
+                       style, approximate=approximate)
+        return self.linear(up, inner, hidden, f"{stem}.{names[1]}")
+
+    def first_token(self, x: str, stem: str) -> str:
+        """``x[:, 0]`` of [b, s, hidden] (BERT's pooler, ViT's class token) as both exporters
+        write a select: Gather with a 0-d index on axis 1."""
+        return self.op("Gather", [x, self.int64(0, f"{stem}.index")], f"{stem}.first", axis=1)
+
+    def conv(self, x: str, c_in: int, c_out: int, kernel: int, stride: int, stem: str,
+             pad: int = 0, bias: bool = False, gain: float = 1.0) -> str:
+        """``nn.Conv2d`` (square kernel, stride and padding; bias optional), weights
+        [c_out, c_in, k, k] of std ``gain / sqrt(c_in * k * k)``."""
+        weight = self.weight((c_out, c_in, kernel, kernel), c_in * kernel * kernel,
+                             f"{stem}.weight", gain=gain)
+        inputs = [x, weight]
+        if bias:
+            inputs.append(self.uniform((c_out,), -0.1, 0.1, f"{stem}.bias"))
+        return self.op("Conv", inputs, f"{stem}.conv", kernel_shape=[kernel, kernel],
+                       strides=[stride, stride], pads=[pad] * 4, dilations=[1, 1], group=1)
 
 
 def padding_mask(batch: int, seq: int) -> np.ndarray:
@@ -265,3 +320,16 @@ def extended_mask(g: OnnxGraph, mask: str, stem: str = "mask") -> str:
 def token_ids(rng: np.random.Generator, batch: int, seq: int, vocab: int) -> np.ndarray:
     """Random int64 token ids in ``[0, vocab)``."""
     return rng.integers(0, vocab, size=(batch, seq), dtype=np.int64)
+
+
+
+def image_inputs(name: str, model: str):
+    """The feeds builder of an image model (``model``) whose one input is ``name``: a random
+    unit-normal batch [batch, 3, image, image], the scale of normalised pixels."""
+    def example_inputs(batch: int = 1, image: int = 224, dtype: str = "float32", seed: int = 0,
+                       **_knobs) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return {name: rng.standard_normal((batch, 3, image, image)).astype(dtype)}
+
+    example_inputs.__doc__ = f"Feeds for ``{model}``: a normalised random image batch."
+    return example_inputs

@@ -36,22 +36,17 @@ def _causal(g: OnnxGraph, seq: int, stem: str) -> str:
 def _decoder_layer(g: OnnxGraph, x: str, mask: str, causal: str | None, batch: int, seq: int,
                    hidden: int, heads: int, style: str, stem: str) -> str:
     """One pre-LN GPT-2 block on x [batch, seq, hidden]."""
-    head_dim = hidden // heads
     h = g.layer_norm(x, hidden, f"{stem}.ln_1", style)
     qkv = g.linear(h, hidden, 3 * hidden, f"{stem}.attn.c_attn")
     q, k, v = g.op("Split", [qkv, g.int64([hidden] * 3, f"{stem}.attn.split_sizes")],
                    f"{stem}.attn.split", outputs=3, axis=2)
-    q = g.split_heads(q, batch, seq, heads, head_dim, f"{stem}.attn.q")
-    k_t = g.split_heads(k, batch, seq, heads, head_dim, f"{stem}.attn.k", perm=(0, 2, 3, 1))
-    v = g.split_heads(v, batch, seq, heads, head_dim, f"{stem}.attn.v")
-    context = g.attention_core(q, k_t, v, mask, head_dim, f"{stem}.attn", style, causal)
-    merged = g.merge_heads(context, batch, seq, hidden, f"{stem}.attn.merge")
+    merged = g.heads_attention(q, k, v, mask, batch, seq, hidden, heads, f"{stem}.attn", style,
+                               causal)
     attn = g.linear(merged, hidden, hidden, f"{stem}.attn.c_proj")
     x = g.op("Add", [attn, x], f"{stem}.attn.residual")
     h = g.layer_norm(x, hidden, f"{stem}.ln_2", style)
-    up = g.gelu(g.linear(h, hidden, 4 * hidden, f"{stem}.mlp.c_fc"), f"{stem}.mlp.gelu", style,
-                approximate="tanh")
-    down = g.linear(up, 4 * hidden, hidden, f"{stem}.mlp.c_proj")
+    down = g.mlp(h, hidden, 4 * hidden, f"{stem}.mlp", style, names=("c_fc", "c_proj"),
+                 approximate="tanh")
     return g.op("Add", [down, x], f"{stem}.mlp.residual")
 
 

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import onnx
 
-from .common import OnnxGraph, check_style
+from .common import OnnxGraph, check_style, image_inputs
 
 RESNET50_BLOCKS = (3, 4, 6, 3)
 
@@ -32,11 +32,7 @@ def _conv_bn(g: OnnxGraph, x: str, c_in: int, c_out: int, kernel: int, stride: i
     Weights keep activations near unit scale (He gain for the ReLU that follows); ``gamma``
     sets the BatchNorm scale, small on a block's last BN so the residual sum stays bounded.
     """
-    fan_in = c_in * kernel * kernel
-    weight = g.weight((c_out, c_in, kernel, kernel), fan_in, f"{stem}.weight", gain=np.sqrt(2))
-    pad = kernel // 2
-    conv = g.op("Conv", [x, weight], f"{stem}.conv", kernel_shape=[kernel, kernel],
-                strides=[stride, stride], pads=[pad] * 4, dilations=[1, 1], group=1)
+    conv = g.conv(x, c_in, c_out, kernel, stride, stem, pad=kernel // 2, gain=np.sqrt(2))
     bn = g.op("BatchNormalization",
               [conv, g.uniform((c_out,), *gamma, f"{stem}.bn.weight"),
                g.uniform((c_out,), -0.1, 0.1, f"{stem}.bn.bias"),
@@ -93,11 +89,7 @@ def resnet50_model(style: str = "torchscript", batch: int = 1, image: int = 224,
     return g.model()
 
 
-def example_inputs(batch: int = 1, image: int = 224, dtype: str = "float32", seed: int = 0,
-                   **_knobs) -> dict[str, np.ndarray]:
-    """Feeds for ``resnet50_model``: a normalised random image batch."""
-    rng = np.random.default_rng(seed)
-    return {"input": rng.standard_normal((batch, 3, image, image)).astype(dtype)}
+example_inputs = image_inputs("input", "resnet50_model")
 
 
 if __name__ == "__main__":
