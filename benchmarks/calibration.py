@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .models import bert, resnet50
+from .models import bert, resnet50, vit
 from .models.common import OnnxGraph
 
 HERE = Path(__file__).resolve().parent
@@ -286,7 +286,22 @@ def default_rows() -> list[Row]:
                                "and Softmax issuing their vector ops row by row (the kinds "
                                "estimated longest are in `built`)")
                  for batch, fps in ((1, 177.81), (8, 218.12))]
-    return gemm + [aclnn, copy] + flash + [resnet] + bert_rows
+    vit_rows = [Row(f"vit_base_patch{patch}_b32_310p3_atc", "model", "Ascend310P3",
+                    f"vit_base_patch{patch}_224, batch 32, fp16, ONNX -> OM by ATC, ais_bench "
+                    f"pure inference (the ModelZoo's current table)", fps, "items/s",
+                    MODELZOO + "contrib/cv/classfication/ViT_base/README.md",
+                    lambda patch=patch: _model_us(vit.vit_model(batch=32, patch=patch,
+                                                                dtype="float16"),
+                                                  "Ascend310P3"),
+                    work=32,
+                    algorithm="the project's kernels of ATC's rules, not ATC's (closed) "
+                              "ones: on 310P3's 16 MB L2 its MatMuls re-read their "
+                              "activations from DDR once per 128-column tile, the patch "
+                              "embedding is an img2col convolution on the vector unit and "
+                              "attention runs as three kernels (the kinds estimated longest "
+                              "are in `built`)")
+                for patch, fps in ((16, 599.02), (32, 1593.47))]
+    return gemm + [aclnn, copy] + flash + [resnet] + bert_rows + vit_rows
 
 
 # ---- running and the bands ---------------------------------------------------------------
