@@ -1,7 +1,8 @@
 """SVG charts of benchmark results, written by hand (no plotting dependency).
 
-Per model: ``<model>_traffic.svg`` (GM bytes of each baseline over the compulsory bytes, with the
-matmul-boundary reference marked) and, where the cost model gave estimates,
+Per model: ``<model>_traffic.svg`` (HBM bytes of each baseline over the compulsory bytes, with
+the matmul-boundary reference marked; L2-served bytes are not traffic either bound counts, and
+records made before the HBM/L2 split have no bar) and, where the cost model gave estimates,
 ``<model>_speedup.svg`` (estimated speedup over op-by-op on Ascend910B1, labelled ESTIMATE).
 
 Example
@@ -128,7 +129,7 @@ def write_charts(results: dict, folder: str, soc: str = "Ascend910B1") -> list[s
     for model, configs in sorted(_by_model(results.get("records", [])).items()):
         labels = list(configs)
         baselines = [b for b in ORDER if any(b in configs[c] for c in labels)]
-        traffic = {b: [_ratio(configs[c].get(b, {}).get("gm_bytes"),
+        traffic = {b: [_ratio(configs[c].get(b, {}).get("hbm_bytes"),
                               configs[c].get(b, {}).get("compulsory_bytes")) for c in labels]
                    for b in baselines}
         boundary = [_ratio(next(iter(configs[c].values()))["matmul_boundary_bytes"],
@@ -136,8 +137,8 @@ def write_charts(results: dict, folder: str, soc: str = "Ascend910B1") -> list[s
         if any(v is not None for vals in traffic.values() for v in vals):
             path = os.path.join(folder, f"{model}_traffic.svg")
             write_text_atomic(path, bar_chart(
-                f"{model}: GM traffic / compulsory bytes (lower is better)", labels, traffic,
-                "GM bytes / compulsory bytes", boundary, "matmul boundary"))
+                f"{model}: HBM traffic / compulsory bytes (lower is better)", labels, traffic,
+                "HBM bytes / compulsory bytes", boundary, "matmul boundary"))
             written.append(path)
         speedup = {}
         for b in baselines:
