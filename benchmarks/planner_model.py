@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from tvm_ascend.config import CompileConfig
-from tvm_ascend.cost_model.planner_model import planner_ranking
+from tvm_ascend.cost_model.planner_model import PlannerRanking, planner_ranking
 from tvm_ascend.frontend import load_model
 from tvm_ascend.kernel_record import record_of
 from tvm_ascend.partition import cost as cost_module
@@ -49,15 +49,19 @@ TOP_KS = (1, 2, 3)
 REPEATS = 3
 
 
-class _CountingEstimate:
-    """``estimate_kernel`` as partition/cost.py calls it, counting the calls."""
+class _Counted:
+    """A function, counting its calls and the seconds spent in them."""
 
     def __init__(self, real):
-        self.real, self.calls = real, 0
+        self.real, self.calls, self.seconds = real, 0, 0.0
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
-        return self.real(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return self.real(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
 
 
 def partition_signature(result) -> dict:
@@ -87,8 +91,10 @@ def _decided(result) -> dict:
 def run_once(imported, policy, config) -> dict:
     """One partition stage under ``config``'s planner model: its signature, estimate, timing
     model calls and seconds."""
-    counter = _CountingEstimate(cost_module.estimate_kernel)
+    counter = _Counted(cost_module.estimate_kernel)
+    ranking = _Counted(PlannerRanking.choose)
     cost_module.estimate_kernel = counter
+    PlannerRanking.choose = lambda self, *a, **k: ranking(self, *a, **k)
     try:
         cost = GroupCost(config.soc, None,
                          planner_ranking(config.planner_model, config.planner_top_k))
@@ -98,8 +104,10 @@ def run_once(imported, policy, config) -> dict:
         seconds = time.perf_counter() - start
     finally:
         cost_module.estimate_kernel = counter.real
+        PlannerRanking.choose = ranking.real
     return {"signature": partition_signature(result), "seconds": seconds,
-            "estimate_calls": counter.calls, "decided_by": _decided(result),
+            "estimate_calls": counter.calls, "estimate_s": counter.seconds,
+            "rank_s": ranking.seconds, "decided_by": _decided(result),
             "est_us": round(sum(g.estimate.get("time_us", 0.0) for g in result.groups), 3)}
 
 
@@ -128,6 +136,12 @@ def measure_case(model: str, name: str, dtype: str, soc: str, repeats: int) -> d
             "same_partition": same, "est_us": first["est_us"],
             "est_equal": first["est_us"] == reference["est_us"],
             "estimate_calls": first["estimate_calls"], "decided_by": first["decided_by"],
+            # seconds inside the timing model and inside the ranking (features + predict;
+            # with the timing model alone, the call that says "estimate all"), medians
+            "estimate_s_median": round(statistics.median(r["estimate_s"]
+                                                         for r in runs[(planner, k)]), 4),
+            "rank_s_median": round(statistics.median(r["rank_s"]
+                                                     for r in runs[(planner, k)]), 4),
             "partition_s_median": round(statistics.median(r["seconds"]
                                                           for r in runs[(planner, k)]), 3),
             "partition_s_runs": [round(r["seconds"], 3) for r in runs[(planner, k)]],
@@ -145,6 +159,41 @@ def _difference(old: dict, new: dict) -> list[str]:
     return lines[:6]
 
 
+def conclusion(cases: list[dict]) -> str:
+    """One paragraph: the smallest k with every partition the timing model's, the calls it
+    saves, and the seconds the ranking costs against the seconds of estimates it saves."""
+    same_at = [k for k in TOP_KS if all(m["same_partition"] for c in cases for m in c["modes"]
+                                        if m["planner_top_k"] == k)]
+    if not same_at:
+        return "No top k measured gives the timing model's partition on every case."
+    k = same_at[0]
+
+    def total(key, planner, top_k):
+        return sum(m[key] for c in cases for m in c["modes"]
+                   if (m["planner_model"], m["planner_top_k"]) == (planner, top_k))
+
+    calls_t, calls_k = total("estimate_calls", "timing", None), total("estimate_calls",
+                                                                       "xgboost", k)
+    est_t, est_k = total("estimate_s_median", "timing", None), total("estimate_s_median",
+                                                                     "xgboost", k)
+    rank_k = total("rank_s_median", "xgboost", k)
+    stage_t, stage_k = total("partition_s_median", "timing", None), \
+        total("partition_s_median", "xgboost", k)
+    return (f"From top {k} on, every case forms the timing model's partition with the same "
+            f"estimate (top 1 is shown for what goes wrong without a margin). Summed over the "
+            f"cases, top {k} makes {calls_k} timing-model calls against {calls_t} "
+            f"({calls_t - calls_k} fewer): {est_k * 1e3:.0f} ms in the timing model against "
+            f"{est_t * 1e3:.0f} ms, for {rank_k * 1e3:.0f} ms spent ranking (plan features "
+            f"and an XGBoost predict per group), in partition stages of {stage_k:.1f} s "
+            f"against {stage_t:.1f} s (medians, noisy). The timing model is arithmetic on a "
+            "plan both planners make anyway, so ranking before it cannot save compile time "
+            "here: the partition stage's seconds go to FuseOps, FuseTIR and the templates' "
+            "analyses, which both run alike. Pruning with a model pays where a measurement "
+            "is dear (a board through the RPC runner, as `tvm-ascend tune` measures); the "
+            "planner keeps `planner_model=\"timing\"` as its default, with `planner_top_k` "
+            f"defaulting to the smallest safe k measured, {k}.")
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, check=True,
@@ -158,16 +207,23 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--only", default="", help="only the cases whose model holds this")
     parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the cases of the existing output; write the conclusion "
+                        "again")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    cases = [measure_case(*case, args.repeats) for case in CASES if args.only in case[0]]
+    earlier = json.loads(args.output.read_text()) if args.reuse else {}
+    cases = earlier.get("cases") or [measure_case(*case, args.repeats) for case in CASES
+                                     if args.only in case[0]]
     write_json_atomic(args.output, {
-        "cases": cases, "repeats": args.repeats, "top_ks": list(TOP_KS),
+        "cases": cases, "repeats": earlier.get("repeats", args.repeats),
+        "top_ks": list(TOP_KS), "conclusion": conclusion(cases),
         "default": {"planner_model": CompileConfig().planner_model,
                     "planner_top_k": CompileConfig().planner_top_k},
         "note": "partition stage = prepare + partition (plan_fusion), wall seconds, median of "
                 "the repeats on a shared 2-core machine: noisy; estimate_calls are exact",
-        "commit": _commit(), "date": datetime.date.today().isoformat()})
+        "commit": earlier.get("commit") or _commit(),
+        "date": earlier.get("date") or datetime.date.today().isoformat()})
     for case in cases:
         for mode in case["modes"]:
             print(f"{case['model']}/{case['config']} {case['soc']} {mode['planner_model']} "

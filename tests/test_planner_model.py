@@ -202,3 +202,35 @@ def test_the_shipped_planner_model_loads():
     model = load_planner_model()
     assert model is not None and model.feature_names == PLAN_FEATURE_NAMES
     assert PLANNER_MODEL_PATH.is_file()
+
+
+def test_benchmarks_md_renders_the_planner_section(tmp_path):
+    from benchmarks import markdown
+
+    mode = {"planner_model": "timing", "planner_top_k": None, "same_partition": True,
+            "est_us": 10.0, "estimate_calls": 8, "decided_by": {"timing model": 3},
+            "partition_s_median": 1.5, "differs": []}
+    ranked = dict(mode, planner_model="xgboost", planner_top_k=1, same_partition=False,
+                  est_us=11.0, estimate_calls=5, decided_by={"ranked by xgboost": 2},
+                  differs=["timing only: [['lv'], 'matmul', '{}']"])
+    data = {"cases": [{"model": "bert_base", "config": "b1_s128", "dtype": "float16",
+                       "soc": "Ascend910B1", "kernels": 3, "modes": [mode, ranked]}],
+            "repeats": 3, "default": {"planner_model": "timing", "planner_top_k": 2},
+            "conclusion": "From top 2 on, every case forms the timing model's partition."}
+    lines = markdown.planner_section(data)
+    assert lines[0] == "## The learned model in the planner"
+    table = [line for line in lines if line.startswith("| bert_base")]
+    assert len(table) == 2 and "| xgboost, top 1 | **no** |" in table[1]
+    assert any("timing only" in line for line in lines) and data["conclusion"] in lines
+    assert markdown.planner_section({}) == []
+
+
+def test_the_retrain_command_says_what_is_missing(tmp_path, capsys):
+    from tvm_ascend.cli import main
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_matmul_bias_relu().SerializeToString())
+    code = main(["retrain", "--database", str(tmp_path / "empty"), "--model", str(path),
+                 "--output", str(tmp_path / "p.ubj"), "--base", "0"])
+    assert code == 2
+    assert "no records of a matmul or conv2d kernel" in capsys.readouterr().err

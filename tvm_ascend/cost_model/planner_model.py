@@ -57,21 +57,20 @@ class PlannerRanking:
         """Whether the model prunes at all (a model and a positive ``top_k``)."""
         return self.model is not None and bool(self.top_k)
 
-    def choose(self, prim, tilings: list, soc, work=None) -> tuple[list[int], str]:
+    def choose(self, prim, tilings: list, soc) -> tuple[list[int], str]:
         """(indices of ``tilings`` for the timing model to estimate, in their order, and what
-        decided, for the report). The first tiling is the template's defaults.
-
-        ``work``: the vector work of each tiling (``count_vector_work``), if counted."""
+        decided, for the report). The first tiling is the template's defaults."""
         total = len(tilings)
         if not self.ranks or total <= self.top_k:
             label = TIMING_ONLY if total == 1 else f"{TIMING_ONLY}, all {total} tilings estimated"
             if self.ranks and total > 1:
                 label += f" (no more than planner_top_k={self.top_k})"
             return list(range(total)), label
-        works = work if work is not None else [None] * total
-        features = np.stack([extract_plan_features(prim, t, soc, w)
-                             for t, w in zip(tilings, works)])
-        scores = self.model.predict(features)
+        features = np.stack([extract_plan_features(prim, t, soc) for t in tilings])
+        # a few rows: XGBoost's in-place predict on one thread (its thread pool and a
+        # DMatrix cost 100x more than the trees on a busy machine); the layout was checked
+        # when the file was loaded
+        scores = self.model.booster.inplace_predict(features)
         top = sorted(int(i) for i in np.argsort(-scores, kind="stable")[:self.top_k])
         return top, f"ranked by {self.name}, top {self.top_k} of {total} estimated"
 
@@ -85,6 +84,7 @@ def load_planner_model(path=None) -> CostModel | None:
         if key not in _LOADED:
             try:
                 _LOADED[key] = CostModel.load(path, feature_names=PLAN_FEATURE_NAMES)
+                _LOADED[key].booster.set_param({"nthread": 1})
             except CostModelError as err:
                 logger.warning("%s; the planner uses the timing model alone (every tiling "
                                "estimated)", err)

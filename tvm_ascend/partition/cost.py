@@ -33,7 +33,6 @@ from tvm.s_tir.stmt import SBlock
 from ..cost_model.database import knobs_to_json, open_database, workload_of
 from ..cost_model.planner_model import TIMING_ONLY, PlannerRanking
 from ..cost_model.timing import estimate_kernel, estimate_launch
-from ..cost_model.vector_work import count_vector_work
 from ..decision import Decision
 from ..errors import TilingError
 from ..schedules import choose_template, knobs_from_json, template_by_name
@@ -201,12 +200,9 @@ class GroupCost:
                 continue
             candidates.append(KernelPlan(plan.template, tiling, plan.decision, knobs=knobs,
                                          prim=prim, analysis=plan.analysis))
-        work = [count_vector_work(prim, c.tiling.work.per_output_element,
-                                  c.tiling.work.img2col_prologue) for c in candidates] \
-            if self.ranking.ranks and len(candidates) > 1 else [None] * len(candidates)
         chosen, decided_by = self.ranking.choose(prim, [c.tiling for c in candidates],
-                                                 self.soc, work)
-        estimated = {i: self._with_estimate(candidates[i], prim, work[i]) for i in chosen}
+                                                 self.soc)
+        estimated = {i: self._with_estimate(candidates[i], prim) for i in chosen}
         # the first of the fastest, in the variants' order, as the timing model alone keeps
         best = min(chosen, key=lambda i: estimated[i].time_us)
         kept = dataclasses.replace(estimated[best], decided_by=decided_by)
@@ -224,10 +220,10 @@ class GroupCost:
             reason += f"; {decided_by}"
         return dataclasses.replace(kept, decision=Decision.yes(reason))
 
-    def _with_estimate(self, plan: KernelPlan, prim, work=None) -> KernelPlan:
+    def _with_estimate(self, plan: KernelPlan, prim) -> KernelPlan:
         tiling = plan.tiling
         try:
-            est = estimate_kernel(prim, tiling, self.soc, work=work)
+            est = estimate_kernel(prim, tiling, self.soc)
             return dataclasses.replace(plan, time_us=est.time_us, roofline_us=est.roofline_us,
                                        source="timing model")
         except Exception as err:  # noqa: BLE001 - an estimate must never stop a build
