@@ -63,8 +63,9 @@ def _estimated_us(result) -> float:
 def test_the_ranked_planner_forms_the_timing_models_groups(name, soc):
     model = _models()[name]
     timing = partition_for_ascend(model, CompileConfig(soc_version=soc))
-    ranked = partition_for_ascend(model, CompileConfig(soc_version=soc, planner_model="xgboost",
-                                                       planner_top_k=2))
+    # the default planner_top_k (3)
+    ranked = partition_for_ascend(model, CompileConfig(soc_version=soc,
+                                                       planner_model="xgboost"))
     assert partition_signature(ranked) == partition_signature(timing)
     assert _estimated_us(ranked) == pytest.approx(_estimated_us(timing), rel=1e-12)
     kernels = [g for g in ranked.groups if g.on_npu]
@@ -234,3 +235,19 @@ def test_the_retrain_command_says_what_is_missing(tmp_path, capsys):
                  "--output", str(tmp_path / "p.ubj"), "--base", "0"])
     assert code == 2
     assert "no records of a matmul or conv2d kernel" in capsys.readouterr().err
+
+
+def test_the_build_key_covers_the_planner_and_a_model_files_bytes(tmp_path):
+    from tvm_ascend.runtime.build_cache import build_key
+
+    model = _matmul_bias_relu()
+
+    def key(**fields):
+        return build_key(model, None, CompileConfig(cache_dir=str(tmp_path), **fields))
+
+    assert key(planner_model="xgboost") != key() != key(planner_top_k=2)
+    path = tmp_path / "planner.ubj"
+    path.write_bytes(PLANNER_MODEL_PATH.read_bytes())
+    first = key(planner_model=str(path))
+    path.write_bytes(PLANNER_MODEL_PATH.read_bytes() + b" ")  # retrained in place
+    assert key(planner_model=str(path)) != first

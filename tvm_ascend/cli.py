@@ -82,7 +82,7 @@ def _fusion_flags(p) -> None:
                    "variant estimated), xgboost (the shipped model ranks them, the timing "
                    "model estimates the --planner_top_k best) or a .ubj/.json model file "
                    "written by 'tvm-ascend retrain'")
-    p.add_argument("--planner_top_k", type=int, default=2,
+    p.add_argument("--planner_top_k", type=int, default=3,
                    help="variants the timing model estimates under a learned planner model "
                    "(0: all)")
 
@@ -94,7 +94,7 @@ def _config(args, **extra) -> CompileConfig:
                          tuning_database=args.tuning_database,
                          search_width=getattr(args, "search_width", 4),
                          planner_model=getattr(args, "planner_model", "timing"),
-                         planner_top_k=getattr(args, "planner_top_k", 2),
+                         planner_top_k=getattr(args, "planner_top_k", 3),
                          input_shape=_shapes(args), **extra).with_env()
 
 

@@ -135,7 +135,10 @@ class CompileConfig:
         ``groups[*].estimate.decided_by`` says which did.
     planner_top_k : int or None
         How many of the best-ranked variants the timing model estimates under a learned
-        ``planner_model`` (0 or None: all of them, i.e. the timing model alone).
+        ``planner_model`` (0 or None: all of them, i.e. the timing model alone). The default,
+        3, is the smallest that forms the timing model's partitions on every benchmark
+        model measured (``benchmarks/planner_model.py``; 2 keeps slower tilings on GPT-2
+        medium and on ResNet-50 for 310P3).
     input_shape : dict
         Input shapes, ``{"x": (1, 3, 224, 224)}``; a dimension may be -1 or a range
         ``"1~8"`` (ATC's spellings): dynamic dimensions run on the host, with a warning.
@@ -168,7 +171,7 @@ class CompileConfig:
     op_select_implmode: str = "high_precision"
     search_width: int = 4
     planner_model: str = "timing"
-    planner_top_k: int | None = 2
+    planner_top_k: int | None = 3
     build_cache: bool = True
     strict: bool = False
     op_compiler_cache_mode: str = "enable"

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import PLANNER_MODELS
 from .features import PLAN_FEATURE_NAMES, extract_plan_features
 from .xgb_model import PLANNER_MODEL_PATH, CostModel, CostModelError
 
