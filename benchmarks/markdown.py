@@ -166,7 +166,7 @@ def planner_section(data: dict) -> list[str]:
         f"`planner_top_k={default.get('planner_top_k', NA)}`. Measured at commit "
         f"`{data.get('commit') or NA}` on {data.get('date', NA)} (build only, conservative).",
         "",
-        "| configuration | SoC | kernels | planner | same partition | est. us (ESTIMATE) "
+        "| configuration | SoC | distinct kernels | planner | same partition | est. us (ESTIMATE) "
         "| timing-model calls | groups ranked | partition stage s |",
         "|---|---|---|---|---|---|---|---|---|"]
     for case in cases:
