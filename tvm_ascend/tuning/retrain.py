@@ -94,7 +94,11 @@ def record_groups(database, models, config=None) -> tuple[list[dict], dict]:
             continue
         runner, records = _trusted(records)
         template = template_by_name(template_name)
-        analysis = template.analyse(prim)
+        try:
+            analysis = template.analyse(prim)
+        except TilingError:  # the template no longer takes it: its records plan nothing
+            counts["skipped_unplannable"] += len(records)
+            continue
         features, times = [], []
         for record in records:
             try:
