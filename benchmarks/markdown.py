@@ -183,6 +183,60 @@ def _seed_lines(records: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def _mode_name(mode: dict) -> str:
+    if mode["planner_model"] == "timing":
+        return "timing model alone"
+    return f"xgboost, top {mode['planner_top_k']}"
+
+
+def planner_section(data: dict) -> list[str]:
+    """The section of ``benchmarks/planner_model.json`` (``python -m benchmarks.planner_model``):
+    the partitions of the timing model alone against the XGBoost-ranked planner."""
+    cases = data.get("cases", [])
+    if not cases:
+        return []
+    default = data.get("default", {})
+    lines = [
+        "## The learned model in the planner", "",
+        "`CompileConfig(planner_model=\"xgboost\", planner_top_k=k)`: the planner's XGBoost "
+        "model (`tvm_ascend/cost_model/planner_model.ubj`, features read from the tiling "
+        "plans only, never from the timing estimate) ranks each group's tiling variants and "
+        "the timing model estimates the k best-ranked; `timing` estimates every variant. "
+        "Same partition = every kernel's ops, template and knobs and every host group equal "
+        "to the timing model's. Timing-model calls are exact (`estimate_kernel` calls of the "
+        "partition stage); the partition stage (prepare + partition, `plan_fusion`) is wall "
+        f"time, the median of {data.get('repeats', NA)} runs on a shared 2-core machine: "
+        f"differences of a few tenths of a second are noise. Default: "
+        f"`planner_model={default.get('planner_model', NA)!r}`, "
+        f"`planner_top_k={default.get('planner_top_k', NA)}`. Measured at commit "
+        f"`{data.get('commit') or NA}` on {data.get('date', NA)} (build only, conservative).",
+        "",
+        "| configuration | SoC | distinct kernels | planner | same partition | est. us (ESTIMATE) "
+        "| timing-model calls | groups ranked | partition stage s |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for case in cases:
+        for mode in case["modes"]:
+            ranked = sum(v for k, v in mode.get("decided_by", {}).items()
+                         if k.startswith("ranked"))
+            lines.append("| " + " | ".join([
+                f"{case['model']} {case['config']} {case['dtype']}", case["soc"],
+                str(case["kernels"]), _mode_name(mode),
+                "yes" if mode["same_partition"] else "**no**", _num(mode["est_us"]),
+                str(mode["estimate_calls"]), str(ranked),
+                _num(mode["partition_s_median"], 2)]) + " |")
+    differing = [(case, mode) for case in cases for mode in case["modes"]
+                 if not mode["same_partition"]]
+    if differing:
+        lines += ["", "Where the partition differs (kernels of one side the other lacks):"]
+        for case, mode in differing:
+            first = "; ".join(mode.get("differs", [])[:2])
+            lines.append(f"- {case['model']} {case['config']} {case['soc']}, "
+                         f"{_mode_name(mode)}: est. {mode['est_us']:.1f} us; {first}")
+    if data.get("conclusion"):
+        lines += ["", data["conclusion"]]
+    return lines + [""]
+
+
 def render_markdown(results: dict, charts: list[str] = (), base_dir: str = ".") -> str:
     """The text of BENCHMARKS.md for ``results`` (``{"header", "records"}``)."""
     header, records = results.get("header", {}), results.get("records", [])
@@ -281,6 +335,10 @@ def render_markdown(results: dict, charts: list[str] = (), base_dir: str = ".") 
     if os.path.exists(calibration):  # written by benchmarks/calibration.py
         with open(calibration) as handle:
             lines += [""] + markdown_lines(json.load(handle))
+    planner = os.path.join(base_dir, "benchmarks", "planner_model.json")
+    if os.path.exists(planner):  # written by benchmarks/planner_model.py
+        with open(planner) as handle:
+            lines += planner_section(json.load(handle))
     cost_section = os.path.join(base_dir, "benchmarks", "cost_model.md")
     if os.path.exists(cost_section):  # written by benchmarks/cost_model.py
         with open(cost_section) as handle:

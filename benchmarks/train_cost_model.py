@@ -1,14 +1,20 @@
-"""Train the default cost model shipped in the package, on generated workloads (no download).
+"""Train the cost models shipped in the package, on generated workloads (no download).
 
-Labels come from ``LocalRunner`` (plan counters + timing model). The regression objective
-(MetaSchedule style) and the pairwise-ranking one are both trained; the one with the better
-validation top-1 score is kept and written to ``tvm_ascend/cost_model/default_model.ubj``.
+The tuner's model (``tvm_ascend/cost_model/default_model.ubj``, features ``FEATURE_NAMES``):
+labels come from ``LocalRunner`` (plan counters + timing model). The planner's model
+(``--planner``: ``tvm_ascend/cost_model/planner_model.ubj``, features ``PLAN_FEATURE_NAMES``,
+none read from the timing estimate): generated matmul and conv2d workloads, each with its
+template's variants and knob space, labelled by the timing model. For each, the regression
+objective (MetaSchedule style) and the pairwise-ranking one are trained and the one with the
+better validation top-1 score is kept.
 
 Usage::
 
-    python benchmarks/train_cost_model.py [--train 48] [--valid 12] [--output PATH]
+    python benchmarks/train_cost_model.py [--planner] [--train 48] [--valid 12] [--output PATH]
 
-Users retrain from their own tuning records the same way: ``CostModel(...).fit(groups)``.
+Users retrain the planner's model from their own tuning records with
+``tvm-ascend retrain --database DB --model m.onnx --output planner.ubj``
+(``tvm_ascend.tuning.retrain_planner_model``).
 """
 from __future__ import annotations
 
@@ -17,8 +23,9 @@ import json
 import logging
 import time
 
+from tvm_ascend.tuning.retrain import generated_groups, train_planner_model
 from tvm_ascend.tuning.workloads import dataset, generate_workloads
-from tvm_ascend.cost_model.xgb_model import DEFAULT_MODEL_PATH, fit_best
+from tvm_ascend.cost_model.xgb_model import DEFAULT_MODEL_PATH, PLANNER_MODEL_PATH, fit_best
 from tvm_ascend.soc import get_soc
 
 TRAIN_SEED, VALID_SEED = 1, 2  # benchmarks/cost_model.py holds out seed 3
@@ -27,25 +34,35 @@ SOCS = ("Ascend910B1", "Ascend310P3")
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--planner", action="store_true",
+                        help="train the planner's model (planner_model.ubj) instead")
     parser.add_argument("--train", type=int, default=48, help="training workloads")
     parser.add_argument("--valid", type=int, default=12, help="validation workloads")
     parser.add_argument("--rounds", type=int, default=60, help="boosting rounds")
-    parser.add_argument("--output", default=str(DEFAULT_MODEL_PATH))
+    parser.add_argument("--output", default=None,
+                        help=f"default {DEFAULT_MODEL_PATH} ({PLANNER_MODEL_PATH.name} with "
+                        "--planner)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    socs = [get_soc(name) for name in SOCS]
     start = time.perf_counter()
-    train = dataset(generate_workloads(args.train, TRAIN_SEED), socs)
-    valid = dataset(generate_workloads(args.valid, VALID_SEED), socs)
-    as_pairs = [(g["features"], g["times"]) for g in train]
-    model, results = fit_best(as_pairs, [(g["features"], g["times"]) for g in valid],
-                              args.rounds)
-    model.save(args.output)
+    if args.planner:
+        train = generated_groups(args.train, TRAIN_SEED, SOCS)
+        valid = generated_groups(args.valid, VALID_SEED, SOCS)
+        model, results = train_planner_model(train, valid, args.rounds)
+        output = args.output or str(PLANNER_MODEL_PATH)
+    else:
+        socs = [get_soc(name) for name in SOCS]
+        train = dataset(generate_workloads(args.train, TRAIN_SEED), socs)
+        valid = dataset(generate_workloads(args.valid, VALID_SEED), socs)
+        model, results = fit_best([(g["features"], g["times"]) for g in train],
+                                  [(g["features"], g["times"]) for g in valid], args.rounds)
+        output = args.output or str(DEFAULT_MODEL_PATH)
+    model.save(output)
     print(json.dumps({"kept": model.objective, "validation": results,
                       "train_groups": len(train), "train_candidates":
                       int(sum(len(g["times"]) for g in train)),
                       "seconds": round(time.perf_counter() - start, 1),
-                      "output": args.output}, indent=2))
+                      "output": output}, indent=2))
     return 0
 
 

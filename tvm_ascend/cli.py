@@ -9,6 +9,7 @@ Example
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -76,6 +77,14 @@ def _fusion_flags(p) -> None:
                    help="tuning database folder written by 'tvm-ascend tune'")
     p.add_argument("--search_width", type=int, default=4,
                    help="beam width of the grouping search per region (1: pairwise greedy)")
+    p.add_argument("--planner_model", default="timing",
+                   help="what picks a group's tiling among its variants: timing (every "
+                   "variant estimated), xgboost (the shipped model ranks them, the timing "
+                   "model estimates the --planner_top_k best) or a .ubj/.json model file "
+                   "written by 'tvm-ascend retrain'")
+    p.add_argument("--planner_top_k", type=int, default=3,
+                   help="variants the timing model estimates under a learned planner model "
+                   "(0: all)")
 
 
 def _config(args, **extra) -> CompileConfig:
@@ -84,6 +93,8 @@ def _config(args, **extra) -> CompileConfig:
                          no_fuse_nodes=args.no_fuse_nodes, fusion_plan_file=args.fusion_plan,
                          tuning_database=args.tuning_database,
                          search_width=getattr(args, "search_width", 4),
+                         planner_model=getattr(args, "planner_model", "timing"),
+                         planner_top_k=getattr(args, "planner_top_k", 3),
                          input_shape=_shapes(args), **extra).with_env()
 
 
@@ -207,6 +218,31 @@ def _run_tune(args) -> int:
     return 0
 
 
+def _retrain_parser(sub) -> None:
+    p = sub.add_parser("retrain", help="retrain the planner's XGBoost model from a tuning "
+                       "database (board measurements first where there are some); builds use "
+                       "it with --planner_model FILE")
+    p.add_argument("--database", required=True, help="tuning database folder ('tune' wrote)")
+    p.add_argument("--model", required=True, action="append",
+                   help="ONNX model the records were tuned on (repeat for several)")
+    p.add_argument("--output", required=True, help="the model file to write (.ubj or .json)")
+    p.add_argument("--soc_version", default="Ascend910B1")
+    p.add_argument("--input_shape", default="")
+    p.add_argument("--base", type=int, default=48,
+                   help="generated workloads trained on beside the records (0: records only)")
+
+
+def _run_retrain(args) -> int:
+    from .tuning import retrain_planner_model
+
+    args.model, models = args.model[0], args.model  # _shapes names the first model's inputs
+    config = CompileConfig(soc_version=args.soc_version, input_shape=_shapes(args)).with_env()
+    summary = retrain_planner_model(args.database, models, args.output, config, base=args.base)
+    print(json.dumps(summary, indent=1, sort_keys=True))
+    print(f"planner model: {args.output} (use it with --planner_model {args.output})")
+    return 0
+
+
 def _compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="fusion off vs ATC-style vs conservative vs aggressive: "
                        "launches, HBM and L2 bytes, estimated latency with its band, and the "
@@ -287,6 +323,7 @@ def main(argv=None) -> int:
     _compile_parser(sub)
     _explain_parser(sub)
     _tune_parser(sub)
+    _retrain_parser(sub)
     _compare_parser(sub)
     _profile_parser(sub)
     args = parser.parse_args(argv)
@@ -297,6 +334,7 @@ def main(argv=None) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return {"compile": _run_compile, "explain": _run_explain, "tune": _run_tune,
+                "retrain": _run_retrain,
                 "compare": _run_compare, "profile": _run_profile}[args.command](args)
     except AscendError as err:
         print(f"tvm-ascend: error: {err}", file=sys.stderr)

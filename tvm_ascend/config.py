@@ -26,6 +26,8 @@ CACHE_MODES = ("enable", "force", "disable")  # ATC's --op_compiler_cache_mode
 PRECISION_MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision",
                    "must_keep_origin_dtype", "force_fp32")
 IMPL_MODES = ("high_precision", "high_performance")  # ATC's --op_select_implmode
+# what picks a group's tiling among its template's variants (cost_model/planner_model.py)
+PLANNER_MODELS = ("xgboost", "timing")
 
 
 def _parse_bool(name: str, text: str) -> bool:
@@ -122,6 +124,21 @@ class CompileConfig:
         Beam width of the grouping search over each region of mergeable kernels (partitions
         kept per step; 1 merges pairwise greedily). Wider explores more partitions for more
         compile time; the result is never worse than greedy merging under the same estimates.
+    planner_model : str
+        What picks a group's tiling among its template's variants: ``"timing"`` (default:
+        the analytic timing model estimates every variant), ``"xgboost"`` (the learned model
+        shipped in the package, ``cost_model/planner_model.ubj``, ranks the variants by their
+        plans and the timing model estimates only the ``planner_top_k`` best-ranked, as
+        MetaSchedule prunes before it measures) or the path of a ``.json``/``.ubj`` model
+        ``tvm_ascend.tuning.retrain_planner_model`` wrote. A model that cannot be loaded is a
+        warning, and the timing model alone decides. The report's
+        ``groups[*].estimate.decided_by`` says which did.
+    planner_top_k : int or None
+        How many of the best-ranked variants the timing model estimates under a learned
+        ``planner_model`` (0 or None: all of them, i.e. the timing model alone). The default,
+        3, is the smallest that forms the timing model's partitions on every benchmark
+        model measured (``benchmarks/planner_model.py``; 2 keeps slower tilings on GPT-2
+        medium and on ResNet-50 for 310P3).
     input_shape : dict
         Input shapes, ``{"x": (1, 3, 224, 224)}``; a dimension may be -1 or a range
         ``"1~8"`` (ATC's spellings): dynamic dimensions run on the host, with a warning.
@@ -153,6 +170,8 @@ class CompileConfig:
     keep_dtype: tuple = ()
     op_select_implmode: str = "high_precision"
     search_width: int = 4
+    planner_model: str = "timing"
+    planner_top_k: int | None = 3
     build_cache: bool = True
     strict: bool = False
     op_compiler_cache_mode: str = "enable"
@@ -162,6 +181,17 @@ class CompileConfig:
                 or self.search_width < 1:
             raise FusionConfigError(f"search_width={self.search_width!r} must be an integer >= 1 "
                                     "(1 merges pairwise greedily)")
+        if not isinstance(self.planner_model, str) or not (
+                self.planner_model in PLANNER_MODELS
+                or self.planner_model.endswith((".json", ".ubj"))):
+            raise FusionConfigError(
+                f"planner_model={self.planner_model!r} is not one of "
+                f"{', '.join(PLANNER_MODELS)} or the path of a .json/.ubj XGBoost model")
+        if self.planner_top_k is not None and (
+                not isinstance(self.planner_top_k, int) or isinstance(self.planner_top_k, bool)
+                or self.planner_top_k < 0):
+            raise FusionConfigError(f"planner_top_k={self.planner_top_k!r} must be None or an "
+                                    "integer >= 0 (0 or None: every variant estimated)")
         if self.fusion_level not in FUSION_LEVELS:
             raise FusionConfigError(
                 f"fusion_level={self.fusion_level!r} is not one of {', '.join(FUSION_LEVELS)}")

@@ -24,6 +24,7 @@ from .codegen import PrintedUnit, PrintedUnits, register_codegen, unit_module
 from .codegen.ascendc_printer import kernel_source
 from .codegen.ext_codegen import scheduled_kernels
 from .config import CompileConfig
+from .cost_model.planner_model import planner_ranking
 from .errors import CodegenError, ToolchainError
 from .fallback import KernelFailure, compile_error_kernels, failure_of, policy_after
 from .frontend import load_model, read_model
@@ -115,6 +116,12 @@ def fusion_policy(config: CompileConfig, imported: tvm.IRModule) -> FusionPolicy
     return FusionPolicy.from_config(config, plan, imported)
 
 
+def group_cost(config: CompileConfig) -> GroupCost:
+    """The one cost of a build: the config's SoC, tuning database and planner model."""
+    return GroupCost(config.soc, config.tuning_database,
+                     planner_ranking(config.planner_model, config.planner_top_k))
+
+
 def partition_for_ascend(mod, config: CompileConfig | None = None):
     """Partition a Relax module for Ascend, in the style of TVM's other BYOC backends.
 
@@ -124,7 +131,7 @@ def partition_for_ascend(mod, config: CompileConfig | None = None):
     imported = load_model(mod, config.input_shape)
     policy = fusion_policy(config, imported)
     return plan_fusion(imported, policy, config.soc, precision=precision_of(config),
-                       cost=GroupCost(config.soc, config.tuning_database))
+                       cost=group_cost(config))
 
 
 def _nodes_before(mod: tvm.IRModule) -> int:
@@ -220,7 +227,7 @@ def _plan_and_build(imported: tvm.IRModule, policy: FusionPolicy, config: Compil
     failures: list[KernelFailure] = []
     # one cost for the build: every alternative, the plan drawn again after a failure and the
     # schedule stage ask it, and it asks the tuning database first
-    cost = GroupCost(soc, config.tuning_database)
+    cost = group_cost(config)
     for _ in range(MAX_PLANS):
         result = plan_fusion(imported, policy, soc, params, precision_of(config), cost)
         try:

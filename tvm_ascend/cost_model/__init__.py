@@ -2,7 +2,9 @@
 
 Estimates only: ``estimate_kernel`` / ``estimate_launch`` are the analytic timing model the
 fusion planner and the tuner call; ``CostModel`` learns to rank candidates from measured (or
-estimated) times; ``TuningDatabase`` keeps the best knobs per workload. The tuner that measures
+estimated) times (the tuner's model, and the planner's: ``PlannerRanking`` ranks a group's
+tilings before the timing model estimates the best ones); ``TuningDatabase`` keeps every
+measured candidate and the best knobs per workload. The tuner that measures
 and searches (``tvm_ascend.tuning``) stands above the pipeline and imports this package, never
 the other way.
 
@@ -18,8 +20,9 @@ from .vector_work import VectorWork, count_vector_work
 from .database import TuningDatabase, TuningDatabaseError, workload_of
 from .features import FEATURE_NAMES, extract_features
 from .xgb_model import CostModel, CostModelError, load_or_none
+from .planner_model import PlannerRanking, planner_ranking
 
 __all__ = ["KernelEstimate", "estimate_kernel", "estimate_launch", "estimate_model", "l2_bytes",
            "VectorWork", "count_vector_work", "TuningDatabase", "TuningDatabaseError",
            "workload_of", "FEATURE_NAMES", "extract_features", "CostModel", "CostModelError",
-           "load_or_none"]
+           "load_or_none", "PlannerRanking", "planner_ranking"]

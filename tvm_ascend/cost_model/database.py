@@ -72,6 +72,7 @@ class TuningDatabase:
         # (a text file given by mistake) is an error rather than a folder never found
         self.path = path if path.suffix == ".jsonl" or path.is_file() else path / RECORDS_FILE
         self._best: dict[str, dict] = {}
+        self._all: dict[str, list[dict]] = {}  # every record, per workload key: for retraining
         self._count = 0
         if self.path.exists():
             self._read()
@@ -118,6 +119,7 @@ class TuningDatabase:
 
     def _add(self, record: dict) -> None:
         self._count += 1
+        self._all.setdefault(record["key"], []).append(record)
         best = self._best.get(record["key"])
         if best is None or record["time_us"] < best["time_us"]:
             self._best[record["key"]] = record
@@ -149,6 +151,13 @@ class TuningDatabase:
     def workloads(self) -> list[dict]:
         """The best record of every workload."""
         return list(self._best.values())
+
+    def records(self, workload: dict | None = None) -> list[dict]:
+        """Every record of ``workload`` (of every workload when None), in commit order: each
+        measured candidate, not only the best, as a learned model trains on them."""
+        if workload is not None:
+            return list(self._all.get(workload_key(workload), ()))
+        return [record for records in self._all.values() for record in records]
 
 
 def open_database(database) -> TuningDatabase | None:

@@ -1,8 +1,12 @@
 """Fixed-length feature vectors of tuning candidates (a group plus its knob values).
 
-Every feature is derived from the candidate's ``Tiling``, its vector work and the timing
-model's per-pipe estimate, never computed a second way. The vector is deterministic: the same
-(PrimFunc, Tiling, SoC) always gives the same bytes.
+Two layouts. ``FEATURE_NAMES`` (the tuner's, ``extract_features``): the candidate's
+``Tiling``, its vector work and the timing model's per-pipe estimate; the tuner ranks before
+it measures on a runner, so the estimate is a cheap input there. ``PLAN_FEATURE_NAMES`` (the
+planner's, ``extract_plan_features``): the Tiling, its ``KernelWork``, the vector work and the
+SoC only, never the timing estimate, because the planner ranks in order to run the timing
+model on fewer candidates; a feature read from that estimate would make its ranking circular.
+Both are deterministic: the same (PrimFunc, Tiling, SoC) always gives the same bytes.
 
 Example
 -------
@@ -35,8 +39,80 @@ FEATURE_NAMES = (
 )
 
 
+# the planner ranks the variants of the templates that have some (``template.variants``)
+PLAN_TEMPLATES = ("matmul", "conv2d")
+_ESTIMATE_FEATURES = ("log_mte2_us", "log_vector_us", "log_cube_us", "log_mte3_us",
+                      "log_scalar_us", "log_roofline_us", "log_kernel_us")
+_TEMPLATE_FEATURES = tuple(f"is_{t}" for t in TEMPLATES)
+PLAN_FEATURE_NAMES = (
+    *(f"is_{t}" for t in PLAN_TEMPLATES),
+    *(n for n in FEATURE_NAMES if n not in _ESTIMATE_FEATURES + _TEMPLATE_FEATURES),
+    "log_steps", "log_vector_repeats", "log_extra_vector_calls", "log_cube_operand_bytes",
+    "log_l2_operand_bytes", "log_workspace_bytes", "log_gather_elems", "log_gather_calls",
+    "log_template_vector_bytes", "aiv_ratio", "l2_fraction",
+)
+
+
 def _log(value: float) -> float:
     return math.log2(1.0 + max(0.0, float(value)))
+
+
+def _plan_values(tiling, soc, work) -> dict:
+    """The features read from the plan, its vector work and the SoC, by name."""
+    m, n, k, base_m, base_n, single_m, single_n = tiling.plan.cube_dims() \
+        if tiling.plan is not None else (0,) * 7
+    span = tiling.cores * tiling.block_len
+    last = tiling.total - (tiling.cores - 1) * tiling.block_len
+    plan = tiling.work
+    values = {
+        "log_gm_read": _log(tiling.gm_read_bytes), "log_gm_write": _log(tiling.gm_write_bytes),
+        "log_units": _log(tiling.total), "log_cols": _log(tiling.cols),
+        "elem_bytes": float(work.elem_bytes), "cores": float(tiling.cores),
+        "core_fraction": tiling.cores / max(1, soc.vector_blocks),
+        "log_tiles_per_core": _log(tiling.tiles_per_core), "log_tile_len": _log(tiling.tile_len),
+        "log_block_len": _log(tiling.block_len),
+        "double_buffer": 1.0 if tiling.buffer_num >= 2 else 0.0,
+        "ub_fraction": tiling.ub_bytes / max(1, tiling.ub_capacity),
+        "temp_buffers": float(tiling.temp_buffers), "tail_waste": (span - tiling.total) /
+        max(1, span), "last_core_fill": last / max(1, tiling.block_len),
+        **{f"log_vec_{c}": _log(work.by_class.get(c, 0)) for c in OP_CLASSES},
+        "ops_per_unit": float(work.ops_per_unit), "log_scalar_gather": _log(plan.scalar_elems),
+        "log_cube_macs": _log(plan.cube_macs), "log_base_m": _log(base_m),
+        "log_base_n": _log(base_n), "log_single_m": _log(single_m),
+        "log_single_n": _log(single_n),
+        "m_aligned": float(m % 16 == 0) if m else 0.0,
+        "n_aligned": float(n % 16 == 0) if n else 0.0,
+        "k_aligned": float(k % 16 == 0) if k else 0.0,
+        # what estimate_kernel reports as steps_per_core, read from the plan itself
+        "steps_per_core": float(max(1, plan.steps)),
+        "soc_clock_ghz": soc.clock_mhz / 1e3, "soc_bandwidth_tbps": soc.gm_bandwidth_gbps / 1e3,
+        "soc_vector_blocks": float(soc.vector_blocks), "soc_ai_cores": float(soc.ai_cores),
+        "log_steps": _log(plan.steps), "log_vector_repeats": _log(plan.vector_repeats),
+        "log_extra_vector_calls": _log(plan.extra_vector_calls),
+        "log_cube_operand_bytes": _log(plan.cube_operand_bytes),
+        "log_l2_operand_bytes": _log(plan.l2_operand_bytes),
+        "log_workspace_bytes": _log(plan.workspace_read_bytes + plan.workspace_write_bytes),
+        "log_gather_elems": _log(plan.gather_elems), "log_gather_calls": _log(plan.gather_calls),
+        "log_template_vector_bytes": _log(plan.template_vector_bytes),
+        "aiv_ratio": float(plan.aiv_ratio),
+        "l2_fraction": (plan.l2_operand_bytes + plan.workspace_read_bytes) /
+        max(1, tiling.gm_read_bytes),
+    }
+    return values
+
+
+def extract_plan_features(prim_func, tiling, soc, work=None) -> np.ndarray:
+    """The planner's feature vector (float32, ``len(PLAN_FEATURE_NAMES)``) of one candidate
+    tiling: read from the plan, its vector work and the SoC, never from the timing estimate.
+
+    ``work``: ``count_vector_work(prim_func, ...)`` of the tiling, if already counted.
+    """
+    work = work if work is not None else count_vector_work(
+        prim_func, tiling.work.per_output_element, tiling.work.img2col_prologue)
+    values = _plan_values(tiling, soc, work)
+    for t in PLAN_TEMPLATES:
+        values[f"is_{t}"] = 1.0 if tiling.template == t else 0.0
+    return np.asarray([values[name] for name in PLAN_FEATURE_NAMES], dtype=np.float32)
 
 
 def extract_features(prim_func, tiling, soc, estimate=None) -> np.ndarray:
@@ -56,34 +132,18 @@ def extract_features(prim_func, tiling, soc, estimate=None) -> np.ndarray:
     work = count_vector_work(prim_func, tiling.work.per_output_element,
                              tiling.work.img2col_prologue)
     est = estimate or estimate_kernel(prim_func, tiling, soc, work=work)
-    # (m, n, k, base_m, base_n, single_m, single_n) of a cube product; zeros without one
-    m, n, k, base_m, base_n, single_m, single_n = tiling.plan.cube_dims() \
-        if tiling.plan is not None else (0,) * 7
-    span = tiling.cores * tiling.block_len
-    last = tiling.total - (tiling.cores - 1) * tiling.block_len
-    values = [
-        # a matmul_rows kernel counts as a matmul: the shipped XGBoost model was trained on
-        # features from before that template had a name of its own
-        *(1.0 if tiling.template == t or (t, tiling.template) == ("matmul", "matmul_rows")
-          else 0.0 for t in TEMPLATES),
-        _log(tiling.gm_read_bytes), _log(tiling.gm_write_bytes), _log(tiling.total),
-        _log(tiling.cols), float(work.elem_bytes),
-        float(tiling.cores), tiling.cores / max(1, soc.vector_blocks),
-        _log(tiling.tiles_per_core), _log(tiling.tile_len), _log(tiling.block_len),
-        1.0 if tiling.buffer_num >= 2 else 0.0, tiling.ub_bytes / max(1, tiling.ub_capacity),
-        float(tiling.temp_buffers), (span - tiling.total) / max(1, span),
-        last / max(1, tiling.block_len),
-        *(_log(work.by_class.get(c, 0)) for c in OP_CLASSES), float(work.ops_per_unit),
-        _log(tiling.work.scalar_elems),
-        _log(tiling.work.cube_macs), _log(base_m), _log(base_n),
-        _log(single_m), _log(single_n),
-        float(m % 16 == 0) if m else 0.0, float(n % 16 == 0) if n else 0.0,
-        float(k % 16 == 0) if k else 0.0,
-        _log(est.mte2_us * 1e3), _log(est.vector_us * 1e3), _log(est.cube_us * 1e3),
-        _log(est.mte3_us * 1e3), _log(est.scalar_us * 1e3), _log(est.roofline_us * 1e3),
-        _log((est.time_us - est.launch_us) * 1e3), float(est.steps_per_core),
-        soc.clock_mhz / 1e3, soc.gm_bandwidth_gbps / 1e3, float(soc.vector_blocks),
-        float(soc.ai_cores),
-    ]
-    assert len(values) == len(FEATURE_NAMES), (len(values), len(FEATURE_NAMES))
+    values = _plan_values(tiling, soc, work)
+    # a matmul_rows kernel counts as a matmul: the shipped XGBoost model was trained on
+    # features from before that template had a name of its own
+    for t in TEMPLATES:
+        values[f"is_{t}"] = 1.0 if tiling.template == t or \
+            (t, tiling.template) == ("matmul", "matmul_rows") else 0.0
+    values.update({
+        "log_mte2_us": _log(est.mte2_us * 1e3), "log_vector_us": _log(est.vector_us * 1e3),
+        "log_cube_us": _log(est.cube_us * 1e3), "log_mte3_us": _log(est.mte3_us * 1e3),
+        "log_scalar_us": _log(est.scalar_us * 1e3),
+        "log_roofline_us": _log(est.roofline_us * 1e3),
+        "log_kernel_us": _log((est.time_us - est.launch_us) * 1e3),
+        "steps_per_core": float(est.steps_per_core)})
+    values = [values[name] for name in FEATURE_NAMES]
     return np.asarray(values, dtype=np.float32)

@@ -5,7 +5,9 @@ workload), the squared error is weighted by that target so fast candidates count
 model is judged by the top-k peak score. A pairwise-ranking objective (``rank:pairwise`` with
 one query per workload) is trained beside it by ``fit_best`` and the better one on held-out
 workloads is kept. Models are saved only as XGBoost JSON or UBJ (never pickle), with the
-feature names stored in the file so a foreign or stale file is refused.
+feature names stored in the file so a foreign or stale file is refused. Two models ship:
+``default_model.ubj`` (the tuner's, over ``FEATURE_NAMES``) and ``planner_model.ubj`` (the
+partitioner's, over ``PLAN_FEATURE_NAMES``: no feature of it is read from the timing estimate).
 
 Example
 -------
@@ -24,11 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AscendError
-from .features import FEATURE_NAMES
+from .features import FEATURE_NAMES, PLAN_FEATURE_NAMES
 
 logger = logging.getLogger("tvm_ascend.cost_model")
 
 DEFAULT_MODEL_PATH = Path(__file__).resolve().parent / "default_model.ubj"
+PLANNER_MODEL_PATH = Path(__file__).resolve().parent / "planner_model.ubj"
 FEATURES_ATTR = "tvm_ascend_features"
 OBJECTIVE_ATTR = "tvm_ascend_objective"
 OBJECTIVES = {"reg": "reg:squarederror", "rank": "rank:pairwise"}
@@ -42,9 +45,9 @@ class CostModelError(AscendError):
     """A cost-model file is missing, truncated, foreign or was trained on other features."""
 
 
-def features_digest() -> str:
-    """Fingerprint of the feature layout stored in every saved model."""
-    return hashlib.sha256("|".join(FEATURE_NAMES).encode()).hexdigest()[:16]
+def features_digest(names=FEATURE_NAMES) -> str:
+    """Fingerprint of the feature layout ``names`` stored in every saved model."""
+    return hashlib.sha256("|".join(names).encode()).hexdigest()[:16]
 
 
 def normalised_targets(costs: np.ndarray) -> np.ndarray:
@@ -72,14 +75,19 @@ class CostModel:
         ``"rank"`` (XGBoost ``rank:pairwise``, one query per workload).
     rounds : int
         Boosting rounds.
+    feature_names : tuple of str
+        The feature layout: ``FEATURE_NAMES`` (the tuner's) or ``PLAN_FEATURE_NAMES`` (the
+        planner's).
     """
 
-    def __init__(self, objective: str = "reg", rounds: int = 60, booster=None):
+    def __init__(self, objective: str = "reg", rounds: int = 60, booster=None,
+                 feature_names=FEATURE_NAMES):
         if objective not in OBJECTIVES:
             raise CostModelError(f"objective={objective!r} is not one of {sorted(OBJECTIVES)}")
         self.objective = objective
         self.rounds = rounds
         self.booster = booster
+        self.feature_names = tuple(feature_names)
 
     def fit(self, groups) -> "CostModel":
         """Train on ``groups``: a list of (features [n, d], costs [n]) per workload."""
@@ -90,12 +98,12 @@ class CostModel:
             raise CostModelError("no training records: every workload group is empty")
         x, y, qid = _stack(groups)
         if self.objective == "reg":
-            data = xgb.DMatrix(x, label=y, weight=y, feature_names=list(FEATURE_NAMES))
+            data = xgb.DMatrix(x, label=y, weight=y, feature_names=list(self.feature_names))
         else:
-            data = xgb.DMatrix(x, label=y, qid=qid, feature_names=list(FEATURE_NAMES))
+            data = xgb.DMatrix(x, label=y, qid=qid, feature_names=list(self.feature_names))
         params = dict(BASE_PARAMS, objective=OBJECTIVES[self.objective])
         self.booster = xgb.train(params, data, num_boost_round=self.rounds)
-        self.booster.set_attr(**{FEATURES_ATTR: features_digest(),
+        self.booster.set_attr(**{FEATURES_ATTR: features_digest(self.feature_names),
                                  OBJECTIVE_ATTR: self.objective})
         return self
 
@@ -106,7 +114,7 @@ class CostModel:
         if self.booster is None:
             raise CostModelError("the cost model is not trained; call fit() or load()")
         x = np.atleast_2d(np.asarray(features, dtype=np.float32))
-        return self.booster.predict(xgb.DMatrix(x, feature_names=list(FEATURE_NAMES)))
+        return self.booster.predict(xgb.DMatrix(x, feature_names=list(self.feature_names)))
 
     def save(self, path) -> str:
         """Write the model as XGBoost JSON (``.json``) or UBJ (``.ubj``), atomically."""
@@ -131,8 +139,9 @@ class CostModel:
         return str(path)
 
     @classmethod
-    def load(cls, path) -> "CostModel":
-        """Read a model written by ``save``; a missing, truncated, foreign or stale file raises
+    def load(cls, path, feature_names=FEATURE_NAMES) -> "CostModel":
+        """Read a model written by ``save`` over the layout ``feature_names``; a missing,
+        truncated, foreign or stale file (or one of the other layout) raises
         ``CostModelError`` naming the file."""
         import xgboost as xgb
 
@@ -148,13 +157,15 @@ class CostModel:
         except Exception as err:  # noqa: BLE001 - XGBoostError for any unreadable content
             raise CostModelError(f"cost model file {path} is truncated or not an XGBoost "
                                  f"model: {str(err).splitlines()[0]}") from err
-        digest = booster.attr(FEATURES_ATTR)
-        if digest != features_digest():
+        digest, expected = booster.attr(FEATURES_ATTR), features_digest(feature_names)
+        if digest != expected:
+            which = "planner" if tuple(feature_names) == PLAN_FEATURE_NAMES else "tuner"
             raise CostModelError(
-                f"cost model file {path} was not written by this tvm-ascend (feature layout "
-                f"{digest!r}, expected {features_digest()!r}); retrain it with "
+                f"cost model file {path} was not written by this tvm-ascend for the {which} "
+                f"(feature layout {digest!r}, expected {expected!r}); retrain it with "
                 "benchmarks/train_cost_model.py")
-        return cls(booster.attr(OBJECTIVE_ATTR) or "reg", booster=booster)
+        return cls(booster.attr(OBJECTIVE_ATTR) or "reg", booster=booster,
+                   feature_names=feature_names)
 
 
 def load_or_none(path=None) -> CostModel | None:
@@ -205,13 +216,15 @@ def evaluate(model: CostModel, groups) -> dict:
             "peak32": float(np.mean(peak))}
 
 
-def fit_best(train_groups, valid_groups, rounds: int = 60) -> tuple[CostModel, dict]:
+def fit_best(train_groups, valid_groups, rounds: int = 60, feature_names=FEATURE_NAMES
+             ) -> tuple[CostModel, dict]:
     """Train the regression and the pairwise-ranking model; keep the one with the better
     validation (top-1 score, then pairwise accuracy). Returns (model, {objective: metrics})."""
     results = {}
     models = {}
     for objective in ("reg", "rank"):
-        models[objective] = CostModel(objective, rounds).fit(train_groups)
+        models[objective] = CostModel(objective, rounds,
+                                      feature_names=feature_names).fit(train_groups)
         results[objective] = evaluate(models[objective], valid_groups)
     best = max(results, key=lambda o: (results[o]["top1_score"],
                                        results[o]["pairwise_accuracy"]))

@@ -8,7 +8,9 @@ a transformer repeats the same candidate once per layer. A candidate is analysed
 template and planned once per knobs, and nothing is scheduled while the partitioner
 explores: the schedule stage takes its kernels' plans from here and applies each once
 (``GroupCost.kernel``). A tuning database, when given, is asked first: a kernel it holds a
-record for is planned with the record's knobs.
+record for is planned with the record's knobs. A ``PlannerRanking`` with a learned model
+(``CompileConfig.planner_model``) ranks a template's tilings by their plans first, and the
+timing model estimates only the ``planner_top_k`` best-ranked (``cost_model/planner_model.py``).
 
 Example
 -------
@@ -29,6 +31,7 @@ from tvm.ir.expr import Call, TensorLoad
 from tvm.s_tir.stmt import SBlock
 
 from ..cost_model.database import knobs_to_json, open_database, workload_of
+from ..cost_model.planner_model import TIMING_ONLY, PlannerRanking
 from ..cost_model.timing import estimate_kernel, estimate_launch
 from ..decision import Decision
 from ..errors import TilingError
@@ -51,6 +54,8 @@ class KernelPlan:
     roofline_us: float = 0.0
     source: str = ""  # which model made the estimate
     knobs: object = None  # the template's knobs the estimate chose (None: its defaults)
+    # which model chose the tiling among the template's variants, for the report
+    decided_by: str = TIMING_ONLY
     scheduled: object = field(default=None, compare=False, repr=False)  # the applied PrimFunc
     prim: object = field(default=None, compare=False, repr=False)  # the PrimFunc it was made for
     # the template's analysis of ``prim``: other knobs plan from it, the kept plan applies it
@@ -104,11 +109,14 @@ class GroupCost:
     ``database`` (a tuning database folder or ``TuningDatabase``, or None): a kernel whose
     workload it holds is planned with the best recorded knobs that still plan, its estimate
     the timing model's on that tiling; the others with the fastest of the template's variants.
+    ``ranking`` (``PlannerRanking``; default the timing model alone): which of those variants
+    the timing model estimates.
     """
 
-    def __init__(self, soc, database=None):
+    def __init__(self, soc, database=None, ranking: PlannerRanking | None = None):
         self.soc = soc
         self.database = open_database(database)
+        self.ranking = ranking or PlannerRanking.timing()
         self._cache: dict[int, list] = {}
         self._applied: dict[tuple, KernelPlan] = {}  # kernel() plans made for one PrimFunc
 
@@ -122,8 +130,7 @@ class GroupCost:
         template, analysis, tiling, decision = choose_template(prim, self.soc)
         plan = KernelPlan(template, tiling, decision, prim=prim, analysis=analysis)
         if template is not None:
-            plan = self._recorded(plan, prim) or \
-                self._fastest_variant(self._with_estimate(plan, prim), prim)
+            plan = self._recorded(plan, prim) or self._fastest_variant(plan, prim)
         self._cache.setdefault(key, []).append((prim, plan))
         return plan
 
@@ -181,28 +188,37 @@ class GroupCost:
 
     def _fastest_variant(self, plan: KernelPlan, prim) -> KernelPlan:
         """The template's variants (``template.variants``: knobs worth a look beside its
-        defaults) estimated too; the fastest is kept and its knobs passed down, and the
-        decision says what it beat."""
+        defaults) planned too; the ranking says which of them the timing model estimates
+        (all, with the timing model alone), the fastest estimate is kept and its knobs passed
+        down, and the decision says what it beat."""
         variants = getattr(plan.template, "variants", None)
-        if variants is None:
-            return plan
-        best, default_us = plan, plan.time_us
-        for knobs in variants(prim, self.soc)[1:]:
+        candidates = [plan]  # the defaults first
+        for knobs in (variants(prim, self.soc)[1:] if variants is not None else ()):
             try:
                 tiling = plan.template.plan(plan.analysis, self.soc, knobs)
             except TilingError:
                 continue
-            candidate = self._with_estimate(
-                KernelPlan(plan.template, tiling, plan.decision, knobs=knobs, prim=prim,
-                           analysis=plan.analysis), prim)
-            if candidate.time_us < best.time_us:
-                best = candidate
-        if best is plan:
-            return plan
-        changed = {k: v for k, v in dataclasses.asdict(best.knobs).items() if v is not None}
-        reason = (f"{plan.decision.reason}; knobs {changed}: est. {best.time_us:.1f} us "
-                  f"against {default_us:.1f} us with the defaults")
-        return dataclasses.replace(best, decision=Decision.yes(reason))
+            candidates.append(KernelPlan(plan.template, tiling, plan.decision, knobs=knobs,
+                                         prim=prim, analysis=plan.analysis))
+        chosen, decided_by = self.ranking.choose(prim, [c.tiling for c in candidates],
+                                                 self.soc)
+        estimated = {i: self._with_estimate(candidates[i], prim) for i in chosen}
+        # the first of the fastest, in the variants' order, as the timing model alone keeps
+        best = min(chosen, key=lambda i: estimated[i].time_us)
+        kept = dataclasses.replace(estimated[best], decided_by=decided_by)
+        ranked = self.ranking.ranks and len(chosen) < len(candidates)
+        if best == 0:
+            if not ranked:
+                return kept
+            return dataclasses.replace(kept, decision=Decision.yes(
+                f"{plan.decision.reason}; {decided_by}"))
+        changed = {k: v for k, v in dataclasses.asdict(kept.knobs).items() if v is not None}
+        against = (f"against {estimated[0].time_us:.1f} us with the defaults" if 0 in estimated
+                   else "(the defaults not estimated)")
+        reason = f"{plan.decision.reason}; knobs {changed}: est. {kept.time_us:.1f} us {against}"
+        if ranked:
+            reason += f"; {decided_by}"
+        return dataclasses.replace(kept, decision=Decision.yes(reason))
 
     def _with_estimate(self, plan: KernelPlan, prim) -> KernelPlan:
         tiling = plan.tiling

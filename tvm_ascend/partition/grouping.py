@@ -588,7 +588,8 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
             _kernel_symbol(site.name, len(kernels)) if decision.ok else None)
         reason = "; ".join([decision.reason] + site.merges)
         estimate = {"time_us": round(plan.time_us, 3), "roofline_us": round(plan.roofline_us, 3),
-                    "source": plan.source} if plan is not None and plan.ok else \
+                    "source": plan.source, "decided_by": plan.decided_by} \
+            if plan is not None and plan.ok else \
             host_estimate(_io_bytes(site), soc, tir_flops(site.prim) if site.prim is not None
                           else 0.0)
         group = KernelGroup(site.name, symbol, site.members, decision.ok,

@@ -116,6 +116,8 @@ def build_key(model, params, config) -> str | None:
     for name in ("fusion_switch_file", "fusion_plan_file", "tuning_database"):
         if getattr(config, name):
             _file_digest(getattr(config, name), digest)
+    if config.planner_model.endswith((".json", ".ubj")):  # a retrained model, by its bytes
+        _file_digest(config.planner_model, digest)
     for name in sorted(params or {}):
         value = params[name]
         array = value.numpy() if hasattr(value, "numpy") else value

@@ -5,7 +5,8 @@ through ``partition_for_ascend`` and measures every NPU kernel's candidates; the
 ranks them by come from ``cost_model`` below, which never imports this package.
 ``LocalRunner`` / ``RPCRunner`` measure candidates (on this machine, or on boards through TVM's
 RPC tracker, whose board side is ``tuning/board.py``); ``workloads`` generates the training
-workloads of the cost model's ranking model.
+workloads of the cost model's ranking models; ``retrain_planner_model`` retrains the planner's
+model from a tuning database (``tuning/retrain.py``).
 
 Example
 -------
@@ -14,7 +15,8 @@ Example
 """
 from .runner import Candidate, LocalRunner, MeasureResult
 from .rpc_runner import RPCRunner
+from .retrain import retrain_planner_model
 from .search import TuneResult, summary_table, tune_kernel, tune_model
 
 __all__ = ["Candidate", "LocalRunner", "MeasureResult", "RPCRunner", "TuneResult",
-           "summary_table", "tune_kernel", "tune_model"]
+           "retrain_planner_model", "summary_table", "tune_kernel", "tune_model"]

@@ -3,7 +3,10 @@
 Each workload is one group PrimFunc of an op class the templates take: elementwise chains,
 last-axis row reductions (softmax, normalisations) and matmuls with epilogues, with random
 shapes, dtypes and ops drawn from a seeded generator. ``dataset`` turns workloads into
-(features, times) groups with a runner's labels.
+(features, times) groups with a runner's labels. The planner's model ranks the tiling variants
+of the matmul and conv2d templates: ``planner_dataset`` turns workloads of those two classes
+(``PLANNER_OP_CLASSES``, convolutions with epilogues included) into (plan features, times)
+groups over each one's variants and knob space, labelled by the timing model.
 
 Example
 -------
@@ -18,13 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import te, topi
 
-from ..cost_model.features import extract_features
+from ..cost_model.features import extract_features, extract_plan_features
+from ..cost_model.timing import estimate_kernel
 from ..errors import TilingError
 from ..schedules import template_by_name
 from .runner import LocalRunner
 from .search import planned_candidates
 
 OP_CLASSES = ("elementwise", "row_reduce", "matmul")
+PLANNER_OP_CLASSES = ("matmul", "conv2d")  # the templates with tiling variants
 _UNARY = ("exp", "tanh", "sigmoid", "sqrt_abs", "relu", "neg", "log_abs")
 _BINARY = ("add", "mul", "sub", "max")
 
@@ -113,7 +118,37 @@ def _matmul(rng, index: int) -> Workload:
                     te.create_prim_func([*tensors, c]))
 
 
-_MAKERS = {"elementwise": _elementwise, "row_reduce": _row_reduce, "matmul": _matmul}
+def _conv2d(rng, index: int) -> Workload:
+    """A ResNet-like convolution (NCHW), with a bias + ReLU (+ residual) epilogue or none."""
+    dtype = str(rng.choice(["float16", "float32"]))
+    kernel = int(rng.choice([1, 1, 3, 3, 7]))
+    stride = int(rng.choice([1, 1, 2]))
+    cin = int(rng.choice([3, 16, 32, 64, 128, 256, 512])) if kernel == 7 else \
+        int(rng.choice([16, 32, 64, 128, 256, 512, 1024]))
+    cout = int(rng.choice([16, 32, 64, 128, 256, 512, 1024, 2048]))
+    size = int(rng.choice([7, 14, 28, 56, 112]))
+    batch = int(rng.choice([1, 1, 2, 4]))
+    x = te.placeholder((batch, cin, size, size), dtype, "x")
+    w = te.placeholder((cout, cin, kernel, kernel), dtype, "w")
+    out = topi.nn.conv2d_nchw(x, w, (stride, stride), (kernel // 2,) * 2, (1, 1),
+                              out_dtype=dtype)
+    tensors = [x, w]
+    epilogue = int(rng.integers(0, 3))
+    if epilogue:
+        bias = te.placeholder((cout, 1, 1), dtype, "bias")
+        tensors.append(bias)
+        out = topi.add(out, bias)
+        if epilogue == 2:
+            residual = te.placeholder(tuple(int(d) for d in out.shape), dtype, "residual")
+            tensors.append(residual)
+            out = topi.add(out, residual)
+        out = topi.nn.relu(out)
+    return Workload(f"conv{index}_{dtype}_{batch}x{cin}x{size}_{cout}k{kernel}s{stride}",
+                    "conv2d", te.create_prim_func([*tensors, out]))
+
+
+_MAKERS = {"elementwise": _elementwise, "row_reduce": _row_reduce, "matmul": _matmul,
+           "conv2d": _conv2d}
 
 
 def generate_workloads(count: int, seed: int = 0, op_classes=OP_CLASSES) -> list[Workload]:
@@ -157,4 +192,44 @@ def dataset(workloads, socs, runner=None) -> list[dict]:
                            "soc": soc.name, "features": feats,
                            "times": np.asarray([results[i].time_us for i in keep]),
                            "knobs": [cands[i].knobs for i in keep]})
+    return groups
+
+
+def planner_candidates(template, prim_func, soc) -> tuple[list, list]:
+    """(knobs, tilings) of the tilings that plan among ``template``'s variants (the planner's
+    candidates, the defaults first) and its knob space, without repeats; raises TilingError
+    when the template does not take ``prim_func`` at all."""
+    analysis = template.analyse(prim_func)
+    knobs_seen, tilings = [], []
+    for knobs in [*template.variants(prim_func, soc), *template.knob_space(prim_func, soc)]:
+        if knobs in knobs_seen:
+            continue
+        try:
+            tiling = template.plan(analysis, soc, knobs)
+        except TilingError:
+            continue
+        knobs_seen.append(knobs)
+        tilings.append(tiling)
+    return knobs_seen, tilings
+
+
+def planner_dataset(workloads, socs) -> list[dict]:
+    """Per (workload, SoC): the plan features (``PLAN_FEATURE_NAMES``) and timing-model times
+    of ``planner_candidates``; the defaults are row 0. Same dict layout as ``dataset``."""
+    groups = []
+    for workload in workloads:
+        template = template_by_name(workload.op_class)
+        for soc in socs:
+            try:
+                knobs, tilings = planner_candidates(template, workload.prim_func, soc)
+            except TilingError:
+                continue
+            if len(tilings) < 2:
+                continue
+            prim = workload.prim_func
+            groups.append({
+                "workload": workload.name, "op_class": workload.op_class, "soc": soc.name,
+                "features": np.stack([extract_plan_features(prim, t, soc) for t in tilings]),
+                "times": np.asarray([estimate_kernel(prim, t, soc).time_us for t in tilings]),
+                "knobs": knobs})
     return groups
