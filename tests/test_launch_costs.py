@@ -15,7 +15,8 @@ from onnx_models import ModelBuilder
 from tvm_ascend.cost_model import device_startup_us, end_to_end_us, estimate_kernel
 from tvm_ascend.errors import TargetError
 from tvm_ascend.pipeline import _horizontal_reason
-from tvm_ascend.schedules import ElementwiseKnobs, ElementwiseSchedule
+from tvm_ascend.schedules import (ElementwiseKnobs, ElementwiseSchedule, MatmulKnobs,
+                                  MatmulSchedule)
 from tvm_ascend.soc import emulator_dir, get_soc, parse_profiles, soc_profiles
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -113,6 +114,26 @@ def test_start_up_grows_with_the_cores_a_launch_uses():
     for est in (wide_est, narrow_est):
         assert est.time_us >= est.roofline_us + est.launch_us
         assert (est.submit_low_us, est.submit_high_us) == (B1.submit_low_us, B1.submit_high_us)
+
+
+def test_a_cube_kernel_starts_its_aic_blocks_whatever_its_mix():
+    """catlass counts AIC blocks (blockDim): a 1:2 mix of two clients starts one AIC, a 1:1
+    mix of two clients two; one client starts one AIC either way."""
+    a = te.placeholder((16, 64), "float16", "a")
+    w = te.placeholder((64, 32), "float16", "w")
+    r = te.reduce_axis((0, 64), "r")
+    c = te.compute((16, 32), lambda i, j: te.sum(a[i, r] * w[r, j], axis=r), name="c")
+    func = te.create_prim_func([a, w, c])
+    for ratio in (1, 2):
+        _, tiling = MatmulSchedule.schedule(func, B1, MatmulKnobs(aiv_ratio=ratio))
+        est = estimate_kernel(func, tiling, B1)
+        blocks = -(-tiling.cores // ratio)
+        assert tiling.work.aiv_ratio == ratio
+        assert est.launch_us == pytest.approx(device_startup_us(B1, blocks, B1.ai_cores))
+    one = MatmulSchedule.schedule(func, B1, MatmulKnobs(aiv_ratio=1))[1]
+    two = MatmulSchedule.schedule(func, B1, MatmulKnobs(aiv_ratio=2))[1]
+    assert one.cores == two.cores == 1  # one 16 x 32 tile: one client
+    assert estimate_kernel(func, one, B1).launch_us == estimate_kernel(func, two, B1).launch_us
 
 
 # ---- the fusion report: the device timeline and the two ends of host submission --------------

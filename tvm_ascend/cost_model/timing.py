@@ -283,10 +283,12 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         soc.vector_bytes_per_cycle * soc.vector_blocks * clock) * 1e6
     roofline = max(mem_us, cube_us, vec_us)
     kernel_us = max(core_us, roofline)
-    # start-up grows with the blocks launched: of the AIVs for a vector kernel, of the AICs
-    # (with their 1:ratio AIVs) for one that uses the cube
-    capacity = soc.vector_blocks if not macs else soc.ai_cores * max(1, ratio)
-    launch = device_startup_us(soc, cores, capacity)
+    # start-up grows with the blocks launched: AIVs for a vector kernel; for one that uses the
+    # cube, AICs (catlass' blockDim), each with ``ratio`` AIV clients: ceil(clients / ratio)
+    if macs:
+        launch = device_startup_us(soc, -(-cores // max(1, ratio)), soc.ai_cores)
+    else:
+        launch = device_startup_us(soc, cores, soc.vector_blocks)
     if core_us >= roofline:
         busiest = [mte2, cube, vector + scalar, mte3]
         bound = _PIPES[max(range(4), key=lambda i: busiest[i])] if core_us > 0 else "launch"
