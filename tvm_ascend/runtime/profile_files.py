@@ -63,7 +63,9 @@ def launch_rows(records: list[dict], report: dict) -> list[dict]:
     estimated from its counters and its group in ``report`` (the fusion report).
 
     A launch whose kernel has no tiling plan in the report gets ``N/A`` times and says why in
-    ``Duration Source``; the next launch starts where the last estimated one ended.
+    ``Duration Source``; the next launch starts where the last estimated one ended: the
+    device's timeline, each duration with its start-up, the host's submissions hidden (the
+    fusion report's ``estimate.latency_us``; ``latency_us_low``/``_high`` add them).
 
     Example
     -------
