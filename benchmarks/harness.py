@@ -66,12 +66,17 @@ RUN_LIMIT_MACS = 2_000_000_000
 RESULT_KEYS = ("model", "config", "baseline", "dtype", "style", "status", "error", "onnx_nodes",
                "kernels", "kernels_ascend", "kernels_host", "npu_kernels", "gm_bytes",
                "hbm_bytes", "l2_bytes", "npu_gm_bytes", "emulator_gm_bytes", "compulsory_bytes", "matmul_boundary_bytes",
-               "matmul_macs", "est_latency_us", "est_band_us", "roofline_us",
-               "peak_memory_bytes",
+               "matmul_macs", "est_latency_us", "est_latency_us_low", "est_latency_us_high",
+               "est_band_us", "roofline_us", "peak_memory_bytes",
                "compile_s_cold", "compile_s_warm", "compile_s_warm_replan", "max_abs_err",
                "max_rel_err", "ref_max_abs",
                "nonfinite_outputs",
                "stage_s", "commit", "date")
+# Per SoC, the record's latency estimates and the fusion report's figures they come from: the
+# device's timeline (host submission hidden) and the same launches end to end at the low and
+# the high end of the measured host submission time per launch (partition/report.py).
+_ESTIMATE_KEYS = {"est_latency_us": "latency_us", "est_latency_us_low": "latency_us_low",
+                  "est_latency_us_high": "latency_us_high", "est_band_us": "latency_band_us"}
 # Environment variables that would silently override a baseline's CompileConfig.
 _OVERRIDING_ENV = ("AUTOFUSION_ENABLE", "TVM_ASCEND_SOC_VERSION", "DUMP_GRAPH",
                    "TVM_ASCEND_BUILD_CACHE")
@@ -318,8 +323,9 @@ def _blank_record(config: BenchConfig, baseline: str, refs: dict, nodes: int) ->
     record = dict.fromkeys(RESULT_KEYS)
     record.update(model=config.model, config=config.name, baseline=baseline,
                   dtype=config.dtype, style=config.style, onnx_nodes=nodes,
-                  est_latency_us=dict.fromkeys(SOCS), est_band_us=dict.fromkeys(SOCS),
-                  roofline_us=dict.fromkeys(SOCS), stage_s={}, compulsory_bytes=refs["compulsory_bytes"],
+                  **{key: dict.fromkeys(SOCS) for key in _ESTIMATE_KEYS},
+                  roofline_us=dict.fromkeys(SOCS),
+                  stage_s={}, compulsory_bytes=refs["compulsory_bytes"],
                   matmul_boundary_bytes=refs["matmul_boundary_bytes"],
                   matmul_macs=refs["matmul_macs"])
     return record
@@ -369,9 +375,8 @@ def benchmark_baseline(config: BenchConfig, baseline: str, model: onnx.ModelProt
                 stages[f"build_{soc}"] = build_s
                 estimates[soc] = report_figures(other.fusion_report())["estimate"]
         for soc in SOCS:
-            record["est_latency_us"][soc] = _estimate_for(estimates.get(soc), soc, "latency_us")
-            record["est_band_us"][soc] = _estimate_for(estimates.get(soc), soc,
-                                                       "latency_band_us")
+            for key, report_key in _ESTIMATE_KEYS.items():
+                record[key][soc] = _estimate_for(estimates.get(soc), soc, report_key)
             record["roofline_us"][soc] = _model_roofline_us(record, soc)
         if reference is not None:
             # the counters live in the loaded library, which every build of this model in
@@ -504,7 +509,8 @@ def run_benchmarks(configs, baselines, out_path=None, run_limit_macs: int = RUN_
                 record.update(model=config.model, config=config.name, baseline=baseline,
                               dtype=config.dtype, style=config.style, status="skipped",
                               error=f"not started: the run's budget of {max_minutes} min "
-                                    "was spent", est_latency_us=dict.fromkeys(SOCS),
+                                    "was spent",
+                              **{key: dict.fromkeys(SOCS) for key in _ESTIMATE_KEYS},
                               roofline_us=dict.fromkeys(SOCS), stage_s={})
                 results["records"].append(record)
             continue

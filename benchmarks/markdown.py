@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 
+from tvm_ascend.soc import get_soc
+
 from .calibration import markdown_lines
 from .charts import ORDER, write_text_atomic
 from .results_file import provenance
@@ -72,9 +74,42 @@ def _per_soc(values: dict | None, soc: str, digits: int = 1) -> str:
 
 
 def _band(record: dict, soc: str) -> str:
-    """`` (lo-hi)``: the estimate's uncertainty band, where the record has one."""
+    """`` [lo-hi]``: the estimate's uncertainty band, where the record has one."""
     band = (record.get("est_band_us") or {}).get(soc)
-    return f" ({band[0]:.1f}-{band[1]:.1f})" if band else ""
+    return f" [{band[0]:.1f}-{band[1]:.1f}]" if band else ""
+
+
+def _launch_prose() -> str:
+    """What the estimate and its bracket are, with the launch figures of the SoC profiles."""
+    b2 = get_soc("Ascend910B2")  # where host submission was measured (soc_profiles.def)
+    return ("The first figure is the device's timeline: every launch's time on the device, its "
+            f"start-up included ({b2.startup_base_us:g} + {b2.startup_all_cores_us:g} x the "
+            "share of the cores it uses, in us, on 910B: catlass' head cost of a kernel), with "
+            "the host's submissions hidden behind it. In brackets, the same launches submitted "
+            "one by one from the host into one stream, end to end, at the low and the high end "
+            "of the host submission time measured per kernel on 910B2 "
+            f"({b2.submit_low_us:.1f} and {b2.submit_high_us:.1f} us, triton-ascend issue "
+            "#1675): where the host falls behind, the device waits, so a model of many short "
+            "launches is host-bound at the high end. A conclusion that holds for the first "
+            "figure but not across the bracket depends on how the host launches kernels. "
+            "Records made before submission was modelled show the estimate alone (their "
+            "launches cost a flat 3 us on 910B, 5 us on 310P3).")
+
+
+def _estimate(record: dict, soc: str) -> str:
+    """The latency estimate on ``soc`` with its uncertainty band in square brackets and, in
+    round ones, the same launches end to end at the low and the high end of host submission:
+    "14.9 [12.7-17.0] (23.5-52.3)"; a record made before the band or submission were
+    modelled shows what it has."""
+    low = (record.get("est_latency_us_low") or {}).get(soc)
+    high = (record.get("est_latency_us_high") or {}).get(soc)
+    figure = _per_soc(record.get("est_latency_us"), soc)
+    if figure == NA:
+        return figure
+    figure += _band(record, soc)
+    if low is None or high is None:
+        return figure
+    return f"{figure} ({low:.1f}-{high:.1f})"
 
 
 def _config_table(records: list[dict], socs: list[str]) -> list[str]:
@@ -98,8 +133,8 @@ def _config_table(records: list[dict], socs: list[str]) -> list[str]:
             continue
         kernels = (NA if r["kernels"] is None else
                    f"{r['kernels']} ({r['kernels_ascend']}+{r['kernels_host']})")
-        estimates = [f"{_per_soc(r['est_latency_us'], soc)}{_band(r, soc)} / "
-                     f"{_per_soc(r['roofline_us'], soc)}" for soc in socs]
+        estimates = [f"{_estimate(r, soc)} / {_per_soc(r['roofline_us'], soc)}"
+                     for soc in socs]
         hbm = r.get("hbm_bytes")
         cells = ([baseline, kernels, _mb(r["gm_bytes"]), _mb(hbm), _mb(r.get("l2_bytes")),
                   _x(hbm, r["compulsory_bytes"]),
@@ -280,10 +315,10 @@ def render_markdown(results: dict, charts: list[str] = (), base_dir: str = ".") 
         "once, everything else fused, attention scores never in GM (plus compulsory tensors "
         "no MatMul touches).",
         "- **est. us**: the cost model's latency **ESTIMATE** per SoC (no Ascend device was "
-        "used), with its uncertainty band in brackets (the times the calibration rows of each "
-        "kernel's class allow, summed over the launches: see the calibration section; records "
-        "made before the bands have none), beside its roofline bound max(compulsory bytes / "
-        "bandwidth, flops / peak).",
+        "used), beside its roofline bound max(compulsory bytes / bandwidth, flops / peak). "
+        "In square brackets: its uncertainty band (the times the calibration rows of each "
+        "kernel's class allow, summed over the launches: see the calibration section). "
+        + _launch_prose(),
         "- **compile**: `tvm_ascend.build` + `export_library`, cold = empty compile cache; "
         "warm (build cache) = the same build again, served whole from the cache "
         "(`tvm_ascend/runtime/build_cache.py`); warm (replan) = planned again with the build "

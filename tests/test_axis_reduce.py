@@ -144,7 +144,10 @@ def test_reduce_ops_over_other_axes_fp16_and_the_prepare_rewrites():
     _add_reduction(b, "ReduceSum", (4, 5, 6), [0, 2], 0, "split")
     y = b.input("y", (3, 8, 5))
     b.output(b.node("Softmax", [y], axis=1), (3, 8, 5))
-    _, report = _build_and_check(b, templates=("axis_reduce", "row_reduce", "data_movement"))
+    # the split reduction's reshape + transpose is one copy kernel: data_movement's, or the
+    # elementwise template's where that is estimated faster (fewer cores start sooner)
+    _, report = _build_and_check(b, templates=("axis_reduce", "row_reduce", "data_movement",
+                                               "elementwise"))
     axis_groups = [g for g in report["groups"]
                    if g["on_npu"] and g["tiling"]["template"] == "axis_reduce"]
     assert len(axis_groups) == 4

@@ -53,6 +53,9 @@ def test_tiny_configuration_runs_through_the_harness(quick_results, model):
         estimate, roofline = record["est_latency_us"][soc], record["roofline_us"][soc]
         if estimate is not None:
             assert roofline is not None and estimate >= roofline > 0
+            # end to end, the host's submissions only add: more at the high end
+            low, high = record["est_latency_us_low"][soc], record["est_latency_us_high"][soc]
+            assert estimate < low < high
 
 
 def test_results_file_has_header_and_one_record_per_config_and_baseline(quick_results):
@@ -369,3 +372,24 @@ def test_the_tables_divide_hbm_bytes_by_the_bounds():
     assert (figures["gm_bytes"], figures["hbm_bytes"], figures["l2_bytes"]) == (15, 11, 4)
     assert harness.report_figures({"groups": [{"on_npu": True, "gm_bytes": 10}]})[
         "hbm_bytes"] is None
+
+
+def test_the_tables_show_the_range_of_host_submission_beside_each_estimate():
+    """An estimate on the device's timeline, then in brackets the same launches end to end at
+    the low and the high end of host submission; a record made before launches were modelled
+    so shows the estimate alone, and the prose says what the two ends are."""
+    soc = "Ascend910B1"
+    new = _fake_record("bert_base", "b1_s8", "aggressive", est_latency_us={soc: 14.94},
+                       est_latency_us_low={soc: 23.51}, est_latency_us_high={soc: 52.33},
+                       roofline_us={soc: 9.0})
+    old = _fake_record("bert_base", "b1_s8", "op_by_op", est_latency_us={soc: 30.0},
+                       roofline_us={soc: 9.0})
+    for key in ("est_latency_us_low", "est_latency_us_high"):
+        del old[key]  # as in results.json files written before these keys existed
+    text = markdown.render_markdown({"header": {"socs": [soc]}, "records": [old, new]})
+    row = next(line for line in text.splitlines() if line.startswith("| aggressive |"))
+    assert "| 14.9 (23.5-52.3) / 9.0 |" in row
+    row = next(line for line in text.splitlines() if line.startswith("| op_by_op |"))
+    assert "| 30.0 / 9.0 |" in row
+    assert "low and the high end of the host submission time" in text
+    assert "8.6 and 23.7 us" in text

@@ -88,9 +88,14 @@ def test_never_below_the_roofline_on_random_plans(plan, dtype):
                    tiling.work.cube_macs, work.weighted_ops * work.elem_bytes,
                    work.elem_bytes)
     assert est.roofline_us >= floor * (1 - 1e-12)
-    assert est.time_us >= floor + soc.launch_overhead_us - 1e-9
+    assert est.time_us >= floor + est.launch_us - 1e-9
     assert est.time_us >= est.roofline_us + est.launch_us - 1e-9
-    assert est.launch_us == soc.launch_overhead_us
+    # the device's start-up: catlass' 1 + 7 x blocks / cores on 910B, of the AIVs for a
+    # vector kernel, of the AICs for one that uses the cube
+    capacity = soc.ai_cores if tiling.work.cube_macs else soc.vector_blocks
+    share = min(1.0, tiling.cores / capacity)
+    assert est.launch_us == pytest.approx(soc.startup_base_us + soc.startup_all_cores_us * share)
+    assert (est.submit_low_us, est.submit_high_us) == (soc.submit_low_us, soc.submit_high_us)
 
 
 @settings(max_examples=60, deadline=None)
@@ -121,8 +126,10 @@ def test_estimate_launch_is_the_roofline_plus_launch_and_monotone(a, b, flops, s
     soc = get_soc(soc_name)
     lo, hi = sorted((a, b))
     est = estimate_launch(lo, flops, soc)
-    assert est.time_us >= lo / (soc.gm_bandwidth_gbps * 1e3) + soc.launch_overhead_us - 1e-9
-    assert est.time_us == pytest.approx(est.roofline_us + soc.launch_overhead_us)
+    startup = soc.startup_base_us + soc.startup_all_cores_us  # counted as a launch on all cores
+    assert est.launch_us == pytest.approx(startup)
+    assert est.time_us >= lo / (soc.gm_bandwidth_gbps * 1e3) + startup - 1e-9
+    assert est.time_us == pytest.approx(est.roofline_us + startup)
     assert estimate_launch(hi, flops, soc).time_us >= est.time_us
 
 
@@ -195,7 +202,8 @@ def test_real_templates_give_estimates_above_the_floor(soc_name):
         else:
             assert est.vector_us > 0
         assert set(est.to_json()) >= {"time_us", "roofline_us", "mte2_us", "vector_us",
-                                      "cube_us", "mte3_us", "launch_us"}
+                                      "cube_us", "mte3_us", "launch_us", "submit_low_us",
+                                      "submit_high_us"}
 
 
 def test_template_double_buffer_knob_is_not_slower_on_a_streaming_chain():

@@ -172,9 +172,11 @@ def test_groups_are_formed_on_the_tuning_records_estimate(tmp_path):
                  .mod.functions.values() if f.attrs and f.attrs.get("Codegen") == "ascend"]
     db = TuningDatabase(tmp_path / "db")
     db.commit(workload_of(merged, "row_reduce", SOC),
-              RowReduceKnobs(cores=3, rows_per_tile=2, double_buffer=False), 1.0)
+              RowReduceKnobs(cores=1, rows_per_tile=1, double_buffer=False), 1.0)
     tuned = GroupCost(SOC, db).plan(merged)
-    assert tuned.source == "timing model, tiling of the tuning record" and tuned.tiling.cores == 3
+    # one core, one row a step: slower than the two kernels apart even though one core starts
+    # faster than all of them (the device's start-up grows with the cores a launch uses)
+    assert tuned.source == "timing model, tiling of the tuning record" and tuned.tiling.cores == 1
     config = CompileConfig(tuning_database=str(db.path), build_cache=False)
     lib = tvm_ascend.build(model, config=config)
     groups = [g for g in lib.report.to_json()["groups"] if g["on_npu"]]

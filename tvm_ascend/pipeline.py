@@ -25,6 +25,7 @@ from .codegen.ascendc_printer import kernel_source
 from .codegen.ext_codegen import scheduled_kernels
 from .config import CompileConfig
 from .cost_model.planner_model import planner_ranking
+from .cost_model.timing import end_to_end_us
 from .errors import CodegenError, ToolchainError
 from .fallback import KernelFailure, compile_error_kernels, failure_of, policy_after
 from .frontend import load_model, read_model
@@ -59,7 +60,10 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
     the slices; parallel MatMuls with their own epilogues lose them): the unmerged partition,
     the one with parallel MatMuls merged and the one with parallel elementwise ops merged too
     (``prepare.horizontal.merge_parallel_elementwise``) are made and the one with the lowest
-    estimated latency is kept; the report's ``horizontal_fusion`` records every estimate.
+    estimated latency on the device's timeline is kept; the report's ``horizontal_fusion``
+    records every estimate, also end to end at the low and the high end of the host's
+    submission time per launch (``est_us_low`` / ``est_us_high``), and its ``reason`` says
+    when either end would keep another alternative.
     """
     fold = "BatchNormFolding" in policy.rules
     cost = cost or GroupCost(soc)
@@ -84,14 +88,20 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
     best = min(range(len(alternatives)), key=lambda i: (estimates[i], i))
     keep = alternatives[best][0]
     with_h = min(estimates[1:])
+    names = [name for _, name, _ in alternatives]
+    # the choice is made on the device's timeline; a merge that adds launches (the copies of
+    # a QKV merge whose slices no kernel takes) can lose once the host's submissions show
+    ends = {end: [end_to_end_us(_launch_times(alt), submit) for alt, _, _ in alternatives]
+            for end, submit in (("low", soc.submit_low_us), ("high", soc.submit_high_us))}
     keep.horizontal = {"merged_groups": merged, "elementwise_groups": elementwise,
                        "est_us_merged": round(with_h, 3), "est_us_unmerged": round(estimates[0], 3),
-                       "est_us": {name: round(est, 3) for (_, name, _), est
-                                  in zip(alternatives, estimates)},
-                       "kept": best > 0, "kept_variant": alternatives[best][1]}
-    logger.info("HorizontalFusion: %d MatMul + %d elementwise group(s); est. %.2f us merged vs "
-                "%.2f us not: %s", merged, elementwise, with_h, estimates[0],
-                alternatives[best][1])
+                       "est_us": {name: round(est, 3) for name, est in zip(names, estimates)},
+                       **{f"est_us_{end}": {name: round(est, 3) for name, est in zip(names, ests)}
+                          for end, ests in ends.items()},
+                       "kept": best > 0, "kept_variant": alternatives[best][1],
+                       "reason": _horizontal_reason(names, estimates, ends, best, soc)}
+    logger.info("HorizontalFusion: %d MatMul + %d elementwise group(s); %s", merged,
+                elementwise, keep.horizontal["reason"])
     return keep
 
 
@@ -103,6 +113,33 @@ def precision_of(config: CompileConfig) -> tuple:
 
 def _estimated_us(result) -> float:
     return sum(g.estimate.get("time_us", 0.0) for g in result.groups)
+
+
+def _launch_times(result) -> list[float]:
+    """Device times of the launches of ``result``, in program order (free views launch nothing)."""
+    return [g.estimate.get("time_us", 0.0) for g in result.groups if g.on_npu or not g.free]
+
+
+def _horizontal_reason(names: list, device: list, ends: dict, best: int, soc) -> str:
+    """Why HorizontalFusion kept ``names[best]``, and whether the host's submission time per
+    launch (``ends``: end-to-end estimates at its low and high end) would choose otherwise."""
+    others = ", ".join(f"{device[i]:.2f} us {names[i]}" for i in range(len(names)) if i != best)
+    reason = (f"kept {names[best]}: est. {device[best]:.2f} us on the device's timeline "
+              f"(host submission hidden) against {others}")
+    flips = []
+    for end, submit in (("low", soc.submit_low_us), ("high", soc.submit_high_us)):
+        times = ends[end]
+        winner = min(range(len(names)), key=lambda i: (times[i], i))
+        if winner != best:
+            flips.append(f"at the {end} end ({submit:g} us per launch) {names[winner]} wins, "
+                         f"{times[winner]:.2f} us against {times[best]:.2f} us")
+    if flips:
+        reason += ("; this choice depends on the host's submission time per launch: "
+                   + "; ".join(flips))
+    else:
+        reason += (f"; the same at {soc.submit_low_us:g} and {soc.submit_high_us:g} us of host "
+                   "submission per launch")
+    return reason
 
 
 def fusion_policy(config: CompileConfig, imported: tvm.IRModule) -> FusionPolicy:

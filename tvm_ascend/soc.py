@@ -11,6 +11,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass
@@ -38,7 +39,6 @@ class SocProfile:
     clock_mhz: float
     gm_bandwidth_gbps: float
     vector_lanes_fp16: int
-    launch_overhead_us: float
     l2_bytes: int
     cube_macs_per_cycle_fp16: int
     mte2_bytes_per_cycle: float
@@ -47,6 +47,12 @@ class SocProfile:
     scalar_cycles_per_elem: float
     mte_latency_cycles: int
     hbm_stream_gbps: float
+    # a launch: the device's start-up (base + all_cores x the share of the blocks it uses) and
+    # the host's submission, as the low and the high end of the measured range
+    startup_base_us: float
+    startup_all_cores_us: float
+    submit_low_us: float
+    submit_high_us: float
 
     @property
     def vector_bytes_per_cycle(self) -> int:
@@ -79,16 +85,32 @@ def emulator_dir() -> Path:
 def soc_profiles() -> dict[str, SocProfile]:
     """All SoC profiles by name, parsed from soc_profiles.def."""
     text = (emulator_dir() / "soc_profiles.def").read_text()
+    return parse_profiles(text, str(emulator_dir() / "soc_profiles.def"))
+
+
+# each column's type, in the order of soc_profiles.def (SocProfile's fields after ``name``)
+_COLUMN_TYPES = tuple(f.type for f in dataclasses.fields(SocProfile))[1:]
+
+
+def parse_profiles(text: str, where: str = "soc_profiles.def") -> dict[str, SocProfile]:
+    """The SoC profiles of the ASCEND_SOC(...) rows in ``text`` (a soc_profiles.def), by name.
+
+    A row with another number of columns than SocProfile has fields (an edit or a merge that
+    added or dropped one) is an error naming the row, never a profile with shifted columns.
+
+    >>> row = "ASCEND_SOC(X, 2201" + ", 1" * 23 + ")"
+    >>> parse_profiles(row)["X"].submit_high_us
+    1.0
+    """
     profiles = {}
     for match in _ROW.finditer(text):
         fields = [f.strip() for f in match.group(1).split(",")]
         name, rest = fields[0], fields[1:]
-        ints = [int(v) for v in rest[:9]]
-        floats = [float(v) for v in rest[9:11]]
-        timing = (int(rest[13]), int(rest[14]), float(rest[15]), float(rest[16]), int(rest[17]),
-                  float(rest[18]), int(rest[19]), float(rest[20]))
-        profiles[name] = SocProfile(name, *ints, *floats, int(rest[11]), float(rest[12]),
-                                    *timing)
+        if len(rest) != len(_COLUMN_TYPES):
+            raise TargetError(f"{where}: the row of {name} has {len(fields)} columns, not the "
+                              f"{len(_COLUMN_TYPES) + 1} the header comment lists")
+        values = [float(v) if kind == "float" else int(v) for kind, v in zip(_COLUMN_TYPES, rest)]
+        profiles[name] = SocProfile(name, *values)
     return profiles
 
 

@@ -12,17 +12,18 @@ Example
 -------
 >>> from tvm_ascend.cost_model import estimate_launch
 >>> from tvm_ascend.soc import get_soc
->>> estimate_launch(0, 0, get_soc("Ascend910B1")).time_us   # an empty launch: its overhead
-3.0
+>>> estimate_launch(0, 0, get_soc("Ascend910B1")).time_us   # an empty launch: its start-up
+8.0
 """
-from .timing import KernelEstimate, estimate_kernel, estimate_launch, estimate_model, l2_bytes
+from .timing import (KernelEstimate, device_startup_us, end_to_end_us, estimate_kernel,
+                     estimate_launch, estimate_model, l2_bytes)
 from .vector_work import VectorWork, count_vector_work
 from .database import TuningDatabase, TuningDatabaseError, workload_of
 from .features import FEATURE_NAMES, extract_features
 from .xgb_model import CostModel, CostModelError, load_or_none
 from .planner_model import PlannerRanking, planner_ranking
 
-__all__ = ["KernelEstimate", "estimate_kernel", "estimate_launch", "estimate_model", "l2_bytes",
+__all__ = ["KernelEstimate", "device_startup_us", "end_to_end_us", "estimate_kernel", "estimate_launch", "estimate_model", "l2_bytes",
            "VectorWork", "count_vector_work", "TuningDatabase", "TuningDatabaseError",
            "workload_of", "FEATURE_NAMES", "extract_features", "CostModel", "CostModelError",
            "load_or_none", "PlannerRanking", "planner_ranking"]

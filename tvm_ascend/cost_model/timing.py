@@ -3,12 +3,19 @@
 Per core, four pipes work on a sequence of steps (UB tiles, rows or matmul base tiles): MTE2
 (GM -> UB/L1), the cube, the vector unit (with the scalar unit's gathers) and MTE3 (UB -> GM).
 Double-buffered, the steps overlap (the slowest pipe sets the pace after the first step);
-single-buffered, they run one after the other. The busiest core decides, the launch overhead
-is added, and the result never goes below the roofline bound of the launch:
+single-buffered, they run one after the other. The busiest core decides, the device's start-up
+of the launch is added (``device_startup_us``: more for more cores), and the result never goes
+below the roofline bound of the launch:
 ``max(HBM bytes / nominal bandwidth + L2 bytes / L2 rate, cube flops / cube peak,
 vector ops / vector peak)``. Bytes L2 serves (``schedules/l2_reuse.py``: one rule for every
 template) move at the core's MTE rate; HBM bytes at most at the core's part of the bandwidth
 a streaming kernel achieves (``hbm_stream_gbps``, below the nominal figure).
+
+A launch also costs the host its submission into the stream; the host runs ahead of the
+device, so that costs a model's time only where the device would wait for it
+(``end_to_end_us``). A kernel's ``time_us`` is its time on the device's timeline; decisions
+compare those, and ``end_to_end_us`` shows what the low and the high end of the measured
+submission range make of a sequence of them.
 
 Every figure is an estimate from the SoC profile (soc_profiles.def, sources cited there).
 
@@ -16,8 +23,8 @@ Example
 -------
 >>> from tvm_ascend.soc import get_soc
 >>> est = estimate_launch(gm_bytes=64 << 20, flops=0, soc=get_soc("Ascend910B1"))
->>> round(est.time_us, 1)     # 64 MiB at 1.8 TB/s + 3 us launch
-40.3
+>>> round(est.time_us, 1)     # 64 MiB at 1.8 TB/s + 8 us start-up on all cores
+45.3
 """
 from __future__ import annotations
 
@@ -33,9 +40,12 @@ class KernelEstimate:
     """Estimated time of one kernel launch (microseconds) and what it is made of.
 
     ``mte2_us``, ``cube_us``, ``vector_us`` (with scalar gathers) and ``mte3_us`` are the busy
-    times of the busiest core's pipes; ``roofline_us`` the launch's roofline bound without the
-    launch overhead; ``time_us >= roofline_us + launch_us`` always. ``bound`` names the pipe
-    (or ``"roofline"``/``"launch"``) that decided the time.
+    times of the busiest core's pipes; ``roofline_us`` the launch's roofline bound without its
+    start-up; ``launch_us`` the device's start-up of the launch (``device_startup_us``);
+    ``time_us >= roofline_us + launch_us`` always. ``bound`` names the pipe (or
+    ``"roofline"``/``"launch"``) that decided the time. ``submit_low_us`` / ``submit_high_us``:
+    the host's submission of the launch, at the low and the high end of the measured range;
+    not in ``time_us`` (the host submits ahead of the device: ``end_to_end_us``).
     """
 
     time_us: float
@@ -53,6 +63,8 @@ class KernelEstimate:
     flops: float = 0.0
     bound: str = "launch"
     estimated: bool = True
+    submit_low_us: float = 0.0
+    submit_high_us: float = 0.0
 
     def to_json(self) -> dict:
         """A JSON-ready dict (every figure is labelled an estimate)."""
@@ -63,6 +75,46 @@ class KernelEstimate:
 # blocks as a contiguous op does. ESTIMATE: one 32-byte block of output per cycle (no public
 # throughput figure for the gather instruction).
 GATHER_BYTES_PER_CYCLE = 32
+
+
+def device_startup_us(soc, blocks: int, capacity: int) -> float:
+    """The device's start-up of a launch of ``blocks`` blocks where the SoC has ``capacity`` for
+    that kind of kernel: ``startup_base_us + startup_all_cores_us * blocks / capacity`` (catlass'
+    head cost of a kernel, 1 + 7 x blockDim / coreNum us on 910B; soc_profiles.def).
+
+    >>> from tvm_ascend.soc import get_soc
+    >>> soc = get_soc("Ascend910B1")
+    >>> device_startup_us(soc, 24, 24), device_startup_us(soc, 6, 24)
+    (8.0, 2.75)
+    """
+    share = min(1.0, max(1, blocks) / max(1, capacity))
+    return soc.startup_base_us + soc.startup_all_cores_us * share
+
+
+def end_to_end_us(kernel_times, submit_us: float) -> float:
+    """Finish time of a sequence of launches submitted one by one into one stream.
+
+    The host takes ``submit_us`` per launch and does not wait for the device: launch ``i`` is
+    submitted at ``(i + 1) * submit_us`` and starts when it is submitted and the device is
+    free (``kernel_times``: each launch's time on the device, start-up included). A
+    device-bound sequence ends at the first submission plus the sum of its kernels; a
+    host-bound one at ``n * submit_us`` plus its last kernel.
+
+    >>> end_to_end_us([10.0, 10.0, 10.0], 2.0)       # device-bound: 2 + 30
+    32.0
+    >>> end_to_end_us([1.0, 1.0, 1.0], 5.0)          # host-bound: 3 x 5 + 1
+    16.0
+    """
+    if submit_us < 0:
+        raise ValueError(f"submit_us={submit_us} must be >= 0")
+    device_free = 0.0
+    for index, time_us in enumerate(kernel_times):
+        device_free = max(device_free, (index + 1) * submit_us) + time_us
+    return device_free
+
+
+def _submit(soc) -> dict:
+    return {"submit_low_us": soc.submit_low_us, "submit_high_us": soc.submit_high_us}
 
 
 def _elem_rate(dtype_bytes: int) -> float:
@@ -78,7 +130,7 @@ def _peaks(soc):
 def estimate_launch(gm_bytes: float, flops: float, soc, dtype_bytes: int = 2
                     ) -> KernelEstimate:
     """Estimate for a launch known only by its GM bytes and flops (a host op counted as if one
-    device launch at the roofline, plus the launch overhead).
+    device launch at the roofline, plus the start-up of a launch on every core).
 
     Parameters
     ----------
@@ -104,11 +156,11 @@ def estimate_launch(gm_bytes: float, flops: float, soc, dtype_bytes: int = 2
     cube_peak = soc.ai_cores * soc.cube_macs_per_cycle_fp16 * 2 * clock * _elem_rate(dtype_bytes)
     cube_us = flops / cube_peak * 1e6
     roofline = max(mem_us, cube_us)
-    launch = soc.launch_overhead_us
+    launch = device_startup_us(soc, soc.ai_cores, soc.ai_cores)
     bound = "launch" if roofline == 0 else ("mte2" if mem_us >= cube_us else "cube")
     return KernelEstimate(roofline + launch, roofline, mem_us, 0.0, cube_us, 0.0, launch,
                           cores=soc.ai_cores, gm_bytes=int(gm_bytes), flops=float(flops),
-                          bound=bound)
+                          bound=bound, **_submit(soc))
 
 
 def l2_bytes(tiling) -> tuple[int, int]:
@@ -232,7 +284,12 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         soc.vector_bytes_per_cycle * soc.vector_blocks * clock) * 1e6
     roofline = max(mem_us, cube_us, vec_us)
     kernel_us = max(core_us, roofline)
-    launch = soc.launch_overhead_us
+    # start-up grows with the blocks launched: AIVs for a vector kernel; for one that uses the
+    # cube, AICs (catlass' blockDim), each with ``ratio`` AIV clients: ceil(clients / ratio)
+    if macs:
+        launch = device_startup_us(soc, -(-cores // max(1, ratio)), soc.ai_cores)
+    else:
+        launch = device_startup_us(soc, cores, soc.vector_blocks)
     if core_us >= roofline:
         busiest = [mte2, cube, vector + scalar, mte3]
         bound = _PIPES[max(range(4), key=lambda i: busiest[i])] if core_us > 0 else "launch"
@@ -242,9 +299,11 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         kernel_us + launch, roofline, mte2 / clock * 1e6, vector / clock * 1e6,
         cube / clock * 1e6, mte3 / clock * 1e6, launch, scalar_us=scalar / clock * 1e6,
         cores=cores, steps_per_core=steps, double_buffered=double, gm_bytes=read + write,
-        flops=2.0 * macs + work.weighted_ops, bound=bound)
+        flops=2.0 * macs + work.weighted_ops, bound=bound, **_submit(soc))
 
 
 def estimate_model(kernels, soc) -> float:
-    """Sum over launches: ``kernels`` is an iterable of (prim_func, tiling) pairs."""
+    """The device's timeline of a sequence of launches, host submission hidden (the sum of
+    their times): ``kernels`` is an iterable of (prim_func, tiling) pairs. ``end_to_end_us``
+    on their times with ``soc.submit_low_us`` / ``submit_high_us`` adds the host's side."""
     return sum(estimate_kernel(func, tiling, soc).time_us for func, tiling in kernels)

@@ -1,8 +1,10 @@
 """The one cost interface the planner asks: estimated time of a candidate kernel.
 
-It uses the timing model of ``tvm_ascend.cost_model`` (per-core pipes, double buffering, launch
-overhead) and, for a kernel that model fails on, the roofline of the kernel's GM traffic plus
-the SoC's launch overhead, so every decision still has a number. Plans (template choice,
+It uses the timing model of ``tvm_ascend.cost_model`` (per-core pipes, double buffering, the
+device's start-up of a launch) and, for a kernel that model fails on, the roofline of the
+kernel's GM traffic plus the start-up of a launch on every core, so every decision still has a
+number. Decisions compare these device-side times; the host's submission of each launch is
+left out of them (the host submits ahead of the device: ``cost_model.timing.end_to_end_us``). Plans (template choice,
 knobs, tiling and the template's analysis) are cached by the structural hash of the PrimFunc:
 a transformer repeats the same candidate once per layer. A candidate is analysed once per
 template and planned once per knobs, and nothing is scheduled while the partitioner
@@ -32,7 +34,7 @@ from tvm.s_tir.stmt import SBlock
 
 from ..cost_model.database import knobs_to_json, open_database, workload_of
 from ..cost_model.planner_model import TIMING_ONLY, PlannerRanking
-from ..cost_model.timing import estimate_kernel, estimate_launch
+from ..cost_model.timing import device_startup_us, estimate_kernel, estimate_launch
 from ..decision import Decision
 from ..errors import TilingError
 from ..schedules import choose_template, knobs_from_json, template_by_name
@@ -231,7 +233,9 @@ class GroupCost:
                            "roofline instead", plan.template.name, err)
         gm = tiling.gm_read_bytes + tiling.gm_write_bytes
         roofline = gm / (self.soc.gm_bandwidth_gbps * 1e3)  # GB/s -> bytes per us
-        return dataclasses.replace(plan, time_us=roofline + self.soc.launch_overhead_us,
+        # the start-up of a launch on every core: this fallback knows the bytes, not the kind
+        startup = device_startup_us(self.soc, 1, 1)
+        return dataclasses.replace(plan, time_us=roofline + startup,
                                    roofline_us=roofline, source="GM-bytes roofline")
 
 

@@ -7,8 +7,10 @@ group is merged into its consumer when
   2. every rule the merged group uses is switched on (partition/rules.py),
   3. an imported fusion plan, if any, puts both in the same group,
   4. a schedule template tiles the merged PrimFunc (made by TVM's own FuseTIR),
-  5. the cost interface estimates the merged kernel no slower than the two it replaces
-     (skipped by the fixed-pattern rule sets, which emulate compilers without a cost model),
+  5. the cost interface estimates the merged kernel no slower than the two it replaces, on
+     the device's timeline (skipped by the fixed-pattern rule sets, which emulate compilers
+     without a cost model); a refusal by less than the host's submission of the launch the
+     merge would save says so, since where the host falls behind the merge would win,
   6. the producer's result is read by that consumer only, or (RecomputeFusion) every reader
      can recompute it and the estimates say recomputing beats writing it to GM once.
 Which merges to make is searched region by region first (partition/region_search.py: a beam
@@ -350,6 +352,24 @@ def _split_time(cost, *sites) -> float:
     return sum(cost.plan(site.prim).time_us for site in sites)
 
 
+def _launch_note(fused_us: float, split_us: float, launches_saved: int, soc) -> str:
+    """What the host's submissions would make of a merge refused on the device's timeline: in
+    a stream where the host falls behind, each launch the merge saves is one submission less
+    (``submit_low_us`` to ``submit_high_us``), so a fused kernel slower by less than that
+    would win there; "" when it is slower by more at either end."""
+    lost = fused_us - split_us
+    ends = [end for end, submit in (("low", soc.submit_low_us), ("high", soc.submit_high_us))
+            if lost < launches_saved * submit]
+    if not ends:
+        return ""
+    which = "either end" if len(ends) == 2 else "the high end"
+    saved = "the launch" if launches_saved == 1 else f"the {launches_saved} launches"
+    return (f"; it is slower by {lost:.2f} us on the device's timeline, less than the host's "
+            f"submission of {saved} it saves at {which} of {soc.submit_low_us:g}-"
+            f"{soc.submit_high_us:g} us per launch: where the host falls behind the device, "
+            "the fused kernel would win")
+
+
 def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=None,
                lookahead=None) -> bool:
     found = _candidate(producer, consumer, policy, cost, matches, region=region)
@@ -363,7 +383,8 @@ def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=Non
     if policy.cost_checked and plan.time_us > split:
         consumer.refused[producer.var] = Decision.no(
             f"the cost model says the fused kernel is slower: {plan.time_us:.2f} us fused vs "
-            f"{split:.2f} us as two kernels ({plan.source}, estimate)")
+            f"{split:.2f} us as two kernels ({plan.source}, estimate)"
+            + _launch_note(plan.time_us, split, 1, cost.soc))
         return False
     saved = 2 * _bytes_of(producer.call.ty_args[0])  # written once, read once
     consumer.merges.append(
@@ -398,7 +419,8 @@ def _try_triple(producer: Site, consumer: Site, reader, policy, cost, matches) -
         _also_refused(consumer, producer,
                       f"; with its reader {reader.name} too, the cost model says the fused "
                       f"kernel is slower: {plan.time_us:.2f} us vs {split:.2f} us "
-                      f"({plan.source}, estimate)")
+                      f"({plan.source}, estimate)"
+                      + _launch_note(plan.time_us, split, 2, cost.soc))
         return False
     saved = 2 * (_bytes_of(producer.call.ty_args[0]) + _bytes_of(consumer.call.ty_args[0]))
     reader.merges.append(
@@ -449,7 +471,8 @@ def _try_recompute(producer: Site, sites, outside, policy, cost, matches) -> boo
             reader.refused[producer.var] = Decision.no(
                 f"recomputing the shared producer in all {len(readers)} readers is estimated "
                 f"slower: {fused_time:.2f} us vs {split_time:.2f} us with it in GM "
-                f"({found[0][1][2].source}, estimate)")
+                f"({found[0][1][2].source}, estimate)"
+                + _launch_note(fused_time, split_time, 1, cost.soc))
         return False
     for reader, (prim, external, plan, rules) in found:
         reader.merges.append(

@@ -10,8 +10,9 @@ from tvm import relax
 
 from .. import ir_attrs
 from ..cost_model.bands import band_for_template
-from ..cost_model.timing import l2_bytes
+from ..cost_model.timing import end_to_end_us, l2_bytes
 from ..errors import FusionConfigError
+from ..soc import get_soc
 from .rules import RULES
 
 # Ops whose result shares its input's memory in TVM's memory plan (no copy, no new buffer).
@@ -118,15 +119,29 @@ def _with_band(estimate: dict, template: str | None) -> dict:
 
 
 def model_estimate(groups: list, soc_version: str) -> dict:
-    """Estimated latency of one inference: the sum over launches (ESTIMATE, timing model),
-    with its band (``latency_band_us``: the sum of the launches' bands, cost_model.bands)."""
+    """Estimated latency of one inference (ESTIMATE, timing model).
+
+    ``latency_us``, the figure decisions use, is the device's timeline: the sum over launches
+    of each one's time on the device, its start-up included, with the host's submissions
+    hidden behind it (the host runs ahead; GE's sink mode submits a static graph as one task).
+    ``latency_us_low`` / ``latency_us_high``: the same launches submitted one by one from the
+    host into one stream, at the low and the high end of the measured submission time per
+    launch (``host_submit_us``); where the host falls behind, the device waits
+    (``cost_model.timing.end_to_end_us``). Host groups count as launches, as in the sum.
+    ``latency_band_us``: the sum of the launches' uncertainty bands (cost_model.bands).
+    """
     latency = sum(g["estimate"].get("time_us", 0.0) for g in groups)
     roofline = sum(g["estimate"].get("roofline_us", 0.0) for g in groups)
     band = [sum(g["estimate"].get("band_us", (0.0, 0.0))[end] for g in groups)
             for end in (0, 1)]
     launched = [g for g in groups if g["launch"]]
+    times = [g["estimate"].get("time_us", 0.0) for g in launched]
+    soc = get_soc(soc_version)
     return {"soc": soc_version, "latency_us": round(latency, 3), "roofline_us": round(roofline, 3),
             "latency_band_us": [round(band[0], 3), round(band[1], 3)],
+            "latency_us_low": round(end_to_end_us(times, soc.submit_low_us), 3),
+            "latency_us_high": round(end_to_end_us(times, soc.submit_high_us), 3),
+            "host_submit_us": [soc.submit_low_us, soc.submit_high_us],
             "label": "estimate", "launches": len(launched),
             "gm_bytes": sum(g["gm_bytes"] for g in launched),
             "hbm_bytes": sum(g["hbm_bytes"] for g in launched),

@@ -69,7 +69,9 @@ def launch_rows(records: list[dict], report: dict) -> list[dict]:
     estimated from its counters and its group in ``report`` (the fusion report).
 
     A launch whose kernel has no tiling plan in the report gets ``N/A`` times and says why in
-    ``Duration Source``; the next launch starts where the last estimated one ended.
+    ``Duration Source``; the next launch starts where the last estimated one ended: the
+    device's timeline, each duration with its start-up, the host's submissions hidden (the
+    fusion report's ``estimate.latency_us``; ``latency_us_low``/``_high`` add them).
 
     Example
     -------
@@ -150,8 +152,8 @@ def op_summary_csv(rows: list[dict]) -> str:
 def chrome_trace(rows: list[dict], soc_version: str = "") -> dict:
     """The rows of ``launch_rows`` as a Chrome trace (JSON object format, microseconds).
 
-    Track 0 holds one slice per launch (its launch overhead nested at its start); tracks 1-6
-    one slice per pipe busy in it, from the end of the launch overhead, as long as its busy
+    Track 0 holds one slice per launch (its device start-up nested at its start); tracks 1-6
+    one slice per pipe busy in it, from the end of the start-up, as long as its busy
     time (at most the launch's remaining time: ``args.busy_us`` keeps the full figure).
     """
     pid = 1
@@ -172,7 +174,7 @@ def chrome_trace(rows: list[dict], soc_version: str = "") -> dict:
         args = {key: row[key] for key in COLUMNS if key not in ("Op Name",)}
         events.append({"ph": "X", "pid": pid, "tid": 0, "name": row["Op Name"],
                        "cat": "kernel", "ts": start, "dur": duration, "args": args})
-        events.append({"ph": "X", "pid": pid, "tid": 0, "name": "launch overhead",
+        events.append({"ph": "X", "pid": pid, "tid": 0, "name": "device start-up",
                        "cat": "launch", "ts": start, "dur": launch,
                        "args": {"estimate": True}})
         body = max(0.0, duration - launch)

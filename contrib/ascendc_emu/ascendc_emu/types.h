@@ -249,7 +249,6 @@ struct SocProfile {
     double clock_mhz;
     double gm_bandwidth_gbps;
     int vector_lanes_fp16;
-    double launch_overhead_us;
     /* timing-model columns: carried so the table has one arity; the emulator does not time */
     int64_t l2_bytes;
     int cube_macs_per_cycle_fp16;
@@ -259,12 +258,18 @@ struct SocProfile {
     double scalar_cycles_per_elem;
     int mte_latency_cycles;
     double hbm_stream_gbps;
+    double startup_base_us;
+    double startup_all_cores_us;
+    double submit_low_us;
+    double submit_high_us;
 };
 
-#define ASCEND_SOC(name, arch, aic, aiv, ub, l1, l0a, l0b, l0c, live, clk, bw, lanes, lo, l2, \
-                   cube, mte2, mte3, issue, scalar, mte_lat, hbm)                               \
-    SocProfile{#name, arch, aic, aiv, ub, l1, l0a, l0b, l0c, live, clk, bw, lanes, lo, l2,     \
-               cube, mte2, mte3, issue, scalar, mte_lat, hbm},
+#define ASCEND_SOC(name, arch, aic, aiv, ub, l1, l0a, l0b, l0c, live, clk, bw, lanes, l2, cube, \
+                   mte2, mte3, issue, scalar, mte_lat, hbm, start, start_all, submit_lo,        \
+                   submit_hi)                                                                   \
+    SocProfile{#name, arch, aic, aiv, ub, l1, l0a, l0b, l0c, live, clk, bw, lanes, l2, cube,   \
+               mte2, mte3, issue, scalar, mte_lat, hbm, start, start_all, submit_lo,          \
+               submit_hi},
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wcomment"
 inline constexpr SocProfile kSocTable[] = {
