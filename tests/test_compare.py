@@ -29,6 +29,13 @@ def test_compare_fusion_off_and_on_with_group_errors():
     assert all(row[4] < 1e-5 for row in fused.group_errors)
     table = format_comparison(results, source)
     assert "ESTIMATE" in table and "G1" in table
+    for result in results:  # HBM and L2 apart, the band and the host's range around the figure
+        assert result.hbm_bytes + result.l2_bytes == result.gm_bytes
+        assert result.est_band_us[0] <= result.est_latency_us <= result.est_band_us[1]
+        assert result.est_latency_us <= result.est_end_to_end_us[0] <= result.est_end_to_end_us[1]
+        assert f"{result.est_band_us[0]:.1f}-{result.est_band_us[1]:.1f}" in table
+    assert "HBM bytes" in table and "end to end us" in table
+    assert "GM bytes" not in table.splitlines()[0]  # no column mixes HBM and L2 bytes
 
 
 def test_compare_shows_the_precision_cost_of_fp16():
