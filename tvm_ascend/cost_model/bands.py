@@ -13,9 +13,9 @@ Example
 >>> band = band_for_template("matmul")
 >>> band.kernel_class
 'cube'
->>> lo, hi = band.interval(100.0)
->>> lo <= 100.0 <= hi
-True
+>>> lo, hi = band.interval(100.0)      # the estimate over the highest and the lowest ratio
+>>> (round(lo * band.high), round(hi * band.low))
+(100, 100)
 """
 from __future__ import annotations
 
