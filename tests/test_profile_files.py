@@ -11,6 +11,7 @@ import pytest
 
 import tvm_ascend
 from tvm_ascend.cli import main
+from tvm_ascend.cost_model.bands import band_for_template
 from tvm_ascend.cost_model.counters import estimate_from_counters, group_tiling
 from tvm_ascend.cost_model.timing import l2_bytes
 from tvm_ascend.errors import ExportError
@@ -70,7 +71,8 @@ def test_op_summary_has_a_row_per_launch_at_that_launch_estimate(profiled):
         assert int(row["L2 Bytes (est.)"]) == min(gm, sum(l2_bytes(tiling)))
         assert int(row["HBM Bytes (est.)"]) + int(row["L2 Bytes (est.)"]) == gm
         low, high = map(float, row["Task Duration Band(us)"].split("-"))
-        assert low <= float(row["Task Duration(us)"]) <= high
+        band = band_for_template(tiling.template).interval(estimate.time_us)
+        assert (low, high) == pytest.approx(band, abs=1e-3)
         assert row["Duration Source"].startswith("estimate") and "not measured" in \
             row["Duration Source"]
     by_kind = {row["OP Type"]: row for row in rows}
