@@ -27,7 +27,6 @@ import argparse
 import datetime
 import json
 import math
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ import onnx
 from onnx import helper
 
 from .models import bert, resnet50, vit
+from .results_file import git_commit
 from .models.common import OnnxGraph
 
 HERE = Path(__file__).resolve().parent
@@ -405,14 +405,6 @@ def markdown_lines(payload: dict) -> list[str]:
     return lines + [""]
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE, text=True,
-                              capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def write_json(path: Path, payload: dict) -> None:
     """Write ``payload`` atomically (a temporary file renamed into place)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -432,7 +424,7 @@ def main(argv=None) -> int:
                              "--only leaves it alone")
     args = parser.parse_args(argv)
     rows = run_rows(only=args.only)
-    stamp = {"date": datetime.date.today().isoformat(), "commit": _commit()}
+    stamp = {"date": datetime.date.today().isoformat(), "commit": git_commit("--always", "--dirty") or "unknown"}
     table = bands(rows)
     write_json(Path(args.output), {**stamp, "rows": rows, "bands": table})
     if not args.only:  # a partial run calibrates nothing

@@ -23,7 +23,6 @@ import logging
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -437,24 +436,13 @@ def benchmark_config(config: BenchConfig, baselines, run_limit_macs: int = RUN_L
     return records
 
 
-def _git_commit() -> str | None:
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() or None
-
-
 def run_header(run_limit_macs: int = RUN_LIMIT_MACS) -> dict:
     """Machine, date and commit of this run."""
     import tvm
 
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": _git_commit(),
+        "commit": results_file.git_commit(),
         "machine": {"node": platform.node(), "platform": platform.platform(),
                     "processor": platform.processor() or platform.machine(),
                     "cpus": os.cpu_count(), "python": platform.python_version(),

@@ -22,7 +22,6 @@ import datetime
 import json
 import logging
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from tvm_ascend.partition.report import write_json_atomic
 from tvm_ascend.pipeline import fusion_policy, plan_fusion, precision_of
 
 from . import harness
+from .results_file import git_commit
 
 HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "planner_model.json"
@@ -202,14 +202,6 @@ def conclusion(cases: list[dict]) -> str:
             f"to the smallest k measured safe, {k}.")
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, check=True,
-                              capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=REPEATS)
@@ -230,7 +222,7 @@ def main(argv=None) -> int:
                     "planner_top_k": CompileConfig().planner_top_k},
         "note": "partition stage = prepare + partition (plan_fusion), wall seconds, median of "
                 "the repeats on a shared 2-core machine: noisy; estimate_calls are exact",
-        "commit": earlier.get("commit") or _commit(),
+        "commit": earlier.get("commit") or git_commit("--always") or "",
         "date": earlier.get("date") or datetime.date.today().isoformat()})
     for case in cases:
         for mode in case["modes"]:

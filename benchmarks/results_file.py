@@ -21,6 +21,7 @@ Example
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from tvm_ascend.errors import AscendError
@@ -183,3 +184,16 @@ def write_results(path, results: dict) -> None:
     from tvm_ascend.partition.report import write_json_atomic
 
     write_json_atomic(str(path), results)
+
+
+def git_commit(*args: str) -> str | None:
+    """The repository's HEAD as ``git rev-parse HEAD`` (or ``git describe`` with ``args``, e.g.
+    ``"--always", "--dirty"``) prints it, for the provenance of a results file; None where git
+    or the repository is missing."""
+    command = ["git", "describe", *args] if args else ["git", "rev-parse", "HEAD"]
+    try:
+        done = subprocess.run(command, cwd=Path(__file__).resolve().parent,
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
