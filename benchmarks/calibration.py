@@ -8,18 +8,19 @@ estimates it on the same SoC and puts the estimate beside the figure::
 
 A row outside 0.8-1.25x is either a wrong constant of the model (fixed in soc_profiles.def,
 with its source) or a kernel of another algorithm class than the measured one, which the row
-says (``algorithm``). The rows of one kernel class give that class's uncertainty band
+says (``algorithm``). Whole models come with the project's other builds of them
+(``other_builds_us``: fusion off and aggressive) for the "plain ATC" table of BENCHMARKS.md. The rows of one kernel class give that class's uncertainty band
 (:func:`bands`), which the package ships (``tvm_ascend/cost_model/calibration_bands.json``)
 and prints next to every estimate.
 
-    python -m benchmarks.calibration                  # every row, ~3 minutes on 2 cores
+    python -m benchmarks.calibration                  # every row, ~4 minutes on an idle core
     python -m benchmarks.calibration --only gemm      # rows whose name contains "gemm"
 
 Example
 -------
 >>> rows = run_rows(only="copy")                                   # doctest: +SKIP
 >>> rows[0]["name"], 0.8 <= rows[0]["ratio"] <= 1.25               # doctest: +SKIP
-('copy_1gb_910b', True)
+('copy_1gib_a3', True)
 """
 from __future__ import annotations
 
