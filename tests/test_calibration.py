@@ -41,6 +41,20 @@ def test_gemm_rows_within_the_aim():
         assert not row["algorithm"]
 
 
+def test_vector_rows_calibrate_the_vector_band():
+    """The lerp kernels on a 910B2C calibrate the vector class beside the copy; the
+    fused-add RMSNorm rows say why the project's two-kernel build is off and calibrate
+    nothing."""
+    rows = calibration.run_rows(only="lerp", log=lambda *_: None)
+    assert [r["kernel_class"] for r in rows] == ["vector", "vector"]
+    for row in rows:
+        assert row["within"] and not row["algorithm"], row
+    norms = calibration.run_rows(only="add_rms_norm", log=lambda *_: None)
+    assert len(norms) == 3
+    for row in norms:
+        assert row["built"].startswith("2 kernels") and row["algorithm"], row
+
+
 def test_reuse_distance_decides_what_l2_serves():
     """A 7680^3 GEMM's operands (236 MB) exceed the 192 MB L2, but its walk's reuse distance
     (the distinct blocks in flight on a 6 x 4 core grid: 126 MB) does not: its re-reads are
