@@ -41,6 +41,30 @@ def test_gemm_rows_within_the_aim():
         assert not row["algorithm"]
 
 
+def test_vector_rows_calibrate_the_vector_band():
+    """The lerp kernels on a 910B2C calibrate the vector class beside the copy; the
+    fused-add RMSNorm rows say why the project's two-kernel build is off and calibrate
+    nothing."""
+    rows = calibration.run_rows(only="lerp", log=lambda *_: None)
+    assert [r["kernel_class"] for r in rows] == ["vector", "vector"]
+    for row in rows:
+        assert row["within"] and not row["algorithm"], row
+    norms = calibration.run_rows(only="add_rms_norm", log=lambda *_: None)
+    assert len(norms) == 3
+    for row in norms:
+        assert row["built"].startswith("2 kernels") and row["algorithm"], row
+
+
+def test_vector_band_comes_from_its_rows():
+    """Three vector rows (the copy and two lerp kernels) give the shipped vector band; it is
+    no longer the aim the suite widens a one-row class to."""
+    payload = json.loads((REPO / "benchmarks" / "calibration.json").read_text())
+    vector = calibration.bands(payload["rows"])["vector"]
+    assert vector["rows"] == ["copy_1gib_a3", "lerp_64m_fp16_910b2c", "lerp_256m_fp16_910b2c"]
+    assert calibration.GOOD[0] < vector["low"] <= vector["high"] < calibration.GOOD[1]
+    assert bands.band_for_template("elementwise").high == vector["high"]
+
+
 def test_reuse_distance_decides_what_l2_serves():
     """A 7680^3 GEMM's operands (236 MB) exceed the 192 MB L2, but its walk's reuse distance
     (the distinct blocks in flight on a 6 x 4 core grid: 126 MB) does not: its re-reads are
