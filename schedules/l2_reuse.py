@@ -1,9 +1,10 @@
 """What the L2 cache serves: one rule for every template's re-reads.
 
 A kernel reads some GM bytes more than once: a matmul's operand panels once per output tile,
-attention's K and V once per query block. The first read of a byte comes from HBM; a later
-read finds it in L2 when the bytes the whole chip read since the earlier one (the *reuse
-distance*) fit in the L2. The rule is all or nothing, as for a cyclic walk under LRU: a walk
+attention's K and V once per query block, a row longer than the UB once per pass (and a
+broadcast column such as LayerNorm's gamma once per row and pass). The first read of a byte
+comes from HBM; a later read finds it in L2 when the bytes the whole chip read since the
+earlier one (the *reuse distance*) fit in the L2. The rule is all or nothing, as for a cyclic walk under LRU: a walk
 over more than the cache holds evicts every block before its next use. Templates compute the
 distance of their walk (:func:`walk_distance`: the distinct bytes the working cores read
 between two reads of one block) and give ``KernelWork.l2_operand_bytes``

@@ -30,6 +30,7 @@ from tvm_ascend.errors import TilingError
 from .analysis.row_program import (RowAccessKind, RowProgram, check_program_dtypes, input_dtypes,
                                    is_full_row_block, program_dtypes, row_program)
 from .analysis.tile_values import unsupported_construct
+from .l2_reuse import l2_served, walk_distance
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan,
                      Tiling, UB_RESERVED_BYTES)
@@ -464,6 +465,27 @@ def _largest_chunk(program: RowProgram, budget: int, buffer_num: int, soc) -> in
     return chunk
 
 
+def _chunked_l2_bytes(program: RowProgram, passes: RowPasses, cores: int, soc) -> int:
+    """The streamed bytes of a multi-pass row that L2 serves (``l2_reuse``): a row input
+    read again in a later pass and a broadcast column read again for every row; the first
+    read of each comes from HBM. Between two reads of one chunk each working core reads one
+    row's chunks of one pass (the reuse distance)."""
+    rows, cols = program.rows, program.cols
+    dtypes = input_dtypes(program)
+    times = {}
+    for names in passes.streamed:
+        for name in names:
+            times[name] = times.get(name, 0) + 1
+    rereads = 0
+    for name, count in times.items():
+        row_bytes = cols * dtype_bytes(dtypes[name])
+        first = row_bytes if program.inputs[name] is RowAccessKind.COLUMN else rows * row_bytes
+        rereads += count * rows * row_bytes - first
+    per_pass = max(sum(cols * dtype_bytes(dtypes[name]) for name in names)
+                   for names in passes.streamed)
+    return l2_served(rereads, walk_distance([(cores, per_pass)]), soc)
+
+
 def _plan_chunked(program: RowProgram, soc, knobs: RowReduceKnobs, budget: int) -> Tiling:
     """The multi-pass plan of a row longer than the UB (or of a row chunked by the knob): one
     row per step, ``passes`` sweeps of ``chunk_cols`` columns each; the GM bytes count every
@@ -499,7 +521,9 @@ def _plan_chunked(program: RowProgram, soc, knobs: RowReduceKnobs, budget: int) 
                   # a row longer than the UB is streamed in chunks, once per pass: each chunk
                   # is one step
                   work=KernelWork(steps=per_core * passes.count * ceil_div(cols, chunk),
-                                  vector_repeats=min(per_core, rows)),
+                                  vector_repeats=min(per_core, rows),
+                                  l2_operand_bytes=_chunked_l2_bytes(program, passes, cores,
+                                                                     soc)),
                   plan=RowReducePlan(*row_layout(program),
                                      RowChunks(passes, chunk, ceil_div(cols, chunk))))
 

@@ -226,3 +226,27 @@ def test_analyse_once_plan_per_knobs_apply_per_plan_is_schedule():
     check_analyse_plan_apply(RowReduceSchedule, func, get_soc("Ascend910B1"), [
         None, RowReduceKnobs(cores=3, rows_per_tile=1, double_buffer=False),
         RowReduceKnobs(chunk_cols=256)])
+
+
+def test_long_row_re_reads_are_l2_traffic_by_the_one_rule():
+    # a multi-pass row reads x once per pass and the broadcast gamma/beta once per row and
+    # pass; only x's first pass and one gamma/beta each come from HBM: the later reads find
+    # them in L2, whose reuse distance (the working cores' rows of one pass) is a few MB
+    soc = get_soc("Ascend910B1")
+    rows = 6
+    b = ModelBuilder("float32", seed=46)
+    x = b.input("x", (rows, COLS))
+    b.output(layernorm_chain(b, x, COLS), (rows, COLS))
+    (func,) = [f for f in _row_funcs(b.model())]
+    _, tiling = RowReduceSchedule.schedule(func, soc)
+    chunks = tiling.plan.chunked
+    assert chunks is not None and chunks.passes.count >= 2
+    streamed = [name for names in chunks.passes.streamed for name in names]
+    row_bytes = COLS * 4
+    assert tiling.gm_read_bytes == len(streamed) * rows * row_bytes  # what the emulator counts
+    columns = len(streamed) - sum(1 for n in streamed if n == streamed[0])  # gamma and beta reads
+    first_reads = row_bytes * rows + row_bytes * len(set(streamed) - {streamed[0]})
+    assert columns > 0
+    assert tiling.work.l2_operand_bytes == tiling.gm_read_bytes - first_reads
+    from tvm_ascend.cost_model.timing import l2_bytes
+    assert l2_bytes(tiling)[0] == tiling.gm_read_bytes - first_reads
