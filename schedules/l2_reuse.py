@@ -4,8 +4,9 @@ A kernel reads some GM bytes more than once: a matmul's operand panels once per 
 attention's K and V once per query block, a row longer than the UB once per pass (and a
 broadcast column such as LayerNorm's gamma once per row and pass). The first read of a byte
 comes from HBM; a later read finds it in L2 when the bytes the whole chip read since the
-earlier one (the *reuse distance*) fit in the L2. The rule is all or nothing, as for a cyclic walk under LRU: a walk
-over more than the cache holds evicts every block before its next use. Templates compute the
+earlier one (the *reuse distance*) fit in the L2. The rule is all or nothing, as for a
+cyclic walk under LRU: a walk over more than the cache holds evicts every block before its
+next use. Templates compute the
 distance of their walk (:func:`walk_distance`: the distinct bytes the working cores read
 between two reads of one block) and give ``KernelWork.l2_operand_bytes``
 from :func:`l2_served`; the timing model charges those at the L2 rate and the rest at HBM's.
