@@ -1,0 +1,205 @@
+"""Convolution through the cube's own img2col (Load3D v2): the plan of the row-tiled kernel.
+
+The kernel (``tests/emu/conv_load3d.cpp`` is its reference, written with the basic cube API as
+vendor convolutions are) cuts the output into tiles of ``rows`` whole output rows of one image
+(``M = rows * ow`` positions, rounded up to 16 in L0A and L0C: Load3D's ``mStartPt`` and
+``mExtension`` are multiples of 16 for half, so a tile starts at its first row). For each tile
+it walks K in chunks of ``c1_step`` channel groups (``C0`` channels each, so ``c1_step * kh *
+kw * C0`` K columns):
+
+* the feature-map rows under the tile's taps, ``(rows - 1) * sh + (kh - 1) * dh + 1`` at most
+  (fewer at the image's edges), go GM -> L1 in 5HD (one burst per channel group);
+* the chunk's weights, laid out in GM as L0B fractals (the weights are constants: laid out at
+  build time), go GM -> L1 -> L0B;
+* Load3D builds the chunk's image matrix in L0A (padding and out-of-image taps as its padding
+  value, stride and dilation in its params); Mmad accumulates the chunks in L0C;
+* the tile leaves L0C once: by Fixpipe on split chips (910B: NHWC rows or NC1HWC0, ReLU on the
+  way), through the UB on coupled chips (310P: NC1HWC0, the conversion and ReLU in the copy).
+
+No col block exists anywhere and the vector unit does nothing: the traffic is the feature-map
+rows (each tile re-reads the ``(kh - 1) * dh + 1 - sh`` rows its neighbour also reads), the
+weights once per tile and chunk, and the output once. ``Load3dPlan.block_counts`` gives the GM
+bytes and cube MACs of each block exactly as the emulator counts them (the test runs both).
+
+Device rules the plan keeps (asc-devkit dav_c220 / dav_m200, ``ascendc_emu/load3d.h``): whole
+C0 channel groups (channels padded to C0 in L1), ``l1H`` and ``l1W`` at most 32767, strides at
+most 63, filters and dilations at most 255, pads at most 255, and L1 / L0A / L0B / L0C within
+the SoC's. On 310P Load3D v2 takes half only: a float convolution keeps the img2col template.
+
+What is not here yet (the conv template still prints ``img2col.py``'s kernel): the printer of
+this kernel, NCHW -> 5HD of the input (a vector transpose, ``TransDataTo5HD``, or 5HD tensors
+between convolutions), the output back to NCHW and the vector epilogue (residual add) after it,
+bias (the bias table or an extra K block), output-channel tiles, double buffering, and the
+timing model reading this plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm_ascend.errors import TilingError
+
+from ..tiling import ceil_div, dtype_bytes, round_up
+from .shape import ConvShape
+
+LOAD3D_MAX_L1_SIDE = 32767
+LOAD3D_MAX_STRIDE = 63
+LOAD3D_MAX_FILTER = 255
+LOAD3D_MAX_PAD = 255
+
+
+def pad_bottom_right(shape: ConvShape) -> tuple[int, int]:
+    """The bottom and right padding the output size implies (ConvShape keeps top and left)."""
+    (sh, sw), (dh, dw), (top, left) = shape.stride, shape.dilation, shape.pad
+    bottom = (shape.oh - 1) * sh + dh * (shape.kh - 1) + 1 - shape.h - top
+    right = (shape.ow - 1) * sw + dw * (shape.kw - 1) + 1 - shape.w - left
+    return max(0, bottom), max(0, right)
+
+
+@dataclass(frozen=True)
+class Load3dTile:
+    """One tile: output rows ``[oh0, oh0 + rows)``; input rows ``[lo, lo + in_rows)`` in L1."""
+
+    oh0: int
+    rows: int
+    lo: int
+    in_rows: int
+
+    def m16(self, ow: int) -> int:
+        return round_up(self.rows * ow, 16)
+
+
+@dataclass(frozen=True)
+class Load3dPlan:
+    """The row-tiled Load3D convolution of ``shape``: ``rows`` output rows per tile,
+    ``c1_step`` channel groups per K chunk; ``c0`` channels per group (32 bytes), ``c1``
+    groups, ``n16`` output channels rounded to 16 (the cube's N); ``tiles_h`` tiles per image;
+    the L1 / L0 bytes the kernel's buffers take (one of each)."""
+
+    shape: ConvShape
+    rows: int
+    c1_step: int
+    c0: int
+    c1: int
+    n16: int
+    tiles_h: int
+    l1_bytes: int
+    l0a_bytes: int
+    l0b_bytes: int
+    l0c_bytes: int
+
+    @property
+    def tiles(self) -> int:
+        return self.shape.n * self.tiles_h
+
+    @property
+    def elem(self) -> int:
+        return dtype_bytes(self.shape.dtype)
+
+    def tile(self, index: int) -> Load3dTile:
+        """The ``index``-th tile of an image (its output rows and the input rows in L1)."""
+        s = self.shape
+        oh0 = index * self.rows
+        rows = min(self.rows, s.oh - oh0)
+        top = oh0 * s.stride[0] - s.pad[0]
+        bottom = (oh0 + rows - 1) * s.stride[0] - s.pad[0] + (s.kh - 1) * s.dilation[0]
+        lo, hi = max(0, top), min(s.h - 1, bottom)
+        return Load3dTile(oh0, rows, lo, max(1, hi - lo + 1))
+
+    def chunks(self):
+        """Channel groups of each K chunk, in order."""
+        return [min(self.c1_step, self.c1 - c) for c in range(0, self.c1, self.c1_step)]
+
+    def tile_counts(self, index: int, nc1hwc0: bool) -> dict:
+        """GM bytes read and written and cube MACs of one tile (``nc1hwc0``: the output in
+        5HD, all ``n16`` channels; else NHWC rows of ``cout``)."""
+        s, elem, t = self.shape, self.elem, self.tile(index)
+        m = t.rows * s.ow
+        taps = s.kh * s.kw
+        read = macs = 0
+        for groups in self.chunks():
+            kc = groups * taps * self.c0
+            read += groups * t.in_rows * s.w * self.c0 * elem + kc * self.n16 * elem
+            macs += t.m16(s.ow) * self.n16 * kc
+        write = m * (self.n16 if nc1hwc0 else s.cout) * elem
+        return {"gm_read_bytes": read, "gm_write_bytes": write, "cube_macs": macs}
+
+    def block_counts(self, blocks: int, nc1hwc0: bool) -> list[dict]:
+        """Per block, the counts of its contiguous range of tiles (images outer)."""
+        per = ceil_div(self.tiles, blocks)
+        out = []
+        for block in range(blocks):
+            total = {"gm_read_bytes": 0, "gm_write_bytes": 0, "cube_macs": 0}
+            for t in range(block * per, min(self.tiles, (block + 1) * per)):
+                for key, value in self.tile_counts(t % self.tiles_h, nc1hwc0).items():
+                    total[key] += value
+            out.append(total)
+        return out
+
+
+def load3d_refusal(shape: ConvShape, soc) -> str | None:
+    """Why Load3D cannot take ``shape`` on ``soc`` (a sentence), or None."""
+    if shape.groups != 1:
+        return f"grouped convolution ({shape.groups} groups): one image matrix per group"
+    if soc.npu_arch == 2002 and shape.dtype != "float16":
+        return f"Load3D v2 on {soc.name} takes half only, not {shape.dtype}"
+    if soc.npu_arch not in (2002, 2201):
+        return f"Load3D v2 is not on {soc.name} (only the v1 form is)"
+    if max(shape.stride) > LOAD3D_MAX_STRIDE:
+        return f"stride {shape.stride} over Load3D's {LOAD3D_MAX_STRIDE}"
+    if max(shape.kh, shape.kw, *shape.dilation) > LOAD3D_MAX_FILTER:
+        return f"a filter or dilation over Load3D's {LOAD3D_MAX_FILTER}"
+    if max(*shape.pad, *pad_bottom_right(shape)) > LOAD3D_MAX_PAD:
+        return f"padding over Load3D's {LOAD3D_MAX_PAD}"
+    if shape.w > LOAD3D_MAX_L1_SIDE:
+        return f"a feature map {shape.w} wide, over Load3D's {LOAD3D_MAX_L1_SIDE}"
+    return None
+
+
+def load3d_plan(shape: ConvShape, soc, rows: int | None = None,
+                c1_step: int | None = None) -> Load3dPlan:
+    """The plan of ``shape`` on ``soc``: ``rows`` and ``c1_step`` as given, else the most
+    output rows up to 256 positions per tile and then the most channel groups per chunk that
+    fit L1, L0A, L0B and L0C. TilingError (a sentence) where Load3D cannot take it or the
+    given sizes do not fit."""
+    why = load3d_refusal(shape, soc)
+    if why is not None:
+        raise TilingError(f"conv2d through Load3D: {why}")
+    elem = dtype_bytes(shape.dtype)
+    c0 = 32 // elem
+    c1 = ceil_div(shape.cin, c0)
+    n16 = round_up(shape.cout, 16)
+    taps = shape.kh * shape.kw
+    sh, dh = shape.stride[0], shape.dilation[0]
+
+    def sizes(r: int, step: int) -> tuple[int, int, int, int]:
+        m16 = round_up(r * shape.ow, 16)
+        kc = step * taps * c0
+        in_rows = min(shape.h, (r - 1) * sh + (shape.kh - 1) * dh + 1)
+        return (step * in_rows * shape.w * c0 * elem + kc * n16 * elem, m16 * kc * elem,
+                kc * n16 * elem, m16 * n16 * 4)
+
+    def fits(r: int, step: int) -> bool:
+        l1, l0a, l0b, l0c = sizes(r, step)
+        return l1 <= soc.l1_bytes and l0a <= soc.l0a_bytes and l0b <= soc.l0b_bytes and \
+            l0c <= soc.l0c_bytes
+
+    if rows is None:
+        rows = max(1, min(shape.oh, 256 // max(1, shape.ow)))
+        while rows > 1 and not fits(rows, 1):
+            rows -= 1
+    if c1_step is None:
+        c1_step = c1
+        while c1_step > 1 and not fits(rows, c1_step):
+            c1_step -= 1
+    if not (1 <= rows <= shape.oh and 1 <= c1_step <= c1) or not fits(rows, c1_step):
+        l1, l0a, l0b, l0c = sizes(max(1, rows), max(1, c1_step))
+        raise TilingError(f"conv2d through Load3D: {rows} output rows x {c1_step} channel "
+                          f"groups per chunk need L1 {l1}, L0A {l0a}, L0B {l0b}, L0C {l0c} B; "
+                          f"{soc.name} has {soc.l1_bytes}, {soc.l0a_bytes}, {soc.l0b_bytes}, "
+                          f"{soc.l0c_bytes}")
+    l1, l0a, l0b, l0c = sizes(rows, c1_step)
+    return Load3dPlan(shape, rows, c1_step, c0, c1, n16, ceil_div(shape.oh, rows), l1, l0a,
+                      l0b, l0c)
+
+
+__all__ = ["Load3dPlan", "Load3dTile", "load3d_plan", "load3d_refusal", "pad_bottom_right"]

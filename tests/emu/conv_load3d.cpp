@@ -1,0 +1,335 @@
+// Convolution through the cube's own img2col (Load3D v2), written with the basic cube API as
+// vendor convs are, for tests/test_emulator_load3d.py:
+//  - conv: x in 5HD (N, C1, H, W, C0) in GM; each tile is `rows` whole output rows of one image;
+//    its input rows (only those under the tile's taps) go to L1 one K chunk of `c1Step` channel
+//    groups at a time, Load3D makes the chunk's image matrix in L0A, the weights (pre-laid in GM
+//    as L0B fractals) go GM -> L1 -> L0B, Mmad accumulates the chunks in L0C; out by Fixpipe
+//    (910B: NHWC rows or NC1HWC0, ReLU on the way) or through the UB (310P: NC1HWC0, ReLU and the
+//    float -> half conversion in the L0C -> UB copy). Tiles are spread over the blocks in
+//    contiguous ranges.
+//  - rule CASE: one device-rule violation per case (error text checked by the test).
+#include "kernel_operator.h"  // first, so builds can use a precompiled header
+#include "tikicpulib.h"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+struct ConvArgs {
+    int n, c, h, w, cout, kh, kw, sh, sw, dh, dw, padT, padB, padL, padR, rows, c1Step, blocks, relu;
+    bool nz;  // output NC1HWC0 (else NHWC rows)
+    int Ho() const { return (h + padT + padB - dh * (kh - 1) - 1) / sh + 1; }
+    int Wo() const { return (w + padL + padR - dw * (kw - 1) - 1) / sw + 1; }
+};
+static ConvArgs g_args;
+
+template <typename T>
+class KernelConv {
+ public:
+    static constexpr int C0 = 32 / sizeof(T);
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR wt, GM_ADDR y) {
+        KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+        a = g_args;
+        c1 = (a.c + C0 - 1) / C0;
+        ho = a.Ho();
+        wo = a.Wo();
+        n16 = (a.cout + 15) / 16 * 16;
+        const int taps = a.kh * a.kw;
+        xGm.SetGlobalBuffer((__gm__ T*)x, static_cast<uint64_t>(a.n) * c1 * a.h * a.w * C0);
+        wGm.SetGlobalBuffer((__gm__ T*)wt, static_cast<uint64_t>(c1) * taps * C0 * n16);
+        yGm.SetGlobalBuffer((__gm__ T*)y, static_cast<uint64_t>(a.n) * n16 * ho * wo);
+        int inRows = (a.rows - 1) * a.sh + (a.kh - 1) * a.dh + 1;  // the most a tile's taps reach
+        if (inRows > a.h) inRows = a.h;
+        const int m16 = (a.rows * wo + 15) / 16 * 16;
+        const int kc = a.c1Step * taps * C0;
+        pipe.InitBuffer(slabQue, 1, a.c1Step * inRows * a.w * C0 * sizeof(T));
+        pipe.InitBuffer(wQue, 1, kc * n16 * sizeof(T));
+        pipe.InitBuffer(aQue, 1, m16 * kc * sizeof(T));
+        pipe.InitBuffer(bQue, 1, kc * n16 * sizeof(T));
+        pipe.InitBuffer(cQue, 1, m16 * n16 * sizeof(float));
+        if (AscendC::emu::ActiveSoc().npu_arch != 2201) pipe.InitBuffer(outQue, 1, m16 * n16 * sizeof(T));
+    }
+    __aicore__ inline void Process() {
+        const int tilesH = (ho + a.rows - 1) / a.rows, total = a.n * tilesH;
+        const int per = (total + a.blocks - 1) / a.blocks;
+        const int first = AscendC::GetBlockIdx() * per;
+        const int last = first + per < total ? first + per : total;
+        for (int t = first; t < last; ++t) Tile(t / tilesH, t % tilesH * a.rows);
+    }
+
+ private:
+    __aicore__ inline void Tile(int img, int oh0) {
+        const int rows = ho - oh0 < a.rows ? ho - oh0 : a.rows, m = rows * wo, m16 = (m + 15) / 16 * 16;
+        const int top = oh0 * a.sh - a.padT, bottom = (oh0 + rows - 1) * a.sh - a.padT + (a.kh - 1) * a.dh;
+        int lo = top < 0 ? 0 : top, hi = bottom > a.h - 1 ? a.h - 1 : bottom;
+        if (hi < lo) hi = lo;  // every tap in the padding: one row keeps the FMATRIX valid
+        const int inRows = hi - lo + 1, taps = a.kh * a.kw;
+        const uint8_t pads[4] = {static_cast<uint8_t>(a.padL), static_cast<uint8_t>(a.padR),
+                                 static_cast<uint8_t>(lo - top),
+                                 static_cast<uint8_t>(bottom > hi ? bottom - hi : 0)};
+        AscendC::LocalTensor<float> acc = cQue.AllocTensor<float>();
+        for (int cs = 0; cs < c1; cs += a.c1Step) {
+            const int groups = c1 - cs < a.c1Step ? c1 - cs : a.c1Step, kc = groups * taps * C0;
+            AscendC::LocalTensor<T> slab = slabQue.AllocTensor<T>();
+            AscendC::DataCopyParams rowsIn;
+            rowsIn.blockCount = static_cast<uint16_t>(groups);
+            rowsIn.blockLen = static_cast<uint16_t>(inRows * a.w);  // C0 elements = 32 B each
+            rowsIn.srcStride = static_cast<uint16_t>((a.h - inRows) * a.w);
+            rowsIn.dstStride = 0;
+            const uint64_t at = ((static_cast<uint64_t>(img) * c1 + cs) * a.h + lo) * a.w * C0;
+            AscendC::DataCopy(slab, xGm[at], rowsIn);
+            AscendC::LocalTensor<T> w1 = wQue.AllocTensor<T>();
+            AscendC::DataCopy(w1, wGm[static_cast<uint64_t>(cs) * taps * C0 * n16], kc * n16);
+            slabQue.EnQue(slab);
+            wQue.EnQue(w1);
+            slab = slabQue.DeQue<T>();
+            w1 = wQue.DeQue<T>();
+            AscendC::LocalTensor<T> a2 = aQue.AllocTensor<T>();
+            AscendC::LoadData3DParamsV2<T> p;
+            for (int i = 0; i < 4; ++i) p.padList[i] = pads[i];
+            p.l1H = static_cast<uint16_t>(inRows);
+            p.l1W = static_cast<uint16_t>(a.w);
+            p.channelSize = static_cast<uint16_t>(groups * C0);
+            p.kExtension = static_cast<uint16_t>(kc);
+            p.mExtension = static_cast<uint16_t>(m16);
+            p.strideW = static_cast<uint8_t>(a.sw);
+            p.strideH = static_cast<uint8_t>(a.sh);
+            p.filterW = static_cast<uint8_t>(a.kw);
+            p.filterH = static_cast<uint8_t>(a.kh);
+            p.dilationFilterW = static_cast<uint8_t>(a.dw);
+            p.dilationFilterH = static_cast<uint8_t>(a.dh);
+            p.padValue = static_cast<T>(0);
+            AscendC::LoadData(a2, slab, p);
+            AscendC::LocalTensor<T> b2 = bQue.AllocTensor<T>();
+            const int fractals = kc / C0 * (n16 / 16);
+            for (int f = 0; f < fractals; f += 255) {
+                AscendC::LoadData2DParams q;
+                q.startIndex = static_cast<uint16_t>(f);
+                q.repeatTimes = static_cast<uint8_t>(fractals - f < 255 ? fractals - f : 255);
+                q.srcStride = 1;
+                AscendC::LoadData(b2[f * 512 / sizeof(T)], w1, q);
+            }
+            slabQue.FreeTensor(slab);
+            wQue.FreeTensor(w1);
+            aQue.EnQue(a2);
+            bQue.EnQue(b2);
+            a2 = aQue.DeQue<T>();
+            b2 = bQue.DeQue<T>();
+            AscendC::MmadParams mp;
+            mp.m = static_cast<uint16_t>(m);
+            mp.n = static_cast<uint16_t>(a.cout);
+            mp.k = static_cast<uint16_t>(kc);
+            mp.cmatrixInitVal = cs == 0;
+            AscendC::Mmad(acc, a2, b2, mp);
+            aQue.FreeTensor(a2);
+            bQue.FreeTensor(b2);
+        }
+        cQue.EnQue(acc);
+        acc = cQue.DeQue<float>();
+        const uint64_t pix = static_cast<uint64_t>(img) * ho * wo + static_cast<uint64_t>(oh0) * wo;
+        if (AscendC::emu::ActiveSoc().npu_arch == 2201) {
+            AscendC::FixpipeParamsV220 fp;
+            fp.mSize = static_cast<uint16_t>(m);
+            fp.srcStride = static_cast<uint16_t>(m16);
+            fp.reluEn = a.relu != 0;
+            fp.quantPre = std::is_same<T, half>::value ? QuantMode_t::F322F16 : QuantMode_t::NoQuant;
+            if (a.nz) {  // group g of image img at ((img * n16 / 16 + g) * ho * wo + oh0 * wo) * 16
+                fp.nSize = static_cast<uint16_t>(n16);
+                fp.dstStride = static_cast<uint32_t>(ho * wo * 16 * sizeof(T) / 32);
+                const uint64_t off = (static_cast<uint64_t>(img) * n16 * ho * wo + static_cast<uint64_t>(oh0) * wo * 16);
+                AscendC::Fixpipe<T, float, AscendC::CFG_NZ>(yGm[off], acc, fp);
+            } else {
+                fp.nSize = static_cast<uint16_t>(a.cout);
+                fp.dstStride = static_cast<uint32_t>(a.cout);
+                AscendC::Fixpipe(yGm[pix * a.cout], acc, fp);
+            }
+        } else {  // coupled chip: L0C -> UB (NZ, converted, ReLU'd) -> GM as NC1HWC0
+            AscendC::LocalTensor<T> out = outQue.AllocTensor<T>();
+            AscendC::DataCopyParams cp;
+            cp.blockCount = 1;
+            cp.blockLen = static_cast<uint16_t>(m16 / 16 * (n16 / 16));
+            AscendC::DataCopyEnhancedParams e;
+            e.blockMode = AscendC::BlockMode::BLOCK_MODE_MATRIX;
+            e.isRelu = a.relu != 0;
+            AscendC::DataCopy(out, acc, cp, e);
+            outQue.EnQue(out);
+            out = outQue.DeQue<T>();
+            for (int g = 0; g < n16 / 16; ++g) {
+                const uint64_t off = (static_cast<uint64_t>(img) * n16 / 16 + g) * ho * wo * 16 +
+                                     static_cast<uint64_t>(oh0) * wo * 16;
+                AscendC::DataCopy(yGm[off], out[g * m16 * 16], m * 16);
+            }
+            outQue.FreeTensor(out);
+        }
+        cQue.FreeTensor(acc);
+    }
+
+    ConvArgs a;
+    int c1 = 0, ho = 0, wo = 0, n16 = 0;
+    AscendC::TPipe pipe;
+    AscendC::TQue<AscendC::TPosition::A1, 1> slabQue;
+    AscendC::TQue<AscendC::TPosition::B1, 1> wQue;
+    AscendC::TQue<AscendC::TPosition::A2, 1> aQue;
+    AscendC::TQue<AscendC::TPosition::B2, 1> bQue;
+    AscendC::TQue<AscendC::TPosition::CO1, 1> cQue;
+    AscendC::TQue<AscendC::TPosition::CO2, 1> outQue;
+    AscendC::GlobalTensor<T> xGm, wGm, yGm;
+};
+
+extern "C" __global__ __aicore__ void conv_load3d_f16(GM_ADDR x, GM_ADDR w, GM_ADDR y) {
+    KernelConv<half> op;
+    op.Init(x, w, y);
+    op.Process();
+}
+extern "C" __global__ __aicore__ void conv_load3d_f32(GM_ADDR x, GM_ADDR w, GM_ADDR y) {
+    KernelConv<float> op;
+    op.Init(x, w, y);
+    op.Process();
+}
+
+// ------------------------------------------------------------------ device-rule cases
+static std::string g_case;
+static constexpr AscendC::IsResetLoad3dConfig kKeepRegs = {false, false};  // read the registers as left
+
+// one 16 x 16 half feature map of 16 channels in L1, a 3x3 filter; each case breaks one rule
+static void RuleCase(GM_ADDR x) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);
+    AscendC::TPipe pipe;
+    AscendC::TQue<AscendC::TPosition::A1, 1> l1;
+    AscendC::TQue<AscendC::TPosition::A2, 1> l0a;
+    AscendC::TQue<AscendC::TPosition::CO1, 1> l0c;
+    pipe.InitBuffer(l1, 1, 16 * 16 * 16 * sizeof(half) + 64);
+    pipe.InitBuffer(l0a, 1, 32768);
+    pipe.InitBuffer(l0c, 1, 1024 * sizeof(float));
+    AscendC::GlobalTensor<half> g;
+    g.SetGlobalBuffer((__gm__ half*)x, 16 * 16 * 16);
+    AscendC::LocalTensor<half> src = l1.AllocTensor<half>();
+    AscendC::DataCopy(src, g, 16 * 16 * 16);
+    AscendC::LocalTensor<half> dst = l0a.AllocTensor<half>();
+    AscendC::LoadData3DParamsV2<half> p;
+    p.l1H = 16;
+    p.l1W = 16;
+    p.channelSize = 16;
+    p.kExtension = 144;
+    p.mExtension = 64;
+    p.filterW = p.filterH = 3;
+    if (g_case == "channel_small") p.channelSize = 8;
+    if (g_case == "channel_odd") p.channelSize = 18;
+    if (g_case == "m_align") p.mExtension = 40;
+    if (g_case == "k_align") p.kStartPt = 8;
+    if (g_case == "k_range") p.kStartPt = 16, p.kExtension = 144;
+    if (g_case == "stride") p.strideW = 64;
+    if (g_case == "filter_span") p.filterW = 9, p.dilationFilterW = 3;
+    if (g_case == "src_align") src = src[8];
+    if (g_case == "dst_align") dst = dst[16];
+    if (g_case == "src_bounds") p.l1H = 17;
+    if (g_case == "transpose") p.enTranspose = true;
+    if (g_case == "no_fmatrix") {
+        AscendC::LoadData<half, kKeepRegs>(dst, src, p);
+        return;
+    }
+    if (g_case == "fixpipe_310p" || g_case == "fixpipe_quant" || g_case == "fixpipe_nz") {
+        AscendC::LocalTensor<float> c = l0c.AllocTensor<float>();
+        AscendC::GlobalTensor<half> out;
+        out.SetGlobalBuffer((__gm__ half*)x, 16 * 16 * 16);
+        AscendC::FixpipeParamsV220 fp;
+        fp.mSize = 16;
+        fp.nSize = g_case == "fixpipe_nz" ? 24 : 16;
+        fp.srcStride = 16;
+        fp.dstStride = 16;
+        fp.quantPre = g_case == "fixpipe_quant" ? QuantMode_t::NoQuant : QuantMode_t::F322F16;
+        if (g_case == "fixpipe_nz") {
+            AscendC::Fixpipe<half, float, AscendC::CFG_NZ>(out, c, fp);
+        } else {
+            AscendC::Fixpipe(out, c, fp);
+        }
+        return;
+    }
+    if (g_case == "l0c_to_ub_910b") {
+        AscendC::LocalTensor<float> c = l0c.AllocTensor<float>();
+        AscendC::DataCopyParams cp;
+        cp.blockCount = 1;
+        cp.blockLen = 1;
+        AscendC::DataCopyEnhancedParams e;
+        e.blockMode = AscendC::BlockMode::BLOCK_MODE_MATRIX;
+        AscendC::DataCopy(src, c, cp, e);
+        return;
+    }
+    AscendC::LoadData(dst, src, p);
+    l1.FreeTensor(src);
+    l0a.FreeTensor(dst);
+}
+extern "C" __global__ __aicore__ void load3d_rules(GM_ADDR x) { RuleCase(x); }
+
+// ------------------------------------------------------------------ host
+static bool ReadFile(const std::string& path, void* buf, size_t bytes) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return false;
+    size_t got = std::fread(buf, 1, bytes, f);
+    std::fclose(f);
+    return got == bytes;
+}
+static void WriteFile(const std::string& path, const void* buf, size_t bytes) {
+    if (FILE* f = std::fopen(path.c_str(), "wb")) {
+        std::fwrite(buf, 1, bytes, f);
+        std::fclose(f);
+    }
+}
+static void PrintStats() { std::printf("STATS %s\n", AscendC::emu::ToJson(AscendC::emu::LastLaunch()).c_str()); }
+
+static int RunRule(const std::string& which) {
+    g_case = which;
+    uint8_t* x = (uint8_t*)AscendC::GmAlloc(16 * 16 * 16 * sizeof(half));
+    std::memset(x, 0, 16 * 16 * 16 * sizeof(half));
+    AscendC::SetKernelMode(KernelMode::AIC_MODE);
+    try {
+        ICPU_RUN_KF(load3d_rules, 1, x);
+    } catch (const AscendC::emu::DeviceRuleError& e) {
+        std::printf("DEVICE_RULE_ERROR %s\n", e.what());
+        return 3;
+    }
+    PrintStats();
+    AscendC::GmFree(x);
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    if (argc >= 3 && std::string(argv[1]) == "rule") return RunRule(argv[2]);
+    if (argc != 24 || std::string(argv[1]) != "conv") {
+        std::fprintf(stderr, "usage: %s conv <f16|f32> N C H W Cout kh kw sh sw dh dw padT padB padL padR rows c1Step "
+                             "blocks relu nz dir | rule CASE\n", argv[0]);
+        return 2;
+    }
+    const std::string dtype = argv[2], dir = argv[23];
+    int v[20];
+    for (int i = 0; i < 20; ++i) v[i] = std::atoi(argv[3 + i]);
+    ConvArgs& a = g_args;
+    a = ConvArgs{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13],
+                 v[14], v[15], v[16], v[17], v[18], v[19] != 0};
+    const size_t elem = dtype == "f32" ? 4 : 2, c0 = 32 / elem;
+    const size_t c1 = (a.c + c0 - 1) / c0, n16 = (a.cout + 15) / 16 * 16;
+    const size_t xBytes = a.n * c1 * a.h * a.w * c0 * elem, wBytes = c1 * a.kh * a.kw * c0 * n16 * elem;
+    const size_t yBytes = static_cast<size_t>(a.n) * n16 * a.Ho() * a.Wo() * elem;
+    uint8_t* x = (uint8_t*)AscendC::GmAlloc(xBytes);
+    uint8_t* w = (uint8_t*)AscendC::GmAlloc(wBytes);
+    uint8_t* y = (uint8_t*)AscendC::GmAlloc(yBytes);
+    std::memset(y, 0, yBytes);
+    if (!ReadFile(dir + "/x.bin", x, xBytes) || !ReadFile(dir + "/w.bin", w, wBytes)) return 2;
+    AscendC::SetKernelMode(KernelMode::AIC_MODE);
+    try {
+        if (dtype == "f32") {
+            ICPU_RUN_KF(conv_load3d_f32, a.blocks, x, w, y);
+        } else {
+            ICPU_RUN_KF(conv_load3d_f16, a.blocks, x, w, y);
+        }
+    } catch (const AscendC::emu::DeviceRuleError& e) {
+        std::printf("DEVICE_RULE_ERROR %s\n", e.what());
+        return 3;
+    }
+    PrintStats();
+    WriteFile(dir + "/y.bin", y, yBytes);
+    AscendC::GmFree(x);
+    AscendC::GmFree(w);
+    AscendC::GmFree(y);
+    return 0;
+}
