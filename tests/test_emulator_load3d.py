@@ -66,6 +66,14 @@ def stats_of(out: str) -> dict:
     return json.loads(next(ln for ln in out.splitlines() if ln.startswith("STATS "))[6:])
 
 
+def counts_of(st: dict) -> list[dict]:
+    """Per block, the counters the Load3D plan predicts."""
+    return [{"gm_read_bytes": b["gm_read_bytes"], "gm_write_bytes": b["gm_write_bytes"],
+             "cube_macs": b["cube_macs"],
+             "trans5hd_instrs": b["vector_by_op"].get("TransDataTo5HD", {}).get("instrs", 0)}
+            for b in st["blocks"]]
+
+
 def error_of(out: str) -> str:
     return next(ln for ln in out.splitlines() if ln.startswith("DEVICE_RULE_ERROR "))[18:]
 
@@ -95,11 +103,14 @@ class Conv:
                          self.ow, self.stride, self.dilation, (self.pads[0], self.pads[2]), 1,
                          "float16" if self.dtype == "f16" else "float32", "x", "w")
 
-    def write(self, folder: Path) -> None:
+    def write(self, folder: Path, nchw: bool = False) -> None:
         c0, c1 = self.c0, self.c1
-        x = np.zeros((self.n, c1 * c0, self.h, self.w), self.np_dtype)
-        x[:, :self.c] = self.x
-        x.reshape(self.n, c1, c0, self.h, self.w).transpose(0, 1, 3, 4, 2).tofile(folder / "x.bin")
+        if nchw:  # as the model holds it, with one block of slack (rows read in whole blocks)
+            np.concatenate([self.x.ravel(), np.zeros(16, self.np_dtype)]).tofile(folder / "x.bin")
+        else:
+            x = np.zeros((self.n, c1 * c0, self.h, self.w), self.np_dtype)
+            x[:, :self.c] = self.x
+            x.reshape(self.n, c1, c0, self.h, self.w).transpose(0, 1, 3, 4, 2).tofile(folder / "x.bin")
         w = np.zeros((self.n16, c1 * c0, self.kh, self.kw), self.np_dtype)
         w[:self.cout, :self.c] = self.wt
         # B[k, n], k = ((c1 * kh + ky) * kw + kx) * C0 + c0, as L0B fractals [K/C0][N/16][16][C0]
@@ -118,16 +129,18 @@ class Conv:
                 out += np.einsum("nchw,oc->nohw", win, self.wt[:, :, ky, kx].astype(np.float64))
         return np.maximum(out, 0) if relu else out
 
-    def launch(self, exe, folder, rows, c1_step, blocks, relu=False, nz=False,
+    def launch(self, exe, folder, rows, c1_step, blocks, relu=False, nz=False, nchw=False,
                soc="Ascend910B1"):
-        self.write(folder)
+        self.write(folder, nchw)
         (sh, sw), (dh, dw), (pt, pb, pl, pr) = self.stride, self.dilation, self.pads
         out = run(exe, "conv", self.dtype, self.n, self.c, self.h, self.w, self.cout, self.kh,
                   self.kw, sh, sw, dh, dw, pt, pb, pl, pr, rows, c1_step, blocks, int(relu),
-                  int(nz), folder, soc=soc)
+                  int(nz), int(nchw), folder, soc=soc)
         y = np.fromfile(folder / "y.bin", dtype=self.np_dtype)
         pixels = self.oh * self.ow
-        if nz:  # [N][Cout/16][Ho*Wo][16]
+        if nchw:
+            y = y[:self.n * self.cout * pixels].reshape(self.n, self.cout, self.oh, self.ow)
+        elif nz:  # [N][Cout/16][Ho*Wo][16]
             y = y.reshape(self.n, self.n16 // 16, pixels, 16).transpose(0, 1, 3, 2)
             y = y.reshape(self.n, self.n16, self.oh, self.ow)[:, :self.cout]
         else:  # NHWC rows
@@ -160,9 +173,8 @@ def test_load3d_conv_matches_numpy_and_plan(exe, tmp_path, name):
     plan = load3d_plan(conv.shape(), get_soc("Ascend910B1"), rows, step)
     assert st["peak_l1_bytes"] == plan.l1_bytes
     assert st["peak_l0a_bytes"] == plan.l0a_bytes and st["peak_l0c_bytes"] == plan.l0c_bytes
-    got = [{key: b[key] for key in ("gm_read_bytes", "gm_write_bytes", "cube_macs")}
-           for b in st["blocks"]]
-    assert got == plan.block_counts(blocks, nc1hwc0=False)
+    got = counts_of(st)
+    assert got == plan.block_counts(blocks, io="nhwc")
 
 
 def test_only_the_tiles_rows_reach_l1(exe, tmp_path):
@@ -173,9 +185,8 @@ def test_only_the_tiles_rows_reach_l1(exe, tmp_path):
     np.testing.assert_allclose(y, conv.reference(False), **TOL["f16"])
     plan = load3d_plan(conv.shape(), get_soc("Ascend910B1"), 1, 1)
     assert plan.l1_bytes < 524288 < 64 * 200 * 200 * 2
-    got = [{key: b[key] for key in ("gm_read_bytes", "gm_write_bytes", "cube_macs")}
-           for b in st["blocks"]]
-    assert got == plan.block_counts(8, nc1hwc0=False)
+    got = counts_of(st)
+    assert got == plan.block_counts(8, io="nhwc")
     fmap = 64 * 200 * 200 * 2
     weights = 200 * 9 * 64 * 16 * 2  # once per tile
     assert sum(b["gm_read_bytes"] for b in got) == pytest.approx(3 * fmap + weights, rel=0.02)
@@ -186,9 +197,8 @@ def test_fixpipe_nz_writes_nc1hwc0_with_relu(exe, tmp_path):
     y, st = conv.launch(exe, tmp_path, rows=4, c1_step=1, blocks=2, relu=True, nz=True)
     np.testing.assert_allclose(y, conv.reference(True), **TOL["f16"])
     plan = load3d_plan(conv.shape(), get_soc("Ascend910B1"), 4, 1)
-    got = [{key: b[key] for key in ("gm_read_bytes", "gm_write_bytes", "cube_macs")}
-           for b in st["blocks"]]
-    assert got == plan.block_counts(2, nc1hwc0=True)
+    got = counts_of(st)
+    assert got == plan.block_counts(2, io="5hd")
 
 
 def test_coupled_chip_moves_the_product_through_the_ub(exe, tmp_path):
@@ -199,15 +209,29 @@ def test_coupled_chip_moves_the_product_through_the_ub(exe, tmp_path):
     assert st["soc"] == "Ascend310P3"
     np.testing.assert_allclose(y, conv.reference(True), **TOL["f16"])
     plan = load3d_plan(conv.shape(), get_soc("Ascend310P3"), 3, 1)
-    got = [{key: b[key] for key in ("gm_read_bytes", "gm_write_bytes", "cube_macs")}
-           for b in st["blocks"]]
-    assert got == plan.block_counts(2, nc1hwc0=True)
+    got = counts_of(st)
+    assert got == plan.block_counts(2, io="5hd")
+
+
+@pytest.mark.parametrize("c,k,stride,pads", [(20, 3, (1, 1), (1, 1, 1, 1)),
+                                             (3, 7, (2, 2), (3, 3, 3, 3))])
+def test_coupled_chip_takes_and_gives_nchw_through_the_ub(exe, tmp_path, c, k, stride, pads):
+    """310P from the model's own tensors: NCHW rows -> UB -> TransDataTo5HD -> L1 -> Load3D, and
+    the product L0C -> UB -> TransDataTo5HD back -> NCHW rows (the vector epilogue's place)."""
+    conv = Conv("f16", 2, c, 16, 16, 24, k, stride, (1, 1), pads, seed=6)
+    rows = 2  # 32 or 16 positions a tile: whole blocks out
+    y, st = conv.launch(exe, tmp_path, rows=rows, c1_step=1, blocks=3, relu=True, nchw=True,
+                        soc="Ascend310P3")
+    np.testing.assert_allclose(y, conv.reference(True), **TOL["f16"])
+    plan = load3d_plan(conv.shape(), get_soc("Ascend310P3"), rows, 1)
+    assert counts_of(st) == plan.block_counts(3, io="nchw")
+    assert set(st["vector_by_op"]) <= {"TransDataTo5HD", "Duplicate"}
 
 
 def test_float_load3d_is_refused_on_310p(exe, tmp_path):
     conv = Conv("f32", 1, 8, 6, 6, 16, 3, (1, 1), (1, 1), (1, 1, 1, 1))
     conv.write(tmp_path)
-    out = run(exe, "conv", "f32", 1, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1, 0, 1,
+    out = run(exe, "conv", "f32", 1, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1, 0, 1, 0,
               tmp_path, soc="Ascend310P3", rc=3)
     assert "float is not supported on Ascend310P3 (dav_m200 Load3D v2 takes half" in error_of(out)
 

@@ -26,11 +26,17 @@ C0 channel groups (channels padded to C0 in L1), ``l1H`` and ``l1W`` at most 327
 most 63, filters and dilations at most 255, pads at most 255, and L1 / L0A / L0B / L0C within
 the SoC's. On 310P Load3D v2 takes half only: a float convolution keeps the img2col template.
 
+On coupled chips the kernel can also take and give NCHW tensors (``io="nchw"``): the UB holds a
+channel group's rows, one ``TransDataTo5HD`` repeat per 16 pixels turns them into 5HD on the
+way to L1, and the product comes back from L0C through the UB and one repeat per 16 x 16 block
+into rows, where the vector epilogue would run.
+
 What is not here yet (the conv template still prints ``img2col.py``'s kernel): the printer of
-this kernel, NCHW -> 5HD of the input (a vector transpose, ``TransDataTo5HD``, or 5HD tensors
-between convolutions), the output back to NCHW and the vector epilogue (residual add) after it,
-bias (the bias table or an extra K block), output-channel tiles, double buffering, and the
-timing model reading this plan.
+this kernel; on 910B the NCHW <-> 5HD turns on the AIV with the GM workspace between AIV and
+AIC (the AIC has no UB), or 5HD tensors between convolutions; the weights laid out as L0B
+fractals at build time; bias (the bias table or an extra K block) and the residual add (vector
+epilogue) after the turn back; output-channel tiles; double buffering; and the timing model
+reading this plan.
 """
 from __future__ import annotations
 
@@ -45,6 +51,7 @@ LOAD3D_MAX_L1_SIDE = 32767
 LOAD3D_MAX_STRIDE = 63
 LOAD3D_MAX_FILTER = 255
 LOAD3D_MAX_PAD = 255
+IO_MODES = ("nhwc", "5hd", "nchw")  # the tensors' layouts in GM (Load3dPlan.tile_counts)
 
 
 def pad_bottom_right(shape: ConvShape) -> tuple[int, int]:
@@ -106,31 +113,50 @@ class Load3dPlan:
         return Load3dTile(oh0, rows, lo, max(1, hi - lo + 1))
 
     def chunks(self):
-        """Channel groups of each K chunk, in order."""
-        return [min(self.c1_step, self.c1 - c) for c in range(0, self.c1, self.c1_step)]
+        """(first channel group, groups) of each K chunk, in order."""
+        return [(c, min(self.c1_step, self.c1 - c)) for c in range(0, self.c1, self.c1_step)]
 
-    def tile_counts(self, index: int, nc1hwc0: bool) -> dict:
-        """GM bytes read and written and cube MACs of one tile (``nc1hwc0``: the output in
-        5HD, all ``n16`` channels; else NHWC rows of ``cout``)."""
+    def tile_counts(self, index: int, io: str = "nhwc") -> dict:
+        """GM bytes read and written, cube MACs and TransDataTo5HD repeats of one tile. ``io``
+        (``IO_MODES``): ``nhwc`` a 5HD input and NHWC rows of ``cout`` out (Fixpipe ND);
+        ``5hd`` 5HD in and out, all ``n16`` channels (Fixpipe NZ, or the UB on coupled
+        chips); ``nchw`` NCHW in and out through the UB (coupled chips): each channel's rows
+        read in whole 32-byte blocks, turned into 5HD by one TransDataTo5HD repeat per 16
+        pixels and group, the product turned back into rows likewise."""
+        if io not in IO_MODES:
+            raise ValueError(f"io={io!r}: one of {IO_MODES}")
         s, elem, t = self.shape, self.elem, self.tile(index)
         m = t.rows * s.ow
+        m16 = t.m16(s.ow)
         taps = s.kh * s.kw
-        read = macs = 0
-        for groups in self.chunks():
+        read = macs = trans = 0
+        for first, groups in self.chunks():
             kc = groups * taps * self.c0
-            read += groups * t.in_rows * s.w * self.c0 * elem + kc * self.n16 * elem
-            macs += t.m16(s.ow) * self.n16 * kc
-        write = m * (self.n16 if nc1hwc0 else s.cout) * elem
-        return {"gm_read_bytes": read, "gm_write_bytes": write, "cube_macs": macs}
+            if io == "nchw":
+                pitch = round_up(t.in_rows * s.w, 16)
+                real = sum(max(0, min(self.c0, s.cin - (first + g) * self.c0))
+                           for g in range(groups))
+                read += real * pitch * elem
+                trans += groups * pitch // 16
+            else:
+                read += groups * t.in_rows * s.w * self.c0 * elem
+            read += kc * self.n16 * elem
+            macs += m16 * self.n16 * kc
+        if io == "nchw":
+            trans += (self.n16 // 16) * (m16 // 16)
+        write = m * (self.n16 if io == "5hd" else s.cout) * elem
+        return {"gm_read_bytes": read, "gm_write_bytes": write, "cube_macs": macs,
+                "trans5hd_instrs": trans}
 
-    def block_counts(self, blocks: int, nc1hwc0: bool) -> list[dict]:
+    def block_counts(self, blocks: int, io: str = "nhwc") -> list[dict]:
         """Per block, the counts of its contiguous range of tiles (images outer)."""
         per = ceil_div(self.tiles, blocks)
         out = []
         for block in range(blocks):
-            total = {"gm_read_bytes": 0, "gm_write_bytes": 0, "cube_macs": 0}
+            total = dict.fromkeys(("gm_read_bytes", "gm_write_bytes", "cube_macs",
+                                   "trans5hd_instrs"), 0)
             for t in range(block * per, min(self.tiles, (block + 1) * per)):
-                for key, value in self.tile_counts(t % self.tiles_h, nc1hwc0).items():
+                for key, value in self.tile_counts(t % self.tiles_h, io).items():
                     total[key] += value
             out.append(total)
         return out
@@ -202,4 +228,4 @@ def load3d_plan(shape: ConvShape, soc, rows: int | None = None,
                       l0b, l0c)
 
 
-__all__ = ["Load3dPlan", "Load3dTile", "load3d_plan", "load3d_refusal", "pad_bottom_right"]
+__all__ = ["IO_MODES", "Load3dPlan", "Load3dTile", "load3d_plan", "load3d_refusal", "pad_bottom_right"]

@@ -17,7 +17,8 @@
 
 struct ConvArgs {
     int n, c, h, w, cout, kh, kw, sh, sw, dh, dw, padT, padB, padL, padR, rows, c1Step, blocks, relu;
-    bool nz;  // output NC1HWC0 (else NHWC rows)
+    bool nz;    // output NC1HWC0 (else NHWC rows)
+    bool nchw;  // x and y NCHW, through the UB and TransDataTo5HD both ways (coupled chips)
     int Ho() const { return (h + padT + padB - dh * (kh - 1) - 1) / sh + 1; }
     int Wo() const { return (w + padL + padR - dw * (kw - 1) - 1) / sw + 1; }
 };
@@ -35,7 +36,8 @@ class KernelConv {
         wo = a.Wo();
         n16 = (a.cout + 15) / 16 * 16;
         const int taps = a.kh * a.kw;
-        xGm.SetGlobalBuffer((__gm__ T*)x, static_cast<uint64_t>(a.n) * c1 * a.h * a.w * C0);
+        xGm.SetGlobalBuffer((__gm__ T*)x, a.nchw ? static_cast<uint64_t>(a.n) * a.c * a.h * a.w + 16 :
+                                                   static_cast<uint64_t>(a.n) * c1 * a.h * a.w * C0);
         wGm.SetGlobalBuffer((__gm__ T*)wt, static_cast<uint64_t>(c1) * taps * C0 * n16);
         yGm.SetGlobalBuffer((__gm__ T*)y, static_cast<uint64_t>(a.n) * n16 * ho * wo);
         int inRows = (a.rows - 1) * a.sh + (a.kh - 1) * a.dh + 1;  // the most a tile's taps reach
@@ -48,6 +50,12 @@ class KernelConv {
         pipe.InitBuffer(bQue, 1, kc * n16 * sizeof(T));
         pipe.InitBuffer(cQue, 1, m16 * n16 * sizeof(float));
         if (AscendC::emu::ActiveSoc().npu_arch != 2201) pipe.InitBuffer(outQue, 1, m16 * n16 * sizeof(T));
+        if (a.nchw) {
+            const int pitch = (inRows * a.w + 15) / 16 * 16;  // a channel's rows, whole blocks
+            pipe.InitBuffer(rowsQue, 1, 16 * pitch * sizeof(T));
+            pipe.InitBuffer(fmapQue, 1, pitch * 16 * sizeof(T));
+            pipe.InitBuffer(rowsOutQue, 1, n16 * m16 * sizeof(T));
+        }
     }
     __aicore__ inline void Process() {
         const int tilesH = (ho + a.rows - 1) / a.rows, total = a.n * tilesH;
@@ -71,13 +79,17 @@ class KernelConv {
         for (int cs = 0; cs < c1; cs += a.c1Step) {
             const int groups = c1 - cs < a.c1Step ? c1 - cs : a.c1Step, kc = groups * taps * C0;
             AscendC::LocalTensor<T> slab = slabQue.AllocTensor<T>();
-            AscendC::DataCopyParams rowsIn;
-            rowsIn.blockCount = static_cast<uint16_t>(groups);
-            rowsIn.blockLen = static_cast<uint16_t>(inRows * a.w);  // C0 elements = 32 B each
-            rowsIn.srcStride = static_cast<uint16_t>((a.h - inRows) * a.w);
-            rowsIn.dstStride = 0;
-            const uint64_t at = ((static_cast<uint64_t>(img) * c1 + cs) * a.h + lo) * a.w * C0;
-            AscendC::DataCopy(slab, xGm[at], rowsIn);
+            if (a.nchw) {
+                for (int g = 0; g < groups; ++g) FillGroup(slab[g * inRows * a.w * C0], img, (cs + g) * C0, lo, inRows);
+            } else {
+                AscendC::DataCopyParams rowsIn;
+                rowsIn.blockCount = static_cast<uint16_t>(groups);
+                rowsIn.blockLen = static_cast<uint16_t>(inRows * a.w);  // C0 elements = 32 B each
+                rowsIn.srcStride = static_cast<uint16_t>((a.h - inRows) * a.w);
+                rowsIn.dstStride = 0;
+                const uint64_t at = ((static_cast<uint64_t>(img) * c1 + cs) * a.h + lo) * a.w * C0;
+                AscendC::DataCopy(slab, xGm[at], rowsIn);
+            }
             AscendC::LocalTensor<T> w1 = wQue.AllocTensor<T>();
             AscendC::DataCopy(w1, wGm[static_cast<uint64_t>(cs) * taps * C0 * n16], kc * n16);
             slabQue.EnQue(slab);
@@ -154,6 +166,12 @@ class KernelConv {
             AscendC::DataCopy(out, acc, cp, e);
             outQue.EnQue(out);
             out = outQue.DeQue<T>();
+            if (a.nchw) {
+                RowsOut(out, img, oh0, m, m16);
+                outQue.FreeTensor(out);
+                cQue.FreeTensor(acc);
+                return;
+            }
             for (int g = 0; g < n16 / 16; ++g) {
                 const uint64_t off = (static_cast<uint64_t>(img) * n16 / 16 + g) * ho * wo * 16 +
                                      static_cast<uint64_t>(oh0) * wo * 16;
@@ -162,6 +180,60 @@ class KernelConv {
             outQue.FreeTensor(out);
         }
         cQue.FreeTensor(acc);
+    }
+
+    // 16 NCHW channels from c0 on (zeros past the input's): their rows [lo, lo + inRows) to the
+    // UB (whole blocks), one TransDataTo5HD per 16 pixels into 5HD, then UB -> L1
+    __aicore__ inline void FillGroup(const AscendC::LocalTensor<T>& l1, int img, int ch0, int lo, int inRows) {
+        const int pixels = inRows * a.w, pitch = (pixels + 15) / 16 * 16;
+        AscendC::LocalTensor<T> rows = rowsQue.AllocTensor<T>();
+        for (int i = 0; i < 16; ++i) {
+            if (ch0 + i < a.c) {
+                const uint64_t at = ((static_cast<uint64_t>(img) * a.c + ch0 + i) * a.h + lo) * a.w;
+                AscendC::DataCopy(rows[i * pitch], xGm[at], pitch);
+            } else {
+                AscendC::Duplicate(rows[i * pitch], static_cast<T>(0), pitch);
+            }
+        }
+        rowsQue.EnQue(rows);
+        rows = rowsQue.DeQue<T>();
+        AscendC::LocalTensor<T> fmap = fmapQue.AllocTensor<T>();
+        for (int r0 = 0; r0 < pitch / 16; r0 += 255) {
+            AscendC::LocalTensor<T> dst[16], src[16];
+            for (int i = 0; i < 16; ++i) {
+                src[i] = rows[i * pitch + r0 * 16];  // channel i, 16 pixels a repeat
+                dst[i] = fmap[(r0 * 16 + i) * 16];   // pixel i of the repeat, its 16 channels
+            }
+            const int reps = pitch / 16 - r0 < 255 ? pitch / 16 - r0 : 255;
+            AscendC::TransDataTo5HD<T>(dst, src, AscendC::TransDataTo5HDParams(false, false, static_cast<uint8_t>(reps), 16, 1));
+        }
+        rowsQue.FreeTensor(rows);
+        fmapQue.EnQue(fmap);
+        fmap = fmapQue.DeQue<T>();
+        AscendC::DataCopy(l1, fmap, pixels * 16);
+        fmapQue.FreeTensor(fmap);
+    }
+    // the NZ product in the UB ([Cout/16][m16][16]) back to rows [cout][m16], out as NCHW rows
+    __aicore__ inline void RowsOut(const AscendC::LocalTensor<T>& out, int img, int oh0, int m, int m16) {
+        AscendC::LocalTensor<T> rows = rowsOutQue.AllocTensor<T>();
+        for (int g = 0; g < n16 / 16; ++g) {
+            for (int r0 = 0; r0 < m16 / 16; r0 += 255) {
+                AscendC::LocalTensor<T> dst[16], src[16];
+                for (int i = 0; i < 16; ++i) {
+                    src[i] = out[(g * m16 + r0 * 16 + i) * 16];  // pixel i of the repeat, 16 channels
+                    dst[i] = rows[(g * 16 + i) * m16 + r0 * 16];  // channel i, 16 pixels
+                }
+                const int reps = m16 / 16 - r0 < 255 ? m16 / 16 - r0 : 255;
+                AscendC::TransDataTo5HD<T>(dst, src, AscendC::TransDataTo5HDParams(false, false, static_cast<uint8_t>(reps), 1, 16));
+            }
+        }
+        rowsOutQue.EnQue(rows);
+        rows = rowsOutQue.DeQue<T>();
+        for (int co = 0; co < a.cout; ++co) {  // m is whole blocks here (the test's shapes)
+            const uint64_t at = (static_cast<uint64_t>(img) * a.cout + co) * ho * wo + static_cast<uint64_t>(oh0) * wo;
+            AscendC::DataCopy(yGm[at], rows[co * m16], m);
+        }
+        rowsOutQue.FreeTensor(rows);
     }
 
     ConvArgs a;
@@ -173,6 +245,8 @@ class KernelConv {
     AscendC::TQue<AscendC::TPosition::B2, 1> bQue;
     AscendC::TQue<AscendC::TPosition::CO1, 1> cQue;
     AscendC::TQue<AscendC::TPosition::CO2, 1> outQue;
+    AscendC::TQue<AscendC::TPosition::VECIN, 1> rowsQue;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 1> fmapQue, rowsOutQue;
     AscendC::GlobalTensor<T> xGm, wGm, yGm;
 };
 
@@ -295,20 +369,21 @@ static int RunRule(const std::string& which) {
 
 int main(int argc, char** argv) {
     if (argc >= 3 && std::string(argv[1]) == "rule") return RunRule(argv[2]);
-    if (argc != 24 || std::string(argv[1]) != "conv") {
+    if (argc != 25 || std::string(argv[1]) != "conv") {
         std::fprintf(stderr, "usage: %s conv <f16|f32> N C H W Cout kh kw sh sw dh dw padT padB padL padR rows c1Step "
-                             "blocks relu nz dir | rule CASE\n", argv[0]);
+                             "blocks relu nz nchw dir | rule CASE\n", argv[0]);
         return 2;
     }
-    const std::string dtype = argv[2], dir = argv[23];
-    int v[20];
-    for (int i = 0; i < 20; ++i) v[i] = std::atoi(argv[3 + i]);
+    const std::string dtype = argv[2], dir = argv[24];
+    int v[21];
+    for (int i = 0; i < 21; ++i) v[i] = std::atoi(argv[3 + i]);
     ConvArgs& a = g_args;
     a = ConvArgs{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13],
-                 v[14], v[15], v[16], v[17], v[18], v[19] != 0};
+                 v[14], v[15], v[16], v[17], v[18], v[19] != 0, v[20] != 0};
     const size_t elem = dtype == "f32" ? 4 : 2, c0 = 32 / elem;
     const size_t c1 = (a.c + c0 - 1) / c0, n16 = (a.cout + 15) / 16 * 16;
-    const size_t xBytes = a.n * c1 * a.h * a.w * c0 * elem, wBytes = c1 * a.kh * a.kw * c0 * n16 * elem;
+    // NCHW rows are read in whole 32-byte blocks: the last plane's may pass its end
+    const size_t xBytes = (a.nchw ? a.n * a.c * a.h * a.w + 16 : a.n * c1 * a.h * a.w * c0) * elem, wBytes = c1 * a.kh * a.kw * c0 * n16 * elem;
     const size_t yBytes = static_cast<size_t>(a.n) * n16 * a.Ho() * a.Wo() * elem;
     uint8_t* x = (uint8_t*)AscendC::GmAlloc(xBytes);
     uint8_t* w = (uint8_t*)AscendC::GmAlloc(wBytes);

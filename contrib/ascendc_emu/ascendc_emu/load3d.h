@@ -33,6 +33,8 @@
 #ifndef ASCENDC_EMU_LOAD3D_H
 #define ASCENDC_EMU_LOAD3D_H
 
+#include "vector_trans5hd.h"
+
 namespace AscendC {
 
 constexpr int32_t PAD_SIZE = 4;
