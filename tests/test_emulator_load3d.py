@@ -74,6 +74,12 @@ def counts_of(st: dict) -> list[dict]:
             for b in st["blocks"]]
 
 
+def planned(plan, blocks: int, io: str) -> list[dict]:
+    """The plan's per-block counts the emulator also counts (it has no per-call count)."""
+    keys = ("gm_read_bytes", "gm_write_bytes", "cube_macs", "trans5hd_instrs")
+    return [{key: b[key] for key in keys} for b in plan.block_counts(blocks, io)]
+
+
 def error_of(out: str) -> str:
     return next(ln for ln in out.splitlines() if ln.startswith("DEVICE_RULE_ERROR "))[18:]
 
@@ -129,13 +135,19 @@ class Conv:
                 out += np.einsum("nchw,oc->nohw", win, self.wt[:, :, ky, kx].astype(np.float64))
         return np.maximum(out, 0) if relu else out
 
+    def plan(self, soc, rows, c1_step, n_tile=None, k_taps=None):
+        """The Load3D plan of these sizes (``n_tile`` None: all channels in one tile;
+        ``k_taps`` None: all taps a K step)."""
+        return load3d_plan(self.shape(), get_soc(soc), rows, c1_step, n_tile or self.n16,
+                           k_taps or self.kh * self.kw)
+
     def launch(self, exe, folder, rows, c1_step, blocks, relu=False, nz=False, nchw=False,
-               soc="Ascend910B1"):
+               soc="Ascend910B1", n_tile=None, k_taps=None):
         self.write(folder, nchw)
         (sh, sw), (dh, dw), (pt, pb, pl, pr) = self.stride, self.dilation, self.pads
         out = run(exe, "conv", self.dtype, self.n, self.c, self.h, self.w, self.cout, self.kh,
-                  self.kw, sh, sw, dh, dw, pt, pb, pl, pr, rows, c1_step, blocks, int(relu),
-                  int(nz), int(nchw), folder, soc=soc)
+                  self.kw, sh, sw, dh, dw, pt, pb, pl, pr, rows, c1_step, n_tile or self.n16,
+                  k_taps or 0, blocks, int(relu), int(nz), int(nchw), folder, soc=soc)
         y = np.fromfile(folder / "y.bin", dtype=self.np_dtype)
         pixels = self.oh * self.ow
         if nchw:
@@ -152,7 +164,8 @@ class Conv:
 TOL = {"f16": {"rtol": 2e-2, "atol": 2e-2}, "f32": {"rtol": 1e-4, "atol": 1e-4}}
 
 CASES = {
-    # name: (dtype, n, c, h, w, cout, k, stride, dilation, pads (T, B, L, R), rows, c1Step, blocks)
+    # name: (dtype, n, c, h, w, cout, k, stride, dilation, pads (T, B, L, R), rows, c1Step, blocks
+    #        [, nTile, kTaps])
     "1x1_f16": ("f16", 1, 32, 8, 8, 48, 1, (1, 1), (1, 1), (0, 0, 0, 0), 2, 2, 1),
     "3x3_s1_pad1_odd": ("f16", 2, 20, 9, 11, 24, 3, (1, 1), (1, 1), (1, 1, 1, 1), 3, 1, 3),
     "3x3_s2_pad1": ("f16", 1, 16, 13, 13, 32, 3, (2, 2), (1, 1), (1, 1, 1, 1), 2, 1, 2),
@@ -160,21 +173,28 @@ CASES = {
     "3x3_dilation2": ("f16", 1, 16, 12, 12, 16, 3, (1, 1), (2, 2), (2, 2, 2, 2), 4, 1, 1),
     "asymmetric_pads_1x3": ("f16", 1, 16, 7, 10, 20, (1, 3), (1, 2), (1, 1), (0, 0, 2, 1), 3, 1, 2),
     "3x3_f32_kchunks": ("f32", 1, 20, 10, 10, 24, 3, (1, 1), (1, 1), (1, 1, 1, 1), 2, 1, 4),
+    "3x3_channel_tiles_tail": ("f16", 2, 16, 8, 8, 40, 3, (1, 1), (1, 1), (1, 1, 1, 1), 2, 1, 5,
+                               16, None),
+    "7x7_split_taps": ("f16", 1, 20, 15, 15, 32, 7, (2, 2), (1, 1), (3, 3, 3, 3), 2, 1, 3, 16, 10),
+    "3x3_f32_split_taps_channel_tiles": ("f32", 1, 12, 9, 9, 48, 3, (1, 1), (1, 1), (1, 1, 1, 1),
+                                         3, 1, 2, 32, 4),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_load3d_conv_matches_numpy_and_plan(exe, tmp_path, name):
-    dtype, n, c, h, w, cout, k, stride, dil, pads, rows, step, blocks = CASES[name]
+    dtype, n, c, h, w, cout, k, stride, dil, pads, rows, step, blocks, *tiles = CASES[name]
+    n_tile, k_taps = tiles or (None, None)
     conv = Conv(dtype, n, c, h, w, cout, k, stride, dil, pads)
-    y, st = conv.launch(exe, tmp_path, rows, step, blocks, relu=name.endswith("odd"))
+    y, st = conv.launch(exe, tmp_path, rows, step, blocks, relu=name.endswith("odd"),
+                        n_tile=n_tile, k_taps=k_taps)
     np.testing.assert_allclose(y, conv.reference(relu=name.endswith("odd")), **TOL[dtype])
     assert st["warnings"] == [] and st["peak_ub_bytes"] == 0
-    plan = load3d_plan(conv.shape(), get_soc("Ascend910B1"), rows, step)
+    plan = conv.plan("Ascend910B1", rows, step, n_tile, k_taps)
     assert st["peak_l1_bytes"] == plan.l1_bytes
     assert st["peak_l0a_bytes"] == plan.l0a_bytes and st["peak_l0c_bytes"] == plan.l0c_bytes
     got = counts_of(st)
-    assert got == plan.block_counts(blocks, io="nhwc")
+    assert got == planned(plan, blocks, "nhwc")
 
 
 def test_only_the_tiles_rows_reach_l1(exe, tmp_path):
@@ -183,10 +203,10 @@ def test_only_the_tiles_rows_reach_l1(exe, tmp_path):
     conv = Conv("f16", 1, 64, 200, 200, 16, 3, (1, 1), (1, 1), (1, 1, 1, 1), seed=2)
     y, st = conv.launch(exe, tmp_path, rows=1, c1_step=1, blocks=8)
     np.testing.assert_allclose(y, conv.reference(False), **TOL["f16"])
-    plan = load3d_plan(conv.shape(), get_soc("Ascend910B1"), 1, 1)
+    plan = conv.plan("Ascend910B1", 1, 1)
     assert plan.l1_bytes < 524288 < 64 * 200 * 200 * 2
     got = counts_of(st)
-    assert got == plan.block_counts(8, io="nhwc")
+    assert got == planned(plan, 8, "nhwc")
     fmap = 64 * 200 * 200 * 2
     weights = 200 * 9 * 64 * 16 * 2  # once per tile
     assert sum(b["gm_read_bytes"] for b in got) == pytest.approx(3 * fmap + weights, rel=0.02)
@@ -196,9 +216,9 @@ def test_fixpipe_nz_writes_nc1hwc0_with_relu(exe, tmp_path):
     conv = Conv("f16", 2, 16, 9, 9, 32, 3, (1, 1), (1, 1), (1, 1, 1, 1), seed=4)
     y, st = conv.launch(exe, tmp_path, rows=4, c1_step=1, blocks=2, relu=True, nz=True)
     np.testing.assert_allclose(y, conv.reference(True), **TOL["f16"])
-    plan = load3d_plan(conv.shape(), get_soc("Ascend910B1"), 4, 1)
+    plan = conv.plan("Ascend910B1", 4, 1)
     got = counts_of(st)
-    assert got == plan.block_counts(2, io="5hd")
+    assert got == planned(plan, 2, "5hd")
 
 
 def test_coupled_chip_moves_the_product_through_the_ub(exe, tmp_path):
@@ -208,31 +228,33 @@ def test_coupled_chip_moves_the_product_through_the_ub(exe, tmp_path):
                         soc="Ascend310P3")
     assert st["soc"] == "Ascend310P3"
     np.testing.assert_allclose(y, conv.reference(True), **TOL["f16"])
-    plan = load3d_plan(conv.shape(), get_soc("Ascend310P3"), 3, 1)
+    plan = conv.plan("Ascend310P3", 3, 1)
     got = counts_of(st)
-    assert got == plan.block_counts(2, io="5hd")
+    assert got == planned(plan, 2, "5hd")
 
 
 @pytest.mark.parametrize("c,k,stride,pads", [(20, 3, (1, 1), (1, 1, 1, 1)),
                                              (3, 7, (2, 2), (3, 3, 3, 3))])
 def test_coupled_chip_takes_and_gives_nchw_through_the_ub(exe, tmp_path, c, k, stride, pads):
     """310P from the model's own tensors: NCHW rows -> UB -> TransDataTo5HD -> L1 -> Load3D, and
-    the product L0C -> UB -> TransDataTo5HD back -> NCHW rows (the vector epilogue's place)."""
+    the product L0C -> UB -> TransDataTo5HD back -> NCHW rows (the vector epilogue's place);
+    two channel tiles, the 7x7 in K steps of 20 taps."""
     conv = Conv("f16", 2, c, 16, 16, 24, k, stride, (1, 1), pads, seed=6)
     rows = 2  # 32 or 16 positions a tile: whole blocks out
+    k_taps = 20 if k == 7 else None
     y, st = conv.launch(exe, tmp_path, rows=rows, c1_step=1, blocks=3, relu=True, nchw=True,
-                        soc="Ascend310P3")
+                        soc="Ascend310P3", n_tile=16, k_taps=k_taps)
     np.testing.assert_allclose(y, conv.reference(True), **TOL["f16"])
-    plan = load3d_plan(conv.shape(), get_soc("Ascend310P3"), rows, 1)
-    assert counts_of(st) == plan.block_counts(3, io="nchw")
+    plan = conv.plan("Ascend310P3", rows, 1, 16, k_taps)
+    assert counts_of(st) == planned(plan, 3, "nchw")
     assert set(st["vector_by_op"]) <= {"TransDataTo5HD", "Duplicate"}
 
 
 def test_float_load3d_is_refused_on_310p(exe, tmp_path):
     conv = Conv("f32", 1, 8, 6, 6, 16, 3, (1, 1), (1, 1), (1, 1, 1, 1))
     conv.write(tmp_path)
-    out = run(exe, "conv", "f32", 1, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1, 0, 1, 0,
-              tmp_path, soc="Ascend310P3", rc=3)
+    out = run(exe, "conv", "f32", 1, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 16, 0, 1, 0,
+              1, 0, tmp_path, soc="Ascend310P3", rc=3)
     assert "float is not supported on Ascend310P3 (dav_m200 Load3D v2 takes half" in error_of(out)
 
 

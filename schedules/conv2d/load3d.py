@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from tvm_ascend.errors import TilingError
 
-from ..tiling import ceil_div, dtype_bytes, round_up
+from ..tiling import KernelWork, Tiling, ceil_div, dtype_bytes, round_up
 from .shape import ConvShape
 
 LOAD3D_MAX_L1_SIDE = 32767
@@ -77,14 +77,18 @@ class Load3dTile:
 
 @dataclass(frozen=True)
 class Load3dPlan:
-    """The row-tiled Load3D convolution of ``shape``: ``rows`` output rows per tile,
-    ``c1_step`` channel groups per K chunk; ``c0`` channels per group (32 bytes), ``c1``
-    groups, ``n16`` output channels rounded to 16 (the cube's N); ``tiles_h`` tiles per image;
-    the L1 / L0 bytes the kernel's buffers take (one of each)."""
+    """The row-tiled Load3D convolution of ``shape``: tiles of ``rows`` output rows by
+    ``n_tile`` output channels (a multiple of 16; channel tiles fastest); L1 slabs of
+    ``c1_step`` channel groups, each walked in K steps of ``tap_step`` taps (all of them, or
+    one group's split: then ``c1_step`` is 1); ``c0`` channels per group (32 bytes), ``c1``
+    groups, ``n16`` output channels rounded to 16 (the cube's N); ``tiles_h`` row bands per
+    image; the L1 / L0 bytes the kernel's buffers take (one of each)."""
 
     shape: ConvShape
     rows: int
     c1_step: int
+    n_tile: int
+    tap_step: int
     c0: int
     c1: int
     n16: int
@@ -95,8 +99,12 @@ class Load3dPlan:
     l0c_bytes: int
 
     @property
+    def tiles_n(self) -> int:
+        return ceil_div(self.n16, self.n_tile)
+
+    @property
     def tiles(self) -> int:
-        return self.shape.n * self.tiles_h
+        return self.shape.n * self.tiles_h * self.tiles_n
 
     @property
     def elem(self) -> int:
@@ -113,40 +121,49 @@ class Load3dPlan:
         return Load3dTile(oh0, rows, lo, max(1, hi - lo + 1))
 
     def chunks(self):
-        """(first channel group, groups) of each K chunk, in order."""
-        return [(c, min(self.c1_step, self.c1 - c)) for c in range(0, self.c1, self.c1_step)]
+        """(first channel group, groups, first tap, taps) of each K step, in order."""
+        taps = self.shape.kh * self.shape.kw
+        return [(c, min(self.c1_step, self.c1 - c), t, min(self.tap_step, taps - t))
+                for c in range(0, self.c1, self.c1_step) for t in range(0, taps, self.tap_step)]
 
     def tile_counts(self, index: int, io: str = "nhwc") -> dict:
-        """GM bytes read and written, cube MACs and TransDataTo5HD repeats of one tile. ``io``
+        """GM bytes read and written, cube MACs and TransDataTo5HD repeats and calls of one
+        tile (``index`` over an image's tiles: row bands outer, channel tiles inner). ``io``
         (``IO_MODES``): ``nhwc`` a 5HD input and NHWC rows of ``cout`` out (Fixpipe ND);
-        ``5hd`` 5HD in and out, all ``n16`` channels (Fixpipe NZ, or the UB on coupled
+        ``5hd`` 5HD in and out, whole 16-channel groups (Fixpipe NZ, or the UB on coupled
         chips); ``nchw`` NCHW in and out through the UB (coupled chips): each channel's rows
         read in whole 32-byte blocks, turned into 5HD by one TransDataTo5HD repeat per 16
         pixels and group, the product turned back into rows likewise."""
         if io not in IO_MODES:
             raise ValueError(f"io={io!r}: one of {IO_MODES}")
-        s, elem, t = self.shape, self.elem, self.tile(index)
+        s, elem = self.shape, self.elem
+        t = self.tile(index // self.tiles_n)
+        n0 = index % self.tiles_n * self.n_tile
+        nt16 = min(self.n_tile, self.n16 - n0)
+        nt = min(s.cout - n0, nt16)
         m = t.rows * s.ow
         m16 = t.m16(s.ow)
-        taps = s.kh * s.kw
-        read = macs = trans = 0
-        for first, groups in self.chunks():
+        read = macs = trans = calls = 0
+        for first, groups, tap0, taps in self.chunks():
             kc = groups * taps * self.c0
-            if io == "nchw":
-                pitch = round_up(t.in_rows * s.w, 16)
-                real = sum(max(0, min(self.c0, s.cin - (first + g) * self.c0))
-                           for g in range(groups))
-                read += real * pitch * elem
-                trans += groups * pitch // 16
-            else:
-                read += groups * t.in_rows * s.w * self.c0 * elem
-            read += kc * self.n16 * elem
-            macs += m16 * self.n16 * kc
+            if tap0 == 0:  # a slab: its channel groups' rows
+                if io == "nchw":
+                    pitch = round_up(t.in_rows * s.w, 16)
+                    real = sum(max(0, min(self.c0, s.cin - (first + g) * self.c0))
+                               for g in range(groups))
+                    read += real * pitch * elem
+                    trans += groups * pitch // 16
+                    calls += groups * ceil_div(pitch // 16, 255)
+                else:
+                    read += groups * t.in_rows * s.w * self.c0 * elem
+            read += kc * nt16 * elem
+            macs += m16 * round_up(nt, 16) * kc
         if io == "nchw":
-            trans += (self.n16 // 16) * (m16 // 16)
-        write = m * (self.n16 if io == "5hd" else s.cout) * elem
+            trans += (nt16 // 16) * (m16 // 16)
+            calls += (nt16 // 16) * ceil_div(m16 // 16, 255)
+        write = m * (nt16 if io == "5hd" else nt) * elem
         return {"gm_read_bytes": read, "gm_write_bytes": write, "cube_macs": macs,
-                "trans5hd_instrs": trans}
+                "trans5hd_instrs": trans, "trans5hd_calls": calls}
 
     def block_counts(self, blocks: int, io: str = "nhwc") -> list[dict]:
         """Per block, the counts of its contiguous range of tiles (images outer)."""
@@ -154,12 +171,37 @@ class Load3dPlan:
         out = []
         for block in range(blocks):
             total = dict.fromkeys(("gm_read_bytes", "gm_write_bytes", "cube_macs",
-                                   "trans5hd_instrs"), 0)
+                                   "trans5hd_instrs", "trans5hd_calls"), 0)
             for t in range(block * per, min(self.tiles, (block + 1) * per)):
-                for key, value in self.tile_counts(t % self.tiles_h, io).items():
+                for key, value in self.tile_counts(t % (self.tiles_h * self.tiles_n),
+                                                   io).items():
                     total[key] += value
             out.append(total)
         return out
+
+    def tiling(self, soc, io: str = "5hd") -> Tiling:
+        """The Tiling the timing model reads for this plan on ``soc`` (tiles spread over the AI
+        cores in contiguous ranges, single-buffered as the reference kernel is): its GM bytes,
+        and a KernelWork of exactly the counts ``block_counts`` gives (cube MACs; every read is
+        a cube operand load, and those past one copy of the feature map and the weights are
+        re-reads L2 serves; the TransDataTo5HD repeats, 512 bytes each, as template vector
+        work)."""
+        cores = min(soc.ai_cores, self.tiles)
+        per = ceil_div(self.tiles, cores)
+        used = ceil_div(self.tiles, per)
+        blocks = self.block_counts(used, io)
+        total = {key: sum(b[key] for b in blocks) for key in blocks[0]}
+        s, elem = self.shape, self.elem
+        channels = s.cin if io == "nchw" else self.c1 * self.c0
+        once = s.n * channels * s.h * s.w * elem + \
+            self.c1 * s.kh * s.kw * self.c0 * self.n16 * elem
+        read = total["gm_read_bytes"]
+        work = KernelWork(steps=per * len(self.chunks()), cube_macs=total["cube_macs"],
+                          cube_operand_bytes=read, l2_operand_bytes=max(0, read - once),
+                          template_vector_bytes=total["trans5hd_instrs"] * 512,
+                          template_vector_calls=total["trans5hd_calls"], img2col_prologue=True)
+        return Tiling("conv2d", self.tiles, used, per, 1, per, 1, 0, 0, soc.ub_bytes, read,
+                      total["gm_write_bytes"], s.pixels, work=work)
 
 
 def load3d_refusal(shape: ConvShape, soc) -> str | None:
@@ -181,11 +223,12 @@ def load3d_refusal(shape: ConvShape, soc) -> str | None:
     return None
 
 
-def load3d_plan(shape: ConvShape, soc, rows: int | None = None,
-                c1_step: int | None = None) -> Load3dPlan:
-    """The plan of ``shape`` on ``soc``: ``rows`` and ``c1_step`` as given, else the most
-    output rows up to 256 positions per tile and then the most channel groups per chunk that
-    fit L1, L0A, L0B and L0C. TilingError (a sentence) where Load3D cannot take it or the
+def load3d_plan(shape: ConvShape, soc, rows: int | None = None, c1_step: int | None = None,
+                n_tile: int | None = None, tap_step: int | None = None) -> Load3dPlan:
+    """The plan of ``shape`` on ``soc``: the sizes given, else output channels in tiles of at
+    most 256, the most output rows up to 256 positions per tile, the most channel groups per
+    slab, and all taps per K step (split for one group when its taps overflow L0A or L0B),
+    that fit L1, L0A, L0B and L0C. TilingError (a sentence) where Load3D cannot take it or the
     given sizes do not fit."""
     why = load3d_refusal(shape, soc)
     if why is not None:
@@ -197,35 +240,47 @@ def load3d_plan(shape: ConvShape, soc, rows: int | None = None,
     taps = shape.kh * shape.kw
     sh, dh = shape.stride[0], shape.dilation[0]
 
-    def sizes(r: int, step: int) -> tuple[int, int, int, int]:
+    def sizes(r: int, step: int, nt: int, ts: int) -> tuple[int, int, int, int]:
         m16 = round_up(r * shape.ow, 16)
-        kc = step * taps * c0
+        kc = (step if ts >= taps else 1) * min(ts, taps) * c0
         in_rows = min(shape.h, (r - 1) * sh + (shape.kh - 1) * dh + 1)
-        return (step * in_rows * shape.w * c0 * elem + kc * n16 * elem, m16 * kc * elem,
-                kc * n16 * elem, m16 * n16 * 4)
+        return (step * in_rows * shape.w * c0 * elem + kc * nt * elem, m16 * kc * elem,
+                kc * nt * elem, m16 * nt * 4)
 
-    def fits(r: int, step: int) -> bool:
-        l1, l0a, l0b, l0c = sizes(r, step)
+    def fits(*knobs) -> bool:
+        l1, l0a, l0b, l0c = sizes(*knobs)
         return l1 <= soc.l1_bytes and l0a <= soc.l0a_bytes and l0b <= soc.l0b_bytes and \
             l0c <= soc.l0c_bytes
 
+    if n_tile is None:
+        n_tile = min(n16, 256)
+    if tap_step is None:
+        tap_step = taps
+        while tap_step > 1 and not fits(1, 1, n_tile, tap_step):
+            tap_step -= 1
+        while n_tile > 16 and not fits(1, 1, n_tile, tap_step):
+            n_tile -= 16
     if rows is None:
         rows = max(1, min(shape.oh, 256 // max(1, shape.ow)))
-        while rows > 1 and not fits(rows, 1):
+        while rows > 1 and not fits(rows, 1, n_tile, tap_step):
             rows -= 1
     if c1_step is None:
-        c1_step = c1
-        while c1_step > 1 and not fits(rows, c1_step):
+        c1_step = c1 if tap_step >= taps else 1
+        while c1_step > 1 and not fits(rows, c1_step, n_tile, tap_step):
             c1_step -= 1
-    if not (1 <= rows <= shape.oh and 1 <= c1_step <= c1) or not fits(rows, c1_step):
-        l1, l0a, l0b, l0c = sizes(max(1, rows), max(1, c1_step))
-        raise TilingError(f"conv2d through Load3D: {rows} output rows x {c1_step} channel "
-                          f"groups per chunk need L1 {l1}, L0A {l0a}, L0B {l0b}, L0C {l0c} B; "
-                          f"{soc.name} has {soc.l1_bytes}, {soc.l0a_bytes}, {soc.l0b_bytes}, "
-                          f"{soc.l0c_bytes}")
-    l1, l0a, l0b, l0c = sizes(rows, c1_step)
-    return Load3dPlan(shape, rows, c1_step, c0, c1, n16, ceil_div(shape.oh, rows), l1, l0a,
-                      l0b, l0c)
+    knobs = (rows, c1_step, n_tile, tap_step)
+    ok = 1 <= rows <= shape.oh and 1 <= c1_step <= c1 and 1 <= tap_step <= taps and \
+        n_tile % 16 == 0 and 16 <= n_tile and (tap_step >= taps or c1_step == 1)
+    if not ok or not fits(*knobs):
+        l1, l0a, l0b, l0c = sizes(*(max(1, k) for k in knobs))
+        raise TilingError(f"conv2d through Load3D: {rows} output rows x {n_tile} output channels, "
+                          f"{c1_step} channel groups a slab, {tap_step} taps a step (split taps "
+                          f"take one group, channel tiles are multiples of 16) need L1 {l1}, L0A "
+                          f"{l0a}, L0B {l0b}, L0C {l0c} B; {soc.name} has {soc.l1_bytes}, "
+                          f"{soc.l0a_bytes}, {soc.l0b_bytes}, {soc.l0c_bytes}")
+    l1, l0a, l0b, l0c = sizes(*knobs)
+    return Load3dPlan(shape, rows, c1_step, n_tile, tap_step, c0, c1, n16,
+                      ceil_div(shape.oh, rows), l1, l0a, l0b, l0c)
 
 
 __all__ = ["IO_MODES", "Load3dPlan", "Load3dTile", "load3d_plan", "load3d_refusal", "pad_bottom_right"]

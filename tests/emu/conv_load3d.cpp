@@ -1,12 +1,15 @@
 // Convolution through the cube's own img2col (Load3D v2), written with the basic cube API as
 // vendor convs are, for tests/test_emulator_load3d.py:
-//  - conv: x in 5HD (N, C1, H, W, C0) in GM; each tile is `rows` whole output rows of one image;
-//    its input rows (only those under the tile's taps) go to L1 one K chunk of `c1Step` channel
-//    groups at a time, Load3D makes the chunk's image matrix in L0A, the weights (pre-laid in GM
-//    as L0B fractals) go GM -> L1 -> L0B, Mmad accumulates the chunks in L0C; out by Fixpipe
-//    (910B: NHWC rows or NC1HWC0, ReLU on the way) or through the UB (310P: NC1HWC0, ReLU and the
-//    float -> half conversion in the L0C -> UB copy). Tiles are spread over the blocks in
-//    contiguous ranges.
+//  - conv: x in 5HD (N, C1, H, W, C0) in GM, or NCHW (nchw, coupled chips: turned into 5HD in
+//    the UB by TransDataTo5HD); each tile is `rows` whole output rows of one image by `nTile`
+//    output channels (channel tiles fastest); its input rows (only those under the tile's taps)
+//    go to L1 one slab of `c1Step` channel groups at a time (one group when the taps are split),
+//    and for each K step (the slab's taps, or `kTaps` of them) the step's weights (pre-laid in
+//    GM as L0B fractals) go GM -> L1 -> L0B, Load3D makes the step's image matrix in L0A, Mmad
+//    accumulates in L0C; out by Fixpipe (910B: NHWC rows or NC1HWC0, ReLU on the way) or
+//    through the UB (310P: NC1HWC0, or NCHW rows after TransDataTo5HD back; ReLU and the float
+//    -> half conversion in the L0C -> UB copy). Tiles are spread over the blocks in contiguous
+//    ranges.
 //  - rule CASE: one device-rule violation per case (error text checked by the test).
 #include "kernel_operator.h"  // first, so builds can use a precompiled header
 #include "tikicpulib.h"
@@ -16,7 +19,7 @@
 #include <string>
 
 struct ConvArgs {
-    int n, c, h, w, cout, kh, kw, sh, sw, dh, dw, padT, padB, padL, padR, rows, c1Step, blocks, relu;
+    int n, c, h, w, cout, kh, kw, sh, sw, dh, dw, padT, padB, padL, padR, rows, c1Step, nTile, kTaps, blocks, relu;
     bool nz;    // output NC1HWC0 (else NHWC rows)
     bool nchw;  // x and y NCHW, through the UB and TransDataTo5HD both ways (coupled chips)
     int Ho() const { return (h + padT + padB - dh * (kh - 1) - 1) / sh + 1; }
@@ -35,7 +38,8 @@ class KernelConv {
         ho = a.Ho();
         wo = a.Wo();
         n16 = (a.cout + 15) / 16 * 16;
-        const int taps = a.kh * a.kw;
+        taps = a.kh * a.kw;
+        tapStep = a.kTaps > 0 && a.kTaps < taps ? a.kTaps : taps;
         xGm.SetGlobalBuffer((__gm__ T*)x, a.nchw ? static_cast<uint64_t>(a.n) * a.c * a.h * a.w + 16 :
                                                    static_cast<uint64_t>(a.n) * c1 * a.h * a.w * C0);
         wGm.SetGlobalBuffer((__gm__ T*)wt, static_cast<uint64_t>(c1) * taps * C0 * n16);
@@ -43,41 +47,46 @@ class KernelConv {
         int inRows = (a.rows - 1) * a.sh + (a.kh - 1) * a.dh + 1;  // the most a tile's taps reach
         if (inRows > a.h) inRows = a.h;
         const int m16 = (a.rows * wo + 15) / 16 * 16;
-        const int kc = a.c1Step * taps * C0;
+        const int kc = (tapStep < taps ? 1 : a.c1Step) * tapStep * C0;  // K of one step
         pipe.InitBuffer(slabQue, 1, a.c1Step * inRows * a.w * C0 * sizeof(T));
-        pipe.InitBuffer(wQue, 1, kc * n16 * sizeof(T));
+        pipe.InitBuffer(wQue, 1, kc * a.nTile * sizeof(T));
         pipe.InitBuffer(aQue, 1, m16 * kc * sizeof(T));
-        pipe.InitBuffer(bQue, 1, kc * n16 * sizeof(T));
-        pipe.InitBuffer(cQue, 1, m16 * n16 * sizeof(float));
-        if (AscendC::emu::ActiveSoc().npu_arch != 2201) pipe.InitBuffer(outQue, 1, m16 * n16 * sizeof(T));
+        pipe.InitBuffer(bQue, 1, kc * a.nTile * sizeof(T));
+        pipe.InitBuffer(cQue, 1, m16 * a.nTile * sizeof(float));
+        if (AscendC::emu::ActiveSoc().npu_arch != 2201) pipe.InitBuffer(outQue, 1, m16 * a.nTile * sizeof(T));
         if (a.nchw) {
             const int pitch = (inRows * a.w + 15) / 16 * 16;  // a channel's rows, whole blocks
             pipe.InitBuffer(rowsQue, 1, 16 * pitch * sizeof(T));
             pipe.InitBuffer(fmapQue, 1, pitch * 16 * sizeof(T));
-            pipe.InitBuffer(rowsOutQue, 1, n16 * m16 * sizeof(T));
+            pipe.InitBuffer(rowsOutQue, 1, a.nTile * m16 * sizeof(T));
         }
     }
+    // tiles: (image, band of `rows` output rows, band of `nTile` output channels), channels fastest
     __aicore__ inline void Process() {
-        const int tilesH = (ho + a.rows - 1) / a.rows, total = a.n * tilesH;
-        const int per = (total + a.blocks - 1) / a.blocks;
+        const int tilesH = (ho + a.rows - 1) / a.rows, tilesN = (n16 + a.nTile - 1) / a.nTile;
+        const int total = a.n * tilesH * tilesN, per = (total + a.blocks - 1) / a.blocks;
         const int first = AscendC::GetBlockIdx() * per;
         const int last = first + per < total ? first + per : total;
-        for (int t = first; t < last; ++t) Tile(t / tilesH, t % tilesH * a.rows);
+        for (int t = first; t < last; ++t) Tile(t / tilesN / tilesH, t / tilesN % tilesH * a.rows, t % tilesN * a.nTile);
     }
 
  private:
-    __aicore__ inline void Tile(int img, int oh0) {
+    __aicore__ inline void Tile(int img, int oh0, int n0) {
         const int rows = ho - oh0 < a.rows ? ho - oh0 : a.rows, m = rows * wo, m16 = (m + 15) / 16 * 16;
+        const int nt16 = n16 - n0 < a.nTile ? n16 - n0 : a.nTile;       // L0B / L0C columns
+        const int nt = a.cout - n0 < nt16 ? a.cout - n0 : nt16;          // real output channels
         const int top = oh0 * a.sh - a.padT, bottom = (oh0 + rows - 1) * a.sh - a.padT + (a.kh - 1) * a.dh;
         int lo = top < 0 ? 0 : top, hi = bottom > a.h - 1 ? a.h - 1 : bottom;
         if (hi < lo) hi = lo;  // every tap in the padding: one row keeps the FMATRIX valid
-        const int inRows = hi - lo + 1, taps = a.kh * a.kw;
+        const int inRows = hi - lo + 1;
         const uint8_t pads[4] = {static_cast<uint8_t>(a.padL), static_cast<uint8_t>(a.padR),
                                  static_cast<uint8_t>(lo - top),
                                  static_cast<uint8_t>(bottom > hi ? bottom - hi : 0)};
         AscendC::LocalTensor<float> acc = cQue.AllocTensor<float>();
-        for (int cs = 0; cs < c1; cs += a.c1Step) {
-            const int groups = c1 - cs < a.c1Step ? c1 - cs : a.c1Step, kc = groups * taps * C0;
+        bool firstStep = true;
+        const int step = tapStep < taps ? 1 : a.c1Step;  // channel groups a slab holds
+        for (int cs = 0; cs < c1; cs += step) {
+            const int groups = c1 - cs < step ? c1 - cs : step;
             AscendC::LocalTensor<T> slab = slabQue.AllocTensor<T>();
             if (a.nchw) {
                 for (int g = 0; g < groups; ++g) FillGroup(slab[g * inRows * a.w * C0], img, (cs + g) * C0, lo, inRows);
@@ -90,51 +99,61 @@ class KernelConv {
                 const uint64_t at = ((static_cast<uint64_t>(img) * c1 + cs) * a.h + lo) * a.w * C0;
                 AscendC::DataCopy(slab, xGm[at], rowsIn);
             }
-            AscendC::LocalTensor<T> w1 = wQue.AllocTensor<T>();
-            AscendC::DataCopy(w1, wGm[static_cast<uint64_t>(cs) * taps * C0 * n16], kc * n16);
             slabQue.EnQue(slab);
-            wQue.EnQue(w1);
             slab = slabQue.DeQue<T>();
-            w1 = wQue.DeQue<T>();
-            AscendC::LocalTensor<T> a2 = aQue.AllocTensor<T>();
-            AscendC::LoadData3DParamsV2<T> p;
-            for (int i = 0; i < 4; ++i) p.padList[i] = pads[i];
-            p.l1H = static_cast<uint16_t>(inRows);
-            p.l1W = static_cast<uint16_t>(a.w);
-            p.channelSize = static_cast<uint16_t>(groups * C0);
-            p.kExtension = static_cast<uint16_t>(kc);
-            p.mExtension = static_cast<uint16_t>(m16);
-            p.strideW = static_cast<uint8_t>(a.sw);
-            p.strideH = static_cast<uint8_t>(a.sh);
-            p.filterW = static_cast<uint8_t>(a.kw);
-            p.filterH = static_cast<uint8_t>(a.kh);
-            p.dilationFilterW = static_cast<uint8_t>(a.dw);
-            p.dilationFilterH = static_cast<uint8_t>(a.dh);
-            p.padValue = static_cast<T>(0);
-            AscendC::LoadData(a2, slab, p);
-            AscendC::LocalTensor<T> b2 = bQue.AllocTensor<T>();
-            const int fractals = kc / C0 * (n16 / 16);
-            for (int f = 0; f < fractals; f += 255) {
-                AscendC::LoadData2DParams q;
-                q.startIndex = static_cast<uint16_t>(f);
-                q.repeatTimes = static_cast<uint8_t>(fractals - f < 255 ? fractals - f : 255);
-                q.srcStride = 1;
-                AscendC::LoadData(b2[f * 512 / sizeof(T)], w1, q);
+            for (int t0 = 0; t0 < taps; t0 += tapStep) {  // K steps over the slab's taps
+                const int nTaps = taps - t0 < tapStep ? taps - t0 : tapStep, kc = groups * nTaps * C0;
+                // the step's weights: K fractal rows (cs * taps + t0) on, the tile's N fractals
+                AscendC::LocalTensor<T> w1 = wQue.AllocTensor<T>();
+                AscendC::DataCopyParams wp;
+                wp.blockCount = static_cast<uint16_t>(kc / C0);
+                wp.blockLen = static_cast<uint16_t>(nt16);  // 16 rows of C0 = nt16 / 16 fractals
+                wp.srcStride = static_cast<uint16_t>(n16 - nt16);
+                AscendC::DataCopy(w1, wGm[(static_cast<uint64_t>(cs) * taps + t0) * C0 * n16 + static_cast<uint64_t>(n0) * C0], wp);
+                wQue.EnQue(w1);
+                w1 = wQue.DeQue<T>();
+                AscendC::LocalTensor<T> a2 = aQue.AllocTensor<T>();
+                AscendC::LoadData3DParamsV2<T> p;
+                for (int i = 0; i < 4; ++i) p.padList[i] = pads[i];
+                p.l1H = static_cast<uint16_t>(inRows);
+                p.l1W = static_cast<uint16_t>(a.w);
+                p.channelSize = static_cast<uint16_t>(groups * C0);
+                p.kExtension = static_cast<uint16_t>(kc);
+                p.kStartPt = static_cast<uint16_t>(t0 * C0);  // one group when the taps are split
+                p.mExtension = static_cast<uint16_t>(m16);
+                p.strideW = static_cast<uint8_t>(a.sw);
+                p.strideH = static_cast<uint8_t>(a.sh);
+                p.filterW = static_cast<uint8_t>(a.kw);
+                p.filterH = static_cast<uint8_t>(a.kh);
+                p.dilationFilterW = static_cast<uint8_t>(a.dw);
+                p.dilationFilterH = static_cast<uint8_t>(a.dh);
+                p.padValue = static_cast<T>(0);
+                AscendC::LoadData(a2, slab, p);
+                AscendC::LocalTensor<T> b2 = bQue.AllocTensor<T>();
+                const int fractals = kc / C0 * (nt16 / 16);
+                for (int f = 0; f < fractals; f += 255) {
+                    AscendC::LoadData2DParams q;
+                    q.startIndex = static_cast<uint16_t>(f);
+                    q.repeatTimes = static_cast<uint8_t>(fractals - f < 255 ? fractals - f : 255);
+                    q.srcStride = 1;
+                    AscendC::LoadData(b2[f * 512 / sizeof(T)], w1, q);
+                }
+                wQue.FreeTensor(w1);
+                aQue.EnQue(a2);
+                bQue.EnQue(b2);
+                a2 = aQue.DeQue<T>();
+                b2 = bQue.DeQue<T>();
+                AscendC::MmadParams mp;
+                mp.m = static_cast<uint16_t>(m);
+                mp.n = static_cast<uint16_t>(nt);
+                mp.k = static_cast<uint16_t>(kc);
+                mp.cmatrixInitVal = firstStep;
+                firstStep = false;
+                AscendC::Mmad(acc, a2, b2, mp);
+                aQue.FreeTensor(a2);
+                bQue.FreeTensor(b2);
             }
             slabQue.FreeTensor(slab);
-            wQue.FreeTensor(w1);
-            aQue.EnQue(a2);
-            bQue.EnQue(b2);
-            a2 = aQue.DeQue<T>();
-            b2 = bQue.DeQue<T>();
-            AscendC::MmadParams mp;
-            mp.m = static_cast<uint16_t>(m);
-            mp.n = static_cast<uint16_t>(a.cout);
-            mp.k = static_cast<uint16_t>(kc);
-            mp.cmatrixInitVal = cs == 0;
-            AscendC::Mmad(acc, a2, b2, mp);
-            aQue.FreeTensor(a2);
-            bQue.FreeTensor(b2);
         }
         cQue.EnQue(acc);
         acc = cQue.DeQue<float>();
@@ -146,20 +165,20 @@ class KernelConv {
             fp.reluEn = a.relu != 0;
             fp.quantPre = std::is_same<T, half>::value ? QuantMode_t::F322F16 : QuantMode_t::NoQuant;
             if (a.nz) {  // group g of image img at ((img * n16 / 16 + g) * ho * wo + oh0 * wo) * 16
-                fp.nSize = static_cast<uint16_t>(n16);
+                fp.nSize = static_cast<uint16_t>(nt16);
                 fp.dstStride = static_cast<uint32_t>(ho * wo * 16 * sizeof(T) / 32);
-                const uint64_t off = (static_cast<uint64_t>(img) * n16 * ho * wo + static_cast<uint64_t>(oh0) * wo * 16);
+                const uint64_t off = (static_cast<uint64_t>(img) * n16 + n0) * ho * wo + static_cast<uint64_t>(oh0) * wo * 16;
                 AscendC::Fixpipe<T, float, AscendC::CFG_NZ>(yGm[off], acc, fp);
             } else {
-                fp.nSize = static_cast<uint16_t>(a.cout);
+                fp.nSize = static_cast<uint16_t>(nt);
                 fp.dstStride = static_cast<uint32_t>(a.cout);
-                AscendC::Fixpipe(yGm[pix * a.cout], acc, fp);
+                AscendC::Fixpipe(yGm[pix * a.cout + n0], acc, fp);
             }
-        } else {  // coupled chip: L0C -> UB (NZ, converted, ReLU'd) -> GM as NC1HWC0
+        } else {  // coupled chip: L0C -> UB (NZ, converted, ReLU'd) -> GM as NC1HWC0 or NCHW rows
             AscendC::LocalTensor<T> out = outQue.AllocTensor<T>();
             AscendC::DataCopyParams cp;
             cp.blockCount = 1;
-            cp.blockLen = static_cast<uint16_t>(m16 / 16 * (n16 / 16));
+            cp.blockLen = static_cast<uint16_t>(m16 / 16 * (nt16 / 16));
             AscendC::DataCopyEnhancedParams e;
             e.blockMode = AscendC::BlockMode::BLOCK_MODE_MATRIX;
             e.isRelu = a.relu != 0;
@@ -167,21 +186,18 @@ class KernelConv {
             outQue.EnQue(out);
             out = outQue.DeQue<T>();
             if (a.nchw) {
-                RowsOut(out, img, oh0, m, m16);
-                outQue.FreeTensor(out);
-                cQue.FreeTensor(acc);
-                return;
-            }
-            for (int g = 0; g < n16 / 16; ++g) {
-                const uint64_t off = (static_cast<uint64_t>(img) * n16 / 16 + g) * ho * wo * 16 +
-                                     static_cast<uint64_t>(oh0) * wo * 16;
-                AscendC::DataCopy(yGm[off], out[g * m16 * 16], m * 16);
+                RowsOut(out, img, oh0, n0, nt, nt16, m, m16);
+            } else {
+                for (int g = 0; g < nt16 / 16; ++g) {
+                    const uint64_t off = (static_cast<uint64_t>(img) * n16 / 16 + n0 / 16 + g) * ho * wo * 16 +
+                                         static_cast<uint64_t>(oh0) * wo * 16;
+                    AscendC::DataCopy(yGm[off], out[g * m16 * 16], m * 16);
+                }
             }
             outQue.FreeTensor(out);
         }
         cQue.FreeTensor(acc);
     }
-
     // 16 NCHW channels from c0 on (zeros past the input's): their rows [lo, lo + inRows) to the
     // UB (whole blocks), one TransDataTo5HD per 16 pixels into 5HD, then UB -> L1
     __aicore__ inline void FillGroup(const AscendC::LocalTensor<T>& l1, int img, int ch0, int lo, int inRows) {
@@ -213,10 +229,11 @@ class KernelConv {
         AscendC::DataCopy(l1, fmap, pixels * 16);
         fmapQue.FreeTensor(fmap);
     }
-    // the NZ product in the UB ([Cout/16][m16][16]) back to rows [cout][m16], out as NCHW rows
-    __aicore__ inline void RowsOut(const AscendC::LocalTensor<T>& out, int img, int oh0, int m, int m16) {
+    // the NZ product in the UB ([nt16/16][m16][16]) back to rows [nt][m16], out as NCHW rows
+    __aicore__ inline void RowsOut(const AscendC::LocalTensor<T>& out, int img, int oh0, int n0, int nt, int nt16,
+                                   int m, int m16) {
         AscendC::LocalTensor<T> rows = rowsOutQue.AllocTensor<T>();
-        for (int g = 0; g < n16 / 16; ++g) {
+        for (int g = 0; g < nt16 / 16; ++g) {
             for (int r0 = 0; r0 < m16 / 16; r0 += 255) {
                 AscendC::LocalTensor<T> dst[16], src[16];
                 for (int i = 0; i < 16; ++i) {
@@ -229,15 +246,15 @@ class KernelConv {
         }
         rowsOutQue.EnQue(rows);
         rows = rowsOutQue.DeQue<T>();
-        for (int co = 0; co < a.cout; ++co) {  // m is whole blocks here (the test's shapes)
-            const uint64_t at = (static_cast<uint64_t>(img) * a.cout + co) * ho * wo + static_cast<uint64_t>(oh0) * wo;
+        for (int co = 0; co < nt; ++co) {  // m is whole blocks here (the test's shapes)
+            const uint64_t at = (static_cast<uint64_t>(img) * a.cout + n0 + co) * ho * wo + static_cast<uint64_t>(oh0) * wo;
             AscendC::DataCopy(yGm[at], rows[co * m16], m);
         }
         rowsOutQue.FreeTensor(rows);
     }
 
     ConvArgs a;
-    int c1 = 0, ho = 0, wo = 0, n16 = 0;
+    int c1 = 0, ho = 0, wo = 0, n16 = 0, taps = 1, tapStep = 1;
     AscendC::TPipe pipe;
     AscendC::TQue<AscendC::TPosition::A1, 1> slabQue;
     AscendC::TQue<AscendC::TPosition::B1, 1> wQue;
@@ -369,17 +386,17 @@ static int RunRule(const std::string& which) {
 
 int main(int argc, char** argv) {
     if (argc >= 3 && std::string(argv[1]) == "rule") return RunRule(argv[2]);
-    if (argc != 25 || std::string(argv[1]) != "conv") {
+    if (argc != 27 || std::string(argv[1]) != "conv") {
         std::fprintf(stderr, "usage: %s conv <f16|f32> N C H W Cout kh kw sh sw dh dw padT padB padL padR rows c1Step "
-                             "blocks relu nz nchw dir | rule CASE\n", argv[0]);
+                             "nTile kTaps blocks relu nz nchw dir | rule CASE\n", argv[0]);
         return 2;
     }
-    const std::string dtype = argv[2], dir = argv[24];
-    int v[21];
-    for (int i = 0; i < 21; ++i) v[i] = std::atoi(argv[3 + i]);
+    const std::string dtype = argv[2], dir = argv[26];
+    int v[23];
+    for (int i = 0; i < 23; ++i) v[i] = std::atoi(argv[3 + i]);
     ConvArgs& a = g_args;
     a = ConvArgs{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13],
-                 v[14], v[15], v[16], v[17], v[18], v[19] != 0, v[20] != 0};
+                 v[14], v[15], v[16], v[17], v[18], v[19], v[20], v[21] != 0, v[22] != 0};
     const size_t elem = dtype == "f32" ? 4 : 2, c0 = 32 / elem;
     const size_t c1 = (a.c + c0 - 1) / c0, n16 = (a.cout + 15) / 16 * 16;
     // NCHW rows are read in whole 32-byte blocks: the last plane's may pass its end
