@@ -23,7 +23,8 @@ def conv(n, c, h, cout, k, s=1, p=0, dtype="float16", groups=1, d=1):
 def test_refusals_name_the_rule():
     b1, p3 = get_soc("Ascend910B1"), get_soc("Ascend310P3")
     assert load3d_refusal(conv(1, 16, 8, 16, 3, p=1), b1) is None
-    assert "takes half only, not float32" in load3d_refusal(conv(1, 16, 8, 16, 3, dtype="float32"), p3)
+    fp32 = conv(1, 16, 8, 16, 3, dtype="float32")
+    assert "takes half only, not float32" in load3d_refusal(fp32, p3)
     assert load3d_refusal(conv(1, 16, 8, 16, 3, dtype="float32"), b1) is None
     assert "grouped convolution (4 groups)" in load3d_refusal(conv(1, 16, 8, 16, 3, groups=4), b1)
     assert "not on Ascend910A" in load3d_refusal(conv(1, 16, 8, 16, 3), get_soc("Ascend910A"))

@@ -58,7 +58,8 @@ def run(exe: Path, *args, soc: str = "Ascend910B1", rc: int = 0) -> str:
     env["ASCENDC_EMU_SOC"] = soc
     proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, env=env,
                           timeout=300, check=False)
-    assert proc.returncode == rc, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == rc, \
+        f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
 
@@ -116,7 +117,8 @@ class Conv:
         else:
             x = np.zeros((self.n, c1 * c0, self.h, self.w), self.np_dtype)
             x[:, :self.c] = self.x
-            x.reshape(self.n, c1, c0, self.h, self.w).transpose(0, 1, 3, 4, 2).tofile(folder / "x.bin")
+            x = x.reshape(self.n, c1, c0, self.h, self.w).transpose(0, 1, 3, 4, 2)
+            x.tofile(folder / "x.bin")
         w = np.zeros((self.n16, c1 * c0, self.kh, self.kw), self.np_dtype)
         w[:self.cout, :self.c] = self.wt
         # B[k, n], k = ((c1 * kh + ky) * kw + kx) * C0 + c0, as L0B fractals [K/C0][N/16][16][C0]
@@ -270,7 +272,8 @@ RULES = {
     "src_align": "src starts at byte 16 of L1, not 32-byte aligned",
     "dst_align": "dst starts at byte 32 of L0A, not 512-byte aligned",
     "src_bounds": "src accesses bytes [0, 8704) of a 8256 B A1 buffer",
-    "transpose": "enTranspose / enSmallK / filterSizeW / filterSizeH / fMatrixCtrl are not emulated",
+    "transpose": ("enTranspose / enSmallK / filterSizeW / filterSizeH / fMatrixCtrl are not "
+                  "emulated"),
     "no_fmatrix": "isSetFMatrix = false but this block never called SetFmatrix",
     "fixpipe_quant": "quantPre 0 for a float L0C written as half: the device needs 1 (F322F16)",
     "fixpipe_nz": "NZ output: nSize 24 must be a multiple of 16",

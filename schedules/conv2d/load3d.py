@@ -283,4 +283,5 @@ def load3d_plan(shape: ConvShape, soc, rows: int | None = None, c1_step: int | N
                       ceil_div(shape.oh, rows), l1, l0a, l0b, l0c)
 
 
-__all__ = ["IO_MODES", "Load3dPlan", "Load3dTile", "load3d_plan", "load3d_refusal", "pad_bottom_right"]
+__all__ = ["IO_MODES", "Load3dPlan", "Load3dTile", "load3d_plan", "load3d_refusal",
+           "pad_bottom_right"]

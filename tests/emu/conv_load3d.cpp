@@ -67,7 +67,9 @@ class KernelConv {
         const int total = a.n * tilesH * tilesN, per = (total + a.blocks - 1) / a.blocks;
         const int first = AscendC::GetBlockIdx() * per;
         const int last = first + per < total ? first + per : total;
-        for (int t = first; t < last; ++t) Tile(t / tilesN / tilesH, t / tilesN % tilesH * a.rows, t % tilesN * a.nTile);
+        for (int t = first; t < last; ++t) {
+            Tile(t / tilesN / tilesH, t / tilesN % tilesH * a.rows, t % tilesN * a.nTile);
+        }
     }
 
  private:
@@ -109,7 +111,8 @@ class KernelConv {
                 wp.blockCount = static_cast<uint16_t>(kc / C0);
                 wp.blockLen = static_cast<uint16_t>(nt16);  // 16 rows of C0 = nt16 / 16 fractals
                 wp.srcStride = static_cast<uint16_t>(n16 - nt16);
-                AscendC::DataCopy(w1, wGm[(static_cast<uint64_t>(cs) * taps + t0) * C0 * n16 + static_cast<uint64_t>(n0) * C0], wp);
+                const uint64_t kRow = static_cast<uint64_t>(cs) * taps + t0;  // first K fractal row
+                AscendC::DataCopy(w1, wGm[kRow * C0 * n16 + static_cast<uint64_t>(n0) * C0], wp);
                 wQue.EnQue(w1);
                 w1 = wQue.DeQue<T>();
                 AscendC::LocalTensor<T> a2 = aQue.AllocTensor<T>();
@@ -167,7 +170,8 @@ class KernelConv {
             if (a.nz) {  // group g of image img at ((img * n16 / 16 + g) * ho * wo + oh0 * wo) * 16
                 fp.nSize = static_cast<uint16_t>(nt16);
                 fp.dstStride = static_cast<uint32_t>(ho * wo * 16 * sizeof(T) / 32);
-                const uint64_t off = (static_cast<uint64_t>(img) * n16 + n0) * ho * wo + static_cast<uint64_t>(oh0) * wo * 16;
+                const uint64_t off = (static_cast<uint64_t>(img) * n16 + n0) * ho * wo +
+                                     static_cast<uint64_t>(oh0) * wo * 16;
                 AscendC::Fixpipe<T, float, AscendC::CFG_NZ>(yGm[off], acc, fp);
             } else {
                 fp.nSize = static_cast<uint16_t>(nt);
@@ -221,7 +225,8 @@ class KernelConv {
                 dst[i] = fmap[(r0 * 16 + i) * 16];   // pixel i of the repeat, its 16 channels
             }
             const int reps = pitch / 16 - r0 < 255 ? pitch / 16 - r0 : 255;
-            AscendC::TransDataTo5HD<T>(dst, src, AscendC::TransDataTo5HDParams(false, false, static_cast<uint8_t>(reps), 16, 1));
+            const AscendC::TransDataTo5HDParams tp(false, false, static_cast<uint8_t>(reps), 16, 1);
+            AscendC::TransDataTo5HD<T>(dst, src, tp);
         }
         rowsQue.FreeTensor(rows);
         fmapQue.EnQue(fmap);
@@ -241,13 +246,15 @@ class KernelConv {
                     dst[i] = rows[(g * 16 + i) * m16 + r0 * 16];  // channel i, 16 pixels
                 }
                 const int reps = m16 / 16 - r0 < 255 ? m16 / 16 - r0 : 255;
-                AscendC::TransDataTo5HD<T>(dst, src, AscendC::TransDataTo5HDParams(false, false, static_cast<uint8_t>(reps), 1, 16));
+                const AscendC::TransDataTo5HDParams tp(false, false, static_cast<uint8_t>(reps), 1, 16);
+                AscendC::TransDataTo5HD<T>(dst, src, tp);
             }
         }
         rowsOutQue.EnQue(rows);
         rows = rowsOutQue.DeQue<T>();
         for (int co = 0; co < nt; ++co) {  // m is whole blocks here (the test's shapes)
-            const uint64_t at = (static_cast<uint64_t>(img) * a.cout + n0 + co) * ho * wo + static_cast<uint64_t>(oh0) * wo;
+            const uint64_t at = (static_cast<uint64_t>(img) * a.cout + n0 + co) * ho * wo +
+                                static_cast<uint64_t>(oh0) * wo;
             AscendC::DataCopy(yGm[at], rows[co * m16], m);
         }
         rowsOutQue.FreeTensor(rows);
@@ -400,7 +407,8 @@ int main(int argc, char** argv) {
     const size_t elem = dtype == "f32" ? 4 : 2, c0 = 32 / elem;
     const size_t c1 = (a.c + c0 - 1) / c0, n16 = (a.cout + 15) / 16 * 16;
     // NCHW rows are read in whole 32-byte blocks: the last plane's may pass its end
-    const size_t xBytes = (a.nchw ? a.n * a.c * a.h * a.w + 16 : a.n * c1 * a.h * a.w * c0) * elem, wBytes = c1 * a.kh * a.kw * c0 * n16 * elem;
+    const size_t xBytes = (a.nchw ? a.n * a.c * a.h * a.w + 16 : a.n * c1 * a.h * a.w * c0) * elem;
+    const size_t wBytes = c1 * a.kh * a.kw * c0 * n16 * elem;
     const size_t yBytes = static_cast<size_t>(a.n) * n16 * a.Ho() * a.Wo() * elem;
     uint8_t* x = (uint8_t*)AscendC::GmAlloc(xBytes);
     uint8_t* w = (uint8_t*)AscendC::GmAlloc(wBytes);

@@ -250,8 +250,9 @@ inline void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const
                                 c0, " = ", kAll));
     }
     const int64_t fmapElems = c1 * H * W * c0;
-    const T* s = reinterpret_cast<const T*>(emu::CubeOperand(src, static_cast<uint64_t>(fmapElems), api, "src",
-                                                             emu::Access::MTE_OUT, {TPosition::A1, TPosition::B1, TPosition::C1, TPosition::TSCM}, 32));
+    const T* s = reinterpret_cast<const T*>(emu::CubeOperand(
+        src, static_cast<uint64_t>(fmapElems), api, "src", emu::Access::MTE_OUT,
+        {TPosition::A1, TPosition::B1, TPosition::C1, TPosition::TSCM}, 32));
     const int64_t m = p.mExtension, k = p.kExtension;
     T* d = reinterpret_cast<T*>(emu::CubeOperand(dst, static_cast<uint64_t>(m * k), api, "dst", emu::Access::MTE_IN,
                                                  {TPosition::A2, TPosition::B2}, 512));
