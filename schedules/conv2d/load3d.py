@@ -31,12 +31,20 @@ channel group's rows, one ``TransDataTo5HD`` repeat per 16 pixels turns them int
 way to L1, and the product comes back from L0C through the UB and one repeat per 16 x 16 block
 into rows, where the vector epilogue would run.
 
-What is not here yet (the conv template still prints ``img2col.py``'s kernel): the printer of
-this kernel; on 910B the NCHW <-> 5HD turns on the AIV with the GM workspace between AIV and
-AIC (the AIC has no UB), or 5HD tensors between convolutions; the weights laid out as L0B
-fractals at build time; bias (the bias table or an extra K block) and the residual add (vector
-epilogue) after the turn back; output-channel tiles; double buffering; and the timing model
-reading this plan.
+What is not here yet (the conv template still prints ``img2col.py``'s kernel):
+
+* the printer of this kernel and the template's choice of it (a variant the estimate keeps);
+* the weights in Load3D's K order, (c1, tap, c0), as L0B fractals: OIHW has the taps
+  innermost, and no GM -> L1 copy transposes (Nd2Nz keeps a row's columns together), so
+  either a build-time layout of the constant weights (a prepare rewrite whose transform
+  constant folding evaluates) or an in-kernel Gather per 16 x 16 fractal with one 256-entry
+  offset table (its ``base`` picks the fractal);
+* on 910B the NCHW <-> 5HD turns on the AIV with the GM workspace between AIV and AIC (the
+  AIC has no UB; the cross-core flags of issue #19 item 1), or 5HD tensors between convs;
+* bias (the Mmad bias table, C2, not emulated, or an extra K block) and the residual add
+  (the vector epilogue on the turned-back rows), ReLU in Fixpipe / the L0C -> UB copy;
+* the small-channel mode for the stem (3 channels padded to 16 cost 5x its MACs);
+* double buffering, and the timing model overlapping what that kernel overlaps.
 """
 from __future__ import annotations
 
