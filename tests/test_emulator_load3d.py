@@ -71,13 +71,14 @@ def counts_of(st: dict) -> list[dict]:
     """Per block, the counters the Load3D plan predicts."""
     return [{"gm_read_bytes": b["gm_read_bytes"], "gm_write_bytes": b["gm_write_bytes"],
              "cube_macs": b["cube_macs"],
-             "trans5hd_instrs": b["vector_by_op"].get("TransDataTo5HD", {}).get("instrs", 0)}
+             "trans5hd_instrs": b["vector_by_op"].get("TransDataTo5HD", {}).get("instrs", 0),
+             "gather_elems": b["vector_by_op"].get("Gather", {}).get("elems", 0)}
             for b in st["blocks"]]
 
 
 def planned(plan, blocks: int, io: str) -> list[dict]:
     """The plan's per-block counts the emulator also counts (it has no per-call count)."""
-    keys = ("gm_read_bytes", "gm_write_bytes", "cube_macs", "trans5hd_instrs")
+    keys = ("gm_read_bytes", "gm_write_bytes", "cube_macs", "trans5hd_instrs", "gather_elems")
     return [{key: b[key] for key in keys} for b in plan.block_counts(blocks, io)]
 
 
@@ -112,8 +113,12 @@ class Conv:
 
     def write(self, folder: Path, nchw: bool = False) -> None:
         c0, c1 = self.c0, self.c1
-        if nchw:  # as the model holds it, with one block of slack (rows read in whole blocks)
+        if nchw:  # as the model holds them, with slack (rows read in whole blocks, weights by
+            # whole channel groups)
             np.concatenate([self.x.ravel(), np.zeros(16, self.np_dtype)]).tofile(folder / "x.bin")
+            slack = np.zeros(16 * self.kh * self.kw, self.np_dtype)
+            np.concatenate([self.wt.ravel(), slack]).tofile(folder / "w.bin")
+            return
         else:
             x = np.zeros((self.n, c1 * c0, self.h, self.w), self.np_dtype)
             x[:, :self.c] = self.x
@@ -239,8 +244,9 @@ def test_coupled_chip_moves_the_product_through_the_ub(exe, tmp_path):
                                              (3, 7, (2, 2), (3, 3, 3, 3))])
 def test_coupled_chip_takes_and_gives_nchw_through_the_ub(exe, tmp_path, c, k, stride, pads):
     """310P from the model's own tensors: NCHW rows -> UB -> TransDataTo5HD -> L1 -> Load3D, and
-    the product L0C -> UB -> TransDataTo5HD back -> NCHW rows (the vector epilogue's place);
-    two channel tiles, the 7x7 in K steps of 20 taps."""
+    the product L0C -> UB -> TransDataTo5HD back -> NCHW rows (the vector epilogue's place),
+    the OIHW weights into L0B fractals by Gathers; two channel tiles, the 7x7 in K steps of 20
+    taps."""
     conv = Conv("f16", 2, c, 16, 16, 24, k, stride, (1, 1), pads, seed=6)
     rows = 2  # 32 or 16 positions a tile: whole blocks out
     k_taps = 20 if k == 7 else None
@@ -249,7 +255,7 @@ def test_coupled_chip_takes_and_gives_nchw_through_the_ub(exe, tmp_path, c, k, s
     np.testing.assert_allclose(y, conv.reference(True), **TOL["f16"])
     plan = conv.plan("Ascend310P3", rows, 1, 16, k_taps)
     assert counts_of(st) == planned(plan, 3, "nchw")
-    assert set(st["vector_by_op"]) <= {"TransDataTo5HD", "Duplicate"}
+    assert set(st["vector_by_op"]) <= {"TransDataTo5HD", "Duplicate", "Gather"}
 
 
 def test_float_load3d_is_refused_on_310p(exe, tmp_path):

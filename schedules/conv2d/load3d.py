@@ -34,11 +34,11 @@ into rows, where the vector epilogue would run.
 What is not here yet (the conv template still prints ``img2col.py``'s kernel):
 
 * the printer of this kernel and the template's choice of it (a variant the estimate keeps);
-* the weights in Load3D's K order, (c1, tap, c0), as L0B fractals: OIHW has the taps
-  innermost, and no GM -> L1 copy transposes (Nd2Nz keeps a row's columns together), so
-  either a build-time layout of the constant weights (a prepare rewrite whose transform
-  constant folding evaluates) or an in-kernel Gather per 16 x 16 fractal with one 256-entry
-  offset table (its ``base`` picks the fractal);
+* the weights in Load3D's K order, (c1, tap, c0), as L0B fractals, on 910B: OIHW has the
+  taps innermost and no GM -> L1 copy transposes (Nd2Nz keeps a row's columns together), so
+  a build-time layout of the constant weights (a prepare rewrite whose transform constant
+  folding evaluates), or the AIV's Gathers; coupled chips do it in the kernel (``io="nchw"``:
+  one 256-entry offset table, one Gather per fractal, UB -> L1);
 * on 910B the NCHW <-> 5HD turns on the AIV with the GM workspace between AIV and AIC (the
   AIC has no UB; the cross-core flags of issue #19 item 1), or 5HD tensors between convs;
 * bias (the Mmad bias table, C2, not emulated, or an extra K block) and the residual add
@@ -139,9 +139,11 @@ class Load3dPlan:
         tile (``index`` over an image's tiles: row bands outer, channel tiles inner). ``io``
         (``IO_MODES``): ``nhwc`` a 5HD input and NHWC rows of ``cout`` out (Fixpipe ND);
         ``5hd`` 5HD in and out, whole 16-channel groups (Fixpipe NZ, or the UB on coupled
-        chips); ``nchw`` NCHW in and out through the UB (coupled chips): each channel's rows
-        read in whole 32-byte blocks, turned into 5HD by one TransDataTo5HD repeat per 16
-        pixels and group, the product turned back into rows likewise."""
+        chips); both with the weights laid out as L0B fractals. ``nchw`` the model's own
+        tensors through the UB (coupled chips): each channel's rows read in whole 32-byte
+        blocks, turned into 5HD by one TransDataTo5HD repeat per 16 pixels and group, the
+        product turned back into rows likewise; OIHW weights, each output channel's 16 input
+        channels x all taps read per K step and one 256-element Gather per fractal."""
         if io not in IO_MODES:
             raise ValueError(f"io={io!r}: one of {IO_MODES}")
         s, elem = self.shape, self.elem
@@ -151,7 +153,7 @@ class Load3dPlan:
         nt = min(s.cout - n0, nt16)
         m = t.rows * s.ow
         m16 = t.m16(s.ow)
-        read = macs = trans = calls = 0
+        read = macs = trans = calls = gathered = gathers = 0
         for first, groups, tap0, taps in self.chunks():
             kc = groups * taps * self.c0
             if tap0 == 0:  # a slab: its channel groups' rows
@@ -164,14 +166,20 @@ class Load3dPlan:
                     calls += groups * ceil_div(pitch // 16, 255)
                 else:
                     read += groups * t.in_rows * s.w * self.c0 * elem
-            read += kc * nt16 * elem
+            if io == "nchw":  # OIHW: each cout's 16 channels x all taps, a Gather per fractal
+                read += groups * nt * 16 * s.kh * s.kw * elem
+                gathers += groups * (nt16 // 16) * taps
+                gathered += groups * (nt16 // 16) * taps * 256
+            else:  # laid out as L0B fractals
+                read += kc * nt16 * elem
             macs += m16 * round_up(nt, 16) * kc
         if io == "nchw":
             trans += (nt16 // 16) * (m16 // 16)
             calls += (nt16 // 16) * ceil_div(m16 // 16, 255)
         write = m * (nt16 if io == "5hd" else nt) * elem
         return {"gm_read_bytes": read, "gm_write_bytes": write, "cube_macs": macs,
-                "trans5hd_instrs": trans, "trans5hd_calls": calls}
+                "trans5hd_instrs": trans, "trans5hd_calls": calls, "gather_elems": gathered,
+                "gather_calls": gathers}
 
     def block_counts(self, blocks: int, io: str = "nhwc") -> list[dict]:
         """Per block, the counts of its contiguous range of tiles (images outer)."""
@@ -179,7 +187,8 @@ class Load3dPlan:
         out = []
         for block in range(blocks):
             total = dict.fromkeys(("gm_read_bytes", "gm_write_bytes", "cube_macs",
-                                   "trans5hd_instrs", "trans5hd_calls"), 0)
+                                   "trans5hd_instrs", "trans5hd_calls", "gather_elems",
+                                   "gather_calls"), 0)
             for t in range(block * per, min(self.tiles, (block + 1) * per)):
                 for key, value in self.tile_counts(t % (self.tiles_h * self.tiles_n),
                                                    io).items():
@@ -207,7 +216,9 @@ class Load3dPlan:
         work = KernelWork(steps=per * len(self.chunks()), cube_macs=total["cube_macs"],
                           cube_operand_bytes=read, l2_operand_bytes=max(0, read - once),
                           template_vector_bytes=total["trans5hd_instrs"] * 512,
-                          template_vector_calls=total["trans5hd_calls"], img2col_prologue=True)
+                          template_vector_calls=total["trans5hd_calls"],
+                          gather_elems=total["gather_elems"], gather_calls=total["gather_calls"],
+                          img2col_prologue=True)
         return Tiling("conv2d", self.tiles, used, per, 1, per, 1, 0, 0, soc.ub_bytes, read,
                       total["gm_write_bytes"], s.pixels, work=work)
 

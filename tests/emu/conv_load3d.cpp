@@ -42,7 +42,9 @@ class KernelConv {
         tapStep = a.kTaps > 0 && a.kTaps < taps ? a.kTaps : taps;
         xGm.SetGlobalBuffer((__gm__ T*)x, a.nchw ? static_cast<uint64_t>(a.n) * a.c * a.h * a.w + 16 :
                                                    static_cast<uint64_t>(a.n) * c1 * a.h * a.w * C0);
-        wGm.SetGlobalBuffer((__gm__ T*)wt, static_cast<uint64_t>(c1) * taps * C0 * n16);
+        // fractals, or (nchw) the model's OIHW with a channel group's taps of slack past its end
+        wGm.SetGlobalBuffer((__gm__ T*)wt, a.nchw ? static_cast<uint64_t>(a.cout) * a.c * taps + 16 * taps :
+                                                    static_cast<uint64_t>(c1) * taps * C0 * n16);
         yGm.SetGlobalBuffer((__gm__ T*)y, static_cast<uint64_t>(a.n) * n16 * ho * wo);
         int inRows = (a.rows - 1) * a.sh + (a.kh - 1) * a.dh + 1;  // the most a tile's taps reach
         if (inRows > a.h) inRows = a.h;
@@ -59,6 +61,14 @@ class KernelConv {
             pipe.InitBuffer(rowsQue, 1, 16 * pitch * sizeof(T));
             pipe.InitBuffer(fmapQue, 1, pitch * 16 * sizeof(T));
             pipe.InitBuffer(rowsOutQue, 1, a.nTile * m16 * sizeof(T));
+            pipe.InitBuffer(wRowsQue, 1, 16 * 16 * taps * sizeof(T));
+            pipe.InitBuffer(wFracQue, 1, tapStep * 256 * sizeof(T));
+            pipe.InitBuffer(offsetBuf, 256 * sizeof(uint32_t));
+            // fractal element i = n * 16 + c0 of tap 0 sits at (n * 16 + c0) * taps in a
+            // [16 couts][16 channels x taps] UB block; a tap's fractal is the same offsets from
+            // tap * sizeof(T) on
+            AscendC::LocalTensor<uint32_t> off = offsetBuf.Get<uint32_t>();
+            for (int i = 0; i < 256; ++i) off.SetValue(i, static_cast<uint32_t>(i * taps * sizeof(T)));
         }
     }
     // tiles: (image, band of `rows` output rows, band of `nTile` output channels), channels fastest
@@ -107,12 +117,16 @@ class KernelConv {
                 const int nTaps = taps - t0 < tapStep ? taps - t0 : tapStep, kc = groups * nTaps * C0;
                 // the step's weights: K fractal rows (cs * taps + t0) on, the tile's N fractals
                 AscendC::LocalTensor<T> w1 = wQue.AllocTensor<T>();
-                AscendC::DataCopyParams wp;
-                wp.blockCount = static_cast<uint16_t>(kc / C0);
-                wp.blockLen = static_cast<uint16_t>(nt16);  // 16 rows of C0 = nt16 / 16 fractals
-                wp.srcStride = static_cast<uint16_t>(n16 - nt16);
-                const uint64_t kRow = static_cast<uint64_t>(cs) * taps + t0;  // first K fractal row
-                AscendC::DataCopy(w1, wGm[kRow * C0 * n16 + static_cast<uint64_t>(n0) * C0], wp);
+                if (a.nchw) {
+                    WeightFractals(w1, cs, groups, t0, nTaps, n0, nt, nt16);
+                } else {
+                    AscendC::DataCopyParams wp;
+                    wp.blockCount = static_cast<uint16_t>(kc / C0);
+                    wp.blockLen = static_cast<uint16_t>(nt16);  // 16 rows of C0 = nt16 / 16 fractals
+                    wp.srcStride = static_cast<uint16_t>(n16 - nt16);
+                    const uint64_t kRow = static_cast<uint64_t>(cs) * taps + t0;  // first K fractal row
+                    AscendC::DataCopy(w1, wGm[kRow * C0 * n16 + static_cast<uint64_t>(n0) * C0], wp);
+                }
                 wQue.EnQue(w1);
                 w1 = wQue.DeQue<T>();
                 AscendC::LocalTensor<T> a2 = aQue.AllocTensor<T>();
@@ -234,6 +248,43 @@ class KernelConv {
         AscendC::DataCopy(l1, fmap, pixels * 16);
         fmapQue.FreeTensor(fmap);
     }
+    // the step's weights from OIHW into L1 as L0B fractals [(g, tap)][nb][16 n][16 c0]: per group
+    // and 16 output channels their 16 x (16 x taps) block to the UB (taps innermost), one Gather
+    // per tap into a fractal, the step's fractals UB -> L1 at their (g, tap) rows
+    __aicore__ inline void WeightFractals(const AscendC::LocalTensor<T>& w1, int cs, int groups, int t0, int nTaps,
+                                          int n0, int nt, int nt16) {
+        const int nbs = nt16 / 16, block = 16 * taps;  // a cout's 16 channels x taps
+        AscendC::LocalTensor<uint32_t> off = offsetBuf.Get<uint32_t>();
+        for (int g = 0; g < groups; ++g) {
+            for (int nb = 0; nb < nbs; ++nb) {
+                AscendC::LocalTensor<T> rows = wRowsQue.AllocTensor<T>();
+                for (int i = 0; i < 16; ++i) {
+                    const int co = n0 + nb * 16 + i;
+                    if (co < n0 + nt) {  // past the input's channels: read on, x's zeros meet them
+                        const uint64_t at = (static_cast<uint64_t>(co) * a.c + (cs + g) * C0) * taps;
+                        AscendC::DataCopy(rows[i * block], wGm[at], block);
+                    } else {
+                        AscendC::Duplicate(rows[i * block], static_cast<T>(0), block);
+                    }
+                }
+                wRowsQue.EnQue(rows);
+                rows = wRowsQue.DeQue<T>();
+                AscendC::LocalTensor<T> frac = wFracQue.AllocTensor<T>();
+                for (int t = 0; t < nTaps; ++t) {
+                    AscendC::Gather(frac[t * 256], rows, off, static_cast<uint32_t>((t0 + t) * sizeof(T)), 256);
+                }
+                wRowsQue.FreeTensor(rows);
+                wFracQue.EnQue(frac);
+                frac = wFracQue.DeQue<T>();
+                AscendC::DataCopyParams fp;  // fractal (g * nTaps + t, nb) of the step's [kb][nb]
+                fp.blockCount = static_cast<uint16_t>(nTaps);
+                fp.blockLen = 16;
+                fp.dstStride = static_cast<uint16_t>((nbs - 1) * 16);
+                AscendC::DataCopy(w1[(g * nTaps * nbs + nb) * 256], frac, fp);
+                wFracQue.FreeTensor(frac);
+            }
+        }
+    }
     // the NZ product in the UB ([nt16/16][m16][16]) back to rows [nt][m16], out as NCHW rows
     __aicore__ inline void RowsOut(const AscendC::LocalTensor<T>& out, int img, int oh0, int n0, int nt, int nt16,
                                    int m, int m16) {
@@ -270,7 +321,9 @@ class KernelConv {
     AscendC::TQue<AscendC::TPosition::CO1, 1> cQue;
     AscendC::TQue<AscendC::TPosition::CO2, 1> outQue;
     AscendC::TQue<AscendC::TPosition::VECIN, 1> rowsQue;
-    AscendC::TQue<AscendC::TPosition::VECOUT, 1> fmapQue, rowsOutQue;
+    AscendC::TQue<AscendC::TPosition::VECOUT, 1> fmapQue, rowsOutQue, wFracQue;
+    AscendC::TQue<AscendC::TPosition::VECIN, 1> wRowsQue;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> offsetBuf;
     AscendC::GlobalTensor<T> xGm, wGm, yGm;
 };
 
@@ -408,7 +461,7 @@ int main(int argc, char** argv) {
     const size_t c1 = (a.c + c0 - 1) / c0, n16 = (a.cout + 15) / 16 * 16;
     // NCHW rows are read in whole 32-byte blocks: the last plane's may pass its end
     const size_t xBytes = (a.nchw ? a.n * a.c * a.h * a.w + 16 : a.n * c1 * a.h * a.w * c0) * elem;
-    const size_t wBytes = c1 * a.kh * a.kw * c0 * n16 * elem;
+    const size_t wBytes = (a.nchw ? a.cout * a.c * a.kh * a.kw + 16 * a.kh * a.kw : c1 * a.kh * a.kw * c0 * n16) * elem;
     const size_t yBytes = static_cast<size_t>(a.n) * n16 * a.Ho() * a.Wo() * elem;
     uint8_t* x = (uint8_t*)AscendC::GmAlloc(xBytes);
     uint8_t* w = (uint8_t*)AscendC::GmAlloc(wBytes);
