@@ -43,7 +43,9 @@ How ``col`` is built (``ConvPlan.img2col.mode``; the default is ``gather_mode``'
 * ``scalar``: the fallback when the window's rows do not fit the UB (very wide images). It is
   element by element on the scalar unit, one GM read per in-range tap.
 
-The device's own img2col path (Load3D from a 5HD feature map in L1) is not in the CPU emulator.
+The device's own img2col path (Load3D from a 5HD feature map in L1) is in the emulator and
+planned in ``load3d.py`` (its reference kernel: ``tests/emu/conv_load3d.cpp``); this template
+does not print it yet.
 The plan counts what the kernel does in its ``KernelWork``: ``scalar_elems`` (offsets, the
 fallback's elements, row tails without DataCopyPad), ``gather_elems`` / ``gather_calls`` (the
 window's Gathers) and ``template_vector_bytes`` / ``_calls`` (its other vector ops). The

@@ -1,5 +1,6 @@
 /* ascendc_emu/cube.h: the cube unit's basic API (DataCopy ND->NZ into L1, LoadData 2D into
- * L0A/L0B, Mmad into L0C, Fixpipe L0C->GM), the system workspace, and the helpers the high-level
+ * L0A/L0B, Load3D img2col from a 5HD feature map (load3d.h), Mmad into L0C, Fixpipe L0C->GM),
+ * the system workspace, and the helpers the high-level
  * Matmul API (matmul.h, included by lib/matmul_intf.h) shares: the cube-mode rule and the MAC
  * counter.
  *
@@ -18,6 +19,9 @@
 
 #include "data_copy.h"
 
+/* Padding modes of the enhanced DataCopy (compiler-builtin enum on the device). */
+enum pad_t : uint8_t { PAD_NONE = 0, PAD_MODE1, PAD_MODE2, PAD_MODE3, PAD_MODE4, PAD_MODE5, PAD_MODE6,
+                       PAD_MODE7, PAD_MODE8 };
 /* Quantisation modes of Fixpipe (compiler-builtin enum on the device). */
 enum QuantMode_t : uint8_t {
     NoQuant = 0, F322F16, F322BF16, DEQF16, VDEQF16, QF322B8_PRE, VQF322B8_PRE, REQ8, VREQ8,
@@ -29,6 +33,25 @@ constexpr uint32_t BLOCK_CUBE = 16;          // rows (and fp16 columns) of one f
 constexpr uint32_t CUBE_MAX_SIZE = 256;      // elements of one 16 x 16 fractal
 constexpr uint32_t DEFAULT_C0_SIZE = 32;     // bytes of one fractal row
 constexpr uint32_t B32_C0SIZE = 8;           // float elements of one fractal row
+
+enum class BlockMode : uint8_t { BLOCK_MODE_NORMAL = 0, BLOCK_MODE_MATRIX, BLOCK_MODE_VECTOR,
+                                BLOCK_MODE_SMALL_CHANNEL, BLOCK_MODE_DEPTHWISE };
+enum class DeqScale : uint8_t { DEQ_NONE = 0, DEQ, VDEQ, DEQ8, VDEQ8, DEQ16, VDEQ16 };
+struct DataCopyEnhancedParams {
+    DataCopyEnhancedParams() {}
+    DataCopyEnhancedParams(BlockMode blockModeIn, DeqScale deqScaleIn, uint64_t deqValueIn, uint8_t sidStoreModeIn,
+                           bool isReluIn, pad_t padModeIn, uint64_t padValueIn)
+        : blockMode(blockModeIn), deqScale(deqScaleIn), deqValue(deqValueIn), sidStoreMode(sidStoreModeIn),
+          isRelu(isReluIn), padMode(padModeIn), padValue(padValueIn) {}
+    BlockMode blockMode = BlockMode::BLOCK_MODE_NORMAL;
+    DeqScale deqScale = DeqScale::DEQ_NONE;
+    uint64_t deqValue = 0;
+    uint8_t sidStoreMode = 0;
+    bool isRelu = false;
+    pad_t padMode = pad_t::PAD_NONE;
+    uint64_t padValue = 0;
+    uint64_t deqTensorAddr = 0;
+};
 
 namespace emu {
 
@@ -268,6 +291,47 @@ inline void Mmad(const LocalTensor<T>& dst, const LocalTensor<U>& fm, const Loca
     emu::CountCube(emu::CubeMacs(p.m, p.n, p.k, c0));
 }
 
+/* ---------------- L0C -> UB on coupled chips (DataCopy CO1 -> CO2) ---------------- */
+/* 310P and 910A have no Fixpipe: the product goes to the UB in its NZ layout (BLOCK_MODE_MATRIX),
+ * converted to half (with ReLU when isRelu) on the way, and the vector unit writes it out.
+ * blockCount bursts of blockLen 16 x 16 fractals; srcStride / dstStride are the fractals skipped
+ * between bursts on each side (the emulator's reading of copy_matrix_cc_to_ubuf). */
+template <typename T, typename U>
+inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<U>& src, const DataCopyParams& p,
+                     const DataCopyEnhancedParams& e) {
+    const char* api = "DataCopy(CO1->CO2, DataCopyEnhancedParams)";
+    static_assert(std::is_same<U, float>::value, "DataCopy(CO1->CO2): the emulator supports float L0C only");
+    emu::RequireCube(api);
+    emu::Ctx().c.datacopy_calls++;
+    const emu::SocProfile& soc = emu::ActiveSoc();
+    if (soc.npu_arch == 2201) {
+        emu::Fail(api, emu::Cat("L0C cannot reach the UB on ", soc.name,
+                                " (the AIC has no UB): write the product to GM with Fixpipe"));
+    }
+    if (e.blockMode != BlockMode::BLOCK_MODE_MATRIX || e.deqScale != DeqScale::DEQ_NONE) {
+        emu::Fail(api, "only blockMode = BLOCK_MODE_MATRIX with deqScale = DEQ_NONE is emulated");
+    }
+    if (!std::is_same<T, half>::value && !std::is_same<T, float>::value) {
+        emu::Fail(api, emu::Cat("a ", emu::TypeName<T>(), " destination is not emulated (float or half)"));
+    }
+    if (e.isRelu && !std::is_same<T, half>::value) {
+        emu::Fail(api, "isRelu goes with the float -> half conversion (CRMODE_F32toF16_RELU) only");
+    }
+    if (p.blockCount == 0 || p.blockLen == 0) return;
+    const int64_t n = p.blockCount, len = p.blockLen;
+    const int64_t srcFr = (n - 1) * (len + p.srcStride) + len, dstFr = (n - 1) * (len + p.dstStride) + len;
+    const float* s = reinterpret_cast<const float*>(emu::CubeOperand(
+        src, static_cast<uint64_t>(srcFr * 256), api, "src", emu::Access::MTE_OUT, {TPosition::CO1}, 64));
+    T* d = reinterpret_cast<T*>(emu::CubeOperand(dst, static_cast<uint64_t>(dstFr * 256), api, "dst",
+                                                 emu::Access::MTE_IN, {TPosition::CO2, TPosition::VECIN,
+                                                 TPosition::VECCALC}, 32));
+    for (int64_t b = 0; b < n; ++b) {
+        const float* sb = s + b * (len + p.srcStride) * 256;
+        T* db = d + b * (len + p.dstStride) * 256;
+        for (int64_t i = 0; i < len * 256; ++i) db[i] = emu::CubeOut<T>(e.isRelu && sb[i] < 0.0f ? 0.0f : sb[i]);
+    }
+}
+
 /* ---------------- Fixpipe: L0C -> GM (NZ -> ND) ---------------- */
 enum class CO2Layout : uint8_t { NZ = 0, ROW_MAJOR, COLUMN_MAJOR };
 struct FixpipeConfig {
@@ -296,38 +360,82 @@ struct FixpipeParamsV220 {
     bool isChannelSplit = false;
 };
 
-/* Each value is taken from float, ReLU'd when reluEn, and rounded once to T (the quantPre
- * F322F16 / F322BF16 conversions are what the device does for half / bfloat16_t results). */
+/* Each value is taken from float, ReLU'd when reluEn, and rounded once to T by quantPre (F322F16 for
+ * half, F322BF16 for bfloat16_t, NoQuant for float: the device's type rules). ROW_MAJOR (NZ2ND)
+ * writes row r of the tile at r * dstStride elements; NZ keeps the L0C layout: column group g
+ * (16 columns) at g * dstStride * 32 bytes, its mSize rows of 16 values one after another (for
+ * a convolution's [pixels x channels] product that is NC1HWC0 with C0 = 16). Fixpipe exists on
+ * 910B only: coupled chips (310P, 910A) move L0C through the UB with DataCopy instead. */
 template <typename T, typename U, const FixpipeConfig& config = CFG_ROW_MAJOR>
 inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const FixpipeParamsV220& p) {
     const char* api = "Fixpipe(CO1->GM)";
     static_assert(std::is_same<U, float>::value, "Fixpipe: the emulator supports float L0C only");
     emu::RequireCube(api);
-    if (config.format != CO2Layout::ROW_MAJOR || p.ndNum != 1 || p.isChannelSplit) {
-        emu::Fail(api, "only ROW_MAJOR (NZ->ND) output with ndNum = 1 is emulated");
+    const emu::SocProfile& soc = emu::ActiveSoc();
+    if (soc.npu_arch != 2201 && soc.npu_arch != 3002) {
+        emu::Fail(api, emu::Cat("Fixpipe from L0C (CO1) to GM is not supported on ", soc.name, " (", soc.npu_arch,
+                                "): copy L0C to the UB (DataCopy CO1 -> CO2) and out with the vector unit"));
     }
-    if (p.mSize == 0 || p.nSize == 0 || p.srcStride < p.mSize || p.dstStride < p.nSize) {
+    const QuantMode_t want = std::is_same<T, half>::value ? QuantMode_t::F322F16 :
+                             std::is_same<T, bfloat16_t>::value ? QuantMode_t::F322BF16 : QuantMode_t::NoQuant;
+    if (!std::is_same<T, half>::value && !std::is_same<T, bfloat16_t>::value && !std::is_same<T, float>::value) {
+        emu::Fail(api, emu::Cat("a ", emu::TypeName<T>(), " result is not emulated (float L0C to half, "
+                                "bfloat16_t or float)"));
+    }
+    if (p.quantPre != want) {
+        emu::Fail(api, emu::Cat("quantPre ", static_cast<int>(p.quantPre), " for a float L0C written as ",
+                                emu::TypeName<T>(), ": the device needs ", static_cast<int>(want),
+                                want == QuantMode_t::F322F16 ? " (F322F16)" :
+                                want == QuantMode_t::F322BF16 ? " (F322BF16)" : " (NoQuant)"));
+    }
+    const bool nz = config.format == CO2Layout::NZ;
+    if ((config.format != CO2Layout::ROW_MAJOR && !nz) || config.isToUB || p.ndNum != 1 || p.isChannelSplit) {
+        emu::Fail(api, "only ROW_MAJOR (NZ->ND) or NZ output to GM with ndNum = 1 is emulated");
+    }
+    if (p.mSize == 0 || p.nSize == 0 || p.srcStride < p.mSize || p.srcStride % 16 != 0) {
         emu::Fail(api, emu::Cat("mSize ", p.mSize, ", nSize ", p.nSize, ", srcStride ", p.srcStride,
-                                ", dstStride ", p.dstStride,
-                                ": need mSize, nSize >= 1, srcStride >= mSize and dstStride >= nSize"));
+                                ": need mSize, nSize >= 1 and srcStride >= mSize, a multiple of 16 "
+                                "(L0C rows between column groups)"));
+    }
+    if (!nz && p.dstStride < p.nSize) {
+        emu::Fail(api, emu::Cat("dstStride ", p.dstStride, " < nSize ", p.nSize, ": ROW_MAJOR rows would overlap"));
+    }
+    if (nz && (p.nSize % 16 != 0 || int64_t(p.dstStride) * 32 < int64_t(p.mSize) * 16 * int64_t(sizeof(T)))) {
+        emu::Fail(api, emu::Cat("NZ output: nSize ", p.nSize, " must be a multiple of 16 and dstStride ", p.dstStride,
+                                " (32-byte units between column groups) at least mSize * 16 * ", sizeof(T), " / 32"));
     }
     const int64_t groups = (p.nSize + 15) / 16;
     const float* s = reinterpret_cast<const float*>(emu::CubeOperand(
         src, static_cast<uint64_t>((groups - 1) * p.srcStride * 16 + int64_t(p.mSize) * 16), api, "src",
         emu::Access::MTE_OUT, {TPosition::CO1}, 64));
-    std::vector<T> out(p.nSize);
     emu::BlockCtx& ctx = emu::Ctx();
-    for (int64_t r = 0; r < p.mSize; ++r) {
-        for (int64_t j = 0; j < p.nSize; ++j) {
-            float v = s[(j / 16) * p.srcStride * 16 + r * 16 + j % 16];
-            out[j] = emu::CubeOut<T>(p.reluEn && v < 0.0f ? 0.0f : v);
+    if (!nz) {
+        std::vector<T> out(p.nSize);
+        for (int64_t r = 0; r < p.mSize; ++r) {
+            for (int64_t j = 0; j < p.nSize; ++j) {
+                float v = s[(j / 16) * p.srcStride * 16 + r * 16 + j % 16];
+                out[j] = emu::CubeOut<T>(p.reluEn && v < 0.0f ? 0.0f : v);
+            }
+            uint8_t* d = dst.Check(uint64_t(r) * p.dstStride * sizeof(T), p.nSize * sizeof(T), api, "dst");
+            emu::GmStore<T>(d, reinterpret_cast<const uint8_t*>(out.data()), p.nSize * sizeof(T));
         }
-        uint8_t* d = dst.Check(uint64_t(r) * p.dstStride * sizeof(T), p.nSize * sizeof(T), api, "dst");
-        emu::GmStore<T>(d, reinterpret_cast<const uint8_t*>(out.data()), p.nSize * sizeof(T));
+    } else {
+        std::vector<T> out(static_cast<size_t>(p.mSize) * 16);
+        for (int64_t g = 0; g < groups; ++g) {
+            for (int64_t i = 0; i < int64_t(p.mSize) * 16; ++i) {
+                float v = s[g * p.srcStride * 16 + i];
+                out[i] = emu::CubeOut<T>(p.reluEn && v < 0.0f ? 0.0f : v);
+            }
+            const uint64_t bytes = uint64_t(p.mSize) * 16 * sizeof(T);
+            uint8_t* d = dst.Check(uint64_t(g) * p.dstStride * 32, bytes, api, "dst");
+            emu::GmStore<T>(d, reinterpret_cast<const uint8_t*>(out.data()), bytes);
+        }
     }
     ctx.c.gm_write_bytes += int64_t(p.mSize) * p.nSize * static_cast<int64_t>(sizeof(T));
 }
 
 }  // namespace AscendC
+
+#include "load3d.h"
 
 #endif  // ASCENDC_EMU_CUBE_H
