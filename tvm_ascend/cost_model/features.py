@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from .timing import estimate_kernel
+from .timing import estimate_kernel, l2_bytes
 from .vector_work import OP_CLASSES, count_vector_work
 
 TEMPLATES = ("elementwise", "row_reduce", "matmul")
@@ -130,8 +130,7 @@ def _core_values(tiling, soc, work) -> dict:
     cores, ratio, steps = max(1, tiling.cores), max(1, plan.aiv_ratio), max(1, plan.steps)
     share = min(tiling.block_len, tiling.total) / max(1, tiling.total)
     read, write = tiling.gm_read_bytes, tiling.gm_write_bytes
-    l2_read = min(read, plan.workspace_read_bytes + plan.l2_operand_bytes)
-    l2_write = min(write, plan.workspace_write_bytes)
+    l2_read, l2_write = l2_bytes(tiling)  # where the plan's bytes come from, not a time
     hbm = read - l2_read + write - l2_write
     operand = min(read, plan.cube_operand_bytes)
     # a cube kernel starts its AICs (each with ``ratio`` AIV clients), a vector one its AIVs

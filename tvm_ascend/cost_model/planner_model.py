@@ -2,10 +2,11 @@
 model estimates the top ones, as MetaSchedule prunes with its model before it measures.
 
 ``GroupCost`` (partition/cost.py) plans every tiling variant of a group's template; with a
-``PlannerRanking`` over a loaded model it scores the plans with ``planner_model.ubj`` (plan
-features only: ``features.PLAN_FEATURE_NAMES``, nothing read from the timing estimate, so
-the ranking is not the estimate in disguise) and runs the timing model on the ``top_k``
-highest-scored; the fastest estimate is kept. ``PlannerRanking.timing()`` estimates every
+``PlannerRanking`` over a loaded model it scores the distinct plans (variants that plan to
+equal tilings are one candidate, the first of them) with ``planner_model.ubj`` (plan
+features only: ``features.PLAN_FEATURE_NAMES``, normalised within the group, nothing read
+from the timing estimate, so the ranking is not the estimate in disguise) and runs the
+timing model on the ``top_k`` highest-scored; the fastest estimate is kept. ``PlannerRanking.timing()`` estimates every
 plan (the timing model alone). A model that cannot be loaded is one warning per file and the
 timing model alone, never an error.
 
