@@ -206,7 +206,24 @@ def test_the_shipped_model_keeps_the_timing_models_tiling_on_held_out_resnet50()
     # the fastest distinct tiling of every conv the planner compares is among the model's
     # top 3, so planner_top_k=3 keeps the timing model's tiling on each
     assert recall_at(model, groups, 3) == 1.0
-    assert recall_at(model, groups, 1) < recall_at(model, groups, 2) <= 1.0
+    # and top 3 leaves tilings out (convs compare up to 9 distinct ones)
+    assert sum(min(3, len(g["times"])) for g in convs) < 0.8 * sum(len(g["times"])
+                                                                  for g in convs)
+
+
+def test_training_groups_hold_each_distinct_tiling_once():
+    from tvm_ascend.tuning.workloads import planner_candidates
+
+    convs = [w for w in generate_workloads(6, seed=1, op_classes=("conv2d",))]
+    template = template_by_name("conv2d")
+    for workload in convs:
+        knobs, tilings = planner_candidates(template, workload.prim_func, SOC,
+                                            knob_space=False)
+        assert len(tilings) == len(set(tilings)) == len(knobs)
+        planned = [template.plan(template.analyse(workload.prim_func), SOC, k)
+                   for k in template.variants(workload.prim_func, SOC)]
+        assert set(tilings) <= set(planned) and len(tilings) == len(
+            distinct_tilings(planned))
 
 
 @pytest.mark.parametrize("content", [None, b"not an xgboost model", "tuner"])
