@@ -33,8 +33,6 @@ from tvm_ascend.tuning.workloads import dataset, generate_workloads
 from tvm_ascend.cost_model.xgb_model import DEFAULT_MODEL_PATH, PLANNER_MODEL_PATH, fit_best
 from tvm_ascend.soc import get_soc
 
-from benchmarks.harness import BenchConfig
-
 TRAIN_SEED, VALID_SEED = 1, 2  # benchmarks/cost_model.py holds out seed 3
 SOCS = ("Ascend910B1", "Ascend310P3")
 # (family, knobs) of the benchmark models whose planner groups the planner's model learns
@@ -53,6 +51,10 @@ VALID_MODELS = (("resnet50", {"batch": 1, "image": 192}),
 def model_groups(models) -> list[dict]:
     """The planner's variant groups of the benchmark models ``models`` ((family, knobs)
     pairs) on both SoCs (``tuning.retrain.variant_groups``)."""
+    # here, not at the top: the tuner's model also trains with this file run as a script,
+    # where the benchmarks package need not be importable
+    from benchmarks.harness import BenchConfig
+
     onnx_models = [BenchConfig(family, "train", "float16", knobs=tuple(sorted(knobs.items())))
                    .onnx_model() for family, knobs in models]
     return variant_groups(onnx_models, SOCS)
