@@ -236,8 +236,10 @@ def planner_section(data: dict) -> list[str]:
         "## The learned model in the planner", "",
         "`CompileConfig(planner_model=\"xgboost\", planner_top_k=k)`: the planner's XGBoost "
         "model (`tvm_ascend/cost_model/planner_model.ubj`, features read from the tiling "
-        "plans only, never from the timing estimate) ranks each group's tiling variants and "
-        "the timing model estimates the k best-ranked; `timing` estimates every variant. "
+        "plans only, never from the timing estimate: the blocks the launch starts, the "
+        "busiest core's bytes and work, and those over the group's smallest) ranks each "
+        "group's distinct tiling variants and the timing model estimates the k best-ranked; "
+        "`timing` estimates every variant. "
         "Same partition = every kernel's ops, template and knobs and every host group equal "
         "to the timing model's. Timing-model calls are exact (`estimate_kernel` calls of the "
         "partition stage); the partition stage (prepare + partition, `plan_fusion`) is wall "
@@ -246,6 +248,10 @@ def planner_section(data: dict) -> list[str]:
         f"`planner_model={default.get('planner_model', NA)!r}`, "
         f"`planner_top_k={default.get('planner_top_k', NA)}`. Measured at commit "
         f"`{data.get('commit') or NA}` on {data.get('date', NA)} (build only, conservative).",
+        *([f"The model learned from generated matmul and conv2d workloads and the planner's "
+           f"groups of {', '.join(data['trained_on'])} (both SoCs, float16; "
+           "`benchmarks/train_cost_model.py --planner`): no configuration below."]
+          if data.get("trained_on") else []),
         "",
         "| configuration | SoC | distinct kernels | planner | same partition | est. us (ESTIMATE) "
         "| timing-model calls | groups ranked | partition stage s |",

@@ -167,7 +167,8 @@ def conclusion(cases: list[dict]) -> str:
     same_at = [k for k in TOP_KS if all(m["same_partition"] for c in cases for m in c["modes"]
                                         if m["planner_top_k"] == k)]
     if not same_at:
-        return "No top k measured gives the timing model's partition on every case."
+        return ("No top k measured gives the timing model's partition on every case, so the "
+                "planner keeps `planner_model=\"timing\"` as its default.")
     k = same_at[0]
 
     def total(key, planner, top_k):
@@ -186,20 +187,39 @@ def conclusion(cases: list[dict]) -> str:
              "(the rows marked **no**: the timing model's fastest tiling of those kernels was "
              "not among the model's top k)") if smaller else ""
     differs = (est_k + rank_k) - est_t
+    share = est_t / stage_t if stage_t else 0.0
+    default = CompileConfig().planner_top_k
+    if default == k:
+        margin = f"the default `planner_top_k={default}` is the smallest k measured safe"
+    elif default and default > k:
+        margin = (f"the default `planner_top_k={default}` is {default - k} above the smallest "
+                  f"k measured safe ({k}), a margin for models not measured here")
+    else:
+        margin = (f"the default `planner_top_k={default}` is below the smallest k measured "
+                  f"safe ({k})")
     return (f"From top {k} on, every case forms the timing model's partition with the same "
             f"estimate{worse}. Summed over the cases, top {k} makes {calls_k} timing-model "
             f"calls against {calls_t} ({calls_t - calls_k} fewer): {est_k * 1e3:.0f} ms in "
             f"the timing model against {est_t * 1e3:.0f} ms, plus {rank_k * 1e3:.0f} ms "
             f"ranking (plan features and an XGBoost predict per group), {differs * 1e3:+.0f} ms "
-            f"in all. That is all the work that differs between the two planners; the "
-            f"partition stages themselves ({stage_k:.1f} s against {stage_t:.1f} s, summed "
-            "medians) differ by the shared machine's noise, not by the model. The timing "
-            "model is arithmetic on a plan both planners make anyway, so ranking before it "
-            "cannot save compile time: the stage's seconds go to FuseOps, FuseTIR and the "
-            "templates' analyses. Pruning with a model pays where a measurement is dear (a "
-            "board through the RPC runner, as `tvm-ascend tune` measures); so the planner "
-            "keeps `planner_model=\"timing\"` as its default, and `planner_top_k` defaults "
-            f"to the smallest k measured safe, {k}.")
+            f"in all. That is all the work that differs between the two planners: the timing "
+            f"model alone spends {share:.1%} of its partition stages ({stage_t:.1f} s, summed "
+            f"medians; {stage_k:.1f} s with top {k}, the difference the shared machine's "
+            "noise) in its estimates, so ranking before it cannot save compile time: the "
+            "stage's seconds go to FuseOps, FuseTIR and the templates' analyses. Pruning with "
+            "a model pays where a measurement is dear (a board through the RPC runner, as "
+            "`tvm-ascend tune` measures, or a timing model far costlier than this one); so the "
+            "planner keeps `planner_model=\"timing\"` as its default, and with "
+            f"`planner_model=\"xgboost\"` {margin}.")
+
+
+def trained_on() -> list[str]:
+    """The benchmark-model configurations the shipped planner model learned from (training
+    and validation, ``benchmarks/train_cost_model.py``), beside its generated workloads."""
+    from .train_cost_model import TRAIN_MODELS, VALID_MODELS
+
+    return [f"{family} " + " ".join(f"{k}={v}" for k, v in sorted(knobs.items()))
+            for family, knobs in TRAIN_MODELS + VALID_MODELS]
 
 
 def main(argv=None) -> int:
@@ -220,6 +240,7 @@ def main(argv=None) -> int:
         "top_ks": list(TOP_KS), "conclusion": conclusion(cases),
         "default": {"planner_model": CompileConfig().planner_model,
                     "planner_top_k": CompileConfig().planner_top_k},
+        "trained_on": trained_on(),
         "note": "partition stage = prepare + partition (plan_fusion), wall seconds, median of "
                 "the repeats on a shared 2-core machine: noisy; estimate_calls are exact",
         "commit": earlier.get("commit") or git_commit("--always") or "",

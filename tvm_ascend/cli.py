@@ -229,7 +229,8 @@ def _retrain_parser(sub) -> None:
     p.add_argument("--soc_version", default="Ascend910B1")
     p.add_argument("--input_shape", default="")
     p.add_argument("--base", type=int, default=48,
-                   help="generated workloads trained on beside the records (0: records only)")
+                   help="generated workloads trained on beside the records and the models' "
+                   "variant groups (0: none)")
 
 
 def _run_retrain(args) -> int:

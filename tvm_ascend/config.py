@@ -132,14 +132,19 @@ class CompileConfig:
         MetaSchedule prunes before it measures) or the path of a ``.json``/``.ubj`` model
         ``tvm_ascend.tuning.retrain_planner_model`` wrote. A model that cannot be loaded is a
         warning, and the timing model alone decides. The report's
-        ``groups[*].estimate.decided_by`` says which did.
+        ``groups[*].estimate.decided_by`` says which did. The ranking saves no compile time
+        here: the timing model's estimates are about 0.6% of the partition stage
+        (``benchmarks/planner_model.py``), which goes to FuseOps, FuseTIR and the templates'
+        analyses; pruning with a model pays only where each estimate is a dear measurement
+        (a board through the RPC runner). Hence the default ``"timing"``.
     planner_top_k : int or None
-        How many of the best-ranked variants the timing model estimates under a learned
-        ``planner_model`` (0 or None: all of them, i.e. the timing model alone). The default
-        is 3. With the model trained on the recalibrated timing model (issue #18) no k up to 3
-        forms the timing model's partitions on every benchmark model measured
-        (``benchmarks/planner_model.py``: ResNet-50 and GPT-2 medium keep tilings estimated
-        up to 9% slower), which is one reason ``planner_model`` defaults to ``"timing"``.
+        How many of the best-ranked distinct variants the timing model estimates under a
+        learned ``planner_model`` (0 or None: all of them, i.e. the timing model alone). The
+        default is 3, the smallest k that forms the timing model's partitions, with the same
+        estimates, on every configuration ``benchmarks/planner_model.py`` measures (BERT-base
+        b1 s128, ResNet-50 b1 224 and GPT-2 medium b1 s512 on 910B1, the first two on 310P3;
+        none of them among the shipped model's training data); top 2 keeps a ResNet-50 conv
+        tiling estimated 0.4% slower on 910B1, top 1 up to 1.3%.
     input_shape : dict
         Input shapes, ``{"x": (1, 3, 224, 224)}``; a dimension may be -1 or a range
         ``"1~8"`` (ATC's spellings): dynamic dimensions run on the host, with a warning.

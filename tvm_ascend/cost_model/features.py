@@ -6,7 +6,14 @@ it measures on a runner, so the estimate is a cheap input there. ``PLAN_FEATURE_
 planner's, ``extract_plan_features``): the Tiling, its ``KernelWork``, the vector work and the
 SoC only, never the timing estimate, because the planner ranks in order to run the timing
 model on fewer candidates; a feature read from that estimate would make its ranking circular.
-Both are deterministic: the same (PrimFunc, Tiling, SoC) always gives the same bytes.
+The planner's layout adds what the launch and the pipeline model depend on, counted from the
+plan: the blocks the launch starts over the SoC's capacity, the busiest core's share, bytes
+(HBM, L2), MACs, operand loads and vector work per busiest core, bytes per step; and, because
+the planner ranks the variants of one group against each other, query-level normalised
+copies of those (``rel_*``: the candidate's value over the group's smallest, in log2, as
+learning-to-rank sets such as LETOR normalise features per query): ``plan_feature_matrix``
+computes a group's rows. Both are deterministic: the same (PrimFunc, Tiling, SoC) always
+gives the same bytes.
 
 Example
 -------
@@ -20,7 +27,7 @@ import math
 
 import numpy as np
 
-from .timing import estimate_kernel
+from .timing import estimate_kernel, l2_bytes
 from .vector_work import OP_CLASSES, count_vector_work
 
 TEMPLATES = ("elementwise", "row_reduce", "matmul")
@@ -50,7 +57,21 @@ PLAN_FEATURE_NAMES = (
     "log_steps", "log_vector_repeats", "log_extra_vector_calls", "log_cube_operand_bytes",
     "log_l2_operand_bytes", "log_workspace_bytes", "log_gather_elems", "log_gather_calls",
     "log_template_vector_bytes", "aiv_ratio", "l2_fraction",
+    # the launch's and the busiest core's pipes, from the plan (what timing.estimate_kernel
+    # charges them on, never what it estimates)
+    "log_template_vector_calls", "launch_block_fraction", "busiest_share", "imbalance",
+    "log_core_read", "log_core_write", "log_core_hbm", "log_core_l2", "log_hbm_contention",
+    "log_core_macs", "log_core_operand", "log_core_vector_bytes", "log_core_instructions",
+    "log_core_template_vector", "log_read_per_step", "log_macs_per_step",
 )
+# compared within a group (rel_*: log2 of the value over the group's smallest)
+_RELATIVE = ("launch_block_fraction", "log_steps", "log_core_read", "log_core_write",
+             "log_core_hbm", "log_core_l2", "log_hbm_contention", "log_core_macs",
+             "log_core_operand", "log_core_vector_bytes", "log_core_instructions",
+             "log_core_template_vector", "log_gm_read", "log_gm_write")
+_OWN_COUNT = len(PLAN_FEATURE_NAMES)
+PLAN_FEATURE_NAMES = (*PLAN_FEATURE_NAMES, *(f"rel_{n}" for n in _RELATIVE))
+_RELATIVE_INDEX = [PLAN_FEATURE_NAMES.index(n) for n in _RELATIVE]
 
 
 def _log(value: float) -> float:
@@ -98,12 +119,49 @@ def _plan_values(tiling, soc, work) -> dict:
         "l2_fraction": (plan.l2_operand_bytes + plan.workspace_read_bytes) /
         max(1, tiling.gm_read_bytes),
     }
+    values.update(_core_values(tiling, soc, work))
     return values
+
+
+def _core_values(tiling, soc, work) -> dict:
+    """The busiest core's part of the plan and the blocks its launch starts: what the timing
+    model's pipes and start-up are charged on, as plain counts (bytes, MACs, instructions)."""
+    plan = tiling.work
+    cores, ratio, steps = max(1, tiling.cores), max(1, plan.aiv_ratio), max(1, plan.steps)
+    share = min(tiling.block_len, tiling.total) / max(1, tiling.total)
+    read, write = tiling.gm_read_bytes, tiling.gm_write_bytes
+    l2_read, l2_write = l2_bytes(tiling)  # where the plan's bytes come from, not a time
+    hbm = read - l2_read + write - l2_write
+    operand = min(read, plan.cube_operand_bytes)
+    # a cube kernel starts its AICs (each with ``ratio`` AIV clients), a vector one its AIVs
+    blocks = -(-cores // ratio) / max(1, soc.ai_cores) if plan.cube_macs else \
+        cores / max(1, soc.vector_blocks)
+    template_vector = plan.gather_elems * work.elem_bytes + plan.template_vector_bytes
+    return {
+        "log_template_vector_calls": _log(plan.template_vector_calls),
+        "launch_block_fraction": min(1.0, blocks), "busiest_share": share,
+        "imbalance": share * cores,
+        "log_core_read": _log(share * read), "log_core_write": _log(share * write),
+        "log_core_hbm": _log(share * hbm), "log_core_l2": _log(share * (l2_read + l2_write)),
+        # the busiest core's HBM bytes as if every core streamed as much: its part of the
+        # stream bandwidth shrinks with the cores that share it
+        "log_hbm_contention": _log(share * hbm * cores),
+        "log_core_macs": _log(share * plan.cube_macs * ratio),
+        "log_core_operand": _log(share * operand * ratio),
+        "log_core_vector_bytes": _log(share * work.weighted_ops * work.elem_bytes),
+        "log_core_instructions": _log(work.ops_per_unit * plan.vector_repeats
+                                      + plan.extra_vector_calls),
+        "log_core_template_vector": _log(share * template_vector),
+        "log_read_per_step": _log(share * read / steps),
+        "log_macs_per_step": _log(share * plan.cube_macs * ratio / steps),
+    }
 
 
 def extract_plan_features(prim_func, tiling, soc, work=None) -> np.ndarray:
     """The planner's feature vector (float32, ``len(PLAN_FEATURE_NAMES)``) of one candidate
-    tiling: read from the plan, its vector work and the SoC, never from the timing estimate.
+    tiling alone: read from the plan, its vector work and the SoC, never from the timing
+    estimate; its ``rel_*`` features are those of a group of one (zero). A group's rows come
+    from ``plan_feature_matrix``.
 
     ``work``: ``count_vector_work(prim_func, ...)`` of the tiling, if already counted.
     """
@@ -112,7 +170,25 @@ def extract_plan_features(prim_func, tiling, soc, work=None) -> np.ndarray:
     values = _plan_values(tiling, soc, work)
     for t in PLAN_TEMPLATES:
         values[f"is_{t}"] = 1.0 if tiling.template == t else 0.0
+    values.update({f"rel_{n}": 0.0 for n in _RELATIVE})
     return np.asarray([values[name] for name in PLAN_FEATURE_NAMES], dtype=np.float32)
+
+
+def plan_feature_matrix(prim_func, tilings, soc) -> np.ndarray:
+    """The planner's features of a group's candidate ``tilings`` (rows, float32): each row
+    ``extract_plan_features``, its ``rel_*`` columns the candidate's value over the smallest
+    of the group's (a difference of log2 counts)."""
+    rows = np.stack([extract_plan_features(prim_func, t, soc) for t in tilings])
+    return normalise_group(rows)
+
+
+def normalise_group(rows: np.ndarray) -> np.ndarray:
+    """``rows`` (a group's ``extract_plan_features``) with their ``rel_*`` columns filled in:
+    each ``_RELATIVE`` feature minus its smallest value in the group."""
+    rows = np.array(rows, dtype=np.float32)
+    own = rows[:, _RELATIVE_INDEX]
+    rows[:, _OWN_COUNT:] = own - own.min(axis=0, keepdims=True)
+    return rows
 
 
 def extract_features(prim_func, tiling, soc, estimate=None) -> np.ndarray:

@@ -2,10 +2,11 @@
 model estimates the top ones, as MetaSchedule prunes with its model before it measures.
 
 ``GroupCost`` (partition/cost.py) plans every tiling variant of a group's template; with a
-``PlannerRanking`` over a loaded model it scores the plans with ``planner_model.ubj`` (plan
-features only: ``features.PLAN_FEATURE_NAMES``, nothing read from the timing estimate, so
-the ranking is not the estimate in disguise) and runs the timing model on the ``top_k``
-highest-scored; the fastest estimate is kept. ``PlannerRanking.timing()`` estimates every
+``PlannerRanking`` over a loaded model it scores the distinct plans (variants that plan to
+equal tilings are one candidate, the first of them) with ``planner_model.ubj`` (plan
+features only: ``features.PLAN_FEATURE_NAMES``, normalised within the group, nothing read
+from the timing estimate, so the ranking is not the estimate in disguise) and runs the
+timing model on the ``top_k`` highest-scored; the fastest estimate is kept. ``PlannerRanking.timing()`` estimates every
 plan (the timing model alone). A model that cannot be loaded is one warning per file and the
 timing model alone, never an error.
 
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .features import PLAN_FEATURE_NAMES, extract_plan_features
+from .features import PLAN_FEATURE_NAMES, plan_feature_matrix
 from .xgb_model import PLANNER_MODEL_PATH, CostModel, CostModelError
 
 logger = logging.getLogger("tvm_ascend.cost_model")
@@ -65,13 +66,29 @@ class PlannerRanking:
             if self.ranks and total > 1:
                 label += f" (no more than planner_top_k={self.top_k})"
             return list(range(total)), label
-        features = np.stack([extract_plan_features(prim, t, soc) for t in tilings])
+        # variants that plan to the same tiling estimate the same: only the first of them is
+        # a candidate (the one the timing model alone would keep of equal estimates)
+        distinct = distinct_tilings(tilings)
+        if len(distinct) <= self.top_k:
+            return distinct, (f"{TIMING_ONLY}, all {len(distinct)} distinct of {total} "
+                              f"tilings estimated (no more than planner_top_k={self.top_k})")
+        features = plan_feature_matrix(prim, [tilings[i] for i in distinct], soc)
         # a few rows: XGBoost's in-place predict on one thread (its thread pool and a
         # DMatrix cost 100x more than the trees on a busy machine); the layout was checked
         # when the file was loaded
         scores = self.model.booster.inplace_predict(features)
-        top = sorted(int(i) for i in np.argsort(-scores, kind="stable")[:self.top_k])
+        top = sorted(distinct[int(i)] for i in np.argsort(-scores, kind="stable")[:self.top_k])
         return top, f"ranked by {self.name}, top {self.top_k} of {total} estimated"
+
+
+def distinct_tilings(tilings: list) -> list[int]:
+    """Indices of the first of each distinct tiling of ``tilings`` (equal ones estimate the
+    same, and the timing model alone keeps the first of equal estimates)."""
+    first: list[int] = []
+    for index, tiling in enumerate(tilings):
+        if not any(tilings[j] == tiling for j in first):
+            first.append(index)
+    return first
 
 
 def load_planner_model(path=None) -> CostModel | None:
@@ -109,5 +126,5 @@ def planner_ranking(choice: str, top_k: int | None) -> PlannerRanking:
     return PlannerRanking(model, int(top_k), "xgboost")
 
 
-__all__ = ["PlannerRanking", "PLANNER_MODELS", "TIMING_ONLY", "load_planner_model",
-           "planner_ranking", "forget_loaded_models"]
+__all__ = ["PlannerRanking", "TIMING_ONLY", "distinct_tilings",
+           "load_planner_model", "planner_ranking", "forget_loaded_models"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import te, topi
 
-from ..cost_model.features import extract_features, extract_plan_features
+from ..cost_model.features import extract_features, plan_feature_matrix
 from ..cost_model.timing import estimate_kernel
 from ..errors import TilingError
 from ..schedules import template_by_name
@@ -195,41 +195,52 @@ def dataset(workloads, socs, runner=None) -> list[dict]:
     return groups
 
 
-def planner_candidates(template, prim_func, soc) -> tuple[list, list]:
+def planner_candidates(template, prim_func, soc, knob_space: bool = True) -> tuple[list, list]:
     """(knobs, tilings) of the tilings that plan among ``template``'s variants (the planner's
-    candidates, the defaults first) and its knob space, without repeats; raises TilingError
-    when the template does not take ``prim_func`` at all."""
+    candidates, the defaults first) and, with ``knob_space``, its knob space, each distinct
+    tiling once (the first knobs that plan to it); raises TilingError when the template does
+    not take ``prim_func`` at all."""
     analysis = template.analyse(prim_func)
     knobs_seen, tilings = [], []
-    for knobs in [*template.variants(prim_func, soc), *template.knob_space(prim_func, soc)]:
+    space = template.knob_space(prim_func, soc) if knob_space else []
+    for knobs in [*template.variants(prim_func, soc), *space]:
         if knobs in knobs_seen:
             continue
         try:
             tiling = template.plan(analysis, soc, knobs)
         except TilingError:
             continue
+        if tiling in tilings:
+            continue
         knobs_seen.append(knobs)
         tilings.append(tiling)
     return knobs_seen, tilings
 
 
-def planner_dataset(workloads, socs) -> list[dict]:
+def planner_group(workload: str, op_class: str, prim, tilings, soc, knobs=None) -> dict:
+    """One training group of the planner's model: the candidates' ``plan_feature_matrix``
+    and their timing-model times (``dataset``'s dict layout)."""
+    return {"workload": workload, "op_class": op_class, "soc": soc.name,
+            "features": plan_feature_matrix(prim, tilings, soc),
+            "times": np.asarray([estimate_kernel(prim, t, soc).time_us for t in tilings]),
+            "knobs": knobs}
+
+
+def planner_dataset(workloads, socs, knob_space: bool = True) -> list[dict]:
     """Per (workload, SoC): the plan features (``PLAN_FEATURE_NAMES``) and timing-model times
-    of ``planner_candidates``; the defaults are row 0. Same dict layout as ``dataset``."""
+    of ``planner_candidates`` (the variants the planner ranks, and with ``knob_space`` the
+    template's knob space too); the defaults are row 0. Same dict layout as ``dataset``."""
     groups = []
     for workload in workloads:
         template = template_by_name(workload.op_class)
         for soc in socs:
             try:
-                knobs, tilings = planner_candidates(template, workload.prim_func, soc)
+                knobs, tilings = planner_candidates(template, workload.prim_func, soc,
+                                                    knob_space)
             except TilingError:
                 continue
             if len(tilings) < 2:
                 continue
-            prim = workload.prim_func
-            groups.append({
-                "workload": workload.name, "op_class": workload.op_class, "soc": soc.name,
-                "features": np.stack([extract_plan_features(prim, t, soc) for t in tilings]),
-                "times": np.asarray([estimate_kernel(prim, t, soc).time_us for t in tilings]),
-                "knobs": knobs})
+            groups.append(planner_group(workload.name, workload.op_class,
+                                        workload.prim_func, tilings, soc, knobs))
     return groups
