@@ -305,12 +305,10 @@ def _add_rms_norm_row(rows: int, cols: int, dtype: str, figure_us: float) -> Row
                "(L2)", figure_us, "us", FUSED_ADD_RMS_NORM,
                lambda: _kernels_us(add_rms_norm_model(rows, cols, dtype), DIE),
                algorithm="the project builds this as two kernels (a multi-output kernel is "
-                         "not printed, so the Add whose result is a graph output runs alone) "
-                         "and its row kernel reads x in two passes and gamma again for every "
-                         "row, all charged as HBM: 7 row tensors of traffic against the "
-                         "measured kernel's 4 (its "
-                         "re-read of x is an L2 hit), so the ratio is about 7/4 of the "
-                         "per-byte one")
+                         "not printed, so the Add whose result is a graph output runs alone): "
+                         "x goes out to HBM and is read back by the row kernel, 5 row tensors "
+                         "of HBM traffic against the measured kernel's 4 (both re-read x and "
+                         "gamma from L2), and one launch more")
 
 
 def default_rows() -> list[Row]:
