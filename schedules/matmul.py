@@ -413,7 +413,7 @@ def overlap(soc, ub_two_tiles: int, capacity: int, base_m: int, base_n: int) -> 
     if ub_two_tiles > capacity:
         return False, (f"synchronous, single-buffered: two {base_m}x{base_n} C tiles with the "
                        f"epilogue's buffers need {ub_two_tiles} UB bytes, {soc.name} has "
-                       f"{capacity} (a smaller base tile fits)")
+                       f"{capacity}")
     return True, ("asynchronous rounds (Iterate<false> into the GM workspace), two C tiles in "
                   "the UB: the epilogue and copy-out of a tile overlap the cube work after it")
 
