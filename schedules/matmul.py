@@ -21,6 +21,13 @@ elements for the timing model, ``MatmulPlan.data_copy_pad`` tells the printer wh
 print. On coupled chips (310P, 910A) the product reaches the UB on chip; on 910B it goes
 through the GM workspace and those bytes are in the plan.
 
+On 910B the rounds are asynchronous where two C tiles (and two of each streamed epilogue
+input) fit the UB (``overlap``): the AIC computes a round's tiles ahead into the client's GM
+workspace while the AIV runs the epilogue and copy-out of the ones before, and a round has at
+most ``ASYNC_EVENT_FETCHES`` tiles by default (CANN's client waits for each of a round's
+first 14 tiles, the later ones for the whole round). The plan says which form it chose and why
+(``MatmulPlan.pipeline``); the timing model runs the same rounds (``_overlapped_cycles``).
+
 Example
 -------
 >>> from tvm_ascend.soc import get_soc                                     # doctest: +SKIP
@@ -42,7 +49,8 @@ from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .analysis.tile_values import buffer_size
 from .l2_reuse import l2_served, walk_distance
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
-from .tiling import SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
+from .tiling import (ASYNC_EVENT_FETCHES, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
+                     UB_RESERVED_BYTES)
 from .analysis.tir_walk import (cached_by_identity, load_buffer, product_loads,
                                 reduce_iter_vars, root_blocks, schedule_blocks)
 from .template import Template, mark_core_loop
@@ -58,6 +66,10 @@ class MatmulKnobs:
     base_n: int | None = None  # None: likewise for N
     cores: int | None = None   # None: every Matmul client (AIV of a 1:2 mix, else AI core)
     aiv_ratio: int | None = None  # 1 or 2 AIVs per AIC on 910B; None: 1
+    # most base tiles a round (single tile) may have; None: ASYNC_EVENT_FETCHES where the
+    # rounds are asynchronous (each fetch then waits for its own tile, not the round), no
+    # bound where synchronous; 0: no bound
+    round_tiles: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,11 @@ class MatmulPlan(TemplatePlan, template="matmul"):
     aligned); ``slots`` row slots of temporaries, ``slot_bytes`` bytes an element (the widest
     dtype computed in); one vector call covers ``epilogue_rows`` rows. ``data_copy_pad``: the
     tiles move by DataCopyPad (the SoC has it), else by whole blocks and scalar tails.
+
+    ``overlapped``: the kernel iterates asynchronously (``Iterate<false>``: the AIC computes a
+    round's tiles ahead into this core's GM workspace, ``workspace_bytes``) and holds two C
+    tiles (and two of each streamed input) in the UB, so tile i's epilogue and copy-out
+    overlap the cube work of the tiles after it; ``pipeline`` says why it is or is not.
     """
 
     shape: MatmulShape
@@ -125,6 +142,21 @@ class MatmulPlan(TemplatePlan, template="matmul"):
     slot_bytes: int
     epilogue_rows: int
     data_copy_pad: bool
+    overlapped: bool = False
+    pipeline: str = ""
+
+    @property
+    def round_tiles(self) -> int:
+        """Base tiles of a round (one single tile): the slots an asynchronous round caches."""
+        return ceil_div(self.single_m, self.base_m) * ceil_div(self.single_n, self.base_n)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """GM workspace of one Matmul client's asynchronous round (0 when synchronous): a
+        ``base_m x base_n`` slot of C per tile of the round, as CANN's server writes them."""
+        if not self.overlapped:
+            return 0
+        return self.round_tiles * self.base_m * self.base_n * dtype_bytes(self.shape.dtype)
 
     @property
     def group_shape(self) -> MatmulShape:
@@ -239,7 +271,8 @@ class MatmulSchedule(Template):
     def knob_space(func, soc) -> list[MatmulKnobs]:
         """Candidate knobs, the default first: base tiles of 32..128 (64 for float32) along
         M and N, plus the default's variants (``variants``), all or half the clients, on 910B
-        a 1:1 or 1:2 mix. ``plan`` may refuse one (TilingError)."""
+        a 1:1 or 1:2 mix and rounds of any number of tiles. ``plan`` may refuse one
+        (TilingError)."""
         shape = matmul_shape(func)
         if shape is None:
             return [MatmulKnobs()]
@@ -248,6 +281,8 @@ class MatmulSchedule(Template):
         bases_n = [b for b in (32, 64, 128) if b <= top and b <= round_up(shape.n, FRACTAL)]
         space = [MatmulKnobs()] + [k for k in MatmulSchedule.variants(func, soc)
                                    if k != MatmulKnobs()]
+        if soc.npu_arch == 2201:  # rounds of any size: fewer operand re-reads, later fetches
+            space.append(MatmulKnobs(round_tiles=0))
         ratios = (None, 1, 2) if soc.npu_arch == 2201 else (None,)
         for ratio in ratios:
             for cores in (None, max(1, soc.ai_cores * (ratio or 1) // 2)):
@@ -316,34 +351,42 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     clients = soc.ai_cores * ratio
     cores = max(1, min(knobs.cores or clients, clients))
     l1_bytes = soc.l1_bytes // ratio  # the two clients of one AIC share its L1
-    single_m, single_n = _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes)
-    reuse = l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n)
-    total = shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n)
-    per_core = ceil_div(total, min(cores, total))
-    used = ceil_div(total, per_core)
     align_n = round_up(base_n * elem, 32) // elem
     slots = (len(program.intermediates) + program.temp_slots) if program else 0
     columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN) \
         if program else 0
     streamed = sum(1 for k in program.inputs.values()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)) if program else 0
-    fixed = base_m * align_n * elem * (1 + streamed) + columns * round_up(shape.n * elem, 32)
+    capacity = soc.ub_bytes - UB_RESERVED_BYTES
 
-    def ub_of(rows):  # temporaries hold `rows` rows; a column is repeated over them when > 1
-        return fixed + rows * align_n * (slots * slot_bytes + (columns * elem if rows > 1 else 0))
+    def ub_of(rows, buffers):  # temporaries hold `rows` rows; a column repeated over them if > 1
+        return (buffers * base_m * align_n * elem * (1 + streamed)
+                + columns * round_up(shape.n * elem, 32)
+                + rows * align_n * (slots * slot_bytes + (columns * elem if rows > 1 else 0)))
 
-    ub = ub_of(1)
-    if ub > soc.ub_bytes - UB_RESERVED_BYTES:
+    overlapped, pipeline = overlap(soc, ub_of(1, 2), capacity, base_m, base_n)
+    buffers = 2 if overlapped else 1
+    if knobs.round_tiles is not None and knobs.round_tiles < 0:
+        raise TilingError(f"round_tiles={knobs.round_tiles} must be >= 0 (0: no bound)")
+    most = knobs.round_tiles if knobs.round_tiles is not None else \
+        (ASYNC_EVENT_FETCHES if overlapped else 0)
+    single_m, single_n = _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes,
+                                           most)
+    reuse = l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n)
+    total = shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n)
+    per_core = ceil_div(total, min(cores, total))
+    used = ceil_div(total, per_core)
+    ub = ub_of(1, buffers)
+    if ub > capacity:
         raise TilingError(f"matmul epilogue needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
-    rows = epilogue_rows(program, min(base_m, single_m),
-                         lambda r: ub_of(r) <= soc.ub_bytes - UB_RESERVED_BYTES)
-    ub = ub_of(rows)
+    rows = epilogue_rows(program, min(base_m, single_m), lambda r: ub_of(r, buffers) <= capacity)
+    ub = ub_of(rows, buffers)
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
     round_trip = product_round_trip(shape, soc)  # workspace bytes: L2
     plan = MatmulPlan(shape, single_m, single_n, base_m, base_n, base_k,
                       reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
                       l1_footprint(shape, base_m, base_n, base_k, reuse), align_n, slots,
-                      slot_bytes, rows, bool(soc.has_data_copy_pad))
+                      slot_bytes, rows, bool(soc.has_data_copy_pad), overlapped, pipeline)
     fill_rows = columns * min(rows, base_m, single_m) if rows > 1 else 0
     work = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, single_n, rows,
                      fill_rows) + KernelWork(
@@ -352,10 +395,27 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
         workspace_read_bytes=round_trip, workspace_write_bytes=round_trip,
         scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n, single_m,
                                        single_n, used),
-        aiv_ratio=ratio)
-    return Tiling("matmul", total, used, per_core, 1, per_core, 1,
+        aiv_ratio=ratio, round_tiles=plan.round_tiles if overlapped else 0)
+    return Tiling("matmul", total, used, per_core, 1, per_core, buffers,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
                   shape.n, work=work, plan=plan)
+
+
+def overlap(soc, ub_two_tiles: int, capacity: int, base_m: int, base_n: int) -> tuple[bool, str]:
+    """(overlapped, why) for a matmul kernel on ``soc`` whose UB needs ``ub_two_tiles`` bytes
+    with two C tiles (and two of each streamed input): asynchronous rounds exist on split
+    chips only (CANN's Iterate<false> and SetWorkspace are Atlas A2/A3 MIX APIs; a coupled
+    chip's cube and vector share one core and one instruction stream), and need the two UB
+    tiles to overlap anything."""
+    if soc.npu_arch != 2201:
+        return False, (f"synchronous: {soc.name} is a coupled chip (no asynchronous Iterate "
+                       "or SetWorkspace; the tile reaches the UB on chip)")
+    if ub_two_tiles > capacity:
+        return False, (f"synchronous, single-buffered: two {base_m}x{base_n} C tiles with the "
+                       f"epilogue's buffers need {ub_two_tiles} UB bytes, {soc.name} has "
+                       f"{capacity}")
+    return True, ("asynchronous rounds (Iterate<false> into the GM workspace), two C tiles in "
+                  "the UB: the epilogue and copy-out of a tile overlap the cube work after it")
 
 
 def _base_k(shape, base_m, base_n, soc, ratio) -> int:
@@ -403,8 +463,10 @@ def aiv_ratio(soc, knob: int | None = None) -> int:
     return knob or 1
 
 
-def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes) -> tuple[int, int]:
-    """(singleM, singleN): the per-core tile that gives the busiest core the least work.
+def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes,
+                      most_tiles: int = 0) -> tuple[int, int]:
+    """(singleM, singleN): the per-core tile that gives the busiest core the least work,
+    among those of at most ``most_tiles`` base tiles (0: any).
 
     The cores take contiguous ranges of ``ceil(tiles / cores)`` tiles, so the busiest core
     computes that many ``singleM x singleN`` tiles. Among equal loads the one whose operands
@@ -423,6 +485,8 @@ def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes) -> tuple[i
     best = None
     for sm in choices(shape.m, base_m):
         for sn in choices(shape.n, base_n):
+            if most_tiles and ceil_div(sm, base_m) * ceil_div(sn, base_n) > most_tiles:
+                continue  # base x base is always there: one tile
             total = shape.batch * ceil_div(shape.m, sm) * ceil_div(shape.n, sn)
             per_core = ceil_div(total, min(cores, total))
             work = per_core * min(sm, round_up(shape.m, FRACTAL)) * \

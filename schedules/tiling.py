@@ -63,6 +63,12 @@ def round_up(a: int, b: int) -> int:
     return ceil_div(a, b) * b
 
 
+# CANN's Matmul client waits on an event for the first 14 fetches of an asynchronous round
+# (INC_PROCESS_CHECK, kfc_comm.h: the AIC signals tiles 1..13 and the end of the round, as many
+# as its event counter holds), so from tile 13 on a fetch waits for the whole round.
+ASYNC_EVENT_FETCHES = 14
+
+
 @dataclass(frozen=True)
 class KernelWork:
     """What one kernel does, as its template's plan counts it: the timing model's only input
@@ -90,6 +96,10 @@ class KernelWork:
     ``aiv_ratio``: vector cores per cube core the kernel runs with (2 on 910B's 1:2 mix); two
     clients share one cube core's MTE2 and cube time.
 
+    ``round_tiles``: base tiles in each asynchronous Matmul round (``Iterate<false>``: the AIC
+    computes them ahead into the GM workspace while the AIV, double-buffered, runs the epilogue
+    and copy-out of the ones before); 0 where the kernel iterates synchronously.
+
     ``a + b`` is the work of ``a`` then ``b`` in one kernel: counts add, the ratio and the
     counting flags are the kernel's own and must agree; ``KernelWork()`` is the zero.
 
@@ -113,8 +123,9 @@ class KernelWork:
     aiv_ratio: int = 1
     per_output_element: bool = False
     img2col_prologue: bool = False
+    round_tiles: int = 0
 
-    _KERNEL_OWN = ("aiv_ratio", "per_output_element", "img2col_prologue")
+    _KERNEL_OWN = ("aiv_ratio", "per_output_element", "img2col_prologue", "round_tiles")
 
     def __add__(self, other: "KernelWork") -> "KernelWork":
         values = {}

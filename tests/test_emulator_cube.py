@@ -289,6 +289,51 @@ def test_threads_give_same_result_and_stats(exe, tmp_path):
     assert np.array_equal(c_seq, c_thr) and st_seq == st_thr
 
 
+ASYNC_CASES = ["f16_9cores_tails_transB", "f16h_9cores_transAB_orderN", "f32_6cores_tails_orderN",
+               "f16_unaligned_1core"]
+
+
+@pytest.mark.parametrize("name", ASYNC_CASES)
+def test_async_round_matches_the_synchronous_one(exe, tmp_path, name):
+    """An asynchronous round (SetWorkspace, Iterate<false>, GetTensorC<false> per tile, two
+    output buffers) gives the synchronous kernel's numbers bit for bit and the same counters:
+    each tile still goes AIC -> GM workspace -> UB once (written when produced, read when
+    fetched)."""
+    dtype, m, n, k, base, single, ta, tb, bias, order = EPILOGUE_CASES[name]
+    c_sync, st_sync = _launch(exe, tmp_path, Case(dtype, m, n, k, base, single, ta, tb, bias, order),
+                              "relu")
+    case = Case(dtype, m, n, k, base, single, ta, tb, bias, order)
+    c, st = _launch(exe, tmp_path, case, "relu_async")
+    np.testing.assert_allclose(c.astype(np.float64), case.reference(relu=True), **case.tol)
+    assert np.array_equal(c, c_sync) and st["warnings"] == []
+    expected = case.expected_counts(epilogue=True)
+    assert [{key: b[key] for key in e} for b, e in zip(st["blocks"], expected)] == expected
+    keys = ("gm_read_bytes", "gm_write_bytes", "cube_macs")
+    assert [{key: b[key] for key in keys} for b in st["blocks"]] == \
+        [{key: b[key] for key in keys} for b in st_sync["blocks"]]
+
+
+def test_async_round_in_a_one_to_two_mix(exe, tmp_path):
+    case = Case("f16", 300, 200, 100, (64, 32, 32), (128, 96), 0, 1, 1, 0)
+    c, st = _launch(exe, tmp_path, case, "relu_async", env={"EMU_MIX": "1_2"})
+    np.testing.assert_allclose(c.astype(np.float64), case.reference(relu=True), **case.tol)
+    expected = case.expected_counts(epilogue=True)
+    assert [{key: b[key] for key in e} for b, e in zip(st["blocks"], expected)] == expected
+
+
+def test_async_round_is_refused_on_a_coupled_chip(exe):
+    msg = error_of(run(exe, "rule", "async_ok", env={"ASCENDC_EMU_SOC": "Ascend310P3"}, rc=3))
+    assert "Matmul::Iterate<false>: asynchronous iteration is for the MIX kernels of split chips" in msg
+    assert "Ascend310P3 has no SetWorkspace" in msg
+
+
+def test_async_round_used_correctly_passes(exe):
+    st = stats_of(run(exe, "rule", "async_ok"))
+    assert st["warnings"] == []
+    # 4 tiles of 32 x 32 floats: written to the workspace once and read back once
+    assert st["gm_write_bytes"] == st["gm_read_bytes"] - 2 * 2 * 64 * 64 * 2 == 4 * 32 * 32 * 4
+
+
 # ----------------------------------------------------------------------------- counters
 
 
@@ -438,6 +483,31 @@ RULES = {
     ],
     "get_before_iterate": ["Matmul::GetTensorC(GlobalTensor): no current tile"],
     "aic_ub": ["Matmul::GetTensorC(LocalTensor): an AIC_MODE kernel has no UB"],
+    "async_no_workspace": ["Matmul::Iterate<false>: no workspace: call SetWorkspace first"],
+    "async_small_workspace": [
+        "Matmul::Iterate<false>: a round of 2 x 2 tiles needs 4 x baseM 32 x baseN 32 x 4 B = 16384 B "
+        "of workspace; SetWorkspace gave 12288 B"
+    ],
+    "async_fetch_past_round": [
+        "Matmul::GetTensorC<false>(LocalTensor): fetch 4 of an asynchronous round of 4 tiles: "
+        "workspace slot 4 holds no tile of this round (not yet produced"
+    ],
+    "async_new_round_unfetched": [
+        "Matmul::Iterate<false>: tiles 2..3 of the last asynchronous round (4 tiles) were never "
+        "fetched with GetTensorC<false>: a new round would overwrite their workspace slots"
+    ],
+    "async_end_unfetched": ["Matmul::End: tiles 3..3 of the last asynchronous round (4 tiles)"],
+    "async_overwritten": [
+        "Matmul::GetTensorC<false>(LocalTensor): workspace slot 1 (bytes [4096, 8192) of the "
+        "workspace) was overwritten before it was fetched"
+    ],
+    "async_gm_fetch": [
+        "Matmul::GetTensorC(GlobalTensor): an asynchronous round (Iterate<false>) fetches into a "
+        "LocalTensor (UB) only"
+    ],
+    "async_fetch_after_sync": [
+        "Matmul::GetTensorC<false>(LocalTensor): the round was started by a synchronous Iterate"
+    ],
     "missing_tail": [
         "Matmul::IterateAll: A access to elements",
         "is outside the SetGlobalBuffer range of 6400 elements",

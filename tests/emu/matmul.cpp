@@ -2,6 +2,9 @@
 //  - matmul_relu_*: C = ReLU(A x B + bias) with the high-level Matmul API; each tile comes into UB
 //    through Iterate / GetTensorC, ReLU runs on the vector unit, DataCopyPad writes it out
 //    (the MatmulLeakyRelu sample's structure, with ND_ALIGN tiles so any N works);
+//  - matmul_relu_async_*: the same with an asynchronous round (SetWorkspace, one Iterate<false>,
+//    GetTensorC<false> per tile, two output buffers), each block's slots in its part of the
+//    user workspace;
 //  - matmul_plain_*: C = A x B (+ bias) straight to GM with IterateAll, or Iterate + GetTensorC(gm);
 //  - mmad_basic: the basic API (DataCopy ND->NZ, LoadData, Mmad, Fixpipe) on one core;
 //  - rule cases: tilings and calls that break a device rule (test_emulator_cube.py checks them).
@@ -9,7 +12,7 @@
 // taking the tails through SetTail, as CalcOffset does in the samples.
 //
 // usage: matmul <kernel> <dtype> <M> <N> <K> <baseM> <baseN> <baseK> <singleM> <singleN> <transA>
-//               <transB> <bias> <order> <dir>       kernel: relu | all | gm; dtype: f16 f16h f32 bf16
+//               <transB> <bias> <order> <dir>       kernel: relu | relu_async | all | gm | mdl; dtype: f16 f16h f32 bf16
 //        matmul mmad <M> <N> <K> <dir>
 //        matmul rule <case>
 //   reads <dir>/a.bin, b.bin, bias.bin; writes <dir>/c.bin; prints "STATS <json>";
@@ -60,12 +63,12 @@ __aicore__ inline CoreTile CalcOffset(int32_t blockIdx, const TCubeTiling& t, bo
 }
 
 // ------------------------------------------------------------------ matmul + bias + ReLU epilogue
-template <typename aType, typename cType, typename biasType>
+template <typename aType, typename cType, typename biasType, bool ASYNC = false>
 class MatmulBiasReluKernel {
  public:
     __aicore__ inline MatmulBiasReluKernel() {}
-    __aicore__ inline void Init(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, const TCubeTiling& tiling,
-                                const MatmulArgs& args, AscendC::TPipe* pipe) {
+    __aicore__ inline void Init(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, GM_ADDR userWs,
+                                const TCubeTiling& tiling, const MatmulArgs& args, AscendC::TPipe* pipe) {
         this->tiling = tiling;
         this->args = args;
         aGlobal.SetGlobalBuffer(reinterpret_cast<__gm__ aType*>(a), tiling.M * tiling.Ka);
@@ -77,7 +80,12 @@ class MatmulBiasReluKernel {
         bGlobal = bGlobal[core.offsetB];
         cGlobal = cGlobal[core.offsetC];
         biasGlobal = biasGlobal[core.offsetBias];
-        pipe->InitBuffer(reluOutQueue_, 1, tiling.baseM * tiling.baseN * sizeof(cType));
+        pipe->InitBuffer(reluOutQueue_, ASYNC ? 2 : 1, tiling.baseM * tiling.baseN * sizeof(cType));
+        if constexpr (ASYNC) {  // one slot per tile of this block's round
+            const uint32_t slots = Ceiling(tiling.singleCoreM, tiling.baseM) * Ceiling(tiling.singleCoreN, tiling.baseN);
+            const uint32_t elems = slots * tiling.baseM * tiling.baseN;
+            wsGlobal.SetGlobalBuffer(reinterpret_cast<__gm__ cType*>(userWs) + AscendC::GetBlockIdx() * elems, elems);
+        }
     }
     __aicore__ inline void Process() {
         matmulObj.SetTail(core.tailM, core.tailN);
@@ -88,12 +96,23 @@ class MatmulBiasReluKernel {
         } else {
             matmulObj.DisableBias();
         }
-        uint32_t computeRound = 0;
-        while (matmulObj.template Iterate<true>()) {
-            MatmulCompute(computeRound);
-            ReluCompute();
-            CopyOut();
-            computeRound++;
+        if constexpr (ASYNC) {
+            matmulObj.SetWorkspace(wsGlobal);
+            matmulObj.template Iterate<false>();  // the AIC computes the whole round ahead
+            const uint32_t tiles = Ceiling(core.tailM, tiling.baseM) * Ceiling(core.tailN, tiling.baseN);
+            for (uint32_t i = 0; i < tiles; ++i) {
+                MatmulCompute(i);
+                ReluCompute();
+                CopyOut();
+            }
+        } else {
+            uint32_t computeRound = 0;
+            while (matmulObj.template Iterate<true>()) {
+                MatmulCompute(computeRound);
+                ReluCompute();
+                CopyOut();
+                computeRound++;
+            }
         }
         matmulObj.End();
     }
@@ -118,7 +137,7 @@ class MatmulBiasReluKernel {
         TileOf(count);
         reluOutLocal = reluOutQueue_.AllocTensor<cType>();
         // ND_ALIGN + doPad: rows padded to 32 bytes in UB, so DataCopyPad can write any N.
-        matmulObj.template GetTensorC<true, true>(reluOutLocal, 0, true, curM_, curN_);
+        matmulObj.template GetTensorC<!ASYNC, true>(reluOutLocal, 0, true, curM_, curN_);
     }
     __aicore__ inline void ReluCompute() {
         const uint32_t alignN = Ceiling(curN_, 32 / sizeof(cType)) * (32 / sizeof(cType));
@@ -134,7 +153,7 @@ class MatmulBiasReluKernel {
     }
 
     AscendC::GlobalTensor<aType> aGlobal, bGlobal;
-    AscendC::GlobalTensor<cType> cGlobal;
+    AscendC::GlobalTensor<cType> cGlobal, wsGlobal;
     AscendC::GlobalTensor<biasType> biasGlobal;
     AscendC::LocalTensor<cType> reluOutLocal;
     AscendC::TQue<AscendC::QuePosition::VECOUT, 1> reluOutQueue_;
@@ -144,17 +163,17 @@ class MatmulBiasReluKernel {
     uint32_t mIdx_ = 0, nIdx_ = 0, curM_ = 0, curN_ = 0;
 };
 
-template <typename aType, typename cType, typename biasType>
+template <typename aType, typename cType, typename biasType, bool ASYNC = false>
 __aicore__ inline void RunRelu(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, GM_ADDR workspace, GM_ADDR tilingGm) {
     AscendC::SetSysWorkspace(workspace);
     TCubeTiling tiling;
     MatmulArgs args;
     CopyTiling(&tiling, &args, tilingGm);
     if (AscendC::GetBlockIdx() >= tiling.usedCoreNum) return;
-    MatmulBiasReluKernel<aType, cType, biasType> op;
+    MatmulBiasReluKernel<aType, cType, biasType, ASYNC> op;
     AscendC::TPipe pipe;
     REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), op.matmulObj, &tiling);
-    op.Init(a, b, bias, c, tiling, args, &pipe);
+    op.Init(a, b, bias, c, AscendC::GetUserWorkspace(workspace), tiling, args, &pipe);
     op.Process();
 }
 
@@ -169,6 +188,15 @@ extern "C" __global__ __aicore__ void matmul_relu_f32(GM_ADDR a, GM_ADDR b, GM_A
 }
 extern "C" __global__ __aicore__ void matmul_relu_bf16(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, GM_ADDR ws, GM_ADDR t) {
     RunRelu<bfloat16_t, float, float>(a, b, bias, c, ws, t);
+}
+extern "C" __global__ __aicore__ void matmul_relu_async_f16(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, GM_ADDR ws, GM_ADDR t) {
+    RunRelu<half, float, float, true>(a, b, bias, c, ws, t);
+}
+extern "C" __global__ __aicore__ void matmul_relu_async_f16h(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, GM_ADDR ws, GM_ADDR t) {
+    RunRelu<half, half, half, true>(a, b, bias, c, ws, t);
+}
+extern "C" __global__ __aicore__ void matmul_relu_async_f32(GM_ADDR a, GM_ADDR b, GM_ADDR bias, GM_ADDR c, GM_ADDR ws, GM_ADDR t) {
+    RunRelu<float, float, float, true>(a, b, bias, c, ws, t);
 }
 
 // ------------------------------------------------------------------ straight to GM
@@ -347,6 +375,39 @@ using HalfIn = MatmulType<AscendC::TPosition::GM, CubeFormat::ND, half>;
 using FloatOut = MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>;
 using UbOut = MatmulType<AscendC::TPosition::VECIN, CubeFormat::ND, float>;
 
+// An asynchronous round of 2 x 2 tiles of 32 x 32 (C = A x A, 64 x 64 x 64) with its workspace in
+// `c`: `wsTiles` slots; `fetches` GetTensorC<false> calls, then what `then` does.
+enum class AsyncThen { NOTHING, NEW_ROUND, END, POKE_SLOT1, GM_FETCH };
+static void AsyncRound(GM_ADDR a, GM_ADDR c, int wsTiles, int fetches, AsyncThen then, bool setWorkspace = true) {
+    AscendC::TPipe pipe;
+    Matmul<HalfIn, HalfIn, UbOut> mm;
+    TCubeTiling t = RuleTiling(32, 32, 32);
+    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
+    AscendC::TQue<AscendC::QuePosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, 32 * 32 * sizeof(float));
+    AscendC::GlobalTensor<half> g;
+    g.SetGlobalBuffer((__gm__ half*)a, 64 * 64);
+    AscendC::GlobalTensor<float> ws;
+    ws.SetGlobalBuffer((__gm__ float*)c, wsTiles * 32 * 32);
+    if (setWorkspace) mm.SetWorkspace(ws);
+    mm.SetTensorA(g);
+    mm.SetTensorB(g);
+    mm.template Iterate<false>();
+    if (then == AsyncThen::POKE_SLOT1) ws.SetValue(32 * 32 + 5, 1.0f);  // a stray write into slot 1
+    for (int i = 0; i < fetches; ++i) {
+        AscendC::LocalTensor<float> ub = q.AllocTensor<float>();
+        mm.template GetTensorC<false>(ub, 0, true);
+        q.FreeTensor(ub);
+    }
+    if (then == AsyncThen::NEW_ROUND) {
+        mm.SetTensorA(g);
+        mm.template Iterate<false>();
+    } else if (then == AsyncThen::GM_FETCH) {
+        mm.GetTensorC(ws);
+    }
+    mm.End();
+}
+
 static const std::map<std::string, std::function<void(GM_ADDR, GM_ADDR, GM_ADDR)>>& RuleCases() {
     static const std::map<std::string, std::function<void(GM_ADDR, GM_ADDR, GM_ADDR)>> cases = {
         {"l0a_overflow", [](GM_ADDR, GM_ADDR, GM_ADDR) {
@@ -443,6 +504,33 @@ static const std::map<std::string, std::function<void(GM_ADDR, GM_ADDR, GM_ADDR)
              mm.IterateAll(gc[64 * 64]);
              mm.End();
          }},
+        {"async_ok", [](GM_ADDR a, GM_ADDR, GM_ADDR c) { AsyncRound(a, c, 4, 4, AsyncThen::NOTHING); }},
+        {"async_no_workspace", [](GM_ADDR a, GM_ADDR, GM_ADDR c) {
+             AsyncRound(a, c, 4, 4, AsyncThen::NOTHING, false);
+         }},
+        {"async_small_workspace", [](GM_ADDR a, GM_ADDR, GM_ADDR c) { AsyncRound(a, c, 3, 3, AsyncThen::NOTHING); }},
+        {"async_fetch_past_round", [](GM_ADDR a, GM_ADDR, GM_ADDR c) { AsyncRound(a, c, 4, 5, AsyncThen::NOTHING); }},
+        {"async_new_round_unfetched", [](GM_ADDR a, GM_ADDR, GM_ADDR c) {
+             AsyncRound(a, c, 4, 2, AsyncThen::NEW_ROUND);
+         }},
+        {"async_end_unfetched", [](GM_ADDR a, GM_ADDR, GM_ADDR c) { AsyncRound(a, c, 4, 3, AsyncThen::END); }},
+        {"async_overwritten", [](GM_ADDR a, GM_ADDR, GM_ADDR c) { AsyncRound(a, c, 4, 4, AsyncThen::POKE_SLOT1); }},
+        {"async_gm_fetch", [](GM_ADDR a, GM_ADDR, GM_ADDR c) { AsyncRound(a, c, 4, 1, AsyncThen::GM_FETCH); }},
+        {"async_fetch_after_sync", [](GM_ADDR a, GM_ADDR, GM_ADDR) {
+             AscendC::TPipe pipe;
+             Matmul<HalfIn, HalfIn, UbOut> mm;
+             TCubeTiling t = RuleTiling(64, 64, 64);
+             REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &t);
+             AscendC::TQue<AscendC::QuePosition::VECIN, 1> q;
+             pipe.InitBuffer(q, 1, 64 * 64 * sizeof(float));
+             AscendC::GlobalTensor<half> g;
+             g.SetGlobalBuffer((__gm__ half*)a, 64 * 64);
+             mm.SetTensorA(g);
+             mm.SetTensorB(g);
+             mm.Iterate();
+             AscendC::LocalTensor<float> ub = q.AllocTensor<float>();
+             mm.template GetTensorC<false>(ub, 0, true);
+         }},
         {"no_end", [](GM_ADDR a, GM_ADDR, GM_ADDR c) {  // warning only
              AscendC::TPipe pipe;
              Matmul<HalfIn, HalfIn, FloatOut> mm;
@@ -534,7 +622,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const std::string kernel = argv[1], dtype = argv[2], dir = argv[15];
-    if (kernel != "relu" && dtype != "f32" && dtype != "f16") {
+    if (kernel != "relu" && kernel != "relu_async" && dtype != "f32" && dtype != "f16") {
         std::fprintf(stderr, "kernels all/gm take f32 or f16 only\n");
         return 2;
     }
@@ -566,7 +654,10 @@ int main(int argc, char** argv) {
     uint8_t* b = (uint8_t*)AscendC::GmAlloc(size_t(K) * N * inBytes);
     uint8_t* bias = (uint8_t*)AscendC::GmAlloc(size_t(N) * outBytes);
     uint8_t* c = (uint8_t*)AscendC::GmAlloc(size_t(M) * N * outBytes);
-    uint8_t* ws = (uint8_t*)AscendC::GmAlloc(1024);
+    // relu_async: each block's round caches its tiles in its own part of the user workspace
+    const size_t wsSlots = kernel == "relu_async" ? size_t(Ceiling(v[6], v[3])) * Ceiling(v[7], v[4]) : 0;
+    uint8_t* ws = (uint8_t*)AscendC::GmAlloc(AscendC::emu::kSysWorkspaceBytes +
+                                             size_t(t.usedCoreNum) * wsSlots * v[3] * v[4] * outBytes);
     uint8_t* tiling = (uint8_t*)AscendC::GmAlloc(sizeof(TCubeTiling) + sizeof(MatmulArgs));
     std::memcpy(tiling, &t, sizeof t);
     std::memcpy(tiling + sizeof t, &args, sizeof args);
@@ -588,6 +679,10 @@ int main(int argc, char** argv) {
             else if (dtype == "f16h") ICPU_RUN_KF(matmul_relu_f16h, blockDim, a, b, bias, c, ws, tiling);
             else if (dtype == "f32") ICPU_RUN_KF(matmul_relu_f32, blockDim, a, b, bias, c, ws, tiling);
             else ICPU_RUN_KF(matmul_relu_bf16, blockDim, a, b, bias, c, ws, tiling);
+        } else if (kernel == "relu_async") {
+            if (dtype == "f16") ICPU_RUN_KF(matmul_relu_async_f16, blockDim, a, b, bias, c, ws, tiling);
+            else if (dtype == "f16h") ICPU_RUN_KF(matmul_relu_async_f16h, blockDim, a, b, bias, c, ws, tiling);
+            else ICPU_RUN_KF(matmul_relu_async_f32, blockDim, a, b, bias, c, ws, tiling);
         } else if (kernel == "mdl") {
             if (dtype == "f32") ICPU_RUN_KF(matmul_mdl_f32, blockDim, a, b, bias, c, ws, tiling);
             else ICPU_RUN_KF(matmul_mdl_f16, blockDim, a, b, bias, c, ws, tiling);

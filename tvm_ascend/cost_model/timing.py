@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..schedules.tiling import ASYNC_EVENT_FETCHES
 from .vector_work import VectorWork, count_vector_work
 
 _PIPES = ("mte2", "cube", "vector", "mte3")
@@ -193,6 +194,50 @@ def _pipeline_cycles(stage_cycles: list[float], steps: int, double_buffered: boo
     return steps * sum(per_step)
 
 
+def _overlapped_cycles(stage_cycles: list[float], steps: int, round_tiles: int,
+                       buffers: int = 2) -> float:
+    """Cycles of ``steps`` base tiles through an asynchronous Matmul kernel, as the printed
+    one runs them: rounds of ``round_tiles`` tiles, each started (``Iterate<false>``) once
+    the AIV has fetched the last round's last tile; in a round the AIC computes its tiles
+    back to back (``stage_cycles[0]``: operand loads overlapping the cube), and the AIV
+    fetches tile i (``[1]``: MTE2 of the workspace slot and the epilogue's inputs) when the
+    AIC has signalled it (tile i < 13) or ended the round (``ASYNC_EVENT_FETCHES``), runs its
+    epilogue (``[2]``) and copies it out (``[3]``), each pipe one tile at a time, with at most
+    ``buffers`` tiles in the UB (fetch of tile i waits for the copy-out of tile i - buffers).
+    Rounds repeat alike: three are simulated and the rest extrapolated.
+
+    ``stage_cycles`` are totals over the ``steps`` tiles.
+
+    >>> _overlapped_cycles([40, 4, 4, 4], 4, 4)     # cube-bound: 4 x 10 + the last tile's AIV
+    43.0
+    >>> _overlapped_cycles([4, 40, 40, 40], 4, 4)   # two UB tiles: 30 cycles hold each
+    71.0
+    """
+    per_step = [c / steps for c in stage_cycles]
+    cube, fetch, vec, out = per_step
+    tiles = max(1, min(round_tiles, steps))
+    rounds = -(-steps // tiles)
+    aic_free = fetch_free = vec_free = out_free = 0.0
+    outs: list[float] = []
+    ends = []
+    for _ in range(min(rounds, 3)):
+        start = max(aic_free, fetch_free)
+        round_end = start + tiles * cube
+        for i in range(tiles):
+            ready = start + (i + 1) * cube if i < ASYNC_EVENT_FETCHES - 1 else round_end
+            held = outs[-buffers] if len(outs) >= buffers else 0.0
+            fetch_free = max(ready, fetch_free, held) + fetch
+            vec_free = max(fetch_free, vec_free) + vec
+            out_free = max(vec_free, out_free) + out
+            outs.append(out_free)
+        aic_free = round_end
+        ends.append(out_free)
+    if rounds > len(ends):
+        step = ends[-1] - ends[-2] if len(ends) >= 2 else ends[-1]
+        return ends[-1] + (rounds - len(ends)) * step
+    return ends[-1]
+
+
 def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> KernelEstimate:
     """Estimated time of one launch of the kernel ``prim_func`` tiled as ``tiling`` on ``soc``.
 
@@ -265,15 +310,20 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     cube = macs * share / cube_rate * ratio
     if operand:
         # the Matmul API double-buffers its operand blocks (dbL0A/dbL0B, L1 depths): the AIC's
-        # loads overlap its cube work; the tile then goes to the AIV in step (GetTensorC),
-        # whose loads, epilogue and copy-out follow it
+        # loads overlap its cube work; the tile then goes to the AIV (GetTensorC), whose loads,
+        # epilogue and copy-out follow it: in step (synchronous), or as the asynchronous
+        # rounds let them overlap the AIC's next tiles (``_overlapped_cycles``)
         stages = [max(operand_mte2, cube), mte2 - operand_mte2, vector + scalar, mte3]
     else:
         stages = [mte2, cube, vector + scalar, mte3]
     # a core's reads and writes share its part of what HBM streams, though MTE2 and MTE3
     # overlap as pipes
     hbm = share * (read - ws_read + write - ws_write) / core_hbm
-    core_us = max(_pipeline_cycles(stages, steps, double), hbm) / clock * 1e6
+    if operand and plan.round_tiles:
+        pipeline = _overlapped_cycles(stages, steps, plan.round_tiles, tiling.buffer_num)
+    else:
+        pipeline = _pipeline_cycles(stages, steps, double)
+    core_us = max(pipeline, hbm) / clock * 1e6
     # the roofline of the launch: every core at its peak, HBM at its nominal bandwidth and
     # the L2's bytes at every core's MTE rate
     served = ws_read + ws_write

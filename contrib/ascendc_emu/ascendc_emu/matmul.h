@@ -595,18 +595,38 @@ class MatmulImpl {
     uint8_t GetSubBlockIdx() { return subBlockIdx_; }
     void SetSelfDefineData(const uint64_t) {}
     void SetUserDefInfo(const uint64_t) {}
+    /* The GM area an asynchronous round (Iterate<false>) caches its tiles in: `size` elements of
+     * T (the device asserts a non-null address / a sized GlobalTensor). */
     template <class T>
-    void SetWorkspace(__gm__ const T*, int) {}
+    void SetWorkspace(__gm__ const T* addr, int size) {
+        const char* api = "Matmul::SetWorkspace";
+        if (addr == nullptr || size <= 0) {
+            emu::Fail(api, emu::Cat("needs a GM address and a positive size (got ", size, " elements)"));
+        }
+        ws_.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(const_cast<T*>(addr)), uint64_t(size) * sizeof(T));
+        wsBytes_ = int64_t(size) * int64_t(sizeof(T));
+    }
     template <class T>
-    void SetWorkspace(GlobalTensor<T>&) {}
+    void SetWorkspace(GlobalTensor<T>& addr) {
+        if (addr.GetSize() == 0) {
+            emu::Fail("Matmul::SetWorkspace", "the GlobalTensor has no size (SetGlobalBuffer(ptr, count)): "
+                                              "the device asserts GetSize() > 0");
+        }
+        SetWorkspace(addr.GetPhyAddr(), static_cast<int>(addr.GetSize()));
+    }
     void SetLocalWorkspace(const LocalTensor<uint8_t>&) {}
 
-    /* One baseM x baseN tile per call (sync and async behave alike on the CPU). */
+    /* One baseM x baseN tile per call. Asynchronous (sync = false, MIX kernels of split chips):
+     * the round's first call has the AIC compute every tile of the round into the workspace
+     * (IterateAsync); later calls only count the tiles. */
     template <bool sync = true>
     bool Iterate(bool enPartialSum = false) {
-        const char* api = "Matmul::Iterate";
+        const char* api = sync ? "Matmul::Iterate" : "Matmul::Iterate<false>";
         if (enPartialSum) emu::Fail(api, "enPartialSum = true is not emulated");
+        if constexpr (!sync) return IterateAsync(api);
         if (s_.tile < 0) {
+            Drained(api);
+            async_.on = false;
             CheckOperands(api);
             s_.StartRound(api);
             s_.tile = 0;
@@ -628,6 +648,8 @@ class MatmulImpl {
         (void)waitIterateAll;
         if (fakeMsg) return;
         if (enSequentialWrite) emu::Fail(api, "enSequentialWrite = true is not emulated for IterateAll");
+        Drained(api);
+        async_.on = false;
         CheckOperands(api);
         s_.StartRound(api);
         for (int64_t i = 0; i < int64_t(s_.mIter) * s_.nIter; ++i) {
@@ -644,7 +666,15 @@ class MatmulImpl {
     template <bool sync = true, bool doPad = false>
     void GetTensorC(const LocalTensor<DstT>& c, uint8_t enAtomic = 0, bool enSequentialWrite = false,
                     uint32_t height = 0, uint32_t width = 0, uint32_t srcGap = 0, uint32_t dstGap = 0) {
-        const char* api = "Matmul::GetTensorC(LocalTensor)";
+        const char* api = sync ? "Matmul::GetTensorC(LocalTensor)" : "Matmul::GetTensorC<false>(LocalTensor)";
+        if (async_.on) {  // the device's client follows the mode of the round's Iterate
+            FetchAsync(api, c, enAtomic, doPad, height, width, srcGap, dstGap);
+            return;
+        }
+        if constexpr (!sync) {
+            emu::Fail(api, "the round was started by a synchronous Iterate (the device asserts sync == true "
+                           "unless Iterate<false> started it)");
+        }
         TakeTile(api);
         if (enAtomic != 0) emu::Fail(api, "enAtomic must be 0 when C goes to a LocalTensor");
         if (doPad && C_TYPE::format != CubeFormat::ND_ALIGN) {
@@ -659,6 +689,7 @@ class MatmulImpl {
     template <bool sync = true>
     void GetTensorC(const GlobalTensor<DstT>& gm, uint8_t enAtomic = 0, bool enSequentialWrite = false) {
         const char* api = "Matmul::GetTensorC(GlobalTensor)";
+        NotAsync(api);
         TakeTile(api);
         WriteGm(api, gm, enAtomic, enSequentialWrite);
     }
@@ -666,6 +697,7 @@ class MatmulImpl {
     void GetTensorC(const GlobalTensor<DstT>& gm, const LocalTensor<DstT>& co2Local, uint8_t enAtomic = 0,
                     bool enSequentialWrite = false) {
         const char* api = "Matmul::GetTensorC(GlobalTensor, LocalTensor)";
+        NotAsync(api);
         TakeTile(api);
         WriteGm(api, gm, enAtomic, enSequentialWrite);
         WriteLocal(api, co2Local, enSequentialWrite, C_TYPE::format == CubeFormat::ND_ALIGN);
@@ -682,6 +714,8 @@ class MatmulImpl {
     }
 
     void End() {
+        Drained("Matmul::End");
+        async_.on = false;
         s_.tile = -1;
         s_.used = false;
         s_.tileFetched = true;
@@ -691,6 +725,143 @@ class MatmulImpl {
     void EmuBindPipe(TPipe* p) { s_.pipe = p; }
 
  private:
+    /* ---- asynchronous rounds (Iterate<false> / GetTensorC<false>), as CANN's client and server
+     * do them on split chips (matmul_client.h, kfc/matmul_server_impl_c220.h): the round's first
+     * Iterate<false> posts one message and the AIC computes all mIter * nIter tiles of the round
+     * without waiting for the AIV, writing tile i at workspace + i * baseM * baseN * sizeof(C)
+     * (rows curN apart, enSequentialWrite); each GetTensorC<false> copies the next slot into the
+     * UB. The AIV waits on an event for the first INC_PROCESS_CHECK (14) fetches of a round
+     * (the AIC signals tiles 1..13 and the round's end), so tile 13 and later wait for the whole
+     * round. The emulator writes every slot at the round's start (the AIC runs ahead as far as
+     * it can) and fails a fetch of a slot this round did not produce, a slot whose bytes
+     * changed since it was produced (another object, core or copy wrote there), and a new round
+     * or End() while slots of the last are unfetched (the AIC would overwrite them). */
+    struct AsyncSlot {
+        int row, col, m, n;
+        uint64_t off, hash;
+    };
+    struct AsyncRound {
+        bool on = false;  // the last round was asynchronous; GetTensorC fetches from its slots
+        std::vector<AsyncSlot> slots;
+        size_t fetched = 0;
+    };
+    static uint64_t Fnv(const uint8_t* p, uint64_t n) {
+        uint64_t h = 1469598103934665603ull;
+        for (uint64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+        return h;
+    }
+    /* A round may start (or the object end) only when the last asynchronous one is fetched. */
+    void Drained(const char* api) {
+        if (async_.on && async_.fetched < async_.slots.size()) {
+            emu::Fail(api, emu::Cat("tiles ", async_.fetched, "..", async_.slots.size() - 1, " of the last "
+                                    "asynchronous round (", async_.slots.size(), " tiles) were never fetched with "
+                                    "GetTensorC<false>: a new round would overwrite their workspace slots "
+                                    "before they are read"));
+        }
+    }
+    void NotAsync(const char* api) {
+        if (async_.on) {
+            emu::Fail(api, "an asynchronous round (Iterate<false>) fetches into a LocalTensor (UB) only: on "
+                           "split chips the device asserts a synchronous Iterate before GetTensorC to GM");
+        }
+    }
+    bool IterateAsync(const char* api) {
+        if (s_.tile >= 0) {
+            if (!async_.on) {
+                emu::Fail(api, "called in a round a synchronous Iterate started (a round is all-sync or all-async)");
+            }
+            if (++s_.tile >= int64_t(s_.mIter) * s_.nIter) {
+                s_.tile = -1;
+                return false;
+            }
+            return true;
+        }
+        const emu::SocProfile& soc = emu::ActiveSoc();
+        if (soc.npu_arch != 2201) {
+            emu::Fail(api, emu::Cat("asynchronous iteration is for the MIX kernels of split chips (Atlas A2/A3: "
+                                    "the AIC runs ahead into the GM workspace); ", soc.name, " has no "
+                                    "SetWorkspace: iterate synchronously"));
+        }
+        if (emu::Global().kernel_mode.load() == static_cast<int>(KernelMode::AIC_MODE)) {
+            emu::Fail(api, "an AIC_MODE (cube-only) kernel iterates synchronously only");
+        }
+        if (C_TYPE::pos != TPosition::VECIN && C_TYPE::pos != TPosition::VECOUT &&
+            C_TYPE::pos != TPosition::VECCALC) {
+            emu::Fail(api, "C's MatmulType position must be the UB (VECIN/VECOUT/VECCALC): the device asserts "
+                           "PhyPosIsUB(C_TYPE::pos) for an asynchronous Iterate");
+        }
+        Drained(api);
+        if (ws_.addr_ == nullptr) {
+            emu::Fail(api, "no workspace: call SetWorkspace first (the AIC caches every tile of the round there "
+                           "for GetTensorC<false>)");
+        }
+        CheckOperands(api);
+        s_.StartRound(api);
+        const int64_t tiles = int64_t(s_.mIter) * s_.nIter;
+        const int64_t slot = int64_t(s_.t.baseM) * s_.t.baseN * int64_t(sizeof(DstT));
+        if (tiles * slot > wsBytes_) {
+            emu::Fail(api, emu::Cat("a round of ", s_.mIter, " x ", s_.nIter, " tiles needs ", tiles, " x baseM ",
+                                    s_.t.baseM, " x baseN ", s_.t.baseN, " x ", sizeof(DstT), " B = ", tiles * slot,
+                                    " B of workspace; SetWorkspace gave ", wsBytes_, " B"));
+        }
+        async_.slots.clear();
+        async_.fetched = 0;
+        emu::BlockCtx& ctx = emu::Ctx();
+        for (int64_t i = 0; i < tiles; ++i) {
+            s_.PlaceTile(i);
+            Compute(api);
+            const int m = s_.curM, n = s_.curN;
+            const uint64_t off = uint64_t(i * slot), bytes = uint64_t(m) * n * sizeof(DstT);
+            uint8_t* p = ws_.Check(off, bytes, api, "workspace slot");
+            DstT* d = reinterpret_cast<DstT*>(p);
+            for (int64_t e = 0; e < int64_t(m) * n; ++e) d[e] = emu::CubeOut<DstT>(s_.acc[size_t(e)]);
+            const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+            emu::RecordGmWrite(a, a + bytes);
+            ctx.c.gm_write_bytes += int64_t(bytes);
+            async_.slots.push_back(AsyncSlot{s_.curRow, s_.curCol, m, n, off, Fnv(p, bytes)});
+        }
+        async_.on = true;
+        s_.tile = 0;
+        return true;
+    }
+    /* The next slot of the asynchronous round into `c`: the tile at element 0, rows padded to 32
+     * bytes (doPad or ND_ALIGN) or curN apart; read from the GM workspace (MTE2). */
+    void FetchAsync(const char* api, const LocalTensor<DstT>& c, uint8_t enAtomic, bool doPad, uint32_t height,
+                    uint32_t width, uint32_t srcGap, uint32_t dstGap) {
+        if (enAtomic != 0) emu::Fail(api, "enAtomic must be 0 when C goes to a LocalTensor");
+        if (doPad && C_TYPE::format != CubeFormat::ND_ALIGN) {
+            emu::Fail(api, "doPad needs C's MatmulType format CubeFormat::ND_ALIGN");
+        }
+        const size_t k = async_.fetched;
+        if (k >= async_.slots.size()) {
+            emu::Fail(api, emu::Cat("fetch ", k, " of an asynchronous round of ", async_.slots.size(), " tiles: "
+                                    "workspace slot ", k, " holds no tile of this round (not yet produced: "
+                                    "start the next round with Iterate<false> first)"));
+        }
+        const AsyncSlot& sl = async_.slots[k];
+        const uint64_t bytes = uint64_t(sl.m) * sl.n * sizeof(DstT);
+        const uint8_t* p = ws_.Check(sl.off, bytes, api, "workspace slot");
+        if (Fnv(p, bytes) != sl.hash) {
+            emu::Fail(api, emu::Cat("workspace slot ", k, " (bytes [", sl.off, ", ", sl.off + bytes, ") of the "
+                                    "workspace) was overwritten before it was fetched: another Matmul object, "
+                                    "core or copy wrote there after Iterate<false> produced tile ", k));
+        }
+        if ((height != 0 && int(height) != sl.m) || (width != 0 && int(width) != sl.n) || srcGap || dstGap) {
+            emu::Fail(api, emu::Cat("height ", height, " x width ", width, " (gaps ", srcGap, ", ", dstGap,
+                                    ") differ from tile ", k, " of the round, ", sl.m, " x ", sl.n));
+        }
+        s_.curRow = sl.row;
+        s_.curCol = sl.col;
+        s_.curM = sl.m;
+        s_.curN = sl.n;
+        const DstT* v = reinterpret_cast<const DstT*>(p);
+        s_.acc.resize(size_t(sl.m) * sl.n);
+        for (size_t e = 0; e < s_.acc.size(); ++e) s_.acc[e] = emu::ToF(v[e]);
+        WriteLocal(api, c, true, doPad || C_TYPE::format == CubeFormat::ND_ALIGN, false);
+        emu::Ctx().c.gm_read_bytes += int64_t(bytes);
+        async_.fetched = k + 1;
+    }
+
     void CheckOperands(const char* api) {
         if (!aFromUb_ && a_.addr_ == nullptr) emu::Fail(api, "SetTensorA was not called (A has no GM buffer)");
         if (!bFromUb_ && b_.addr_ == nullptr) emu::Fail(api, "SetTensorB was not called (B has no GM buffer)");
@@ -828,7 +999,8 @@ class MatmulImpl {
     /* Into a LocalTensor. On 2201 (910B/A3) the AIC has no path to the AIV's UB: the tile goes
      * through the GM workspace (Fixpipe out, MTE2 in), so it is counted as GM write + read; the
      * coupled chips move it on chip. */
-    void WriteLocal(const char* api, const LocalTensor<DstT>& c, bool sequential, bool align32) {
+    void WriteLocal(const char* api, const LocalTensor<DstT>& c, bool sequential, bool align32,
+                    bool roundTrip = true) {
         const emu::SocProfile& soc = emu::ActiveSoc();
         const bool aic = emu::Global().kernel_mode.load() == static_cast<int>(KernelMode::AIC_MODE);
         if (soc.npu_arch == 2201 && aic && c.buf_ != nullptr && c.buf_->mem == emu::Mem::UB) {
@@ -850,7 +1022,7 @@ class MatmulImpl {
             for (int64_t j = n; j < rowSpan; ++j) r[j] = emu::CubeOut<DstT>(0.0f);
         }
         emu::SyncPipes(PIPE_MTE2, PIPE_V);  // the API waits for the copy before returning
-        if (soc.npu_arch == 2201) {
+        if (soc.npu_arch == 2201 && roundTrip) {  // an asynchronous fetch counts its own bytes
             const int64_t bytes = int64_t(m) * n * sizeof(DstT);
             emu::Ctx().c.gm_write_bytes += bytes;
             emu::Ctx().c.gm_read_bytes += bytes;
@@ -866,6 +1038,9 @@ class MatmulImpl {
     bool aFromUb_ = false;
     bool bFromUb_ = false;
     uint8_t subBlockIdx_ = 0;
+    GlobalTensor<uint8_t> ws_;  // SetWorkspace
+    int64_t wsBytes_ = 0;
+    AsyncRound async_;
 };
 
 template <class A_TYPE, class B_TYPE, class C_TYPE, class BIAS_TYPE = C_TYPE, const auto& MM_CFG = CFG_NORM,

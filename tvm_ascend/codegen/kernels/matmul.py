@@ -13,6 +13,14 @@ is a MIX kernel (cube + vector): a 1:1 mix, or on 910B the 1:2 mix when the plan
 ``aiv_ratio`` is 2 (``KERNEL_TYPE_MIX_AIC_1_2``; the plan's cores count AIV clients, the launch
 their AIC groups).
 
+Where the plan is ``overlapped`` (split chips, two C tiles fit the UB) the rounds are
+asynchronous: each client gives its Matmul object its part of the user workspace
+(``SetWorkspace``: a ``baseM x baseN`` slot per tile of the round), ``Iterate<false>`` has the
+AIC compute the round's tiles ahead into it, ``GetTensorC<false>`` fetches them in order, and
+the output queue (and each streamed input's) holds two tiles, so one tile's epilogue and
+copy-out overlap the next tiles' cube work. Elsewhere each tile is computed and fetched in
+step (``Iterate`` / ``GetTensorC<true>``), single-buffered.
+
 Example
 -------
 >>> printer = MatmulKernelPrinter("k0", scheduled_func, tiling)         # doctest: +SKIP
@@ -81,6 +89,24 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         return "MIX_MODE" if self.tiling.work.aiv_ratio == 2 else "MIX_AIC_1_1"
 
     @property
+    def overlapped(self) -> bool:
+        """Whether the plan chose asynchronous rounds and two UB tiles (``MatmulPlan``; the
+        matmul-rows plan iterates synchronously)."""
+        return isinstance(self.plan, MatmulPlan) and self.plan.overlapped
+
+    @property
+    def buffer_num(self) -> int:
+        """UB tiles of the output queue and of each streamed input's queue."""
+        return 2 if self.overlapped else 1
+
+    def takes_user_workspace(self) -> bool:
+        return self.overlapped
+
+    def user_workspace_bytes(self) -> int:
+        """Every client's asynchronous round slots (``MatmulPlan.workspace_bytes``)."""
+        return self.tiling.cores * self.plan.workspace_bytes if self.overlapped else 0
+
+    @property
     def rows(self) -> int:
         """Rows one epilogue instruction covers (the plan's ``epilogue_rows``)."""
         return self.plan.epilogue_rows
@@ -132,10 +158,19 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                     kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE,
                              RowAccessKind.ROW_SCALAR):
                 buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
-        buf.line(f"pipe->InitBuffer(outQue, 1, tiling.cube.baseM * tiling.cube.baseN * "
+        if self.overlapped:  # this client's slots: a base tile each of the round's tiles
+            buf.line("uint64_t wsElems = static_cast<uint64_t>((tiling.cube.singleCoreM + "
+                     "tiling.cube.baseM - 1) / tiling.cube.baseM) * ((tiling.cube.singleCoreN + "
+                     "tiling.cube.baseN - 1) / tiling.cube.baseN) * tiling.cube.baseM * "
+                     "tiling.cube.baseN;")
+            buf.line(f"wsGm.SetGlobalBuffer(reinterpret_cast<__gm__ {t}*>(userWorkspace) + "
+                     "AscendC::GetBlockIdx() * wsElems, wsElems);")
+            buf.line("mm.SetWorkspace(wsGm);")
+        n_buf = self.buffer_num
+        buf.line(f"pipe->InitBuffer(outQue, {n_buf}, tiling.cube.baseM * tiling.cube.baseN * "
                  f"sizeof({t}));")
         for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
-            buf.line(f"pipe->InitBuffer({self.names[name]}Que, 1, tiling.cube.baseM * "
+            buf.line(f"pipe->InitBuffer({self.names[name]}Que, {n_buf}, tiling.cube.baseM * "
                      f"tiling.cube.baseN * sizeof({t}));")
         emit_resident_columns(buf, [self.names[n] for n in self._inputs(RowAccessKind.COLUMN)],
                               t, "tiling.cube.N", "(tiling.cube.N + C0 - 1) / C0 * 32",
@@ -176,7 +211,13 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                          "+ nOff]);")
                 buf.line("mm.DisableBias();")
                 buf.line("uint32_t round = 0;")
-                with buf.indent("while (mm.Iterate()) {"):
+                if self.overlapped:
+                    # the first call has the AIC compute the round's tiles into the workspace;
+                    # the rest count them while the AIV fetches them in order
+                    loop = "while (mm.template Iterate<false>()) {"
+                else:
+                    loop = "while (mm.Iterate()) {"
+                with buf.indent(loop):
                     buf.line("Tile(b, mOff, nOff, singleM, singleN, round++);")
             buf.line("mm.End();")
 
@@ -203,7 +244,8 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                      "mIdx * tiling.cube.baseM;")
             buf.line("uint32_t colOff = nOff + nIdx * tiling.cube.baseN;")
             buf.line(f"AscendC::LocalTensor<{t}> cTile = outQue.AllocTensor<{t}>();")
-            buf.line("mm.template GetTensorC<true, true>(cTile, 0, true, curM, curN);")
+            sync = "false" if self.overlapped else "true"
+            buf.line(f"mm.template GetTensorC<{sync}, true>(cTile, 0, true, curM, curN);")
             if self.program is not None:
                 self.emit_epilogue(buf)
             buf.line("outQue.EnQue(cTile);")
@@ -301,6 +343,8 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         buf.line("TilingData tiling;")
         for p in self.params:
             buf.line(f"AscendC::GlobalTensor<{t}> {self.names[p.name]}Gm;")
+        if self.overlapped:
+            buf.line(f"AscendC::GlobalTensor<{t}> wsGm;  // the asynchronous rounds' slots")
         buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
         for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
             buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {self.names[name]}Que;")
