@@ -9,6 +9,7 @@ plan round trip, and the cases that stay as before."""
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -64,6 +65,7 @@ def test_pre_ln_residual_is_exported_by_the_matmul_layernorm_kernel(soc, dtype):
     assert group["rules"] == ["MatMulEpilogueFusion", "LayerNormFusion", "MultiOutputFusion"]
     assert [e["node"] for e in group["exports"]] == [h]
     assert f"exports its result {h} for its other reader(s)" in group["reason"]
+    assert f"; exports {h}" in str(lib.report)
     other = next(g for g in report["groups"] if g["on_npu"] and g is not group)
     assert group["exports"][0]["read_by"] == [other["name"]]
     # the reader reads both outputs: the LayerNorm's (its MatMul's operand) and h
@@ -94,11 +96,28 @@ def test_switched_off_or_conservative_it_stays_three_kernels(tmp_path):
         assert "MultiOutputFusion" not in report["rule_stats"]
 
 
-def test_a_group_no_template_tiles_with_two_outputs_stays_as_before(tmp_path):
-    """h read by a ReLU and the last Add: matmul + bias + residual + ReLU writing h too is no
-    row kernel (no reduction) and the matmul template prints one output, so the three
-    kernels stay, the refusal saying so."""
-    b, _ = _pre_ln((2, 24, 32), 64, "float32", norm=False)
+def _wide(n=2304, dtype="float32", seed=5):
+    """h = x @ W1 + b1 + r with rows of ``n``; y = LayerNorm(h); outputs y @ W2 and h * 3."""
+    b = ModelBuilder(dtype, seed=seed)
+    x = b.input("x", (16, 32))
+    w1 = b.const(b.rng.standard_normal((32, n)) / np.sqrt(32), "w1")
+    h = b.node("Add", [b.node("MatMul", [x, w1]), b.const(b.rng.standard_normal(n) * 0.1, "b1")])
+    h = b.node("Add", [h, b.input("r", (16, n))])
+    y = b.node("LayerNormalization", [h, b.const(np.ones(n), "gamma"),
+                                      b.const(np.zeros(n), "beta")], axis=-1, epsilon=1e-5)
+    b.output(b.node("MatMul", [y, b.const(b.rng.standard_normal((n, 8)) / np.sqrt(n), "w2")]),
+             (16, 8))
+    b.output(b.node("Mul", [h, b.const(np.array(3.0), "three")]), (16, n))
+    return b
+
+
+@pytest.mark.parametrize("case", ["relu", "too_wide"])
+def test_a_group_no_template_tiles_with_two_outputs_stays_as_before(case, tmp_path):
+    """h read by a ReLU and the last Add: no row kernel, so no template takes the pair with a
+    second output and nothing is tried (the report is the one with the rule off); rows of
+    2304 float32: matmul-rows refuses them (L0C), the refusal is in the report, and the
+    groups are the ones with the rule off."""
+    b = _pre_ln((2, 24, 32), 64, "float32", norm=False)[0] if case == "relu" else _wide()
     model = b.model()
     off = tvm_ascend.CompileConfig(fusion_level="aggressive",
                                    fusion_switch_file=_switch_off(tmp_path))
@@ -107,9 +126,13 @@ def test_a_group_no_template_tiles_with_two_outputs_stays_as_before(tmp_path):
     report = lib.fusion_report()
     assert not _exporting(report)
     assert [g["nodes"] for g in report["groups"]] == [g["nodes"] for g in before["groups"]]
-    reasons = " ".join(e["reason"] for e in report["unfused_edges"])
-    assert "exporting it for the other readers" in reasons and "prints one output" in reasons
-    assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], "cube/float32")
+    if case == "relu":
+        assert report["unfused_edges"] == before["unfused_edges"]
+    else:
+        reasons = " ".join(e["reason"] for e in report["unfused_edges"])
+        assert "exporting it for the other readers" in reasons and "too wide" in reasons
+    for got, want in zip(lib.run(b.feeds), run_onnxruntime(model, b.feeds)):
+        assert_close(got, want, "cube/float32")
 
 
 def test_fusion_plan_names_the_export_and_rebuilds_it(tmp_path):
@@ -151,3 +174,23 @@ def test_gpt2_layer_is_one_kernel_fewer(style, soc, dtype, tmp_path):
     assert group["tiling"]["template"] == "matmul_rows" and group["tiling"]["cores"] > 1
     assert report["estimate"]["latency_us"] < before["estimate"]["latency_us"]
     assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], f"cube/{dtype}")
+
+
+def test_build_cache_and_export_library_keep_both_outputs(tmp_path, monkeypatch, caplog):
+    """A whole build from the build cache, and the exported library loaded again, run the
+    two-output kernel with the same numbers."""
+    monkeypatch.setenv("TVM_ASCEND_BUILD_CACHE", "1")
+    monkeypatch.setenv("TVM_ASCEND_CACHE_DIR", str(tmp_path / "cache"))
+    b, _ = _pre_ln((2, 24, 32), 64, "float32")
+    model = b.model()
+    config = tvm_ascend.CompileConfig(fusion_level="aggressive")
+    caplog.set_level(logging.INFO, logger="tvm_ascend")
+    first = tvm_ascend.build(model, config=config)
+    out = first.run(b.feeds)[0]
+    again = tvm_ascend.build(model, config=config)
+    assert sum("build cache hit" in r.getMessage() for r in caplog.records) == 1
+    assert _exporting(again.fusion_report()) == _exporting(first.fusion_report())
+    np.testing.assert_array_equal(again.run(b.feeds)[0], out)
+    loaded = tvm_ascend.load(again.export_library(str(tmp_path / "pre_ln.so")))
+    np.testing.assert_array_equal(loaded.run(b.feeds)[0], out)
+    assert_close(out, run_onnxruntime(model, b.feeds)[0], "cube/float32")

@@ -21,6 +21,10 @@ from tvm import relax
 from ..decision import Decision
 from .merge import (_ANCHOR_OPS, Site, _absorb, _candidate, _is_vector_only, _launch_note,
                     _outside_readers, _reads, _split_time)
+from .rules import anchor_rule
+
+# the readers a template takes after a matmul with a second output: row kernels (matmul_rows)
+_ROW_RULES = ("LayerNormFusion", "SoftmaxFusion", "ReductionFusion")
 
 
 def export_shared(sites: list[Site], main, policy, cost, matches) -> list[Site]:
@@ -85,8 +89,9 @@ def _try_export(producer: Site, readers: list[Site], host_readers: list, order, 
     best, notes = None, []
     for reader in readers:
         if not reader.eligible or reader.fence or reader.exports or \
-                not _is_vector_only(reader):
-            continue
+                not _is_vector_only(reader) or \
+                anchor_rule([m.op for m in reader.members]) not in _ROW_RULES:
+            continue  # no template tiles the pair with two outputs: nothing to try or say
         why = _later_readers_only(producer, reader, readers, host_readers, order)
         found = Decision.no(why) if why else _candidate(producer, reader, policy, cost,
                                                         matches, exported=True)

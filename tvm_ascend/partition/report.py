@@ -224,6 +224,8 @@ def report_table(report: dict) -> str:
     for group in report["groups"]:
         where = "npu" if group["on_npu"] else "host"
         nodes = ", ".join(group["nodes"]) or ", ".join(op["op"] for op in group["ops"])
+        if group.get("exports"):  # a second output, read by other kernels (MultiOutputFusion)
+            nodes += f"; exports {', '.join(e['node'] or e['var'] for e in group['exports'])}"
         time_us = (group.get("estimate") or {}).get("time_us")
         est_cell = f"{time_us:.1f}" if time_us is not None else "-"
         lines.append(f"{group['id']:<5}{where:<7}{group['rule']:<{width}}"
