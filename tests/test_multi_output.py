@@ -194,3 +194,56 @@ def test_build_cache_and_export_library_keep_both_outputs(tmp_path, monkeypatch,
     loaded = tvm_ascend.load(again.export_library(str(tmp_path / "pre_ln.so")))
     np.testing.assert_array_equal(loaded.run(b.feeds)[0], out)
     assert_close(out, run_onnxruntime(model, b.feeds)[0], "cube/float32")
+
+
+def test_acl_launcher_copies_both_outputs_back_and_passes_a_syntax_check():
+    """The NPU launcher of the two-output kernel: the inputs go to the device, both outputs
+    come back (h first, in parameter order), and the unit passes g++ -fsyntax-only against
+    the stub ACL declarations (as tests/test_board.py checks single-output units)."""
+    import os
+    import re
+    import subprocess
+
+    import tvm_ffi
+    from tvm_ascend import ir_attrs
+    from tvm_ascend.codegen.ascendc_printer import ScheduledKernel, kernel_printer
+    from tvm_ascend.codegen.code_buffer import CodeBuffer
+    from tvm_ascend.codegen.launcher import emit_acl_launcher
+    from tvm_ascend.codegen.npu_unit import npu_unit_source
+    from tvm_ascend.kernel_record import record_of
+    from tvm_ascend.schedules import template_by_name
+    from tvm_ascend.soc import emulator_dir, get_soc
+
+    soc = get_soc("Ascend910B1")
+    b, _ = _pre_ln((2, 24, 32), 64, "float16")
+    result = tvm_ascend.partition_for_ascend(
+        b.model(), tvm_ascend.CompileConfig(fusion_level="aggressive"))
+    (name, template, func), = [
+        (gv.name_hint, template_by_name(record_of(f).template), f.attrs[ir_attrs.PRIM_FUNC])
+        for gv, f in result.mod.functions.items()
+        if f.attrs and f.attrs.get("Codegen") == "ascend" and record_of(f).template ==
+        "matmul_rows"]
+    func_s, tiling = template.schedule(func, soc, template.knob_space(func, soc)[0])
+    kernel = ScheduledKernel(name, func_s, tiling, {"name": name, "rule": "test", "ops": []})
+    printer = kernel_printer(kernel)
+    printer.print(CodeBuffer())
+    params = printer.kernel_params()
+    assert printer.n_outputs == 2
+    buf = CodeBuffer()
+    emit_acl_launcher(buf, name, printer, tiling.cores, timed=False)
+    text = buf.text()
+    back = re.findall(r"aclrtMemcpy\(a(\d+)\.data_ptr\(\), \d+, dev(\d+), \d+, "
+                      r"ACL_MEMCPY_DEVICE_TO_HOST\)", text)
+    assert back == [(str(i), str(i)) for i in (len(params) - 2, len(params) - 1)]
+    sent = [int(i) for i in re.findall(r"aclrtMemcpy\(dev(\d+), \d+, a\d+\.data_ptr\(\)", text)]
+    assert sent == list(range(len(params) - 2))
+    unit = npu_unit_source(kernel, soc)
+    rewritten = re.sub(r"(\w+)<<<([^>]*)>>>\(", r"tvm_ascend_stub_launch(\2), \1(", unit)
+    stub = os.path.join(os.path.dirname(__file__), "acl_stub")
+    ffi_include = os.path.join(os.path.dirname(tvm_ffi.__file__), "include")
+    command = ["g++", "-std=c++17", "-fsyntax-only", "-DASCENDC_CPU_DEBUG",
+               f"-DASCENDC_EMU_SOC={soc.name}", "-DASCENDC_EMU_SEPARATE_RUNTIME",
+               f"-I{emulator_dir()}", f"-I{stub}", f"-I{ffi_include}", "-include",
+               "launch_stub.h", "-x", "c++", "-"]
+    done = subprocess.run(command, input=rewritten, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -579,7 +579,8 @@ def split_group(plan: FusionPlan, group_id: str, nodes) -> FusionPlan:
     while f"{group_id}_{count}" in ids:
         count += 1
     kept = replace(group, nodes=tuple(n for n in group.nodes if n not in nodes), kernel=None,
-                   tiling=None, exports=(), recomputes=tuple(n for n in group.recomputes if n not in nodes),
+                   tiling=None, exports=(),
+                   recomputes=tuple(n for n in group.recomputes if n not in nodes),
                    parts=tuple(p for p in group.parts if p[0] not in nodes))
     moved = replace(group, id=f"{group_id}_{count}",
                     nodes=tuple(n for n in group.nodes if n in nodes), kernel=None, tiling=None,

@@ -24,7 +24,9 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
 
     Keys scripts depend on: ``nodes_before``, ``kernels`` ({"ascend", "host"}: launches per
     inference), ``groups`` (each with ``id``, ``rule``, ``nodes``, ``kernel``,
-    ``gm_bytes_saved``) and ``unfused_edges`` (``producer``, ``consumer``, ``reason``: in
+    ``gm_bytes_saved``; a kernel that also writes a shared result for other kernels has
+    ``exports``: ``node``, ``var``, ``op``, ``read_by``, the names of those kernels' groups)
+    and ``unfused_edges`` (``producer``, ``consumer``, ``reason``: in
     full, every template's refusal; ``summary``: the one reason that decided, one line;
     ``hint``: what a user can do, "" when nothing).
     """
