@@ -73,7 +73,10 @@ class RowProgram:
 
     @property
     def intermediates(self) -> list:
-        return [s for s in self.steps if s.kind == "full" and not s.is_output]
+        """Full rows kept in a row slot: not the output, nor a row exported (that one is
+        computed into its output's own tile)."""
+        return [s for s in self.steps if s.kind == "full" and not s.is_output
+                and s.index not in self.exports]
 
     @property
     def temp_slots(self) -> int:
