@@ -146,6 +146,25 @@ def _row_shape_decision(func, shape: MatmulShape) -> Decision:
     return Decision.yes()
 
 
+def _export_refusal(func) -> Decision | None:
+    """Decision.no where an output besides the last is not one the kernel can write as a
+    second tile (MultiOutputFusion: one full-row step of the epilogue; ``_check_program``
+    checks its dtype), else None."""
+    outputs = param_buffers(func)[1]
+    blocks = root_blocks(func)
+    for buffer in outputs[:-1]:
+        writers = [b for b in blocks
+                   if getattr(b.body, "buffer", None) is not None and b.body.buffer.same_as(buffer)]
+        if len(writers) != 1 or reduce_iter_vars(writers[0]) or writers[0] is blocks[0]:
+            return Decision.no(f"output {buffer.name} is not a row of the epilogue: the "
+                               "matmul-rows template writes the product's rows and one "
+                               "exported row result")
+    if len(outputs) > 2:
+        return Decision.no(f"{len(outputs)} outputs; the matmul-rows template writes the "
+                           "epilogue's rows and at most one exported row result")
+    return None
+
+
 @dataclass(frozen=True)
 class MatmulRowsAnalysis:
     """What the matmul-rows template reads from a group, once for all its plans: the product's
@@ -174,8 +193,9 @@ def _applies(func) -> Decision:
     decision = _row_shape_decision(func, shape)
     if not decision:
         return decision
-    if len(param_buffers(func)[1]) != 1:
-        return Decision.no("the matmul-rows template prints one output")
+    exported = _export_refusal(func)
+    if exported is not None:
+        return exported
     return Decision.yes(f"matmul {shape.m}x{shape.k} @ {shape.k}x{shape.n} with a row "
                         f"epilogue over N={shape.n}")
 
@@ -259,6 +279,13 @@ def _check_program(program, shape: MatmulShape, soc) -> None:
         if dtype != shape.dtype:
             raise TilingError(f"epilogue input {name} is {dtype}; the matmul-rows kernel reads "
                               f"its inputs in the product's {shape.dtype}")
+    for index in program.exports:
+        step = program.steps[index]
+        if step.kind != "full" or str(step.buffer.dtype) != shape.dtype:
+            raise TilingError(f"the exported result {step.buffer.name} is "
+                              f"{step.buffer.dtype} {'rows' if step.kind == 'full' else 'values'}"
+                              f"; the matmul-rows kernel writes exported rows in the product's "
+                              f"{shape.dtype}")
     streamed = sum(1 for k in program.inputs.values()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
     if streamed > soc.max_live_buffers_per_position:
@@ -267,15 +294,17 @@ def _check_program(program, shape: MatmulShape, soc) -> None:
 
 
 def ub_bytes(program, n: int, elem: int, base_m: int) -> int:
-    """UB bytes the printed kernel reserves with InitBuffer: C's tile and each streamed input
-    (``base_m`` rows of ``baseN``), resident columns, and the row slots (the program's
-    intermediates and temporaries, the ReduceSum work tensor, the reduced value)."""
+    """UB bytes the printed kernel reserves with InitBuffer: C's tile, each exported result's
+    tile and each streamed input (``base_m`` rows of ``baseN``), resident columns, and the row
+    slots (the program's intermediates and temporaries, the ReduceSum work tensor, the reduced
+    value)."""
     base_n = round_up(n, FRACTAL)
     _, slot_bytes = _slots(program, elem)
     streamed = sum(1 for k in program.inputs.values()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
     columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN)
-    return (base_m * base_n * elem * (1 + streamed) + columns * round_up(n * elem, BLOCK_BYTES)
+    tiles = 1 + streamed + len(program.exports)
+    return (base_m * base_n * elem * tiles + columns * round_up(n * elem, BLOCK_BYTES)
             + row_slots(program) * base_n * slot_bytes)
 
 
@@ -366,6 +395,8 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
     reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n,
                      orders=(0,))
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
+    exported = len(program.exports) * shape.batch * shape.m  # rows written a second time
+    gm_write += exported * shape.n * elem
     round_trip = product_round_trip(shape, soc)  # workspace bytes: L2
     rows = [m for m_single in pieces(shape.m, single_m) for m in pieces(m_single, base_m)]
     cube_macs = shape.batch * sum(round_up(m, FRACTAL) for m in rows) * base_n \
@@ -380,7 +411,8 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
         KernelWork(cube_macs=cube_macs, workspace_read_bytes=round_trip,
                    workspace_write_bytes=round_trip,
                    scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n,
-                                                  single_m, shape.n, used))
+                                                  single_m, shape.n, used)
+                   + (0 if soc.has_data_copy_pad else exported * (shape.n % c0)))
     return Tiling("matmul_rows", total, used, per_core, 1, per_core, 1, program.temp_slots, ub,
                   soc.ub_bytes, gm_read, gm_write, shape.n, work=work, plan=plan)
 

@@ -127,8 +127,8 @@ def test_cost_model_refuses_a_slower_merge(model, monkeypatch):
     builder, parts = model
     fuse, estimate = merge_module._fuse, cost_module.GroupCost._with_estimate
 
-    def marked_fuse(producer, consumer, name):
-        prim, external = fuse(producer, consumer, name)
+    def marked_fuse(producer, consumer, name, export=False):
+        prim, external = fuse(producer, consumer, name, export)
         return prim.with_attr("test.merged", 1), external
 
     def merged_is_slow(self, plan, prim):

@@ -69,10 +69,14 @@ class RowProgram:
     loads: dict = field(default_factory=dict)     # load key -> (kind, buffer, producing step)
     out_buffer: object = None
     out_full: bool = True
+    exports: list = field(default_factory=list)   # steps whose rows are outputs too
 
     @property
     def intermediates(self) -> list:
-        return [s for s in self.steps if s.kind == "full" and not s.is_output]
+        """Full rows kept in a row slot: not the output, nor a row exported (that one is
+        computed into its output's own tile)."""
+        return [s for s in self.steps if s.kind == "full" and not s.is_output
+                and s.index not in self.exports]
 
     @property
     def temp_slots(self) -> int:
@@ -117,7 +121,8 @@ def row_program(blocks, func, rows: int, cols: int, given=None) -> RowProgram:
     """
     row, col = tirx.Var("row", "int64"), tirx.Var("col", "int64")
     _, outputs = param_buffers(func)
-    program = RowProgram(rows, cols, out_buffer=outputs[0], row_var=row)
+    # a group that also exports an intermediate (MultiOutputFusion) writes it first
+    program = RowProgram(rows, cols, out_buffer=outputs[-1], row_var=row)
     # buffer (by identity) -> (kind of step, step index)
     produced = {buffer: ("full", -1) for buffer in (given or [])}
     for index, block in enumerate(blocks):
@@ -148,6 +153,8 @@ def row_program(blocks, func, rows: int, cols: int, given=None) -> RowProgram:
         plan = plan_tile_values(expr, classify)
         is_output = index == len(blocks) - 1
         program.steps.append(RowStep(kind, store.buffer, expr, reducer, plan, is_output, index))
+        if not is_output and any(store.buffer.same_as(b) for b in outputs):
+            program.exports.append(index)
         produced[store.buffer] = (kind, index)
         if is_output:
             program.out_full = kind == "full"

@@ -122,8 +122,14 @@ class KernelPrinter(abc.ABC):
         """The C++ names of the entry's GM parameters, in order."""
         return [self.names[p.name] for p in self.params]
 
+    @property
+    def n_outputs(self) -> int:
+        """GM outputs: the last ``n_outputs`` parameters (one unless a printer exports more)."""
+        return 1
+
     def kernel_params(self) -> list:
-        """(name, dtype, element count) of each GM parameter, in entry order."""
+        """(name, dtype, element count) of each GM parameter, in entry order (outputs last:
+        ``n_outputs`` of them)."""
         return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
 
 

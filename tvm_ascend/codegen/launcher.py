@@ -16,14 +16,15 @@ from .templates import CHECK_ARG
 def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None:
     """Print the host launcher of ``symbol`` for the kernel ``printer`` (a
     ``kernel_printer.KernelPrinter``) printed."""
-    params = printer.kernel_params()  # (name, dtype, numel), output last
+    params = printer.kernel_params()  # (name, dtype, numel), outputs last
+    first_out = len(params) - printer.n_outputs
     args = ", ".join(f"tvm::ffi::TensorView a{i}" for i in range(len(params)))
     with buf.indent(f"namespace {symbol}_host {{", "}  // namespace"):
         with buf.indent(f"static void Launch({args}) {{"):
             gm_names = []
             for index, (name, dtype, numel) in enumerate(params):
                 bits = dtype_bytes(dtype) * 8
-                is_output = index == len(params) - 1
+                is_output = index >= first_out
                 buf.line(f'tvm_ascend_rt::CheckArg(a{index}, "{symbol}", "{name}", {numel}, '
                          f"{bits});")
                 buf.line(f"uint8_t* gm{index} = tvm_ascend_rt::ToGm(a{index}, "
@@ -39,9 +40,9 @@ def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None
             launch_args = ", ".join(gm_names + ["gmWorkspace", "gmTiling"])
             buf.line(f'tvm_ascend_rt::Run("{symbol}", [&]() {{ '
                      f"ICPU_RUN_KF({symbol}, {block_dim}, {launch_args}); }});")
-            out_index = len(params) - 1
-            out_bytes = params[-1][2] * dtype_bytes(params[-1][1])
-            buf.line(f"std::memcpy(a{out_index}.data_ptr(), gm{out_index}, {out_bytes});")
+            for out_index in range(first_out, len(params)):
+                out_bytes = params[out_index][2] * dtype_bytes(params[out_index][1])
+                buf.line(f"std::memcpy(a{out_index}.data_ptr(), gm{out_index}, {out_bytes});")
             for name in gm_names + ["gmWorkspace", "gmTiling"]:
                 buf.line(f"AscendC::GmFree({name});")
     buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}, {symbol}_host::Launch);")
@@ -131,7 +132,8 @@ def _acl_try(buf: CodeBuffer, call: str, what: str) -> None:
 def _acl_buffers(printer) -> list[tuple[str, int, bool]]:
     """(device pointer name, bytes, is_input) of every kernel argument, in launch order."""
     params = printer.kernel_params()
-    buffers = [(f"dev{i}", max(numel * dtype_bytes(dtype), 32), i < len(params) - 1)
+    first_out = len(params) - printer.n_outputs
+    buffers = [(f"dev{i}", max(numel * dtype_bytes(dtype), 32), i < first_out)
                for i, (_, dtype, numel) in enumerate(params)]
     cube = printer.kernel_mode != "AIV_MODE"  # drives Matmul objects
     system = ACL_SYS_WORKSPACE_BYTES if cube else ACL_VECTOR_WORKSPACE_BYTES
@@ -181,9 +183,9 @@ def emit_acl_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int,
     >>> "k0<<<8, nullptr, stream>>>" in buf.text()                    # doctest: +SKIP
     True
     """
-    params = printer.kernel_params()  # (name, dtype, numel), output last
+    params = printer.kernel_params()  # (name, dtype, numel), outputs last
+    first_out = len(params) - printer.n_outputs
     buffers = _acl_buffers(printer)
-    out_dev, out_bytes = buffers[len(params) - 1][0], params[-1][2] * dtype_bytes(params[-1][1])
     args = ", ".join(f"tvm::ffi::TensorView a{i}" for i in range(len(params)))
     with buf.indent(f"namespace {symbol}_acl {{", "}  // namespace"):
         with buf.indent(f"static void Launch({args}) {{"):
@@ -193,7 +195,7 @@ def emit_acl_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int,
             _acl_prologue(buf, printer, buffers)
             with buf.indent("do {", "} while (false);"):
                 _acl_alloc(buf, buffers, params)
-                for index, (name, dtype, numel) in enumerate(params[:-1]):
+                for index, (name, dtype, numel) in enumerate(params[:first_out]):
                     size = numel * dtype_bytes(dtype)
                     if size:
                         _acl_try(buf, f"aclrtMemcpy(dev{index}, {size}, a{index}.data_ptr(), "
@@ -202,10 +204,12 @@ def emit_acl_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int,
                          "sizeof(tilingHost), ACL_MEMCPY_HOST_TO_DEVICE)", "aclrtMemcpy(tiling)")
                 buf.line(_acl_launch_line(symbol, block_dim, buffers))
                 _acl_try(buf, "aclrtSynchronizeStream(stream)", f"aclrtSynchronizeStream({symbol})")
-                if out_bytes:
-                    _acl_try(buf, f"aclrtMemcpy(a{len(params) - 1}.data_ptr(), {out_bytes}, "
-                             f"{out_dev}, {out_bytes}, ACL_MEMCPY_DEVICE_TO_HOST)",
-                             f"aclrtMemcpy({params[-1][0]})")
+                for index in range(first_out, len(params)):
+                    out_bytes = params[index][2] * dtype_bytes(params[index][1])
+                    if out_bytes:
+                        _acl_try(buf, f"aclrtMemcpy(a{index}.data_ptr(), {out_bytes}, "
+                                 f"{buffers[index][0]}, {out_bytes}, "
+                                 "ACL_MEMCPY_DEVICE_TO_HOST)", f"aclrtMemcpy({params[index][0]})")
             _acl_free(buf, buffers)
             buf.line(f'tvm_ascend_acl::ThrowIfFailed("{symbol}", status, failed);')
         if timed:

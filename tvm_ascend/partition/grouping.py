@@ -31,6 +31,7 @@ from ..kernel_record import KernelRecord
 from ..schedules import supports
 from .cost import GroupCost, host_estimate, tir_flops
 from .legalize import impl_mode_of, legalize_map
+from .export import export_shared
 from .merge import Site, distinct_args, merge_sites, unfused_edges
 from .policy import FusionPolicy
 from .rules import anchor_rule, group_rules
@@ -83,6 +84,7 @@ class KernelGroup:
     io_bytes: int = 0          # bytes of its inputs and output (the GM traffic of a host group)
     free: bool = False         # a host group of views only: no copy, no launch
     estimate: dict = field(default_factory=dict)
+    exports: list = field(default_factory=list)  # results it also writes for other kernels
 
     @property
     def rules(self) -> list[str]:
@@ -95,6 +97,7 @@ class KernelGroup:
             "gm_bytes_saved": self.gm_bytes_saved, "io_bytes": self.io_bytes,
             "launch": self.on_npu or not self.free,
             "estimate": self.estimate,
+            **({"exports": self.exports} if self.exports else {}),
             "onnx_nodes": list(dict.fromkeys(n for m in self.members for n in m.nodes)),
             "ops": [{"var": m.var, "op": m.op, "node": m.node, "dtype": m.dtype,
                      "shape": list(m.shape), "supported": m.decision.ok,
@@ -329,11 +332,31 @@ def _kernel_symbol(name: str, index: int) -> str:
 
 @mutator
 class _OffloadRewriter(PyExprMutator):
-    """Replaces the call_tir of each NPU site by a call to its codegen function."""
+    """Replaces the call_tir of each NPU site by a call to its codegen function; a kernel that
+    exports a producer's result is bound as a tuple, whose fields replace the producer's
+    binding (dropped) and the consumer's."""
 
     def __init__(self, mod, targets):
         super().__init__(mod)
         self.targets = targets  # list of (original call_tir, codegen GlobalVar, args)
+        self.exporting: dict = {}  # consumer var -> the producer vars it exports, in order
+        self.exported: set = set()  # producer vars whose binding the exporting kernel replaces
+
+    def visit_var_binding_(self, binding):
+        if binding.var in self.exported:
+            return
+        exports = self.exporting.get(binding.var)
+        if exports is None:
+            super().visit_var_binding_(binding)
+            return
+        outs = self.builder_.emit(self.visit_expr(binding.value),
+                                  name_hint=f"{binding.var.name}_outs")
+        for index, var in enumerate(list(exports) + [binding.var]):
+            item = relax.TupleGetItem(outs, index)
+            new = self.builder_.emit(item, name_hint=var.name) \
+                if isinstance(var, relax.DataflowVar) else \
+                self.builder_.emit_output(item, name_hint=var.name)
+            self.set_var_remap(var, new)
 
     def visit_call_(self, call):
         for original, gvar, args in self.targets:
@@ -344,7 +367,8 @@ class _OffloadRewriter(PyExprMutator):
 
 def _codegen_function(prim_gv, prim_func, args, out_ty, symbol, group_json, plan):
     params = [relax.Var(f"p{i}", arg.ty) for i, arg in enumerate(args)]
-    body = relax.op.call_tir(prim_gv, relax.Tuple(params), out_ty)
+    outs = list(out_ty.fields) if isinstance(out_ty, relax.TupleType) else out_ty
+    body = relax.op.call_tir(prim_gv, relax.Tuple(params), outs)
     func = relax.Function(params, body, out_ty)
     # the schedule stage applies the plan of these knobs (None: the template's defaults)
     knobs = dataclasses.asdict(plan.knobs) if plan.knobs is not None else None
@@ -425,9 +449,9 @@ def _group_for(callee: str, by_callee, members) -> tuple[list[OpInfo], str]:
     return infos, "tvm.FuseOps" if len(parts) > 1 else "single-op"
 
 
-def rule_of(members: list[OpInfo], recomputed: bool = False) -> str:
+def rule_of(members: list[OpInfo], recomputed: bool = False, exported: bool = False) -> str:
     """The report's rule string of a group: its rules joined by ``+`` ("single-op" alone)."""
-    rules = group_rules([m.op for m in members], recomputed)
+    rules = group_rules([m.op for m in members], recomputed, exported)
     if any(m.horizontal for m in members):
         rules = (rules or [anchor_rule([m.op for m in members])]) + ["HorizontalFusion"]
     if any(m.folded for m in members):
@@ -453,15 +477,16 @@ def _same_kernel(a, b) -> bool:
     return tvm_ffi.structural_equal(strip(a), strip(b))
 
 
-def _kept_on_chip(members: list[OpInfo]) -> int:
+def _kept_on_chip(members: list[OpInfo], exported=()) -> int:
     """GM bytes a kernel saves: every op result but the last stays on chip, which saves its
-    write and one read (members are in program order; the group has one output)."""
+    write and one read (members are in program order; the group has one output); a result it
+    exports is still written, and saves only the read of the reader that took it in."""
     total = 0
     for info in members[:-1]:
         size = tvm.runtime.DataType(info.dtype).bits // 8 if info.dtype else 0
         for dim in info.shape:
             size *= dim
-        total += 2 * size
+        total += size if any(info is e for e in exported) else 2 * size
     return total
 
 
@@ -564,6 +589,7 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
     sites = _sites(fused, by_callee, members, split, policy, ops)
     if policy.merge and policy.fuse:
         sites = merge_sites(sites, fused["main"], policy, cost, matches)
+        sites = export_shared(sites, fused["main"], policy, cost, matches)
     groups: dict[str, KernelGroup] = {}
     kernels: list[tuple] = []  # (PrimFunc, codegen GlobalVar, symbol, plan) per kernel
     rewriter = _OffloadRewriter(fused, [])
@@ -593,22 +619,30 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
             host_estimate(_io_bytes(site), soc, tir_flops(site.prim) if site.prim is not None
                           else 0.0)
         group = KernelGroup(site.name, symbol, site.members, decision.ok,
-                            rule_of(site.members, site.recomputed), reason,
-                            gm_bytes_saved=_kept_on_chip(site.members) if decision.ok else 0,
+                            rule_of(site.members, site.recomputed, bool(site.exports)), reason,
+                            gm_bytes_saved=_kept_on_chip(site.members, site.exported_ops)
+                            if decision.ok else 0,
                             formed_by=site.rule, io_bytes=_io_bytes(site), estimate=estimate,
-                            free=decision is _VIEWS_ON_HOST)
+                            free=decision is _VIEWS_ON_HOST,
+                            exports=[{"var": op.var, "node": op.node, "op": op.op,
+                                      "read_by": readers} for op, readers in
+                                     zip(site.exported_ops, site.export_readers)])
         if group.free:
             group.io_bytes, group.estimate = 0, {}
         groups[site.name] = group
         if not decision.ok:
             continue
+        out_ty = relax.TupleType(site.out_types) if site.exports else site.call.ty_args[0]
         if shared is None:
             prim_gv = builder.add_func(site.prim, site.name)
-            func = _codegen_function(prim_gv, site.prim, site.args, site.call.ty_args[0],
-                                     symbol, group.to_json(), plan)
+            func = _codegen_function(prim_gv, site.prim, site.args, out_ty, symbol,
+                                     group.to_json(), plan)
             shared = (site.prim, builder.add_func(func, symbol), symbol, plan)
             kernels.append(shared)
         rewriter.targets.append((site.call, shared[1], site.args))
+        if site.exports:
+            rewriter.exporting[site.var] = site.exports
+            rewriter.exported.update(site.exports)
     edges = [(p.name, c.name, *rest) for p, c, *rest in unfused_edges(sites, fused["main"],
                                                                          policy)]
     main_gv = fused.get_global_var("main")

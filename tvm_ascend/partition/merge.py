@@ -51,6 +51,10 @@ class Site:
     split_reason: str = ""   # why FuseOps' group containing it was taken apart
     fence: str = ""          # why it may not join any group (no_fuse_nodes, a failed kernel)
     recomputed: bool = False  # it recomputes a producer that other kernels also read
+    exports: list = field(default_factory=list)  # producer vars it also writes (export.py)
+    exported_ops: list = field(default_factory=list)  # the OpInfo each export computes
+    export_readers: list = field(default_factory=list)  # per export, its other readers' names
+    out_types: list = field(default_factory=list)  # its outputs' types when it exports
 
 
 def _bytes_of(ty) -> int:
@@ -82,8 +86,10 @@ def _readers(var, sites: list, outside: dict) -> int:
     return live + outside.get(var, 0)
 
 
-def _fuse(producer: Site, consumer: Site, name: str):
-    """(merged PrimFunc, external args): FuseTIR over a function calling both PrimFuncs."""
+def _fuse(producer: Site, consumer: Site, name: str, export: bool = False):
+    """(merged PrimFunc, external args): FuseTIR over a function calling both PrimFuncs;
+    ``export``: the producer's result is an output too, before the consumer's (a PrimFunc of
+    two output buffers, in that order)."""
     external, params = [], []
 
     def param_for(expr):
@@ -109,8 +115,8 @@ def _fuse(producer: Site, consumer: Site, name: str):
                                               producer.call.ty_args[0]))
             mapped = [inner if a.same_as(producer.var) else param_for(a)
                       for a in consumer.args]
-            out = bb.emit_output(relax.op.call_tir(c_gv, relax.Tuple(mapped),
-                                                   consumer.call.ty_args[0]))
+            out = relax.op.call_tir(c_gv, relax.Tuple(mapped), consumer.call.ty_args[0])
+            out = bb.emit_output(relax.Tuple([inner, bb.emit(out)]) if export else out)
         merged_gv = bb.emit_func_output(out)
     with bb.function("main", params):
         bb.emit_func_output(bb.emit(relax.Call(merged_gv, params)))
@@ -183,12 +189,12 @@ def merge_sites(sites: list[Site], main, policy, cost, matches) -> list[Site]:
             recompute = True
         changed = False
         for consumer in sites:
-            if consumer.absorbed_into is not None or not consumer.eligible:
+            if consumer.absorbed_into is not None or not consumer.eligible or consumer.exports:
                 continue
             for arg in list(consumer.args):
                 producer = by_var.get(arg) if isinstance(arg, relax.Var) else None
                 if producer is None or producer.absorbed_into is not None \
-                        or not producer.eligible:
+                        or not producer.eligible or producer.exports:
                     continue
                 key = (producer.name, consumer.name, recompute)
                 if key in tried:
@@ -310,13 +316,15 @@ def _kind(site: Site) -> str:
 
 
 def _candidate(producer: Site, consumer: Site, policy, cost, matches, recomputed=False,
-               region=None):
-    """(merged PrimFunc, args, plan, rules) of the pair, or a Decision saying why not."""
+               region=None, exported=False):
+    """(merged PrimFunc, args, plan, rules) of the pair, or a Decision saying why not;
+    ``exported``: the merged kernel also writes the producer's result (MultiOutputFusion)."""
     name = f"{consumer.name}__{producer.name}"[:60]
     why = _legal(producer, consumer, policy)
     if why:
         return Decision.no(why)
-    rules = group_rules([m.op for m in producer.members + consumer.members], recomputed)
+    rules = group_rules([m.op for m in producer.members + consumer.members], recomputed,
+                        exported)
     off = policy.switched_off(rules)
     if off and set(off) <= _PARTIAL_RULES and region is not None:
         pattern = _vector_region_rule(producer, consumer, region)
@@ -333,7 +341,7 @@ def _candidate(producer: Site, consumer: Site, policy, cost, matches, recomputed
         return Decision.no(f"rule {off[0]} is switched off (fusion level {policy.level!r}, "
                            f"rule set {policy.rule_set!r} or the fusion switch file)")
     try:
-        prim, external = _fuse(producer, consumer, name)
+        prim, external = _fuse(producer, consumer, name, exported)
     except Exception as err:  # noqa: BLE001 - FuseTIR may refuse some combinations
         logger.debug("merge %s -> %s refused by FuseTIR: %s", producer.name, consumer.name, err)
         return Decision.no(f"TVM's FuseTIR cannot fuse the two functions ({err})",
@@ -490,6 +498,8 @@ def unfused_edges(sites: list[Site], main, policy) -> list[tuple]:
     global memory: ``reason`` in full (every template's refusal), ``summary`` the one reason
     that decided, in one line, and ``hint`` what a user can do about it ("" when nothing)."""
     by_var = {s.var: s for s in sites}
+    # a result a kernel exports is read from that kernel's second output
+    by_var.update({var: s for s in sites if s.absorbed_into is None for var in s.exports})
     outside = _outside_readers(main, sites)
     edges = []
     for consumer in sites:
@@ -499,13 +509,14 @@ def unfused_edges(sites: list[Site], main, policy) -> list[tuple]:
             producer = by_var.get(arg) if isinstance(arg, relax.Var) else None
             if producer is None or producer.absorbed_into is not None:
                 continue
-            why, hint = _edge_reason(producer, consumer, sites, outside, policy)
+            why, hint = _edge_reason(producer, consumer, sites, outside, policy, arg)
             edges.append((producer, consumer, why.reason, hint, why.short))
     return edges
 
 
-def _edge_reason(producer, consumer, sites, outside, policy) -> tuple[Decision, str]:
-    """(why the edge crosses GM, what a user can do about it or "")."""
+def _edge_reason(producer, consumer, sites, outside, policy, var) -> tuple[Decision, str]:
+    """(why the edge crosses GM, what a user can do about it or ""); ``var`` is what the
+    consumer reads: the producer's result, or one it exports."""
     if not policy.fuse:
         return (Decision.no("fusion is off (fusion_level='off' or AUTOFUSION_ENABLE=0)"),
                 "turn fusion on to let FuseOps and the merge rule join them")
@@ -518,10 +529,10 @@ def _edge_reason(producer, consumer, sites, outside, policy) -> tuple[Decision, 
                     if "no_fuse_nodes" in site.fence else
                     "report the failure (fusion report: kernel_failures); the ops run unfused")
             return Decision.no(site.fence), hint
-    if producer.var in consumer.refused:
-        refusal = consumer.refused[producer.var]
+    if var in consumer.refused:
+        refusal = consumer.refused[var]
         return refusal, _hint(refusal.reason)
-    readers = _readers(producer.var, sites, outside)
+    readers = _readers(var, sites, outside)
     if readers > 1:
         hint = ("fusion_level='aggressive' turns RecomputeFusion on, which recomputes a shared "
                 "producer in each reader when the cost model says it pays"

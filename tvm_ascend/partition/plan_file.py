@@ -18,6 +18,12 @@ of them a group holds: ``"parts": {"gemm": [1]}``. A node a group lists without 
 there whole. Two groups may hold one part only if both recompute the node. Version 1 plans
 (no ``parts``) are read as they were written.
 
+A group whose kernel also writes the result of one of its nodes for other groups' kernels
+(MultiOutputFusion: the residual sum of a pre-LN layer, taken into the LayerNorm's kernel and
+read again by a later residual Add) names that node in ``exports``. Like ``kernel`` and
+``tiling`` it says what the build made of the plan: a plan group holding a producer that
+other groups read is exported from wherever a template tiles it so.
+
 A person edits it (move a node, split or merge groups, set ``pinned``), or a script does with
 ``split_group`` / ``merge_groups``. The planner reads it as constraints: the nodes of one plan
 group must fuse, nodes of different plan groups must not; ``pinned`` marks the groups a person
@@ -56,7 +62,7 @@ PLAN_FORMAT = "tvm_ascend.fusion_plan"
 PLAN_VERSION = 2
 _READABLE_VERSIONS = (1, 2)  # 1: no "parts"
 _GROUP_KEYS = {"id", "rules", "nodes", "kernel", "tiling", "on_npu", "pinned", "recomputes",
-               "parts"}
+               "parts", "exports"}
 _ALSO_ACCEPTED = {"rule", "comment"}  # the report's spelling; a person's note
 
 
@@ -73,6 +79,7 @@ class PlanGroup:
     on_npu: bool | None = None
     recomputes: tuple[str, ...] = ()  # nodes of ``nodes`` that other groups compute as well
     parts: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, its op indices held here)
+    exports: tuple[str, ...] = ()  # nodes of ``nodes`` whose result it writes for other groups
 
     def parts_of(self, node: str) -> tuple[int, ...] | None:
         """The indices of ``node``'s ops this group holds; None when it holds them all.
@@ -108,7 +115,8 @@ class PlanGroup:
         return {"id": self.id, "rules": list(self.rules), "nodes": list(self.nodes),
                 "kernel": self.kernel, "tiling": self.tiling, "on_npu": self.on_npu,
                 "pinned": self.pinned, "recomputes": list(self.recomputes),
-                "parts": {node: list(held) for node, held in self.parts}}
+                "parts": {node: list(held) for node, held in self.parts},
+                **({"exports": list(self.exports)} if self.exports else {})}
 
 
 @dataclass(frozen=True)
@@ -256,7 +264,9 @@ def plan_from_report(report: dict) -> dict:
                        "on_npu": entry.get("on_npu"), "pinned": False,
                        "recomputes": [n for n in nodes
                                       if any(len(holders[(n, p)]) > 1 for p in mine[n])],
-                       "parts": {n: held for n, held in mine.items() if set(held) != every[n]}})
+                       "parts": {n: held for n, held in mine.items() if set(held) != every[n]},
+                       **({"exports": [e["node"] for e in entry["exports"] if e.get("node")]}
+                          if entry.get("exports") else {})})
     return {"format": PLAN_FORMAT, "version": PLAN_VERSION,
             "soc_version": report.get("soc_version"), "groups": groups}
 
@@ -379,9 +389,17 @@ def _group(entry, index: int, source: str) -> PlanGroup:
     if stray:
         raise FusionConfigError(f"{where}: \"recomputes\" names {stray[0]!r}, which is not in "
                                 "its \"nodes\" (a group recomputes only its own nodes)")
+    exports = entry.get("exports", [])
+    if not isinstance(exports, list) or not all(isinstance(n, str) for n in exports):
+        raise FusionConfigError(f"{where}: \"exports\" must be a list of ONNX node names")
+    stray = [n for n in exports if n not in nodes]
+    if stray:
+        raise FusionConfigError(f"{where}: \"exports\" names {stray[0]!r}, which is not in its "
+                                "\"nodes\" (a group exports only its own nodes' results)")
     return PlanGroup(id=group_id, nodes=tuple(nodes), pinned=pinned, rules=tuple(rules),
                      kernel=entry.get("kernel"), tiling=entry.get("tiling"), on_npu=on_npu,
-                     recomputes=tuple(recomputes), parts=_parts(entry, nodes, where))
+                     recomputes=tuple(recomputes), parts=_parts(entry, nodes, where),
+                     exports=tuple(exports))
 
 
 def _parts(entry: dict, nodes: list, where: str) -> tuple:
@@ -561,11 +579,12 @@ def split_group(plan: FusionPlan, group_id: str, nodes) -> FusionPlan:
     while f"{group_id}_{count}" in ids:
         count += 1
     kept = replace(group, nodes=tuple(n for n in group.nodes if n not in nodes), kernel=None,
-                   tiling=None, recomputes=tuple(n for n in group.recomputes if n not in nodes),
+                   tiling=None, exports=(),
+                   recomputes=tuple(n for n in group.recomputes if n not in nodes),
                    parts=tuple(p for p in group.parts if p[0] not in nodes))
     moved = replace(group, id=f"{group_id}_{count}",
                     nodes=tuple(n for n in group.nodes if n in nodes), kernel=None, tiling=None,
-                    recomputes=tuple(n for n in group.recomputes if n in nodes),
+                    exports=(), recomputes=tuple(n for n in group.recomputes if n in nodes),
                     parts=tuple(p for p in group.parts if p[0] in nodes))
     groups = []
     for g in plan.groups:
@@ -593,7 +612,7 @@ def merge_groups(plan: FusionPlan, first: str, second: str) -> FusionPlan:
     merged = replace(a, nodes=nodes,
                      rules=tuple(dict.fromkeys(a.rules + b.rules)), pinned=a.pinned or b.pinned,
                      kernel=None, tiling=None, on_npu=None, recomputes=recomputes,
-                     parts=_merged_parts(a, b, nodes))
+                     parts=_merged_parts(a, b, nodes), exports=())
     groups = [merged if g.id == a.id else g for g in plan.groups if g.id != b.id]
     return _revalidated(plan, groups)
 

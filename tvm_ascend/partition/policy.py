@@ -57,6 +57,11 @@ class FusionPolicy:
         """Whether a shared producer may be recomputed inside each consumer."""
         return "RecomputeFusion" in self.rules
 
+    @property
+    def export(self) -> bool:
+        """Whether a shared producer may be merged into one reader that also writes it."""
+        return "MultiOutputFusion" in self.rules
+
     def switched_off(self, rules) -> list[str]:
         """The rules of ``rules`` that are off."""
         return [rule for rule in rules if rule not in self.rules]

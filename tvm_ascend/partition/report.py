@@ -24,7 +24,9 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
 
     Keys scripts depend on: ``nodes_before``, ``kernels`` ({"ascend", "host"}: launches per
     inference), ``groups`` (each with ``id``, ``rule``, ``nodes``, ``kernel``,
-    ``gm_bytes_saved``) and ``unfused_edges`` (``producer``, ``consumer``, ``reason``: in
+    ``gm_bytes_saved``; a kernel that also writes a shared result for other kernels has
+    ``exports``: ``node``, ``var``, ``op``, ``read_by``, the names of those kernels' groups)
+    and ``unfused_edges`` (``producer``, ``consumer``, ``reason``: in
     full, every template's refusal; ``summary``: the one reason that decided, one line;
     ``hint``: what a user can do, "" when nothing).
     """
@@ -224,6 +226,8 @@ def report_table(report: dict) -> str:
     for group in report["groups"]:
         where = "npu" if group["on_npu"] else "host"
         nodes = ", ".join(group["nodes"]) or ", ".join(op["op"] for op in group["ops"])
+        if group.get("exports"):  # a second output, read by other kernels (MultiOutputFusion)
+            nodes += f"; exports {', '.join(e['node'] or e['var'] for e in group['exports'])}"
         time_us = (group.get("estimate") or {}).get("time_us")
         est_cell = f"{time_us:.1f}" if time_us is not None else "-"
         lines.append(f"{group['id']:<5}{where:<7}{group['rule']:<{width}}"

@@ -82,6 +82,9 @@ RULES = (
                "a Cast at a group boundary computed inside the neighbouring group"),
     FusionRule("RecomputeFusion", AGGRESSIVE, False, (),
                "a cheap producer read by several consumers recomputed inside each of them"),
+    FusionRule("MultiOutputFusion", AGGRESSIVE, False, (),
+               "a producer read by several kernels merged into one of them, which also writes "
+               "its result to GM for the others (a kernel of two outputs)"),
     FusionRule("HorizontalFusion", AGGRESSIVE, False, (),
                "parallel ops of one type on the same input merged into one kernel"),
 )
@@ -174,10 +177,12 @@ def anchor_rule(ops: Iterable[str]) -> str:
     return "ElementwiseFusion"
 
 
-def group_rules(ops: Iterable[str], recomputed: bool = False) -> list[str]:
+def group_rules(ops: Iterable[str], recomputed: bool = False,
+                exported: bool = False) -> list[str]:
     """Every rule a group of several ops uses: its anchor rule, plus DataMovementFusion when
     it moves data and computes, CastFusion when it casts and computes, RecomputeFusion when it
-    recomputes a shared producer. A single op uses no rule."""
+    recomputes a shared producer, MultiOutputFusion when it also writes a shared producer's
+    result for that result's other readers. A single op uses no rule."""
     ops = [str(op) for op in ops]
     if len(ops) <= 1:
         return []
@@ -198,6 +203,8 @@ def group_rules(ops: Iterable[str], recomputed: bool = False) -> list[str]:
         rules.append("CastFusion")
     if recomputed:
         rules.append("RecomputeFusion")
+    if exported:
+        rules.append("MultiOutputFusion")
     return rules
 
 

@@ -7,6 +7,9 @@ epilogue differs: instead of one elementwise step per row it runs the row progra
 on the scalar unit), row values as scalars, full-row steps as vector instructions, the last
 written over C's row in place before the tile's single write to GM (``CopyTileOut``: one
 DataCopyPad, or on SoCs without it whole blocks per row and the tails element by element).
+A kernel that exports an intermediate row result (MultiOutputFusion: the residual sum a
+pre-LN LayerNorm reads, which a later kernel reads too) computes that step into a tile of its
+own queue instead of a row slot, and writes the tile to its GM output before C's.
 
 Example
 -------
@@ -20,7 +23,7 @@ from __future__ import annotations
 from ...errors import CodegenError
 from ...schedules.matmul_rows import MatmulRowsPlan, row_slots
 from ...schedules.analysis.row_program import RowAccessKind
-from ...schedules.analysis.tile_values import expr_key
+from ...schedules.analysis.tile_values import buffer_size, expr_key
 from ...schedules.analysis.tir_walk import expr_dtype
 from ..cpp_types import cpp_type
 from ..kernel_parts import ident
@@ -53,6 +56,45 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
         self.slot_base = len(program.intermediates)
         extra = row_slots(program) - 2  # slots after the program's: work, then reduced value
         self.work_slot, self.reduced_slot = extra, extra + 1
+        # step index -> C++ name of the output it exports (the outputs before the last)
+        outputs = [p for p in self.params if p.name in
+                   {program.steps[i].buffer.name for i in program.exports}]
+        if len(outputs) != len(program.exports) or any(
+                p is self.params[-1] for p in outputs):
+            raise CodegenError(f"{symbol}: the exported results {program.exports} are not the "
+                               "outputs before the last")
+        self.exported = {i: self.names[program.steps[i].buffer.name] for i in program.exports}
+
+    @property
+    def n_outputs(self) -> int:
+        """GM outputs, the last parameters: each exported result, then the kernel's own."""
+        return 1 + len(self.exported)
+
+    def emit_members(self, buf):
+        super().emit_members(buf)
+        for n in self.exported.values():
+            buf.line(f"AscendC::TQue<AscendC::QuePosition::VECOUT, 1> {n}Que;")
+
+    def emit_buffers(self, buf):
+        super().emit_buffers(buf)
+        by_name = {self.names[p.name]: p for p in self.params}
+        for n in self.exported.values():
+            buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {self.ctype}*){n}, "
+                     f"{buffer_size(by_name[n])});")
+            buf.line(f"pipe->InitBuffer({n}Que, 1, tiling.cube.baseM * tiling.cube.baseN * "
+                     f"sizeof({self.ctype}));")
+
+    def emit_epilogue(self, buf):
+        t = self.ctype
+        for n in self.exported.values():
+            buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
+        super().emit_epilogue(buf)
+        for n in self.exported.values():  # the exported rows go out first, C's after
+            buf.line(f"{n}Que.EnQue({n}Tile);")
+            buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
+            buf.line(f"CopyTileOut({n}Gm[rowOff * tiling.cube.N + colOff], {n}Tile, curM, "
+                     "curN, stride, tiling.cube.N);")
+            buf.line(f"{n}Que.FreeTensor({n}Tile);")
 
     @property
     def rows(self) -> int:
@@ -72,6 +114,8 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
             n = self.names.get(buffer.name, ident(buffer.name))
             if kind is RowAccessKind.INTERMEDIATE and step == -1:
                 tiles[key] = Operand(C_ROW, True, dtype)
+            elif kind is RowAccessKind.INTERMEDIATE and step in self.exported:
+                tiles[key] = Operand(f"{self.exported[step]}Tile[r * stride]", True, dtype)
             elif kind is RowAccessKind.INTERMEDIATE:
                 buf_dtype = str(buffer.dtype)
                 tiles[key] = Operand(self._slot(program.intermediate_slot(step), buf_dtype),
@@ -107,8 +151,10 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
             elif step.kind == "row":
                 buf.line(f"{ctype} rowValue{step.index} = {scalars.print(step.expr)};")
             else:
-                dst = C_ROW if step.is_output else self._slot(
-                    self.program.intermediate_slot(step.index), str(step.buffer.dtype))
+                dst = C_ROW if step.is_output else \
+                    f"{self.exported[step.index]}Tile[r * stride]" \
+                    if step.index in self.exported else self._slot(
+                        self.program.intermediate_slot(step.index), str(step.buffer.dtype))
                 root = printer.emit(buf, step.plan, tiles, dst, slot, "curN")
                 if root.text != dst:
                     printer.emit_copy(buf, dst, root, "curN")
