@@ -24,6 +24,8 @@ SWEEP = [
     (1, 8, 10, 10, 16, 3, 1, 2, 2, 1, "none"),            # dilation 2
     (2, 24, 9, 9, 24, 3, 2, 1, 1, 1, "bias_relu"),        # stride 2, batch 2
     (1, 32, 20, 20, 48, 3, 1, 1, 1, 1, "relu_residual"),  # bias + ReLU + residual, cores
+    (1, 40, 8, 8, 272, 3, 1, 1, 1, 1, "bias_relu"),       # 2 channel tiles, taps split 8 + 1
+    (1, 48, 6, 6, 32, 3, 1, 1, 1, 1, "none"),             # 3 channel groups in one slab
 ]
 
 
@@ -78,6 +80,9 @@ def test_load3d_sweep_float16_310p_matches_onnxruntime_and_counters(load3d_defau
     assert len(convs) == len(SWEEP)
     assert lib.report.to_json()["kernels"] == {"ascend": len(SWEEP), "host": 0}
     assert max(g["tiling"]["cores"] for g in convs) > 1
+    plans = [_plan(g).load3d for g in convs]
+    assert any(p.tiles_n > 1 for p in plans) and any(p.c1_step > 1 for p in plans)
+    assert any(p.tap_step < p.shape.kh * p.shape.kw for p in plans)
     sources = "\n".join(lib.kernel_sources().values())
     assert "LoadData3DParamsV2" in sources and "Img2col(" not in sources
 
