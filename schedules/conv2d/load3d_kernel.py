@@ -151,6 +151,14 @@ def _tile(lp: Load3dPlan, program, img: int, index: int) -> dict:
     return c
 
 
+def _row_choices(most: int, ow: int) -> list[int]:
+    """Output rows per tile to try, in order: those from ``most`` down to half of it whose
+    pixels fill whole 32-byte blocks (their rows leave the UB by DataCopy alone, no tail on
+    the scalar unit), then the rest from ``most`` down."""
+    whole = [r for r in range(most, (most - 1) // 2, -1) if r * ow % 16 == 0]
+    return whole + [r for r in range(most, 0, -1) if r not in whole]
+
+
 def load3d_tiling(shape: ConvShape, program, soc) -> Tiling:
     """The Tiling of the Load3D variant of ``shape`` (+ ``program``, the epilogue's row
     program or None) on ``soc``. The tiles are ``load3d_plan``'s, fewer output rows (then
@@ -165,7 +173,7 @@ def load3d_tiling(shape: ConvShape, program, soc) -> Tiling:
     first = load3d_plan(shape, soc)
     lp, ub, pitch, in_pitch = None, 0, 0, 0
     for n_tile in range(first.n_tile, 15, -16):
-        for rows in range(first.rows, 0, -1):
+        for rows in _row_choices(first.rows, shape.ow):
             try:
                 lp = load3d_plan(shape, soc, rows=rows, n_tile=n_tile)
             except TilingError:
