@@ -182,3 +182,28 @@ def test_tuner_knob_space_holds_load3d_on_310p_half_only():
     assert knobs_from_json("conv2d", {"method": "load3d"}) == load3d
     _, tiling = Conv2dSchedule.schedule(func, get_soc("Ascend310P3"), load3d)
     assert isinstance(tiling.plan, Load3dConvPlan)
+
+
+def test_corpus_resnet_float16_every_conv_through_load3d(load3d_default):
+    """The exported ResNet (float16, tests/corpus) on 310P3 with every conv forced through
+    Load3D: its folded-BatchNorm biases, ReLUs and residual adds on the product rows, the
+    output as onnxruntime's and each kernel's plan equal to the emulator's counters."""
+    from pathlib import Path
+
+    import onnx
+
+    from tvm_ascend.config import CompileConfig
+
+    model = onnx.load(Path(__file__).parent / "corpus" / "resnet_dynamo_op18_fp16.onnx")
+    (inp,) = [i for i in model.graph.input
+              if i.name not in {t.name for t in model.graph.initializer}]
+    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+    feeds = {inp.name: np.random.default_rng(0).standard_normal(shape).astype(np.float16)}
+    lib = tvm_ascend.build(model, target="ascend/310p3",
+                           config=CompileConfig(fusion_level="aggressive"))
+    np.testing.assert_allclose(lib.run(feeds)[0].astype(np.float64),
+                               run_onnxruntime(model, feeds)[0], **TOLERANCES["cube/float16"])
+    convs = _check_load3d_counters(lib)
+    assert len(convs) >= 5
+    assert all(g["tiling"]["template"] != "conv2d" for g in lib.report.to_json()["groups"]
+               if g["on_npu"] and g not in convs)
