@@ -26,6 +26,7 @@ SWEEP = [
     (1, 32, 20, 20, 48, 3, 1, 1, 1, 1, "relu_residual"),  # bias + ReLU + residual, cores
     (1, 40, 8, 8, 272, 3, 1, 1, 1, 1, "bias_relu"),       # 2 channel tiles, taps split 8 + 1
     (1, 48, 6, 6, 32, 3, 1, 1, 1, 1, "none"),             # 3 channel groups in one slab
+    (1, 3, 40, 224, 16, 7, 2, 3, 1, 1, "bias_relu"),      # a stem's 224-wide rows, 13 zeros
 ]
 
 
