@@ -36,12 +36,12 @@ PRINTER_NAMES = frozenset("""
     maskBase maskF n n0 nOff nTaps nTile nb nbs now nt nt16 numel nz nzQue o off offs offsetBuf
     offsets offsetsFor oh oh0 oh1 on op out outGm outQue outT outTile outer over p p0 padded
     pads part partBuf pipe pitch pixels plane planesPer planesPerTile preBuf q qAt qOff r r0
-    real reduce reducedBuf repRows repeats reps rest restM restN round roundM roundN row rowBuf
-    rowEnd rowMax rowOff rowStart rowTaps rowTiles rows rowsPer rowsPerTile rowsQue s shift
-    shifted singleM singleN slab slabBuf slabLead slabQue src stat step stride t t0 tail tap
-    taps tile tileLength tileRows tiles tilesM tilesN tilesPerCore tiling tilingData tmpBuf top
-    totalItems totalLength totalTiles totalUnits u unit unitEnd unitStart units unitsPerCore v
-    vBase vBuf vRow valueBuf values w1 wFrac wRows whole work workBuf workspace
+    reach real reduce reducedBuf repRows repeats reps rest restM restN round roundM roundN row
+    rowBuf rowEnd rowMax rowOff rowStart rowTaps rowTiles rows rowsPer rowsPerTile rowsQue s
+    shift shifted singleM singleN slab slabBuf slabLead slabQue src stat step stride t t0 tail
+    tap taps tile tileLength tileRows tiles tilesM tilesN tilesPerCore tiling tilingData tmpBuf
+    top totalItems totalLength totalTiles totalUnits u unit unitEnd unitStart units unitsPerCore
+    v vBase vBuf vRow valueBuf values w1 wFrac wRows whole work workBuf workspace
 """.split())
 
 
