@@ -40,8 +40,9 @@ NOTES = (
     "output rows per vector call, 310P copies rows into the UB as whole 32-byte blocks, and "
     "workspace bytes (conv, matmul) are charged at L2 speed as attention's were; from "
     "db7d0e3 on 310P may take the GM route too where the estimate says so. The device's "
-    "Load3D path (img2col from L1) is emulated and planned (schedules/conv2d/load3d.py) "
-    "but not yet printed by the conv template, so no record uses it.",
+    "Load3D path (img2col from L1) is printed from 536119e on for half convs on 310P, where "
+    "the estimate prefers it to the img2col kernel (schedules/conv2d/load3d_kernel.py); "
+    "910B and float32 convs keep the img2col kernel.",
     "GPT-2: from 6696d5c on, the attention template takes the causal Where of GPT-2's "
     "TorchScript export (before, it refused the chain and the scores went to GM between "
     "three kernels); whether the fused kernel wins is the estimate's call per configuration.",

@@ -205,8 +205,17 @@ SWEEP_310P = [
 ]
 
 
+@pytest.fixture
+def img2col_only(monkeypatch):
+    """The img2col kernel for every conv: the partitioner does not estimate the Load3D
+    variant (``tests/test_conv_load3d.py`` tests that kernel)."""
+    import tvm_ascend.schedules.conv2d as conv2d
+
+    monkeypatch.setattr(conv2d, "load3d_variant_refusal", lambda shape, soc: "not here")
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_conv_sweep_on_soc_without_datacopypad(dtype):
+def test_conv_sweep_on_soc_without_datacopypad(dtype, img2col_only):
 
     """310P3: each output row of a tile moves as whole 32-byte blocks plus an element-wise
     tail, so no block reaches into the pixels another core writes; rows copied into the UB

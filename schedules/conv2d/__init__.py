@@ -43,9 +43,10 @@ How ``col`` is built (``ConvPlan.img2col.mode``; the default is ``gather_mode``'
 * ``scalar``: the fallback when the window's rows do not fit the UB (very wide images). It is
   element by element on the scalar unit, one GM read per in-range tap.
 
-The device's own img2col path (Load3D from a 5HD feature map in L1) is in the emulator and
-planned in ``load3d.py`` (its reference kernel: ``tests/emu/conv_load3d.cpp``); this template
-does not print it yet.
+The device's own img2col path (Load3D from a 5HD feature map in L1, ``load3d.py``; its
+reference kernel: ``tests/emu/conv_load3d.cpp``) is the template's other kernel
+(``Conv2dKnobs.method="load3d"``, ``load3d_kernel.py``) for half convolutions without groups on
+coupled chips (310P): a variant the partitioner estimates beside the img2col kernel.
 The plan counts what the kernel does in its ``KernelWork``: ``scalar_elems`` (offsets, the
 fallback's elements, row tails without DataCopyPad), ``gather_elems`` / ``gather_calls`` (the
 window's Gathers) and ``template_vector_bytes`` / ``_calls`` (its other vector ops). The
@@ -73,7 +74,7 @@ False
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import tvm
 
@@ -87,6 +88,7 @@ from ..tiling import FRACTAL, ceil_div, dtype_bytes, round_up
 from ..tiling import SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
 from .epilogue import column_bytes, row_columns
 from .shape import ConvShape, conv_block_index, conv_shape
+from .load3d_kernel import Load3dConvPlan, load3d_tiling, load3d_variant_refusal
 from .img2col import (IMG2COL_MODES, Img2colPlan, block_tails, count_col_builds, gather_mode,
                       img2col_plan, pointwise)
 from .traffic import column_scalar_writes, conv_traffic, img2col_work, streamed_tails
@@ -110,6 +112,12 @@ class Conv2dKnobs:
     # the col block through the core's GM workspace (built once per run of channel tiles,
     # B read from GM) instead of the UB operand; None: on split chips only
     col_in_gm: bool | None = None
+    # CONV_METHODS: "img2col" (this kernel) or "load3d" (the cube's own img2col from input rows
+    # in L1, ``load3d_kernel.py``: coupled chips, half); None: img2col
+    method: str | None = None
+
+
+CONV_METHODS = ("img2col", "load3d")
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,13 @@ class ConvPlan(TemplatePlan, template="conv2d"):
     epilogue_rows: int
     row_columns: int
     data_copy_pad: bool
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        """The plan of its JSON form: a Load3D variant's is a ``Load3dConvPlan``."""
+        if values.get("variant") == "load3d":
+            return Load3dConvPlan.from_dict(values)
+        return super().from_dict(values)
 
     def cube_dims(self) -> tuple:
         # what the cost model's features read from the conv's params before the plan was
@@ -275,7 +290,8 @@ class Conv2dSchedule(Template):
         col block through the GM workspace (``Conv2dKnobs.col_in_gm``); with an epilogue, one
         call over a whole tile's rows (``Conv2dKnobs.epilogue_rows``); when the default tiles
         leave AI cores idle (deep layers on small feature maps), smaller tiles along the output
-        channels, the pixels, or both."""
+        channels, the pixels, or both; where the SoC's Load3D kernel takes the conv (310P,
+        half, ``load3d_kernel.py``), that kernel (``Conv2dKnobs.method="load3d"``)."""
         shape = conv_shape(func)
         if shape is None:
             return [Conv2dKnobs()]
@@ -293,6 +309,9 @@ class Conv2dSchedule(Template):
         if len(blocks) > conv_block_index(blocks) + 1:
             # a whole tile's rows per epilogue call, though the img2col may take more K chunks
             found.append(Conv2dKnobs(epilogue_rows=cap))
+        if load3d_variant_refusal(shape, soc) is None:
+            # the cube's own img2col: no col block, no Gathers over the input's taps
+            found.append(Conv2dKnobs(method="load3d"))
         if _tiles(shape, cap, cap) >= soc.ai_cores:
             return found
         for base_m, base_n in ((cap // 2, cap), (cap, cap // 2), (cap // 2, cap // 2),
@@ -351,6 +370,14 @@ def plan(shape: ConvShape, program, soc, knobs: Conv2dKnobs = Conv2dKnobs()) -> 
         if program is not None else elem
     if program is not None and slot_bytes != elem:
         raise TilingError("the conv epilogue computes in a wider dtype than its output")
+    if knobs.method not in (None,) + CONV_METHODS:
+        raise TilingError(f"conv method={knobs.method!r}: one of {CONV_METHODS}")
+    if knobs.method == "load3d":
+        given = {k: v for k, v in asdict(knobs).items() if v is not None and k != "method"}
+        if given:
+            raise TilingError(f"conv method='load3d' plans its own tiles; the img2col knobs "
+                              f"{given} do not apply")
+        return load3d_tiling(shape, program, soc)
     cap = _base_cap(shape)
     for name in ("base_m", "base_n"):
         value = getattr(knobs, name)
@@ -460,5 +487,5 @@ def _epilogue_rows(shape: ConvShape, mode: str, columns, slots: int, base_m: int
     return 1, narrow, extra
 
 
-__all__ = ["Conv2dKnobs", "Conv2dSchedule", "ConvPlan", "ConvShape", "conv_shape",
-           "epilogue_program", "plan", "buffer_size"]
+__all__ = ["CONV_METHODS", "Conv2dKnobs", "Conv2dSchedule", "ConvPlan", "ConvShape",
+           "Load3dConvPlan", "conv_shape", "epilogue_program", "plan", "buffer_size"]

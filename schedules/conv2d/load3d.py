@@ -31,9 +31,10 @@ channel group's rows, one ``TransDataTo5HD`` repeat per 16 pixels turns them int
 way to L1, and the product comes back from L0C through the UB and one repeat per 16 x 16 block
 into rows, where the vector epilogue would run.
 
-What is not here yet (the conv template still prints ``img2col.py``'s kernel):
+On 310P (half) the conv template prints this kernel's NCHW mode with its epilogue
+(``load3d_kernel.py``: its plan; a variant the partitioner estimates). What is not here yet:
 
-* the printer of this kernel and the template's choice of it (a variant the estimate keeps);
+* the printed kernel on 910B (below) and in float32 (Load3D v1, or the img2col kernel);
 * the weights in Load3D's K order, (c1, tap, c0), as L0B fractals, on 910B: OIHW has the
   taps innermost and no GM -> L1 copy transposes (Nd2Nz keeps a row's columns together), so
   a build-time layout of the constant weights (a prepare rewrite whose transform constant
@@ -41,8 +42,8 @@ What is not here yet (the conv template still prints ``img2col.py``'s kernel):
   one 256-entry offset table, one Gather per fractal, UB -> L1);
 * on 910B the NCHW <-> 5HD turns on the AIV with the GM workspace between AIV and AIC (the
   AIC has no UB; the cross-core flags of issue #19 item 1), or 5HD tensors between convs;
-* bias (the Mmad bias table, C2, not emulated, or an extra K block) and the residual add
-  (the vector epilogue on the turned-back rows), ReLU in Fixpipe / the L0C -> UB copy;
+* on 910B bias (the Mmad bias table, C2, not emulated, or an extra K block), ReLU in
+  Fixpipe (310P runs the template's epilogue on the turned-back rows);
 * the small-channel mode for the stem (3 channels padded to 16 cost 5x its MACs);
 * double buffering, and the timing model overlapping what that kernel overlaps.
 """

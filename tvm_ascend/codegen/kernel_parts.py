@@ -25,21 +25,23 @@ CPP_KEYWORDS = frozenset({
 # ``Tile``, ``outQue`` ``out`` + ``Que``): a tensor named so would redeclare or shadow one of
 # them. test_printer derives the set from the printers' sources and checks it is complete.
 PRINTER_NAMES = frozenset("""
-    a acc accBuf accLocal aligned at avail b base batch before bits blockBuf blockEnd blockLen
-    blockLength blockRows blockStart blockUnits blocks bottom burst bursts c c0 cTile chunkCols
-    chunks ci ciLo cnt co0 col colBuf colElems colFor colGm colKey colOff cols copied copy count
-    countBuf counts coutG curKv curM curN curQ device divisor dst elapsedMs epiBuf f fillValue
-    first first0 first1 firstRow fit folded g h hi i i0 ih ihHi image in inQue inTile inner item
-    itemsPerCore iw j jj k k0 kBase kChunk kHi kLo kc keepBase keepBits keepH kk kvOff kx ky
-    landed last len lo m mIdx mOff mTile margin maskBase maskF n nOff nTile now numel o offs
-    offsetBuf offsets offsetsFor oh oh0 oh1 on op out outGm outQue outT outTile outer over p p0
-    padded part partBuf pipe pitch plane planesPer planesPerTile preBuf q qAt qOff r r0 reduce
-    reducedBuf repRows repeats rest restM restN round roundM roundN row rowBuf rowEnd rowMax
-    rowOff rowStart rowTaps rowTiles rows rowsPer rowsPerTile s shift shifted singleM singleN
-    slab slabBuf slabLead src stat stride t tail tap taps tile tileLength tileRows tiles tilesM
-    tilesN tilesPerCore tiling tilingData tmpBuf top totalItems totalLength totalTiles
-    totalUnits u unit unitEnd unitStart units unitsPerCore v vBase vBuf vRow valueBuf values
-    whole work workBuf workspace
+    a a2 aQue acc accBuf accLocal accQue aligned at avail b b2 bQue base batch before bits
+    blockBuf blockEnd blockLen blockLength blockRows blockStart blockUnits blocks bottom burst
+    bursts c c0 cQue cTile ch0 chunkCols chunks ci ciLo cmatrixInit cnt co0 col colBuf colElems
+    colFor colGm colKey colOff cols copied copy count countBuf counts coutG couts cs curKv curM
+    curN curQ device divisor dst elapsedMs epiBuf f fillValue first first0 first1 firstRow
+    firstStep fit fmap fmapQue folded frac fracL1 fracL1Que fractals g groups h hi i i0 ih ihHi
+    image img in inQue inRows inTile inner item itemsPerCore iw j jj k k0 kBase kChunk kHi kLo
+    kc keepBase keepBits keepH kk kvOff kx ky landed last len lo m m16 mIdx mOff mTile margin
+    maskBase maskF n n0 nOff nTaps nTile nb nbs now nt nt16 numel nz nzQue o off offs offsetBuf
+    offsets offsetsFor oh oh0 oh1 on op out outGm outQue outT outTile outer over p p0 padded
+    pads part partBuf pipe pitch pixels plane planesPer planesPerTile preBuf q qAt qOff r r0
+    reach real reduce reducedBuf repRows repeats reps rest restM restN round roundM roundN row
+    rowBuf rowEnd rowMax rowOff rowStart rowTaps rowTiles rows rowsPer rowsPerTile rowsQue s
+    shift shifted singleM singleN slab slabBuf slabLead slabQue src stat step stride t t0 tail
+    tap taps tile tileLength tileRows tiles tilesM tilesN tilesPerCore tiling tilingData tmpBuf
+    top totalItems totalLength totalTiles totalUnits u unit unitEnd unitStart units unitsPerCore
+    v vBase vBuf vRow valueBuf values w1 wFrac wRows whole work workBuf workspace
 """.split())
 
 

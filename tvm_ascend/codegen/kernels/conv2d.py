@@ -46,6 +46,14 @@ GEOMETRY = ("n", "cin", "h", "w", "cout", "kh", "kw", "oh", "ow", "groups", "k")
 class ConvKernelPrinter(CubeKernelPrinter):
     """Prints one Conv2D (+ epilogue) kernel and describes its launch."""
 
+    def __new__(cls, symbol: str, func, tiling):
+        # the template's Load3D variant has its own printer (a subclass: this module is its
+        # base, so it is imported here, not above)
+        if cls is ConvKernelPrinter and getattr(tiling.plan, "variant", None) == "load3d":
+            from .conv2d_load3d import Load3dConvPrinter
+            cls = Load3dConvPrinter
+        return super().__new__(cls)
+
     def __init__(self, symbol: str, func, tiling):
         import tvm
 
