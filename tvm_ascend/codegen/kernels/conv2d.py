@@ -55,21 +55,12 @@ class ConvKernelPrinter(CubeKernelPrinter):
         return super().__new__(cls)
 
     def __init__(self, symbol: str, func, tiling):
-        import tvm
-
         super().__init__(symbol, func, tiling)
         if not isinstance(tiling.plan, ConvPlan):
             raise CodegenError(f"{symbol}: a conv2d tiling without the template's ConvPlan "
                                f"(plan {type(tiling.plan).__name__}); schedule it again")
-        self.plan = plan = tiling.plan
-        self.shape = plan.shape
-        blocks = schedule_blocks(tvm.s_tir.Schedule(func))
-        self.program = epilogue_program(blocks, func, self.shape, conv_block_index(blocks))
-        self.ctype = cpp_type(self.shape.dtype)
-        self.x_name = self.names[self.shape.x_name]
-        self.w_name = self.names[self.shape.w_name]
-        self.out_name = self.names[self.params[-1].name]
-        self.sizes = {self.names[p.name]: buffer_size(p) for p in self.params}
+        plan = tiling.plan
+        self._bind_conv(func, plan)
         self.img2col = Img2colPrinter(plan, self.x_name, self.sizes, self.ctype)
         self.mode = plan.img2col.mode  # how col is built
         self.rows = plan.epilogue_rows  # output rows per epilogue call
@@ -80,6 +71,21 @@ class ConvKernelPrinter(CubeKernelPrinter):
         if len(self.columns) != plan.row_columns:
             raise CodegenError(f"{symbol}: the conv epilogue has {len(self.columns)} row "
                                f"columns, the plan sized {plan.row_columns}")
+
+    def _bind_conv(self, func, plan):
+        """Sets what every conv printer reads off its plan and function: the shape, the
+        epilogue's row program, the element type and the kernel's names and buffer sizes."""
+        import tvm
+
+        self.plan = plan
+        self.shape = plan.shape
+        blocks = schedule_blocks(tvm.s_tir.Schedule(func))
+        self.program = epilogue_program(blocks, func, self.shape, conv_block_index(blocks))
+        self.ctype = cpp_type(self.shape.dtype)
+        self.x_name = self.names[self.shape.x_name]
+        self.w_name = self.names[self.shape.w_name]
+        self.out_name = self.names[self.params[-1].name]
+        self.sizes = {self.names[p.name]: buffer_size(p) for p in self.params}
 
     def _inputs(self, kind):
         if self.program is None:

@@ -19,12 +19,10 @@ from __future__ import annotations
 import textwrap
 
 from ...errors import CodegenError
-from ...schedules.conv2d import Load3dConvPlan, conv_block_index, epilogue_program
+from ...schedules.conv2d import Load3dConvPlan
 from ...schedules.conv2d.load3d import pad_bottom_right
 from ...schedules.analysis.row_program import RowAccessKind
 from ...schedules.analysis.tile_values import buffer_size
-from ...schedules.analysis.tir_walk import schedule_blocks
-from ..cpp_types import cpp_type
 from ..kernel_parts import emit_field_assignments
 from ..kernel_printer import CubeKernelPrinter
 from .conv2d import ConvKernelPrinter
@@ -38,21 +36,11 @@ class Load3dConvPrinter(ConvKernelPrinter):
     """Prints one Load3D Conv2D (+ epilogue) kernel and describes its launch."""
 
     def __init__(self, symbol: str, func, tiling):  # noqa: D107 - the parent's, another plan
-        import tvm
-
         CubeKernelPrinter.__init__(self, symbol, func, tiling)
         if not isinstance(tiling.plan, Load3dConvPlan):
             raise CodegenError(f"{symbol}: a Load3D conv printer for a "
                                f"{type(tiling.plan).__name__}; schedule it again")
-        self.plan = tiling.plan
-        self.shape = self.plan.shape
-        blocks = schedule_blocks(tvm.s_tir.Schedule(func))
-        self.program = epilogue_program(blocks, func, self.shape, conv_block_index(blocks))
-        self.ctype = cpp_type(self.shape.dtype)
-        self.x_name = self.names[self.shape.x_name]
-        self.w_name = self.names[self.shape.w_name]
-        self.out_name = self.names[self.params[-1].name]
-        self.sizes = {self.names[p.name]: buffer_size(p) for p in self.params}
+        self._bind_conv(func, tiling.plan)
         self.rows, self.columns = 1, []  # the epilogue: one output-channel row a call
 
     # ---- printing ---------------------------------------------------------------------------
