@@ -43,6 +43,26 @@ def build_and_check_plans(builder, target="ascend", config=None, tolerance=None)
     return lib, groups
 
 
+def npu_launches(lib) -> list[tuple[dict, dict]]:
+    """(group, launch) of every group of a build on the NPU, once the launch's GM bytes, cube
+    MACs, cores and UB bytes are held equal to its plan's and the launch warned of nothing."""
+    report = lib.report.to_json()
+    launches = {p["kernel"]: p for p in lib.profile()}
+    checked = []
+    for group in report["groups"]:
+        if not group["on_npu"]:
+            continue
+        tiling, launch = group["tiling"], launches[group["kernel"]]
+        name = group["kernel"]
+        assert launch["gm_read_bytes"] == tiling["gm_read_bytes"], name
+        assert launch["gm_write_bytes"] == tiling["gm_write_bytes"], name
+        assert launch["cube_macs"] == tiling["work"]["cube_macs"], name
+        assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == [], name
+        assert launch["peak_ub_bytes"] == tiling["ub_bytes"], name
+        checked.append((group, launch))
+    return checked
+
+
 def chunked_tilings(groups: dict) -> list[dict]:
     """The tilings of the multi-pass kernels, with their chunk plans checked."""
     tilings = [g["tiling"] for g in groups.values()

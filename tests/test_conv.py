@@ -14,6 +14,7 @@ import pytest
 from onnx import numpy_helper
 
 import tvm_ascend
+from build_checks import npu_launches
 from conftest import TOLERANCES, run_onnxruntime
 from onnx_models import ModelBuilder, conv_bn
 from tvm_ascend import ir_attrs
@@ -73,18 +74,9 @@ def _plan(group: dict):
 
 def _check_counters(lib) -> list[dict]:
     """Every NPU group's plan equals its launch's counters; returns the conv groups."""
-    report = lib.report.to_json()
-    launches = {p["kernel"]: p for p in lib.profile()}
     convs = []
-    for group in report["groups"]:
-        if not group["on_npu"]:
-            continue
-        tiling, launch = group["tiling"], launches[group["kernel"]]
-        assert launch["gm_read_bytes"] == tiling["gm_read_bytes"], group["kernel"]
-        assert launch["gm_write_bytes"] == tiling["gm_write_bytes"], group["kernel"]
-        assert launch["cube_macs"] == tiling["work"]["cube_macs"], group["kernel"]
-        assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
-        assert launch["peak_ub_bytes"] == tiling["ub_bytes"], group["kernel"]
+    for group, launch in npu_launches(lib):
+        tiling = group["tiling"]
         if tiling["template"] == "conv2d":
             # the scalar unit's elements (Gather offsets, the fallback's img2col, row tails
             # without DataCopyPad) and the window's vector Gathers: as the kernel did them

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tvm_ascend
+from build_checks import npu_launches
 from conftest import TOLERANCES, run_onnxruntime
 from onnx_models import ModelBuilder
 from test_conv import _add_conv, _plan
@@ -45,19 +46,9 @@ def load3d_default(monkeypatch):
 
 def _check_load3d_counters(lib) -> list[dict]:
     """Every NPU group's plan equals its launch's counters; returns the Load3D conv groups."""
-    report = lib.report.to_json()
-    launches = {p["kernel"]: p for p in lib.profile()}
     convs = []
-    for group in report["groups"]:
-        if not group["on_npu"]:
-            continue
-        tiling, launch = group["tiling"], launches[group["kernel"]]
-        name = group["kernel"]
-        assert launch["gm_read_bytes"] == tiling["gm_read_bytes"], name
-        assert launch["gm_write_bytes"] == tiling["gm_write_bytes"], name
-        assert launch["cube_macs"] == tiling["work"]["cube_macs"], name
-        assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == [], name
-        assert launch["peak_ub_bytes"] == tiling["ub_bytes"], name
+    for group, launch in npu_launches(lib):
+        tiling, name = group["tiling"], group["kernel"]
         if tiling["template"] == "conv2d" and isinstance(_plan(group), Load3dConvPlan):
             work = tiling["work"]
             assert launch["scalar_writes"] == work["scalar_elems"], name

@@ -8,30 +8,17 @@ and each test runs it and compares with numpy, checks the counters against the d
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-EMU_DIR = ROOT / "contrib" / "ascendc_emu"
+from emu_build import ROOT, split_build
+
 SRC = ROOT / "tests" / "emu" / "matmul.cpp"
-CXX = os.environ.get("CXX", "g++")
-FLAGS = [
-    "-std=c++17",
-    "-DASCENDC_CPU_DEBUG",
-    f"-I{EMU_DIR}",
-    "-pthread",
-    "-Wall",
-    "-Wextra",
-    "-Wno-comment",
-    "-DASCENDC_EMU_SEPARATE_RUNTIME",
-]
 
 # dtype tag -> (A/B numpy dtype, C and bias numpy dtype, tolerance)
 DTYPES = {
@@ -42,37 +29,9 @@ DTYPES = {
 }
 
 
-def _cxx(args: list[str]) -> str:
-    cmd = [CXX, *FLAGS, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"compile failed: {' '.join(cmd)}\n{proc.stderr[-4000:]}")
-    return proc.stderr
-
-
 @pytest.fixture(scope="session")
 def exe(tmp_path_factory) -> Path:
-    if shutil.which(CXX) is None:
-        pytest.skip(f"{CXX} not found")
-    out = tmp_path_factory.mktemp("emu_cube")
-    jobs = [
-        [
-            "-O0",
-            "-DASCENDC_EMU_RUNTIME_IMPL",
-            "-x",
-            "c++",
-            "-c",
-            str(EMU_DIR / "kernel_operator.h"),
-            "-o",
-            str(out / "runtime.o"),
-        ],
-        ["-O1", "-c", str(SRC), "-o", str(out / "matmul.o")],
-    ]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        warnings = [w for w in pool.map(_cxx, jobs) if w.strip()]
-    assert not warnings, f"compiler warnings: {warnings}"
-    _cxx([str(out / "matmul.o"), str(out / "runtime.o"), "-o", str(out / "matmul")])
-    return out / "matmul"
+    return split_build(SRC, tmp_path_factory.mktemp("emu_cube"), "matmul")
 
 
 def run(exe: Path, *args, env: dict | None = None, rc: int = 0) -> str:

@@ -9,48 +9,25 @@ and cube MACs of every block), and each rule's error text is checked.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from emu_build import ROOT, split_build
 from tvm_ascend.schedules.conv2d.load3d import load3d_plan
 from tvm_ascend.schedules.conv2d.shape import ConvShape
 from tvm_ascend.soc import get_soc
 
-ROOT = Path(__file__).resolve().parents[1]
-EMU_DIR = ROOT / "contrib" / "ascendc_emu"
 SRC = ROOT / "tests" / "emu" / "conv_load3d.cpp"
-CXX = os.environ.get("CXX", "g++")
-FLAGS = ["-std=c++17", "-DASCENDC_CPU_DEBUG", f"-I{EMU_DIR}", "-pthread", "-Wall", "-Wextra",
-         "-Wno-comment", "-DASCENDC_EMU_SEPARATE_RUNTIME"]
-
-
-def _cxx(args: list[str]) -> str:
-    proc = subprocess.run([CXX, *FLAGS, *args], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"compile failed: {' '.join(args)}\n{proc.stderr[-4000:]}")
-    return proc.stderr
 
 
 @pytest.fixture(scope="session")
 def exe(tmp_path_factory) -> Path:
-    if shutil.which(CXX) is None:
-        pytest.skip(f"{CXX} not found")
-    out = tmp_path_factory.mktemp("emu_load3d")
-    jobs = [["-O0", "-DASCENDC_EMU_RUNTIME_IMPL", "-x", "c++", "-c",
-             str(EMU_DIR / "kernel_operator.h"), "-o", str(out / "runtime.o")],
-            ["-O1", "-c", str(SRC), "-o", str(out / "conv.o")]]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        warnings = [w for w in pool.map(_cxx, jobs) if w.strip()]
-    assert not warnings, f"compiler warnings: {warnings}"
-    _cxx([str(out / "conv.o"), str(out / "runtime.o"), "-o", str(out / "conv")])
-    return out / "conv"
+    return split_build(SRC, tmp_path_factory.mktemp("emu_load3d"), "conv")
 
 
 def run(exe: Path, *args, soc: str = "Ascend910B1", rc: int = 0) -> str:

@@ -50,6 +50,7 @@ On 310P (half) the conv template prints this kernel's NCHW mode with its epilogu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tvm_ascend.errors import TilingError
 
@@ -82,6 +83,18 @@ class Load3dTile:
 
     def m16(self, ow: int) -> int:
         return round_up(self.rows * ow, 16)
+
+
+class Load3dExtent(NamedTuple):
+    """A tile's extent: ``tile`` (its rows), output channels from ``n0`` on, ``nt16`` of them
+    rounded to 16 (the cube's N) and ``nt`` real ones, ``m`` pixels and ``m16`` to 16."""
+
+    tile: Load3dTile
+    n0: int
+    nt16: int
+    nt: int
+    m: int
+    m16: int
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,15 @@ class Load3dPlan:
         lo, hi = max(0, top), min(s.h - 1, bottom)
         return Load3dTile(oh0, rows, lo, max(1, hi - lo + 1))
 
+    def tile_extent(self, index: int) -> Load3dExtent:
+        """Tile ``index`` of an image (row bands outer, channel tiles inner): its rows, its
+        channels and pixels, as the kernel and every count of it walk them."""
+        t = self.tile(index // self.tiles_n)
+        n0 = index % self.tiles_n * self.n_tile
+        nt16 = min(self.n_tile, self.n16 - n0)
+        return Load3dExtent(t, n0, nt16, min(self.shape.cout - n0, nt16), t.rows * self.shape.ow,
+                            t.m16(self.shape.ow))
+
     def chunks(self):
         """(first channel group, groups, first tap, taps) of each K step, in order."""
         taps = self.shape.kh * self.shape.kw
@@ -148,12 +170,7 @@ class Load3dPlan:
         if io not in IO_MODES:
             raise ValueError(f"io={io!r}: one of {IO_MODES}")
         s, elem = self.shape, self.elem
-        t = self.tile(index // self.tiles_n)
-        n0 = index % self.tiles_n * self.n_tile
-        nt16 = min(self.n_tile, self.n16 - n0)
-        nt = min(s.cout - n0, nt16)
-        m = t.rows * s.ow
-        m16 = t.m16(s.ow)
+        t, n0, nt16, nt, m, m16 = self.tile_extent(index)
         read = macs = trans = calls = gathered = gathers = 0
         for first, groups, tap0, taps in self.chunks():
             kc = groups * taps * self.c0

@@ -100,12 +100,7 @@ def _tile(lp: Load3dPlan, program, img: int, index: int) -> dict:
     """What the printed kernel does for tile ``index`` of image ``img``."""
     s, elem, c0 = lp.shape, lp.elem, lp.c0
     taps = s.kh * s.kw
-    t = lp.tile(index // lp.tiles_n)
-    n0 = index % lp.tiles_n * lp.n_tile
-    nt16 = min(lp.n_tile, lp.n16 - n0)
-    nt = min(s.cout - n0, nt16)
-    m = t.rows * s.ow
-    m16 = t.m16(s.ow)
+    t, n0, nt16, nt, m, m16 = lp.tile_extent(index)
     x_total, w_total = s.n * s.cin * s.h * s.w, s.cout * s.cin * taps
     c = dict.fromkeys(("read", "operand", "scalar", "trans", "calls", "gathered", "gathers",
                        "zeros", "macs"), 0)

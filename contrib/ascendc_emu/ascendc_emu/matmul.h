@@ -462,6 +462,11 @@ inline void StoreC(T* d, float v, uint8_t atomic) {
 }
 
 }  // namespace emu
+}  // namespace AscendC
+
+#include "matmul_async.h"  // the asynchronous rounds' slots (it needs MatmulCore)
+
+namespace AscendC {
 
 /* ============================ Matmul ============================ */
 template <class A_TYPE, class B_TYPE, class C_TYPE, class BIAS_TYPE = C_TYPE, const auto& MM_CFG = CFG_NORM,
@@ -625,7 +630,7 @@ class MatmulImpl {
         if (enPartialSum) emu::Fail(api, "enPartialSum = true is not emulated");
         if constexpr (!sync) return IterateAsync(api);
         if (s_.tile < 0) {
-            Drained(api);
+            async_.Drained(api);
             async_.on = false;
             CheckOperands(api);
             s_.StartRound(api);
@@ -648,7 +653,7 @@ class MatmulImpl {
         (void)waitIterateAll;
         if (fakeMsg) return;
         if (enSequentialWrite) emu::Fail(api, "enSequentialWrite = true is not emulated for IterateAll");
-        Drained(api);
+        async_.Drained(api);
         async_.on = false;
         CheckOperands(api);
         s_.StartRound(api);
@@ -689,7 +694,7 @@ class MatmulImpl {
     template <bool sync = true>
     void GetTensorC(const GlobalTensor<DstT>& gm, uint8_t enAtomic = 0, bool enSequentialWrite = false) {
         const char* api = "Matmul::GetTensorC(GlobalTensor)";
-        NotAsync(api);
+        async_.NotAsync(api);
         TakeTile(api);
         WriteGm(api, gm, enAtomic, enSequentialWrite);
     }
@@ -697,7 +702,7 @@ class MatmulImpl {
     void GetTensorC(const GlobalTensor<DstT>& gm, const LocalTensor<DstT>& co2Local, uint8_t enAtomic = 0,
                     bool enSequentialWrite = false) {
         const char* api = "Matmul::GetTensorC(GlobalTensor, LocalTensor)";
-        NotAsync(api);
+        async_.NotAsync(api);
         TakeTile(api);
         WriteGm(api, gm, enAtomic, enSequentialWrite);
         WriteLocal(api, co2Local, enSequentialWrite, C_TYPE::format == CubeFormat::ND_ALIGN);
@@ -714,7 +719,7 @@ class MatmulImpl {
     }
 
     void End() {
-        Drained("Matmul::End");
+        async_.Drained("Matmul::End");
         async_.on = false;
         s_.tile = -1;
         s_.used = false;
@@ -725,100 +730,20 @@ class MatmulImpl {
     void EmuBindPipe(TPipe* p) { s_.pipe = p; }
 
  private:
-    /* ---- asynchronous rounds (Iterate<false> / GetTensorC<false>), as CANN's client and server
-     * do them on split chips (matmul_client.h, kfc/matmul_server_impl_c220.h): the round's first
-     * Iterate<false> posts one message and the AIC computes all mIter * nIter tiles of the round
-     * without waiting for the AIV, writing tile i at workspace + i * baseM * baseN * sizeof(C)
-     * (rows curN apart, enSequentialWrite); each GetTensorC<false> copies the next slot into the
-     * UB. The AIV waits on an event for the first INC_PROCESS_CHECK (14) fetches of a round
-     * (the AIC signals tiles 1..13 and the round's end), so tile 13 and later wait for the whole
-     * round. The emulator writes every slot at the round's start (the AIC runs ahead as far as
-     * it can) and fails a fetch of a slot this round did not produce, a slot whose bytes
-     * changed since it was produced (another object, core or copy wrote there), and a new round
-     * or End() while slots of the last are unfetched (the AIC would overwrite them). */
-    struct AsyncSlot {
-        int row, col, m, n;
-        uint64_t off, hash;
-    };
-    struct AsyncRound {
-        bool on = false;  // the last round was asynchronous; GetTensorC fetches from its slots
-        std::vector<AsyncSlot> slots;
-        size_t fetched = 0;
-    };
-    static uint64_t Fnv(const uint8_t* p, uint64_t n) {
-        uint64_t h = 1469598103934665603ull;
-        for (uint64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-        return h;
-    }
-    /* A round may start (or the object end) only when the last asynchronous one is fetched. */
-    void Drained(const char* api) {
-        if (async_.on && async_.fetched < async_.slots.size()) {
-            emu::Fail(api, emu::Cat("tiles ", async_.fetched, "..", async_.slots.size() - 1, " of the last "
-                                    "asynchronous round (", async_.slots.size(), " tiles) were never fetched with "
-                                    "GetTensorC<false>: a new round would overwrite their workspace slots "
-                                    "before they are read"));
-        }
-    }
-    void NotAsync(const char* api) {
-        if (async_.on) {
-            emu::Fail(api, "an asynchronous round (Iterate<false>) fetches into a LocalTensor (UB) only: on "
-                           "split chips the device asserts a synchronous Iterate before GetTensorC to GM");
-        }
-    }
+    /* ---- asynchronous rounds (Iterate<false> / GetTensorC<false>; matmul_async.h has the model
+     * and the slots' checks): the round's first call computes every tile into its workspace slot. */
     bool IterateAsync(const char* api) {
-        if (s_.tile >= 0) {
-            if (!async_.on) {
-                emu::Fail(api, "called in a round a synchronous Iterate started (a round is all-sync or all-async)");
-            }
-            if (++s_.tile >= int64_t(s_.mIter) * s_.nIter) {
-                s_.tile = -1;
-                return false;
-            }
-            return true;
-        }
-        const emu::SocProfile& soc = emu::ActiveSoc();
-        if (soc.npu_arch != 2201) {
-            emu::Fail(api, emu::Cat("asynchronous iteration is for the MIX kernels of split chips (Atlas A2/A3: "
-                                    "the AIC runs ahead into the GM workspace); ", soc.name, " has no "
-                                    "SetWorkspace: iterate synchronously"));
-        }
-        if (emu::Global().kernel_mode.load() == static_cast<int>(KernelMode::AIC_MODE)) {
-            emu::Fail(api, "an AIC_MODE (cube-only) kernel iterates synchronously only");
-        }
-        if (C_TYPE::pos != TPosition::VECIN && C_TYPE::pos != TPosition::VECOUT &&
-            C_TYPE::pos != TPosition::VECCALC) {
-            emu::Fail(api, "C's MatmulType position must be the UB (VECIN/VECOUT/VECCALC): the device asserts "
-                           "PhyPosIsUB(C_TYPE::pos) for an asynchronous Iterate");
-        }
-        Drained(api);
-        if (ws_.addr_ == nullptr) {
-            emu::Fail(api, "no workspace: call SetWorkspace first (the AIC caches every tile of the round there "
-                           "for GetTensorC<false>)");
-        }
+        if (s_.tile >= 0) return async_.Step(api, s_);
+        async_.CheckStart(api, C_TYPE::pos == TPosition::VECIN || C_TYPE::pos == TPosition::VECOUT ||
+                                   C_TYPE::pos == TPosition::VECCALC,
+                          ws_.addr_ != nullptr);
         CheckOperands(api);
         s_.StartRound(api);
-        const int64_t tiles = int64_t(s_.mIter) * s_.nIter;
-        const int64_t slot = int64_t(s_.t.baseM) * s_.t.baseN * int64_t(sizeof(DstT));
-        if (tiles * slot > wsBytes_) {
-            emu::Fail(api, emu::Cat("a round of ", s_.mIter, " x ", s_.nIter, " tiles needs ", tiles, " x baseM ",
-                                    s_.t.baseM, " x baseN ", s_.t.baseN, " x ", sizeof(DstT), " B = ", tiles * slot,
-                                    " B of workspace; SetWorkspace gave ", wsBytes_, " B"));
-        }
-        async_.slots.clear();
-        async_.fetched = 0;
-        emu::BlockCtx& ctx = emu::Ctx();
-        for (int64_t i = 0; i < tiles; ++i) {
+        async_.Begin<DstT>(api, s_, wsBytes_);
+        for (int64_t i = 0; i < int64_t(s_.mIter) * s_.nIter; ++i) {
             s_.PlaceTile(i);
             Compute(api);
-            const int m = s_.curM, n = s_.curN;
-            const uint64_t off = uint64_t(i * slot), bytes = uint64_t(m) * n * sizeof(DstT);
-            uint8_t* p = ws_.Check(off, bytes, api, "workspace slot");
-            DstT* d = reinterpret_cast<DstT*>(p);
-            for (int64_t e = 0; e < int64_t(m) * n; ++e) d[e] = emu::CubeOut<DstT>(s_.acc[size_t(e)]);
-            const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-            emu::RecordGmWrite(a, a + bytes);
-            ctx.c.gm_write_bytes += int64_t(bytes);
-            async_.slots.push_back(AsyncSlot{s_.curRow, s_.curCol, m, n, off, Fnv(p, bytes)});
+            async_.Produce<DstT>(api, ws_, s_, i);
         }
         async_.on = true;
         s_.tile = 0;
@@ -832,34 +757,10 @@ class MatmulImpl {
         if (doPad && C_TYPE::format != CubeFormat::ND_ALIGN) {
             emu::Fail(api, "doPad needs C's MatmulType format CubeFormat::ND_ALIGN");
         }
-        const size_t k = async_.fetched;
-        if (k >= async_.slots.size()) {
-            emu::Fail(api, emu::Cat("fetch ", k, " of an asynchronous round of ", async_.slots.size(), " tiles: "
-                                    "workspace slot ", k, " holds no tile of this round (not yet produced: "
-                                    "start the next round with Iterate<false> first)"));
-        }
-        const AsyncSlot& sl = async_.slots[k];
-        const uint64_t bytes = uint64_t(sl.m) * sl.n * sizeof(DstT);
-        const uint8_t* p = ws_.Check(sl.off, bytes, api, "workspace slot");
-        if (Fnv(p, bytes) != sl.hash) {
-            emu::Fail(api, emu::Cat("workspace slot ", k, " (bytes [", sl.off, ", ", sl.off + bytes, ") of the "
-                                    "workspace) was overwritten before it was fetched: another Matmul object, "
-                                    "core or copy wrote there after Iterate<false> produced tile ", k));
-        }
-        if ((height != 0 && int(height) != sl.m) || (width != 0 && int(width) != sl.n) || srcGap || dstGap) {
-            emu::Fail(api, emu::Cat("height ", height, " x width ", width, " (gaps ", srcGap, ", ", dstGap,
-                                    ") differ from tile ", k, " of the round, ", sl.m, " x ", sl.n));
-        }
-        s_.curRow = sl.row;
-        s_.curCol = sl.col;
-        s_.curM = sl.m;
-        s_.curN = sl.n;
-        const DstT* v = reinterpret_cast<const DstT*>(p);
-        s_.acc.resize(size_t(sl.m) * sl.n);
-        for (size_t e = 0; e < s_.acc.size(); ++e) s_.acc[e] = emu::ToF(v[e]);
+        const uint64_t bytes = async_.Load<DstT>(api, ws_, s_, height, width, srcGap, dstGap);
         WriteLocal(api, c, true, doPad || C_TYPE::format == CubeFormat::ND_ALIGN, false);
         emu::Ctx().c.gm_read_bytes += int64_t(bytes);
-        async_.fetched = k + 1;
+        ++async_.fetched;
     }
 
     void CheckOperands(const char* api) {
@@ -1040,7 +941,7 @@ class MatmulImpl {
     uint8_t subBlockIdx_ = 0;
     GlobalTensor<uint8_t> ws_;  // SetWorkspace
     int64_t wsBytes_ = 0;
-    AsyncRound async_;
+    emu::AsyncRound async_;
 };
 
 template <class A_TYPE, class B_TYPE, class C_TYPE, class BIAS_TYPE = C_TYPE, const auto& MM_CFG = CFG_NORM,

@@ -55,21 +55,12 @@ class ConvKernelPrinter(CubeKernelPrinter):
         return super().__new__(cls)
 
     def __init__(self, symbol: str, func, tiling):
-        import tvm
-
         super().__init__(symbol, func, tiling)
         if not isinstance(tiling.plan, ConvPlan):
             raise CodegenError(f"{symbol}: a conv2d tiling without the template's ConvPlan "
                                f"(plan {type(tiling.plan).__name__}); schedule it again")
-        self.plan = plan = tiling.plan
-        self.shape = plan.shape
-        blocks = schedule_blocks(tvm.s_tir.Schedule(func))
-        self.program = epilogue_program(blocks, func, self.shape, conv_block_index(blocks))
-        self.ctype = cpp_type(self.shape.dtype)
-        self.x_name = self.names[self.shape.x_name]
-        self.w_name = self.names[self.shape.w_name]
-        self.out_name = self.names[self.params[-1].name]
-        self.sizes = {self.names[p.name]: buffer_size(p) for p in self.params}
+        plan = tiling.plan
+        self._bind_conv(func, plan)
         self.img2col = Img2colPrinter(plan, self.x_name, self.sizes, self.ctype)
         self.mode = plan.img2col.mode  # how col is built
         self.rows = plan.epilogue_rows  # output rows per epilogue call
@@ -80,6 +71,50 @@ class ConvKernelPrinter(CubeKernelPrinter):
         if len(self.columns) != plan.row_columns:
             raise CodegenError(f"{symbol}: the conv epilogue has {len(self.columns)} row "
                                f"columns, the plan sized {plan.row_columns}")
+
+    def _bind_conv(self, func, plan):
+        """Sets what every conv printer reads off its plan and function: the shape, the
+        epilogue's row program, the element type and the kernel's names and buffer sizes."""
+        import tvm
+
+        self.plan = plan
+        self.shape = plan.shape
+        blocks = schedule_blocks(tvm.s_tir.Schedule(func))
+        self.program = epilogue_program(blocks, func, self.shape, conv_block_index(blocks))
+        self.ctype = cpp_type(self.shape.dtype)
+        self.x_name = self.names[self.shape.x_name]
+        self.w_name = self.names[self.shape.w_name]
+        self.out_name = self.names[self.params[-1].name]
+        self.sizes = {self.names[p.name]: buffer_size(p) for p in self.params}
+
+    def _emit_gm_buffers(self, buf):
+        """Binds every parameter's GlobalTensor; a scalar epilogue input is read once here."""
+        t = self.ctype
+        for p in self.params:
+            n = self.names[p.name]
+            if p.name in self._inputs(RowAccessKind.SCALAR):
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
+                buf.line(f"{n}Val = {n}Gm.GetValue(0);")
+            else:
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+
+    def _emit_gm_members(self, buf):
+        """The tiling and a GlobalTensor per parameter: the members every conv kernel has."""
+        t = self.ctype
+        buf.line("TilingData tiling;")
+        for p in self.params:
+            buf.line(f"AscendC::GlobalTensor<{t}> {self.names[p.name]}Gm;")
+
+    def _emit_epilogue_members(self, buf):
+        """The epilogue's members: a queue per streamed input, a value per scalar input and the
+        row slots' buffer when the plan has slots."""
+        t = self.ctype
+        for name in self._inputs(RowAccessKind.ROWS):
+            buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {self.names[name]}Que;")
+        for name in self._inputs(RowAccessKind.SCALAR):
+            buf.line(f"{t} {self.names[name]}Val;")
+        if self.plan.slots:
+            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
 
     def _inputs(self, kind):
         if self.program is None:
@@ -119,13 +154,7 @@ class ConvKernelPrinter(CubeKernelPrinter):
     def emit_buffers(self, buf):
         t = self.ctype
         tile = f"tiling.cube.baseM * tiling.pitch * sizeof({t})"
-        for p in self.params:
-            n = self.names[p.name]
-            if p.name in self._inputs(RowAccessKind.SCALAR):
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
-                buf.line(f"{n}Val = {n}Gm.GetValue(0);")
-            else:
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+        self._emit_gm_buffers(buf)
         if self.col_gm:  # this core's col block: K rows of the UB's pitch
             buf.line("const uint64_t colElems = static_cast<uint64_t>(tiling.k) * "
                      "tiling.pitch;")
@@ -385,9 +414,7 @@ class ConvKernelPrinter(CubeKernelPrinter):
 
     def emit_members(self, buf):
         t = self.ctype
-        buf.line("TilingData tiling;")
-        for p in self.params:
-            buf.line(f"AscendC::GlobalTensor<{t}> {self.names[p.name]}Gm;")
+        self._emit_gm_members(buf)
         buf.line("AscendC::TQue<AscendC::QuePosition::VECOUT, 1> outQue;")
         if self.col_gm:
             buf.line(f"AscendC::GlobalTensor<{t}> colGm;  // B of the Matmul: this core's col")
@@ -400,12 +427,7 @@ class ConvKernelPrinter(CubeKernelPrinter):
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> slabBuf;  // input rows")
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> offsetBuf;  // Gather offsets")
             buf.line("uint32_t offsetsFor = 0;  // p0 + 1 of the offsets in offsetBuf; 0: none")
-        for name in self._inputs(RowAccessKind.ROWS):
-            buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {self.names[name]}Que;")
-        for name in self._inputs(RowAccessKind.SCALAR):
-            buf.line(f"{t} {self.names[name]}Val;")
-        if self.plan.slots:
-            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
+        self._emit_epilogue_members(buf)
         if self.columns:  # a tile's per-row scalars: values, then one 32-byte block a row
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> valueBuf;")
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> blockBuf;")

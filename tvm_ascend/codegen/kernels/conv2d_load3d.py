@@ -19,12 +19,9 @@ from __future__ import annotations
 import textwrap
 
 from ...errors import CodegenError
-from ...schedules.conv2d import Load3dConvPlan, conv_block_index, epilogue_program
+from ...schedules.conv2d import Load3dConvPlan
 from ...schedules.conv2d.load3d import pad_bottom_right
 from ...schedules.analysis.row_program import RowAccessKind
-from ...schedules.analysis.tile_values import buffer_size
-from ...schedules.analysis.tir_walk import schedule_blocks
-from ..cpp_types import cpp_type
 from ..kernel_parts import emit_field_assignments
 from ..kernel_printer import CubeKernelPrinter
 from .conv2d import ConvKernelPrinter
@@ -38,21 +35,11 @@ class Load3dConvPrinter(ConvKernelPrinter):
     """Prints one Load3D Conv2D (+ epilogue) kernel and describes its launch."""
 
     def __init__(self, symbol: str, func, tiling):  # noqa: D107 - the parent's, another plan
-        import tvm
-
         CubeKernelPrinter.__init__(self, symbol, func, tiling)
         if not isinstance(tiling.plan, Load3dConvPlan):
             raise CodegenError(f"{symbol}: a Load3D conv printer for a "
                                f"{type(tiling.plan).__name__}; schedule it again")
-        self.plan = tiling.plan
-        self.shape = self.plan.shape
-        blocks = schedule_blocks(tvm.s_tir.Schedule(func))
-        self.program = epilogue_program(blocks, func, self.shape, conv_block_index(blocks))
-        self.ctype = cpp_type(self.shape.dtype)
-        self.x_name = self.names[self.shape.x_name]
-        self.w_name = self.names[self.shape.w_name]
-        self.out_name = self.names[self.params[-1].name]
-        self.sizes = {self.names[p.name]: buffer_size(p) for p in self.params}
+        self._bind_conv(func, tiling.plan)
         self.rows, self.columns = 1, []  # the epilogue: one output-channel row a call
 
     # ---- printing ---------------------------------------------------------------------------
@@ -82,13 +69,7 @@ class Load3dConvPrinter(ConvKernelPrinter):
 
     def emit_buffers(self, buf):
         t = self.ctype
-        for p in self.params:
-            n = self.names[p.name]
-            if p.name in self._inputs(RowAccessKind.SCALAR):
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, 1);")
-                buf.line(f"{n}Val = {n}Gm.GetValue(0);")
-            else:
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+        self._emit_gm_buffers(buf)
         buf.lines(textwrap.dedent(f"""\
             const int32_t reach = (tiling.rows - 1) * tiling.sh + (tiling.kh - 1) * tiling.dh + 1;
             const int32_t inRows = tiling.h < reach ? tiling.h : reach;  // the most a tile reads
@@ -390,10 +371,7 @@ class Load3dConvPrinter(ConvKernelPrinter):
             }}"""))
 
     def emit_members(self, buf):
-        t = self.ctype
-        buf.line("TilingData tiling;")
-        for p in self.params:
-            buf.line(f"AscendC::GlobalTensor<{t}> {self.names[p.name]}Gm;")
+        self._emit_gm_members(buf)
         buf.lines(textwrap.dedent("""\
             AscendC::TQue<AscendC::TPosition::A1, 1> slabQue;  // input rows, 5HD
             AscendC::TQue<AscendC::TPosition::B1, 1> fracL1Que;     // a K step's weight fractals
@@ -405,12 +383,7 @@ class Load3dConvPrinter(ConvKernelPrinter):
             AscendC::TQue<AscendC::TPosition::VECIN, 1> rowsQue, wRowsQue;
             AscendC::TQue<AscendC::TPosition::VECOUT, 1> fmapQue, wFracQue;
             AscendC::TBuf<AscendC::TPosition::VECCALC> offsetBuf;  // the Gathers' offsets"""))
-        for name in self._inputs(RowAccessKind.ROWS):
-            buf.line(f"AscendC::TQue<AscendC::QuePosition::VECIN, 1> {self.names[name]}Que;")
-        for name in self._inputs(RowAccessKind.SCALAR):
-            buf.line(f"{t} {self.names[name]}Val;")
-        if self.plan.slots:
-            buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> rowBuf;")
+        self._emit_epilogue_members(buf)
 
     # ---- what the launcher needs ------------------------------------------------------------
     def emit_tiling_init(self, buf, var: str) -> None:
