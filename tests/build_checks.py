@@ -3,6 +3,7 @@ some ONNX nodes, and a build whose every kernel's plan is held equal to the emul
 from __future__ import annotations
 
 import tvm_ascend
+from tvm_ascend.schedules.tiling import Tiling
 from conftest import assert_close, run_onnxruntime
 
 # Outputs of long-row (70k-element) float32 sums (means, variances) are accumulated in another
@@ -73,3 +74,8 @@ def chunked_tilings(groups: dict) -> list[dict]:
         assert p["chunk_cols"] < t["cols"] and p["chunk_cols"] % 8 == 0
         assert p["chunks_per_row"] == -(-t["cols"] // p["chunk_cols"])
     return tilings
+
+
+def conv_plan(group: dict):
+    """The typed plan (``ConvPlan``) of a fusion report's group."""
+    return Tiling.from_dict(group["tiling"]).plan

@@ -203,3 +203,31 @@ def model_with_a_part_per_rule():
     b.output(left, (6, 40))
     b.output(right, (6, 40))
     return b, parts
+
+
+def add_conv(b: ModelBuilder, case, index: int) -> str:
+    """A Conv (with the epilogue a test case names) on input ``x{index}``: ``case`` is
+    (n, cin, h, w, cout, k, stride, pad, dil, groups, epilogue); returns the output."""
+    n, cin, h, w, cout, k, stride, pad, dil, groups, epilogue = case
+    x = b.input(f"x{index}", (n, cin, h, w))
+    weight = b.const(b.rng.standard_normal((cout, cin // groups, k, k)) * 0.2, "w")
+    inputs = [x, weight]
+    if epilogue.startswith("bias"):
+        inputs.append(b.const(b.rng.standard_normal(cout), "bias"))
+    y = b.node("Conv", inputs, strides=[stride, stride], pads=[pad] * 4,
+               dilations=[dil, dil], group=groups, kernel_shape=[k, k])
+    oh = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    ow = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    out_shape = (n, cout, oh, ow)
+    if epilogue in ("bias_relu", "relu_residual"):
+        y = b.node("Relu", [y])
+    elif epilogue == "bias_clip6":
+        y = b.node("Clip", [y, b.const(np.array(0.0), "lo"), b.const(np.array(6.0), "hi")])
+    elif epilogue == "sigmoid":
+        y = b.node("Sigmoid", [y])
+    elif epilogue == "silu":
+        y = b.node("Mul", [y, b.node("Sigmoid", [y])])
+    if epilogue == "relu_residual":
+        y = b.node("Add", [y, b.input(f"r{index}", out_shape)])
+    b.output(y, out_shape)
+    return y

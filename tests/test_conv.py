@@ -14,9 +14,9 @@ import pytest
 from onnx import numpy_helper
 
 import tvm_ascend
-from build_checks import npu_launches
+from build_checks import conv_plan, npu_launches
 from conftest import TOLERANCES, run_onnxruntime
-from onnx_models import ModelBuilder, conv_bn
+from onnx_models import ModelBuilder, add_conv, conv_bn
 from tvm_ascend import ir_attrs
 from tvm_ascend.frontend import load_model
 from tvm_ascend.prepare import prepare
@@ -41,37 +41,6 @@ SWEEP = [
 ]
 
 
-def _add_conv(b: ModelBuilder, case, index: int) -> str:
-    n, cin, h, w, cout, k, stride, pad, dil, groups, epilogue = case
-    x = b.input(f"x{index}", (n, cin, h, w))
-    weight = b.const(b.rng.standard_normal((cout, cin // groups, k, k)) * 0.2, "w")
-    inputs = [x, weight]
-    if epilogue.startswith("bias"):
-        inputs.append(b.const(b.rng.standard_normal(cout), "bias"))
-    y = b.node("Conv", inputs, strides=[stride, stride], pads=[pad] * 4,
-               dilations=[dil, dil], group=groups, kernel_shape=[k, k])
-    oh = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
-    ow = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
-    out_shape = (n, cout, oh, ow)
-    if epilogue in ("bias_relu", "relu_residual"):
-        y = b.node("Relu", [y])
-    elif epilogue == "bias_clip6":
-        y = b.node("Clip", [y, b.const(np.array(0.0), "lo"), b.const(np.array(6.0), "hi")])
-    elif epilogue == "sigmoid":
-        y = b.node("Sigmoid", [y])
-    elif epilogue == "silu":
-        y = b.node("Mul", [y, b.node("Sigmoid", [y])])
-    if epilogue == "relu_residual":
-        y = b.node("Add", [y, b.input(f"r{index}", out_shape)])
-    b.output(y, out_shape)
-    return y
-
-
-def _plan(group: dict):
-    """The typed plan (``ConvPlan``) of a fusion report's group."""
-    return Tiling.from_dict(group["tiling"]).plan
-
-
 def _check_counters(lib) -> list[dict]:
     """Every NPU group's plan equals its launch's counters; returns the conv groups."""
     convs = []
@@ -80,7 +49,7 @@ def _check_counters(lib) -> list[dict]:
         if tiling["template"] == "conv2d":
             # the scalar unit's elements (Gather offsets, the fallback's img2col, row tails
             # without DataCopyPad) and the window's vector Gathers: as the kernel did them
-            p, work = _plan(group), tiling["work"]
+            p, work = conv_plan(group), tiling["work"]
             s, mode = p.shape, p.img2col.mode
             assert launch["scalar_writes"] == work["scalar_elems"], group["kernel"]
             gathered = launch["vector_by_op"].get("Gather", {}).get("elems", 0)
@@ -100,7 +69,7 @@ def _check_counters(lib) -> list[dict]:
 def test_conv_sweep_float32_matches_onnxruntime_and_counters():
     b = ModelBuilder("float32", seed=11)
     for index, case in enumerate(SWEEP):
-        _add_conv(b, case, index)
+        add_conv(b, case, index)
     model = b.model()
     lib = tvm_ascend.build(model)
     outs, refs = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
@@ -110,7 +79,7 @@ def test_conv_sweep_float32_matches_onnxruntime_and_counters():
     assert len(convs) == len(SWEEP)  # every conv, with its whole epilogue, is one NPU kernel
     report = lib.report.to_json()
     assert report["kernels"]["host"] == 0
-    plans = [_plan(g) for g in convs]
+    plans = [conv_plan(g) for g in convs]
     assert max(p.chunks for p in plans) > 1        # the K = 2592 case is split
     assert max(g["tiling"]["cores"] for g in convs) > 1
     assert {p.img2col.mode for p in plans} == {"direct", "window", "scalar"}
@@ -220,7 +189,7 @@ def test_conv_sweep_on_soc_without_datacopypad(dtype, img2col_only):
 
     b = ModelBuilder(dtype, seed=12)
     for index, case in enumerate(SWEEP_310P):
-        _add_conv(b, case, index)
+        add_conv(b, case, index)
     if dtype == "float32":
         b.output(conv_bn(b, b.input("xbn", (1, 8, 11, 11)), 8, 12), (1, 12, 11, 11))
     model = b.model()
@@ -233,14 +202,14 @@ def test_conv_sweep_on_soc_without_datacopypad(dtype, img2col_only):
     convs = _check_counters(lib)
     report = lib.report.to_json()
     assert len(convs) == len(outs) and report["kernels"] == {"ascend": len(outs), "host": 0}
-    assert all(_plan(g).data_copy_pad is False for g in convs)
+    assert all(conv_plan(g).data_copy_pad is False for g in convs)
     assert max(g["tiling"]["cores"] for g in convs) > 1
     assert all("DataCopyPad" not in src for src in lib.kernel_sources().values())
     # the window's slab rows: whole blocks, their margins zeroed again; the scalar unit does
     # fewer elements in all than the rows' tails alone would have been, copied exactly
     c0 = 32 // (4 if dtype == "float32" else 2)
     for g in convs:
-        p = _plan(g)
+        p = conv_plan(g)
         shape = p.shape
         if p.img2col.mode != "window" or shape.w % c0 == 0:
             continue
@@ -284,7 +253,7 @@ def test_conv_epilogue_covers_many_rows_per_call(target, dtype):
     np.testing.assert_allclose(out.astype(np.float64), ref, **TOLERANCES["cube/" + dtype])
     (launch,) = lib.profile(reset=False)
     (conv,) = _check_counters(lib)
-    p = _plan(conv)
+    p = conv_plan(conv)
     assert p.epilogue_rows > 1 and p.row_columns == 3
     (source,) = lib.kernel_sources().values()
     assert "AscendC::Brcb(" in source and "values.SetValue(" in source
@@ -319,7 +288,7 @@ def test_conv_epilogue_row_by_row_when_a_record_asks(tmp_path):
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
     np.testing.assert_allclose(out, ref, **TOLERANCES["cube/float32"])
     (conv,) = _check_counters(lib)
-    assert _plan(conv).epilogue_rows == 1
+    assert conv_plan(conv).epilogue_rows == 1
     assert Conv2dSchedule.schedule(func, get_soc("Ascend910B1"))[1].plan.epilogue_rows > 1
     source = lib.kernel_sources()[conv["kernel"]]
     assert "Brcb" not in source and "param_1Row = param_1Gm.GetValue(" in source
@@ -346,7 +315,7 @@ def test_split_chip_conv_keeps_its_col_block_in_the_gm_workspace():
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
     np.testing.assert_allclose(out, ref, **TOLERANCES["cube/float32"])
     (conv,) = _check_counters(lib)  # the col copies and B reads are in the GM bytes
-    p = _plan(conv)
+    p = conv_plan(conv)
     assert p.col_in_gm and p.chunks > 1 and p.mm_chunks == 1
     assert p.col_builds < p.tiles_m * p.tiles_n  # a block serves several tiles
     assert conv["tiling"]["work"]["workspace_write_bytes"] > \
@@ -386,7 +355,7 @@ def test_coupled_chip_takes_the_gm_col_block_when_the_estimate_says_so():
     (out,), (ref,) = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref, **TOLERANCES["cube/float16"])
     (conv,) = _check_counters(lib)
-    p = _plan(conv)
+    p = conv_plan(conv)
     assert p.col_in_gm and p.chunks > 1 and p.mm_chunks == 1
     assert p.col_builds < p.tiles_m * p.tiles_n * p.shape.n
     assert "'col_in_gm': True" in conv["reason"]
@@ -439,13 +408,13 @@ def test_partitioner_takes_smaller_tiles_when_the_default_leaves_cores_idle():
     The partitioner estimates the template's smaller-tile variants, keeps the fastest, says so
     in the reason, and the kernel is printed with those tiles (plan == counters)."""
     b = ModelBuilder("float32", seed=13)
-    _add_conv(b, (1, 96, 7, 7, 128, 3, 1, 1, 1, 1, "bias_relu"), 0)
+    add_conv(b, (1, 96, 7, 7, 128, 3, 1, 1, 1, 1, "bias_relu"), 0)
     model = b.model()
     lib = tvm_ascend.build(model)
     np.testing.assert_allclose(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0],
                                **TOLERANCES["cube/float32"])
     (conv,) = _check_counters(lib)
-    p = _plan(conv)
+    p = conv_plan(conv)
     assert (p.base_m, p.base_n) != (64, 64) and conv["tiling"]["cores"] > 2
     assert "knobs" in conv["reason"] and "with the defaults" in conv["reason"]
 
@@ -454,7 +423,7 @@ def test_conv_knob_space_starts_with_the_defaults():
     from tvm_ascend.schedules.conv2d import Conv2dKnobs, Conv2dSchedule, conv_shape
     from tvm_ascend.soc import get_soc
     b = ModelBuilder("float16", seed=14)
-    _add_conv(b, (1, 32, 14, 14, 256, 3, 1, 1, 1, 1, "none"), 0)
+    add_conv(b, (1, 32, 14, 14, 256, 3, 1, 1, 1, 1, "none"), 0)
     soc = get_soc("Ascend910B1")
     result = tvm_ascend.partition_for_ascend(b.model())
     (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
@@ -510,7 +479,7 @@ def test_pointwise_conv_reads_b_from_gm_on_910b_and_copies_rows_on_310p():
     from tvm_ascend.schedules.conv2d import Conv2dKnobs, Conv2dSchedule
     from tvm_ascend.soc import get_soc
     b = ModelBuilder("float16", seed=15)
-    _add_conv(b, (1, 64, 28, 28, 256, 1, 1, 0, 1, 1, "none"), 0)
+    add_conv(b, (1, 64, 28, 28, 256, 1, 1, 0, 1, 1, "none"), 0)
     result = tvm_ascend.partition_for_ascend(b.model())
     (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
                if f.attrs and f.attrs.get("Codegen") == "ascend"]
@@ -538,7 +507,7 @@ def test_conv_plan_is_typed_and_round_trips_through_json():
     from tvm_ascend.soc import get_soc
 
     b = ModelBuilder("float16", seed=16)
-    _add_conv(b, (2, 16, 9, 11, 40, 3, 2, 1, 1, 1, "bias_relu"), 0)
+    add_conv(b, (2, 16, 9, 11, 40, 3, 2, 1, 1, 1, "bias_relu"), 0)
     result = tvm_ascend.partition_for_ascend(b.model())
     (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
                if f.attrs and f.attrs.get("Codegen") == "ascend"]

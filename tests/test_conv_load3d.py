@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 import tvm_ascend
-from build_checks import npu_launches
+from build_checks import conv_plan, npu_launches
 from conftest import TOLERANCES, run_onnxruntime
-from onnx_models import ModelBuilder
-from test_conv import _add_conv, _plan
+from onnx_models import ModelBuilder, add_conv
 from tvm_ascend.schedules.conv2d import Conv2dKnobs, Conv2dSchedule, Load3dConvPlan
 
 # (N, Cin, H, W, Cout, kernel, stride, pad, dilation, groups, epilogue)
@@ -49,7 +48,7 @@ def _check_load3d_counters(lib) -> list[dict]:
     convs = []
     for group, launch in npu_launches(lib):
         tiling, name = group["tiling"], group["kernel"]
-        if tiling["template"] == "conv2d" and isinstance(_plan(group), Load3dConvPlan):
+        if tiling["template"] == "conv2d" and isinstance(conv_plan(group), Load3dConvPlan):
             work = tiling["work"]
             assert launch["scalar_writes"] == work["scalar_elems"], name
             gather = launch["vector_by_op"].get("Gather", {})
@@ -61,7 +60,7 @@ def _check_load3d_counters(lib) -> list[dict]:
 def test_load3d_sweep_float16_310p_matches_onnxruntime_and_counters(load3d_default):
     b = ModelBuilder("float16", seed=21)
     for index, case in enumerate(SWEEP):
-        _add_conv(b, case, index)
+        add_conv(b, case, index)
     model = b.model()
     lib = tvm_ascend.build(model, target="ascend/310p3")
     outs, refs = lib.run(b.feeds), run_onnxruntime(model, b.feeds)
@@ -72,7 +71,7 @@ def test_load3d_sweep_float16_310p_matches_onnxruntime_and_counters(load3d_defau
     assert len(convs) == len(SWEEP)
     assert lib.report.to_json()["kernels"] == {"ascend": len(SWEEP), "host": 0}
     assert max(g["tiling"]["cores"] for g in convs) > 1
-    plans = [_plan(g).load3d for g in convs]
+    plans = [conv_plan(g).load3d for g in convs]
     assert any(p.tiles_n > 1 for p in plans) and any(p.c1_step > 1 for p in plans)
     assert any(p.tap_step < p.shape.kh * p.shape.kw for p in plans)
     sources = "\n".join(lib.kernel_sources().values())
@@ -86,13 +85,13 @@ def test_load3d_feature_map_larger_than_l1(load3d_default):
 
     case = (1, 64, 72, 72, 48, 3, 1, 1, 1, 1, "bias_relu")
     b = ModelBuilder("float16", seed=22)
-    _add_conv(b, case, 0)
+    add_conv(b, case, 0)
     model = b.model()
     lib = tvm_ascend.build(model, target="ascend/310p3")
     np.testing.assert_allclose(lib.run(b.feeds)[0].astype(np.float64),
                                run_onnxruntime(model, b.feeds)[0], **TOLERANCES["cube/float16"])
     (conv,) = _check_load3d_counters(lib)
-    p, soc = _plan(conv), get_soc("Ascend310P3")
+    p, soc = conv_plan(conv), get_soc("Ascend310P3")
     s = p.shape
     assert s.cin * s.h * s.w * 2 > p.load3d.l1_bytes
     assert p.load3d.l1_bytes <= soc.l1_bytes and p.load3d.tiles_h > 1
@@ -139,14 +138,14 @@ def test_partitioner_picks_load3d_by_estimate_on_310p_half():
     case = (1, 64, 28, 28, 64, 3, 1, 1, 1, 1, "bias_relu")
     for dtype, expected in (("float16", Load3dConvPlan), ("float32", None)):
         b = ModelBuilder(dtype, seed=23)
-        _add_conv(b, case, 0)
+        add_conv(b, case, 0)
         model = b.model()
         lib = tvm_ascend.build(model, target="ascend/310p3")
         (group,) = [g for g in lib.report.to_json()["groups"] if g["on_npu"]]
         if expected is None:
-            assert not isinstance(_plan(group), Load3dConvPlan)
+            assert not isinstance(conv_plan(group), Load3dConvPlan)
             continue
-        assert isinstance(_plan(group), expected)
+        assert isinstance(conv_plan(group), expected)
         est = re.search(r"'method': 'load3d'\}: est\. ([\d.]+) us against ([\d.]+) us",
                         group["reason"])
         assert est and float(est.group(1)) < float(est.group(2)), group["reason"]
@@ -164,7 +163,7 @@ def test_tuner_knob_space_holds_load3d_on_310p_half_only():
     from tvm_ascend.soc import get_soc
 
     b = ModelBuilder("float16", seed=24)
-    _add_conv(b, (1, 32, 14, 14, 64, 3, 1, 1, 1, 1, "none"), 0)
+    add_conv(b, (1, 32, 14, 14, 64, 3, 1, 1, 1, 1, "none"), 0)
     result = tvm_ascend.partition_for_ascend(b.model())
     (func,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
                if f.attrs and f.attrs.get("Codegen") == "ascend"]

@@ -41,7 +41,7 @@ PRINTER_NAMES = frozenset("""
     shift shifted singleM singleN slab slabBuf slabLead slabQue src stat step stride t t0 tail
     tap taps tile tileLength tileRows tiles tilesM tilesN tilesPerCore tiling tilingData tmpBuf
     top totalItems totalLength totalTiles totalUnits u unit unitEnd unitStart units unitsPerCore
-    v vBase vBuf vRow valueBuf values w1 wFrac wRows whole work workBuf workspace
+    v vBase vBuf vRow valueBuf values w1 wFrac wRows whole work workBuf workspace ws wsElems wsGm
 """.split())
 
 
