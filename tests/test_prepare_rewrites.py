@@ -104,6 +104,30 @@ def test_dropout_as_model_output_and_on_a_graph_input(tmp_path):
     assert all(r["applied"] and r["on_npu"] for r in _records(report, "DropoutRemoval").values())
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_cast_to_its_own_dtype_is_removed_not_run_on_the_host(dtype, tmp_path):
+    """LLaMA's TorchScript export casts the residual sum to its own dtype before RMSNorm; the
+    identity Cast ran on the host and cut the residual add from the norm."""
+    b = ModelBuilder(dtype, seed=42)
+    x, r = b.input("x", (4, 70)), b.input("r", (4, 70))
+    total = b.node("Add", [x, r])
+    to = TensorProto.FLOAT if dtype == "float32" else TensorProto.FLOAT16
+    b.nodes.append(helper.make_node("Cast", [total], ["same"], name="same_cast", to=to))
+    b.output(b.node("Exp", ["same"]), (4, 70))
+    # a Cast that is the model's output: the output keeps its name
+    b.nodes.append(helper.make_node("Cast", [b.node("Tanh", [x])], ["out_cast"],
+                                    name="out_cast", to=to))
+    b.outputs.append(helper.make_tensor_value_info("out_cast", to, (4, 70)))
+    lib, report = _build(b, dump_graph=True, dump_path=str(tmp_path))
+    assert report["kernels"] == {"ascend": 2, "host": 0}
+    assert "relax.astype" not in _ops(report)
+    records = _records(report, "IdentityCastRemoval")
+    assert set(records) == {"same_cast", "out_cast"}
+    assert all(rec["applied"] and rec["on_npu"] for rec in records.values())
+    (group,) = _groups_of(report, "same_cast")
+    assert group["on_npu"] and total in group["nodes"]
+
+
 # ---- BatchNorm --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

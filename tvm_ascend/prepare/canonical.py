@@ -5,7 +5,8 @@ binary op becomes 0-d where the result's shape stays, so it is an immediate in t
 
 ``remove_dropout``: Dropout at inference is the identity. The importer keeps it as
 ``relax.nn.dropout`` (a two-output op no kernel prints), which would run on the host and cut
-its producer from its consumer; each use of its output reads the input instead.
+its producer from its consumer; each use of its output reads the input instead. A Cast to its
+input's own dtype (LLaMA's TorchScript export writes them before RMSNorm) is removed alike.
 
 ``stack_sum_to_adds``: ONNX Sum, imported as broadcast_to + stack + sum(axis 0), becomes Adds.
 
@@ -45,6 +46,7 @@ from .relax_rewrite import (CallRewrite, NamedRewrite, bindings, call_name, cons
                             with_rewrite_records)
 
 DROPOUT_REMOVAL = "DropoutRemoval"
+IDENTITY_CAST_REMOVAL = "IdentityCastRemoval"
 SOFTMAX_AXIS_TO_LAST = "SoftmaxAxisToLast"
 _SOFTMAX_OPS = ("relax.nn.softmax", "relax.nn.log_softmax")
 
@@ -126,12 +128,16 @@ class _DropoutRemover(PyExprMutator):
         return drop if call_name(drop) == "relax.nn.dropout" else None
 
     def visit_var_binding_(self, binding):
-        drop = self._dropout_item(binding.value)
-        if drop is None or binding.value.index != 0:
-            super().visit_var_binding_(binding)
-            return
-        source = self.visit_expr(drop.args[0])
-        self.removed.append((binding.value.tuple_value.name, binding.var, drop.args[0]))
+        if _identity_cast(binding.value):
+            removed, original = binding.var.name, binding.value.args[0]
+        else:
+            drop = self._dropout_item(binding.value)
+            if drop is None or binding.value.index != 0:
+                super().visit_var_binding_(binding)
+                return
+            removed, original = binding.value.tuple_value.name, drop.args[0]
+        source = self.visit_expr(original)
+        self.removed.append((removed, binding.var, original))
         if isinstance(binding.var, relax.DataflowVar) and isinstance(source, relax.Var):
             self.set_var_remap(binding.var, source)
             return
@@ -162,7 +168,8 @@ def remove_dropout(mod: tvm.IRModule) -> tvm.IRModule:
     >>> mod = remove_dropout(mod)                            # doctest: +SKIP
     """
     func = mod["main"]
-    if not any(call_name(b.value) == "relax.nn.dropout" for b in bindings(func)):
+    if not any(call_name(b.value) == "relax.nn.dropout" or _identity_cast(b.value)
+               for b in bindings(func)):
         return mod
     remover = _DropoutRemover(mod, func)
     new = remover.visit_expr(func)
@@ -172,6 +179,11 @@ def remove_dropout(mod: tvm.IRModule) -> tvm.IRModule:
                        "Dropout is the identity at inference: removed, so its producer and "
                        "consumer can share a kernel")
                for b in bindings(func) if call_name(b.value) == "relax.nn.dropout"]
+    records += [rewrite_record(IDENTITY_CAST_REMOVAL, nodes.get(b.var.name, b.var.name), True,
+                               f"a Cast to its input's own dtype ({b.value.attrs.dtype}) is the "
+                               "identity: removed, so its producer and consumer can share a "
+                               "kernel")
+                for b in bindings(func) if _identity_cast(b.value)]
     for drop_var, item, source in remover.removed:
         node = nodes.get(drop_var, drop_var)
         for owner in _owners_of(func, item, source):
@@ -186,6 +198,14 @@ def remove_dropout(mod: tvm.IRModule) -> tvm.IRModule:
     if nodes:
         out = replace_main(out, out["main"].with_attr(ir_attrs.ONNX_NODES, nodes))
     return replace_main(out, with_rewrite_records(out["main"], records))
+
+
+def _identity_cast(value) -> bool:
+    """Whether ``value`` is an ``astype`` to the dtype its operand already has."""
+    if call_name(value) != "relax.astype":
+        return False
+    ty = getattr(value.args[0], "ty", None)
+    return isinstance(ty, relax.TensorType) and str(ty.dtype) == str(value.attrs.dtype)
 
 
 def _owners_of(func, item, source) -> list[str]:
@@ -458,4 +478,4 @@ def softmax_axis_to_last(mod: tvm.IRModule) -> tvm.IRModule:
 
 __all__ = ["one_element_constants_as_scalars", "remove_dropout", "stack_sum_to_adds",
            "split_as_slices", "hoist_matmul_scales", "softmax_axis_to_last",
-           "DROPOUT_REMOVAL", "SOFTMAX_AXIS_TO_LAST"]
+           "DROPOUT_REMOVAL", "IDENTITY_CAST_REMOVAL", "SOFTMAX_AXIS_TO_LAST"]
