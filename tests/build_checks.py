@@ -2,7 +2,13 @@
 some ONNX nodes, and a build whose every kernel's plan is held equal to the emulator's counters."""
 from __future__ import annotations
 
+import os
+import re
+
+import tvm_ffi
+
 import tvm_ascend
+from tvm_ascend.soc import emulator_dir
 from tvm_ascend.schedules.tiling import Tiling
 from conftest import assert_close, run_onnxruntime
 
@@ -79,3 +85,22 @@ def chunked_tilings(groups: dict) -> list[dict]:
 def conv_plan(group: dict):
     """The typed plan (``ConvPlan``) of a fusion report's group."""
     return Tiling.from_dict(group["tiling"]).plan
+
+
+ACL_STUB_DIR = os.path.join(os.path.dirname(__file__), "acl_stub")
+
+
+def acl_stub_unit(unit: str) -> tuple[str, int]:
+    """An NPU unit's source made parseable by g++ (its <<<>>> launches rewritten as calls of
+    the kernel with the same arguments) and the number of launches rewritten."""
+    return re.subn(r"(\w+)<<<([^>]*)>>>\(", r"tvm_ascend_stub_launch(\2), \1(", unit)
+
+
+def acl_stub_command(soc_name: str) -> list[str]:
+    """``g++ -fsyntax-only -Wall`` of a unit from stdin against the stub ACL declarations
+    (tests/acl_stub) and the emulator's kernel_operator.h: syntax and types only."""
+    ffi_include = os.path.join(os.path.dirname(tvm_ffi.__file__), "include")
+    return ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-DASCENDC_CPU_DEBUG",
+            f"-DASCENDC_EMU_SOC={soc_name}", "-DASCENDC_EMU_SEPARATE_RUNTIME",
+            f"-I{emulator_dir()}", f"-I{ACL_STUB_DIR}", f"-I{ffi_include}", "-include",
+            "launch_stub.h", "-x", "c++", "-"]

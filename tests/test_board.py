@@ -4,7 +4,6 @@ declarations in tests/acl_stub: syntax and types only, nothing runs on an NPU), 
 side of the RPC runner over a loopback tracker with the emulator backend."""
 from __future__ import annotations
 
-import os
 import re
 import socket
 import stat
@@ -12,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import tvm_ffi
 
 import tvm_ascend
 from tvm_ascend import ir_attrs
@@ -26,13 +24,13 @@ from tvm_ascend.errors import AscendError, CodegenError, ToolchainError
 from tvm_ascend.kernel_record import record_of
 from tvm_ascend.runtime import cann
 from tvm_ascend.schedules import template_by_name
-from tvm_ascend.soc import emulator_dir, get_soc
+from tvm_ascend.soc import get_soc
 from tvm_ascend.tuning import RPCRunner, board
 from tvm_ascend.tuning.runner import Candidate, LocalRunner, build_with_knobs
+from build_checks import acl_stub_command, acl_stub_unit
 from onnx_models import ModelBuilder, add_chain
 
 SOC = get_soc("Ascend910B1")
-STUB_DIR = os.path.join(os.path.dirname(__file__), "acl_stub")
 
 
 def _free_port() -> int:
@@ -212,14 +210,9 @@ def test_acl_unit_passes_a_gpp_syntax_check_against_stub_acl_declarations(reques
     kernel = request.getfixturevalue(which)
     unit = npu_unit_source(kernel, SOC)
     assert cann.core_kind([npu_kernel_mode(kernel)]) == kind and '#include "acl/acl.h"' in unit
-    rewritten, launches = re.subn(r"(\w+)<<<([^>]*)>>>\(", r"tvm_ascend_stub_launch(\2), \1(",
-                                  unit)
+    rewritten, launches = acl_stub_unit(unit)
     assert launches == 3
-    ffi_include = os.path.join(os.path.dirname(tvm_ffi.__file__), "include")
-    command = ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-DASCENDC_CPU_DEBUG",
-               f"-DASCENDC_EMU_SOC={SOC.name}", "-DASCENDC_EMU_SEPARATE_RUNTIME",
-               f"-I{emulator_dir()}", f"-I{STUB_DIR}", f"-I{ffi_include}", "-include",
-               "launch_stub.h", "-x", "c++", "-"]
+    command = acl_stub_command(SOC.name)
     done = subprocess.run(command, input=rewritten, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     acl_from = rewritten[:rewritten.index('#include "acl/acl.h"')].count("\n") + 1

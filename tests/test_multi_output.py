@@ -200,11 +200,10 @@ def test_acl_launcher_copies_both_outputs_back_and_passes_a_syntax_check():
     """The NPU launcher of the two-output kernel: the inputs go to the device, both outputs
     come back (h first, in parameter order), and the unit passes g++ -fsyntax-only against
     the stub ACL declarations (as tests/test_board.py checks single-output units)."""
-    import os
     import re
     import subprocess
 
-    import tvm_ffi
+    from build_checks import acl_stub_command, acl_stub_unit
     from tvm_ascend import ir_attrs
     from tvm_ascend.codegen.ascendc_printer import ScheduledKernel, kernel_printer
     from tvm_ascend.codegen.code_buffer import CodeBuffer
@@ -212,7 +211,7 @@ def test_acl_launcher_copies_both_outputs_back_and_passes_a_syntax_check():
     from tvm_ascend.codegen.npu_unit import npu_unit_source
     from tvm_ascend.kernel_record import record_of
     from tvm_ascend.schedules import template_by_name
-    from tvm_ascend.soc import emulator_dir, get_soc
+    from tvm_ascend.soc import get_soc
 
     soc = get_soc("Ascend910B1")
     b, _ = _pre_ln((2, 24, 32), 64, "float16")
@@ -238,12 +237,7 @@ def test_acl_launcher_copies_both_outputs_back_and_passes_a_syntax_check():
     sent = [int(i) for i in re.findall(r"aclrtMemcpy\(dev(\d+), \d+, a\d+\.data_ptr\(\)", text)]
     assert sent == list(range(len(params) - 2))
     unit = npu_unit_source(kernel, soc)
-    rewritten = re.sub(r"(\w+)<<<([^>]*)>>>\(", r"tvm_ascend_stub_launch(\2), \1(", unit)
-    stub = os.path.join(os.path.dirname(__file__), "acl_stub")
-    ffi_include = os.path.join(os.path.dirname(tvm_ffi.__file__), "include")
-    command = ["g++", "-std=c++17", "-fsyntax-only", "-DASCENDC_CPU_DEBUG",
-               f"-DASCENDC_EMU_SOC={soc.name}", "-DASCENDC_EMU_SEPARATE_RUNTIME",
-               f"-I{emulator_dir()}", f"-I{stub}", f"-I{ffi_include}", "-include",
-               "launch_stub.h", "-x", "c++", "-"]
-    done = subprocess.run(command, input=rewritten, capture_output=True, text=True)
+    rewritten, _ = acl_stub_unit(unit)
+    done = subprocess.run(acl_stub_command(soc.name), input=rewritten, capture_output=True,
+                          text=True)
     assert done.returncode == 0, done.stderr[-3000:]
