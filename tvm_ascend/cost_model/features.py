@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from .timing import estimate_kernel, l2_bytes
+from .timing import busiest_share, estimate_kernel, l2_bytes, launch_blocks
 from .vector_work import OP_CLASSES, count_vector_work
 
 TEMPLATES = ("elementwise", "row_reduce", "matmul")
@@ -128,14 +128,13 @@ def _core_values(tiling, soc, work) -> dict:
     model's pipes and start-up are charged on, as plain counts (bytes, MACs, instructions)."""
     plan = tiling.work
     cores, ratio, steps = max(1, tiling.cores), max(1, plan.aiv_ratio), max(1, plan.steps)
-    share = min(tiling.block_len, tiling.total) / max(1, tiling.total)
+    share = busiest_share(tiling)
     read, write = tiling.gm_read_bytes, tiling.gm_write_bytes
     l2_read, l2_write = l2_bytes(tiling)  # where the plan's bytes come from, not a time
     hbm = read - l2_read + write - l2_write
     operand = min(read, plan.cube_operand_bytes)
-    # a cube kernel starts its AICs (each with ``ratio`` AIV clients), a vector one its AIVs
-    blocks = -(-cores // ratio) / max(1, soc.ai_cores) if plan.cube_macs else \
-        cores / max(1, soc.vector_blocks)
+    started, capacity = launch_blocks(tiling, soc)
+    blocks = started / max(1, capacity)
     template_vector = plan.gather_elems * work.elem_bytes + plan.template_vector_bytes
     return {
         "log_template_vector_calls": _log(plan.template_vector_calls),

@@ -78,6 +78,21 @@ class KernelEstimate:
 GATHER_BYTES_PER_CYCLE = 32
 
 
+def busiest_share(tiling) -> float:
+    """The busiest core's part of ``tiling``'s work (its block over the total)."""
+    return min(tiling.block_len, tiling.total) / max(1, tiling.total)
+
+
+def launch_blocks(tiling, soc) -> tuple[int, int]:
+    """(blocks the launch starts, how many the SoC has of them): AIVs for a vector kernel;
+    for one that uses the cube, AICs (catlass' blockDim), each with ``aiv_ratio`` AIV
+    clients: ceil(clients / ratio)."""
+    cores = max(1, tiling.cores)
+    if tiling.work.cube_macs:
+        return -(-cores // max(1, tiling.work.aiv_ratio)), soc.ai_cores
+    return cores, soc.vector_blocks
+
+
 def device_startup_us(soc, blocks: int, capacity: int) -> float:
     """The device's start-up of a launch of ``blocks`` blocks where the SoC has ``capacity`` for
     that kind of kernel: ``startup_base_us + startup_all_cores_us * blocks / capacity`` (catlass'
@@ -265,7 +280,7 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     clock, bandwidth = _peaks(soc)
     stream = soc.hbm_stream_gbps * 1e9
     cores = max(1, tiling.cores)
-    share = min(tiling.block_len, tiling.total) / max(1, tiling.total)  # busiest core's part
+    share = busiest_share(tiling)
     steps = max(1, plan.steps)
     double = tiling.buffer_num >= 2
     read, write = tiling.gm_read_bytes, tiling.gm_write_bytes
@@ -334,12 +349,8 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         soc.vector_bytes_per_cycle * soc.vector_blocks * clock) * 1e6
     roofline = max(mem_us, cube_us, vec_us)
     kernel_us = max(core_us, roofline)
-    # start-up grows with the blocks launched: AIVs for a vector kernel; for one that uses the
-    # cube, AICs (catlass' blockDim), each with ``ratio`` AIV clients: ceil(clients / ratio)
-    if macs:
-        launch = device_startup_us(soc, -(-cores // max(1, ratio)), soc.ai_cores)
-    else:
-        launch = device_startup_us(soc, cores, soc.vector_blocks)
+    # start-up grows with the blocks launched
+    launch = device_startup_us(soc, *launch_blocks(tiling, soc))
     if core_us >= roofline:
         busiest = [mte2, cube, vector + scalar, mte3]
         bound = _PIPES[max(range(4), key=lambda i: busiest[i])] if core_us > 0 else "launch"
