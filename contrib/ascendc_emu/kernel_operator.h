@@ -9,6 +9,7 @@
 
 #include "ascendc_emu/types.h"
 #include "ascendc_emu/core.h"
+#include "ascendc_emu/cross_core.h"
 #include "ascendc_emu/memory.h"
 #include "ascendc_emu/data_copy.h"
 #include "ascendc_emu/vector.h"

@@ -49,6 +49,10 @@ struct Counters {
     int64_t peak_l0b_bytes = 0;
     int64_t peak_l0c_bytes = 0;
     std::vector<std::string> warnings;
+    // Which context these counters belong to (blocks[] of the launch JSON).
+    const char* core_type = "AIV";  // "AIC" or "AIV" (CoreKind)
+    int64_t block = 0;              // its GetBlockIdx()
+    int64_t group = 0;              // its AIC group (block / task_ratio for AIVs)
 };
 
 struct LaunchStats {
@@ -172,6 +176,12 @@ struct BufferInfo {
 
 inline int FlagKey(int srcPipe, int dstPipe) { return srcPipe * 16 + dstPipe; }
 
+/* The core type a context reports (ASCEND_IS_AIC / ASCEND_IS_AIV): AIC for an AIC_MODE launch and
+ * for the AIC programs of a MIX 1:2 launch on a split chip (2201), AIV otherwise (coupled chips'
+ * single AI core included, as CANN's CPU debug reports it). */
+enum class CoreKind : uint8_t { AIV = 0, AIC };
+struct CrossCoreLaunch;  // cross_core.h: flags, clocks and the GM shadow of a MIX 1:2 launch
+
 struct GmWrite {
     uintptr_t b, e;  // written byte range [b, e)
     int64_t blk;
@@ -198,6 +208,12 @@ struct BlockCtx {
     std::vector<std::string> leaks;
     uint64_t vec_mask[2] = {~0ull, ~0ull};
     uint8_t* sys_workspace = nullptr;  // SetSysWorkspace (cube.h)
+    CoreKind core = CoreKind::AIV;
+    int64_t group = 0;           // AIC group of this context
+    bool probing = false;        // the AIC probe of a MIX 1:2 launch (cross_core.h)
+    bool core_queried = false;   // ASCEND_IS_AIC / ASCEND_IS_AIV evaluated by the kernel
+    CrossCoreLaunch* xc = nullptr;  // set in a launch that runs AIC programs
+    int xid = -1;                   // index of this context in that launch (its vector-clock slot)
 
     BlockCtx() = default;
     BlockCtx(const BlockCtx&) = delete;
@@ -245,12 +261,22 @@ inline int64_t GetSubBlockIdx() { return emu::Ctx().sub; }
 inline int64_t GetTaskRation() { return emu::Ctx().ratio; }
 inline int64_t GetTaskRatio() { return emu::Ctx().ratio; }
 
+namespace emu {
+/* ASCEND_IS_AIC: the running context's core (an AIC context of a MIX 1:2 launch, or any context
+ * of an AIC_MODE launch); outside a launch the host's kernel mode. Marks that the kernel asked,
+ * which tells the MIX 1:2 probe that the kernel has a core-type branch (cross_core.h). */
+inline bool IsAicCore() {
+    BlockCtx* c = CurrentSlot();
+    if (c == nullptr) return Global().kernel_mode.load() == static_cast<int>(KernelMode::AIC_MODE);
+    c->core_queried = true;
+    return c->core == CoreKind::AIC;
+}
+}  // namespace emu
+
 }  // namespace AscendC
 
-#define ASCEND_IS_AIV \
-    (::AscendC::emu::Global().kernel_mode.load() != static_cast<int>(::KernelMode::AIC_MODE))
-#define ASCEND_IS_AIC \
-    (::AscendC::emu::Global().kernel_mode.load() == static_cast<int>(::KernelMode::AIC_MODE))
+#define ASCEND_IS_AIV (!::AscendC::emu::IsAicCore())
+#define ASCEND_IS_AIC (::AscendC::emu::IsAicCore())
 #define ASCEND_IS_NOT_AIV (!(ASCEND_IS_AIV))
 #define ASCEND_IS_NOT_AIC (!(ASCEND_IS_AIC))
 #define TILING_KEY_IS(k) (::AscendC::emu::TilingKey() == static_cast<uint64_t>(k))

@@ -170,6 +170,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
         const T* sm = s + mtx * p.srcNdMatrixStride;
         T* dm = d + mtx * p.dstNzMatrixStride;
         for (int64_t r = 0; r < p.nValue; ++r) {
+            emu::GmAccessHook(sm + r * p.srcDValue, uint64_t(p.dValue) * sizeof(T), false, api);
             for (int64_t c = 0; c < groups * c0; ++c) {
                 T v = c < p.dValue ? sm[r * p.srcDValue + c] : emu::CubeOut<T>(0.0f);
                 dm[(c / c0) * p.dstNzC0Stride * c0 + r * p.dstNzNStride * c0 + c % c0] = v;
@@ -417,7 +418,7 @@ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const
                 out[j] = emu::CubeOut<T>(p.reluEn && v < 0.0f ? 0.0f : v);
             }
             uint8_t* d = dst.Check(uint64_t(r) * p.dstStride * sizeof(T), p.nSize * sizeof(T), api, "dst");
-            emu::GmStore<T>(d, reinterpret_cast<const uint8_t*>(out.data()), p.nSize * sizeof(T));
+            emu::GmStore<T>(d, reinterpret_cast<const uint8_t*>(out.data()), p.nSize * sizeof(T), api);
         }
     } else {
         std::vector<T> out(static_cast<size_t>(p.mSize) * 16);
@@ -428,7 +429,7 @@ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const
             }
             const uint64_t bytes = uint64_t(p.mSize) * 16 * sizeof(T);
             uint8_t* d = dst.Check(uint64_t(g) * p.dstStride * 32, bytes, api, "dst");
-            emu::GmStore<T>(d, reinterpret_cast<const uint8_t*>(out.data()), bytes);
+            emu::GmStore<T>(d, reinterpret_cast<const uint8_t*>(out.data()), bytes, api);
         }
     }
     ctx.c.gm_write_bytes += int64_t(p.mSize) * p.nSize * static_cast<int64_t>(sizeof(T));

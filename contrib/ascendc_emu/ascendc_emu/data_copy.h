@@ -46,7 +46,8 @@ void CheckBurstParams(const char* api, uint32_t count, uint32_t len, uint32_t ma
 
 /* Write `bytes` to GM (plain or atomic add) and record the range for the overlap check. */
 template <typename T>
-inline void GmStore(uint8_t* gm, const uint8_t* src, uint64_t bytes) {
+inline void GmStore(uint8_t* gm, const uint8_t* src, uint64_t bytes, const char* api = "GM write") {
+    GmAccessHook(gm, bytes, true, api);
     BlockCtx& c = Ctx();
     if (!c.atomic_add) {
         std::memcpy(gm, src, bytes);
@@ -120,6 +121,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
     if (bytes == 0) return;
     const uint8_t* s = src.Check(0, bytes, api, "src");
     uint8_t* d = emu::LocalBytes(dst, bytes, api, "dst", emu::Access::MTE_IN);
+    emu::GmAccessHook(s, bytes, false, api);
     std::memcpy(d, s, bytes);
     emu::Ctx().c.gm_read_bytes += static_cast<int64_t>(bytes);
 }
@@ -132,7 +134,7 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
     if (bytes == 0) return;
     const uint8_t* s = emu::LocalBytes(src, bytes, api, "src", emu::Access::MTE_OUT);
     uint8_t* d = dst.Check(0, bytes, api, "dst");
-    emu::GmStore<T>(d, s, bytes);
+    emu::GmStore<T>(d, s, bytes, api);
     emu::Ctx().c.gm_write_bytes += static_cast<int64_t>(bytes);
 }
 
@@ -157,7 +159,10 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
              dstep = len + uint64_t(p.dstStride) * 32, n = p.blockCount;
     const uint8_t* s = src.Check(0, (n - 1) * sstep + len, api, "src");
     uint8_t* d = emu::LocalBytes(dst, (n - 1) * dstep + len, api, "dst", emu::Access::MTE_IN);
-    for (uint64_t i = 0; i < n; ++i) std::memcpy(d + i * dstep, s + i * sstep, len);
+    for (uint64_t i = 0; i < n; ++i) {
+        emu::GmAccessHook(s + i * sstep, len, false, api);
+        std::memcpy(d + i * dstep, s + i * sstep, len);
+    }
     emu::Ctx().c.gm_read_bytes += static_cast<int64_t>(n * len);
 }
 
@@ -170,7 +175,7 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
              dstep = len + uint64_t(p.dstStride) * 32, n = p.blockCount;
     const uint8_t* s = emu::LocalBytes(src, (n - 1) * sstep + len, api, "src", emu::Access::MTE_OUT);
     uint8_t* d = dst.Check(0, (n - 1) * dstep + len, api, "dst");
-    for (uint64_t i = 0; i < n; ++i) emu::GmStore<T>(d + i * dstep, s + i * sstep, len);
+    for (uint64_t i = 0; i < n; ++i) emu::GmStore<T>(d + i * dstep, s + i * sstep, len, api);
     emu::Ctx().c.gm_write_bytes += static_cast<int64_t>(n * len);
 }
 
@@ -213,6 +218,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src,
     };
     for (uint64_t i = 0; i < n; ++i) {
         uint8_t* u = d + i * dstep;
+        emu::GmAccessHook(s + i * sstep, len, false, api);
         fill(u, left, pad.isPad);
         std::memcpy(u + left, s + i * sstep, len);
         fill(u + left + len, right, pad.isPad);
@@ -239,7 +245,7 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
     const uint64_t sstep = (len + 31) / 32 * 32 + uint64_t(p.srcStride) * 32, dstep = len + p.dstStride;
     const uint8_t* s = emu::LocalBytes(src, (n - 1) * sstep + len, api, "src", emu::Access::MTE_OUT);
     uint8_t* d = dst.Check(0, (n - 1) * dstep + len, api, "dst");
-    for (uint64_t i = 0; i < n; ++i) emu::GmStore<T>(d + i * dstep, s + i * sstep, len);
+    for (uint64_t i = 0; i < n; ++i) emu::GmStore<T>(d + i * dstep, s + i * sstep, len, api);
     emu::Ctx().c.gm_write_bytes += static_cast<int64_t>(n * len);
 }
 

@@ -953,6 +953,7 @@ namespace emu {
  * REGIST_MATMUL_OBJ(pipe, workspace, mm1, &tiling1[, mm2, &tiling2 ...]) also runs Init. */
 template <class MM>
 inline void RegistCube(TPipe* pipe, GM_ADDR, MM& mm) {
+    CrossCoreMatmulServer();
     if (pipe == nullptr) Fail("REGIST_MATMUL_OBJ", "tpipe is null");
     mm.EmuBindPipe(pipe);
 }

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core.h"
+#include "cross_core.h"
 
 namespace AscendC {
 
@@ -129,13 +130,15 @@ class GlobalTensor {
     }
     T GetValue(uint64_t offset) const {
         T v;
-        std::memcpy(&v, Check(offset * sizeof(T), sizeof(T), "GlobalTensor::GetValue", "GM"),
-                    sizeof(T));
+        const uint8_t* p = Check(offset * sizeof(T), sizeof(T), "GlobalTensor::GetValue", "GM");
+        emu::GmAccessHook(p, sizeof(T), false, "GlobalTensor::GetValue");
+        std::memcpy(&v, p, sizeof(T));
         emu::Ctx().c.gm_read_bytes += sizeof(T);
         return v;
     }
     void SetValue(uint64_t offset, T value) {
         uint8_t* p = Check(offset * sizeof(T), sizeof(T), "GlobalTensor::SetValue", "GM");
+        emu::GmAccessHook(p, sizeof(T), true, "GlobalTensor::SetValue");
         ++emu::Ctx().c.scalar_writes;
         std::memcpy(p, &value, sizeof(T));
         emu::Ctx().c.gm_write_bytes += sizeof(T);

@@ -106,7 +106,9 @@ ASCENDC_EMU_RT BlockCtx& Ctx() {
     return fallback;
 }
 
-inline std::string BlockLabel(const BlockCtx& c) { return Cat("block ", c.idx, "/", c.num); }
+inline std::string BlockLabel(const BlockCtx& c) {
+    return c.xc != nullptr ? CtxName(c) : Cat("block ", c.idx, "/", c.num);
+}
 
 ASCENDC_EMU_RT void Fail(const std::string& api, const std::string& what) {
     BlockCtx& c = Ctx();
@@ -176,6 +178,7 @@ ASCENDC_EMU_RT std::string Describe(const BufferInfo& b) {
 ASCENDC_EMU_RT uint8_t* CheckLocal(BufferInfo* b, uint32_t gen, uint64_t off, uint64_t bytes, const char* api,
                                    const char* role, Access kind) {
     if (b == nullptr) Fail(api, Cat(role, " is an uninitialised LocalTensor (no buffer behind it)"));
+    LocalAccessHook(b->mem, api);
     if (b->released) {
         Fail(api, Cat(role, " uses a ", Describe(*b), " after its TPipe was reset or destroyed"));
     }
@@ -238,6 +241,7 @@ ASCENDC_EMU_RT void GmFail(bool unset, uintptr_t b, uintptr_t e, bool limited, u
 }
 
 ASCENDC_EMU_RT BufferInfo* QueueBase::AllocBuf() {
+    LocalAccessHook(MemOf(pos_), "AllocTensor");
     BufferInfo* b = FreeBuffer("AllocTensor");
     BlockCtx& c = Ctx();
     int& live = c.live[static_cast<int>(pos_)];

@@ -97,7 +97,9 @@ ASCENDC_EMU_RT std::string ToJson(const LaunchStats& s) {
     total.warnings = s.warnings;
     o += CountersJson(total) + ",\"blocks\":[";
     for (size_t b = 0; b < s.blocks.size(); ++b) {
-        o += Cat(b ? "," : "", "{\"block\":", b, ",", CountersJson(s.blocks[b]), "}");
+        const Counters& k = s.blocks[b];
+        o += Cat(b ? "," : "", "{\"block\":", k.block, ",\"core_type\":", JsonStr(k.core_type),
+                 ",\"group\":", k.group, ",", CountersJson(k), "}");
     }
     return o + "]}";
 }
@@ -175,6 +177,38 @@ ASCENDC_EMU_RT void RunOneBlock(BlockCtx* ctx, BlockBody body, void* arg) {
     CurrentSlot() = nullptr;
 }
 
+/* Fills LastLaunch() from the contexts of a finished launch (and ASCENDC_EMU_STATS_FILE). */
+ASCENDC_EMU_RT void PublishLaunch(const char* name, int64_t blockDim, int64_t ratio, BlockCtx* ctxs, int64_t n) {
+    std::lock_guard<std::mutex> lock(StatsMutex());
+    LaunchStats& st = LastLaunchSlot();
+    st = LaunchStats();
+    st.kernel = name;
+    st.block_dim = blockDim;
+    st.task_ratio = ratio;
+    st.soc = ActiveSoc().name;
+    for (int64_t b = 0; b < n; ++b) {
+        Merge(st.total, ctxs[b].c);
+        st.warnings.insert(st.warnings.end(), ctxs[b].c.warnings.begin(), ctxs[b].c.warnings.end());
+        st.blocks.push_back(std::move(ctxs[b].c));
+    }
+    const char* path = std::getenv("ASCENDC_EMU_STATS_FILE");
+    if (path != nullptr && path[0] != '\0') {
+        if (FILE* f = std::fopen(path, "a")) {
+            std::string line = ToJson(st) + "\n";
+            std::fwrite(line.data(), 1, line.size(), f);
+            std::fclose(f);
+        }
+    }
+}
+
+}  // namespace emu
+}  // namespace AscendC
+
+#include "runtime_cross_core.h"
+
+namespace AscendC {
+namespace emu {
+
 ASCENDC_EMU_RT void RunKernelImpl(const char* name, int64_t blockDim, BlockBody body, void* arg) {
     const SocProfile& soc = ActiveSoc();
     if (blockDim < 1 || blockDim > 65535) {
@@ -182,11 +216,18 @@ ASCENDC_EMU_RT void RunKernelImpl(const char* name, int64_t blockDim, BlockBody 
                                   " is outside [1, 65535]"));
     }
     // MIX_MODE on a split chip (910B/A3) is CANN's default 1:2 mix: each of the blockDim AIC
-    // groups drives two AIVs, and the kernel body runs once per AIV (GetBlockIdx 0 .. 2 *
-    // blockDim - 1, GetSubBlockIdx 0/1). MIX_AIC_1_1 and the coupled chips run one per block.
-    const int64_t ratio = Global().kernel_mode.load() == static_cast<int>(KernelMode::MIX_MODE) &&
-                                  soc.npu_arch == 2201 ? 2 : 1;
+    // groups drives two AIVs. A kernel with an AIC program runs all three contexts of every group
+    // (cross_core.h); one whose AIC serves the Matmul API (or does nothing) runs the body once
+    // per AIV (GetBlockIdx 0 .. 2 * blockDim - 1, GetSubBlockIdx 0/1). MIX_AIC_1_1 and the
+    // coupled chips run one per block.
+    const int kernelMode = Global().kernel_mode.load();
+    const int64_t ratio = kernelMode == static_cast<int>(KernelMode::MIX_MODE) && soc.npu_arch == 2201 ? 2 : 1;
+    if (ratio == 2 && ProbeAicProgram(name, blockDim, body, arg)) {
+        RunCrossCoreLaunch(name, blockDim, body, arg);
+        return;
+    }
     const int64_t runs = blockDim * ratio;
+    const bool aic = kernelMode == static_cast<int>(KernelMode::AIC_MODE);
     std::unique_ptr<BlockCtx[]> ctxs(new BlockCtx[static_cast<size_t>(runs)]);
     for (int64_t b = 0; b < runs; ++b) {
         ctxs[b].kernel = name;
@@ -194,6 +235,11 @@ ASCENDC_EMU_RT void RunKernelImpl(const char* name, int64_t blockDim, BlockBody 
         ctxs[b].num = blockDim;
         ctxs[b].sub = b % ratio;
         ctxs[b].ratio = ratio;
+        ctxs[b].group = b / ratio;
+        ctxs[b].core = aic ? CoreKind::AIC : CoreKind::AIV;
+        ctxs[b].c.core_type = aic ? "AIC" : "AIV";
+        ctxs[b].c.block = b;
+        ctxs[b].c.group = b / ratio;
     }
     if (RunOnThreads()) {
         std::unique_ptr<std::thread[]> threads(new std::thread[static_cast<size_t>(runs)]);
@@ -208,28 +254,7 @@ ASCENDC_EMU_RT void RunKernelImpl(const char* name, int64_t blockDim, BlockBody 
     std::exception_ptr first;
     for (int64_t b = 0; b < runs && !first; ++b) first = ctxs[b].error;
     std::string overlap = first ? std::string() : FindWriteOverlap(ctxs.get(), runs);
-    {
-        std::lock_guard<std::mutex> lock(StatsMutex());
-        LaunchStats& st = LastLaunchSlot();
-        st = LaunchStats();
-        st.kernel = name;
-        st.block_dim = blockDim;
-        st.task_ratio = ratio;
-        st.soc = soc.name;
-        for (int64_t b = 0; b < runs; ++b) {
-            Merge(st.total, ctxs[b].c);
-            st.warnings.insert(st.warnings.end(), ctxs[b].c.warnings.begin(), ctxs[b].c.warnings.end());
-            st.blocks.push_back(std::move(ctxs[b].c));
-        }
-        const char* path = std::getenv("ASCENDC_EMU_STATS_FILE");
-        if (path != nullptr && path[0] != '\0') {
-            if (FILE* f = std::fopen(path, "a")) {
-                std::string line = ToJson(st) + "\n";
-                std::fwrite(line.data(), 1, line.size(), f);
-                std::fclose(f);
-            }
-        }
-    }
+    PublishLaunch(name, blockDim, ratio, ctxs.get(), runs);
     if (first) std::rethrow_exception(first);
     if (!overlap.empty()) {
         throw DeviceRuleError(Cat("ascendc_emu: kernel ", name, ", launch end: ", overlap));
