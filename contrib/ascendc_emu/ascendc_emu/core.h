@@ -260,6 +260,8 @@ inline int64_t GetBlockNum() { return emu::Ctx().num; }
 inline int64_t GetSubBlockIdx() { return emu::Ctx().sub; }
 inline int64_t GetTaskRation() { return emu::Ctx().ratio; }
 inline int64_t GetTaskRatio() { return emu::Ctx().ratio; }
+/* AIVs per AIC as a context sees it: 1 on an AIC (as dav_c220's GetSubBlockNumImpl). */
+inline int64_t GetSubBlockNum() { return emu::Ctx().core == emu::CoreKind::AIC ? 1 : emu::Ctx().ratio; }
 
 namespace emu {
 /* ASCEND_IS_AIC: the running context's core (an AIC context of a MIX 1:2 launch, or any context

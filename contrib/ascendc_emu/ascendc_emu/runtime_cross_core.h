@@ -368,7 +368,8 @@ ASCENDC_EMU_RT std::vector<std::map<uintptr_t, ShadowSeg>::iterator> ShadowRange
 ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes, bool write, const char* api) {
     if (c.probing) throw ProbeStop{c.core_queried ? ProbeStop::AIC_PROGRAM : ProbeStop::AIV_KERNEL};
     CrossCoreLaunch& L = *c.xc;
-    if (!L.race || bytes == 0) return;
+    // atomic accumulation (SetAtomicAdd) commutes: such writes are left out, as by the overlap check
+    if (!L.race || bytes == 0 || (write && c.atomic_add)) return;
     uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + bytes;
     if (L.range_e > L.range_b) {
         b = std::max(b, L.range_b);
@@ -380,16 +381,16 @@ ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes
     const Epoch now{x, L.vc[x][x], false};
     for (auto it : ShadowRange(L, b, e)) {
         ShadowSeg& s = it->second;
-        const std::string where = GmWhere(it->first, s.e);
+        auto where = [&it, &s]() { return GmWhere(it->first, s.e); };
         if (!write) {
             if (!Ordered(L, s.w, x)) {
                 if (s.wprev.x >= 0 && Ordered(L, s.wprev, x)) {
-                    Fail(api, Cat("overwritten before read: ", where, " were rewritten by ", CtxName(*L.ctx[s.w.x]),
+                    Fail(api, Cat("overwritten before read: ", where(), " were rewritten by ", CtxName(*L.ctx[s.w.x]),
                                   " after the version this context synchronised with and before this read "
                                   "(a slot reused without back-pressure: the reader sets a flag after reading, "
                                   "the writer waits on it before writing the slot again)"));
                 }
-                Fail(api, Cat("read before write: ", where, " were written by ", CtxName(*L.ctx[s.w.x]),
+                Fail(api, Cat("read before write: ", where(), " were written by ", CtxName(*L.ctx[s.w.x]),
                               " with no cross-core flag ordering that write before this read "
                               "(CrossCoreSetFlag after the write, CrossCoreWaitFlag before the read)"));
             }
@@ -405,17 +406,17 @@ ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes
         for (const Epoch& r : s.reads) {
             if (Ordered(L, r, x)) continue;
             if (r.synced) {
-                Fail(api, Cat("overwritten before read: ", where, " are being read by ", CtxName(*L.ctx[r.x]),
+                Fail(api, Cat("overwritten before read: ", where(), " are being read by ", CtxName(*L.ctx[r.x]),
                               " and this write is not ordered after that read (a slot reused without "
                               "back-pressure: the reader sets a flag after reading, the writer waits on it "
                               "before writing the slot again)"));
             }
-            Fail(api, Cat("read before write: ", CtxName(*L.ctx[r.x]), " read ", where,
+            Fail(api, Cat("read before write: ", CtxName(*L.ctx[r.x]), " read ", where(),
                           " before this write with no cross-core flag ordering the write first "
                           "(CrossCoreSetFlag after the write, CrossCoreWaitFlag before the read)"));
         }
         if (!Ordered(L, s.w, x)) {
-            Fail(api, Cat(where, " are written by this context and by ", CtxName(*L.ctx[s.w.x]),
+            Fail(api, Cat(where(), " are written by this context and by ", CtxName(*L.ctx[s.w.x]),
                           " with no cross-core flag ordering the two writes"));
         }
         s.wprev = s.w;
