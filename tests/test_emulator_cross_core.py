@@ -27,6 +27,7 @@ M, N, K = 32, 32, 64
 # tests/emu/cross_core.cpp's Variant
 CORRECT, MISSING_WAIT, NO_BACKPRESSURE, DEADLOCK = 0, 1, 2, 3
 AIC_TOUCHES_UB, BAD_FLAG_ID, BAD_MODE, AIC_MODE1, AIV_TOUCHES_L1, SATURATE, UNWAITED = range(4, 11)
+CROSS_GROUP = 11
 
 
 @pytest.fixture(scope="session")
@@ -134,6 +135,17 @@ def test_wait_on_flag_never_set_is_deadlock(exe, tmp_path):
     assert f"AIC {g} (group {g}) waits in CrossCoreWaitFlag(2)" in err
     for s in (0, 1):
         assert f"AIV {2 * g + s} (group {g}, sub {s}) waits in CrossCoreWaitFlag(5)" in err
+
+
+def test_cycle_through_groups_is_deadlock(exe, tmp_path):
+    """Each AIC waits on a mode-0 flag only the other AIC could complete: no single group is
+    stuck (another group's AIC could still set), but once every running context is blocked the
+    launch is."""
+    out, _ = pingpong(exe, tmp_path, CROSS_GROUP, groups=2, rc=3)
+    err = error_of(out)
+    assert "deadlock: all 2 running contexts of the launch wait" in err, err
+    assert "AIC 0 (group 0) waits in CrossCoreWaitFlag(4)" in err
+    assert "AIC 1 (group 1) waits in CrossCoreWaitFlag(5)" in err
 
 
 @pytest.mark.parametrize("variant,text", [

@@ -42,6 +42,8 @@ enum Variant : int32_t {
     AIV_TOUCHES_L1 = 8,    // an AIV allocates an A1 tensor
     SATURATE = 9,          // 16 sets of one flag that nobody waits for
     UNWAITED = 10,         // one extra set the AIVs never wait for (a warning)
+    CROSS_GROUP = 11,      // AIC g sets mode-0 flag 4 + g % 2 once and waits on it: a cycle
+                           // through the groups (each waits for another AIC's set), AIVs idle
 };
 
 inline uint32_t Blocks(uint32_t len) { return (len + 15) / 16; }
@@ -71,6 +73,12 @@ class CubeSide {
             case SATURATE:
                 for (int i = 0; i < 16; ++i) AscendC::CrossCoreSetFlag<2, PIPE_FIX>(4);
                 break;
+            case CROSS_GROUP: {
+                const uint16_t f = static_cast<uint16_t>(4 + AscendC::GetBlockIdx() % 2);
+                AscendC::CrossCoreSetFlag<0, PIPE_S>(f);
+                AscendC::CrossCoreWaitFlag(f);
+                return;
+            }
             default: break;
         }
         const bool backpressure = variant_ != NO_BACKPRESSURE;
@@ -164,6 +172,7 @@ class VectorSide {
     }
     __aicore__ inline void Process() {
         if (variant_ == AIV_TOUCHES_L1) { auto t = qL1.AllocTensor<half>(); qL1.FreeTensor(t); }
+        if (variant_ == CROSS_GROUP) return;
         if (variant_ == DEADLOCK) AscendC::CrossCoreWaitFlag(5);
         const uint32_t elems = kHalfRows * kN;
         for (int32_t t = 0; t < tiles_; ++t) {

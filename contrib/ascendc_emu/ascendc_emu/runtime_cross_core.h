@@ -246,17 +246,12 @@ ASCENDC_EMU_RT std::string DescribeStates(const CrossCoreLaunch& L, const std::v
 }
 
 /* A deadlock among the contexts, or "": every context of a group blocked (or ended) with no set
- * that could still reach them, or every running context of the launch blocked. */
+ * that could still reach them, else every running context of the launch blocked (a cycle through
+ * several groups). */
 ASCENDC_EMU_RT std::string FindDeadlock(const CrossCoreLaunch& L) {
     const int n = static_cast<int>(L.ctx.size());
     std::vector<int> live;
     for (int x = 0; x < n; ++x) if (L.state[x] != XcState::DONE) live.push_back(x);
-    bool allBlocked = !live.empty();
-    for (int x : live) allBlocked = allBlocked && Blocked(L, x);
-    if (allBlocked) {
-        return Cat("deadlock: all ", live.size(), " running contexts of the launch wait on cross-core "
-                   "flags no context can set any more: ", DescribeStates(L, live));
-    }
     for (int64_t g = 0; g < L.groups; ++g) {
         std::vector<int> members = {L.Aic(g), L.Aiv(g, 0), L.Aiv(g, 1)};
         bool blocked = false, anyRunning = false;
@@ -276,6 +271,12 @@ ASCENDC_EMU_RT std::string FindDeadlock(const CrossCoreLaunch& L) {
             return Cat("deadlock: every context of group ", g, " is blocked and no context can set the "
                        "flags they wait on: ", DescribeStates(L, members));
         }
+    }
+    bool allBlocked = !live.empty();
+    for (int x : live) allBlocked = allBlocked && Blocked(L, x);
+    if (allBlocked) {
+        return Cat("deadlock: all ", live.size(), " running contexts of the launch wait on cross-core "
+                   "flags no context can set any more: ", DescribeStates(L, live));
     }
     return "";
 }
