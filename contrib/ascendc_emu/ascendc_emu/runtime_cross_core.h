@@ -62,10 +62,19 @@ struct Epoch {
     uint32_t t = 0;     // its clock
     bool synced = false;  // a read that saw a kernel write ordered before it
 };
+constexpr size_t kShadowHistory = 16;  // writes remembered per segment
 struct ShadowSeg {
     uintptr_t e = 0;
-    Epoch w, wprev;  // latest and previous write
+    Epoch w;                 // latest write (version `ver`; the host's before any)
+    uint32_t ver = 0;        // kernel writes of these bytes so far
+    std::deque<Epoch> hist;  // the latest writes, hist.back() == w
     std::vector<Epoch> reads;  // latest read per context since the latest write
+    std::vector<std::pair<int, uint32_t>> lastRead;  // per context: the version it read last
+    /* The write that made version v, or nullptr when it is forgotten (or v is not a version). */
+    const Epoch* Version(uint32_t v) const {
+        const uint32_t oldest = ver - static_cast<uint32_t>(hist.size()) + 1;
+        return v >= oldest && v <= ver && !hist.empty() ? &hist[v - oldest] : nullptr;
+    }
 };
 
 struct CrossCoreLaunch {
@@ -384,8 +393,13 @@ ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes
         ShadowSeg& s = it->second;
         auto where = [&it, &s]() { return GmWhere(it->first, s.e); };
         if (!write) {
+            uint32_t last = 0;  // the version this context read last
+            for (const auto& lr : s.lastRead) if (lr.first == x) last = lr.second;
             if (!Ordered(L, s.w, x)) {
-                if (s.wprev.x >= 0 && Ordered(L, s.wprev, x)) {
+                // It waited for the version after the one it read last, and that is gone: the
+                // writer overwrote it; else it read without waiting for the write.
+                const Epoch* wanted = s.Version(last + 1);
+                if (last + 1 < s.ver && wanted != nullptr && Ordered(L, *wanted, x)) {
                     Fail(api, Cat("overwritten before read: ", where(), " were rewritten by ", CtxName(*L.ctx[s.w.x]),
                                   " after the version this context synchronised with and before this read "
                                   "(a slot reused without back-pressure: the reader sets a flag after reading, "
@@ -402,6 +416,11 @@ ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes
                 if (old.x == x) { old = r; found = true; }
             }
             if (!found) s.reads.push_back(r);
+            bool known = false;
+            for (auto& lr : s.lastRead) {
+                if (lr.first == x) { lr.second = s.ver; known = true; }
+            }
+            if (!known) s.lastRead.emplace_back(x, s.ver);
             continue;
         }
         for (const Epoch& r : s.reads) {
@@ -420,8 +439,10 @@ ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes
             Fail(api, Cat(where(), " are written by this context and by ", CtxName(*L.ctx[s.w.x]),
                           " with no cross-core flag ordering the two writes"));
         }
-        s.wprev = s.w;
         s.w = now;
+        ++s.ver;
+        s.hist.push_back(now);
+        if (s.hist.size() > kShadowHistory) s.hist.pop_front();
         s.reads.clear();
     }
 }
