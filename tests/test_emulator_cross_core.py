@@ -199,3 +199,19 @@ def test_coupled_chip_has_no_cross_core_flags(exe, tmp_path):
     """310P (dav_m200) has one AI core type: its headers report NotifyEvent as not supported."""
     out = run(exe, "modes", 1, tmp_path, env={"ASCENDC_EMU_SOC": "Ascend310P3"}, rc=3)
     assert "Ascend310P3 has no cross-core flags" in error_of(out)
+
+
+@pytest.mark.parametrize("aiv_only", [0, 1])
+def test_context_identity_and_probe(exe, tmp_path, aiv_only):
+    """With an AIC side every group runs AIC + 2 AIVs (AIC: block = group, sub 0, ratio 1, one
+    sub-block); a kernel whose AIC side does nothing stays the AIV-only launch of before."""
+    G = 3
+    out = run(exe, "ident", G, aiv_only, tmp_path)
+    v = np.fromfile(tmp_path / "ident.bin", dtype=np.int32)
+    aiv = [100000 * G + 1000 * i + 100 * (i % 2) + 10 * 2 + 2 for i in range(2 * G)]
+    aic = [0] * G if aiv_only else [100000 * G + 1000 * g + 10 * 1 + 1 for g in range(G)]
+    np.testing.assert_array_equal(v, aiv + aic)
+    st = stats_of(out)
+    kinds = [(b["core_type"], b["block"], b["group"]) for b in st["blocks"]]
+    expect = [("AIV", i, i // 2) for i in range(2 * G)]
+    assert kinds == (expect if aiv_only else expect + [("AIC", g, g) for g in range(G)])

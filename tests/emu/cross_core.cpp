@@ -14,7 +14,8 @@
 // usage: cross_core pingpong <variant> <groups> <tiles> <range: all|ws|out|off> <dir>
 //          reads <dir>/a.bin (groups * tiles * 32 x 64 half), b.bin (64 x 32 half);
 //          writes <dir>/out.bin (groups * tiles * 32 x 32 float)
-//        cross_core modes <groups> <dir>     writes <dir>/modes.bin (int32, layout in RunModes)
+//        cross_core modes <groups> <dir>     writes <dir>/modes.bin (int32, layout at `modes`)
+//        cross_core ident <groups> <aivOnly> <dir>  writes <dir>/ident.bin (layout at `ident`)
 //   prints "STATS <json>"; exit 3 and "DEVICE_RULE_ERROR <msg>" on a broken rule.
 #include "kernel_operator.h"  // first, so builds can use a precompiled header
 #include "tikicpulib.h"
@@ -259,6 +260,29 @@ extern "C" __global__ __aicore__ void modes(GM_ADDR buf) {
     }
 }
 
+// ident.bin (int32), G groups: [0, 2G) per AIV, [2G, 3G) per AIC (unless aivOnly): 100000 *
+// GetBlockNum + 1000 * GetBlockIdx + 100 * GetSubBlockIdx + 10 * GetTaskRation + GetSubBlockNum.
+// With aivOnly the kernel has no AIC side (the probe finds nothing to run there).
+__aicore__ inline int32_t Ident() {
+    return static_cast<int32_t>(100000 * AscendC::GetBlockNum() + 1000 * AscendC::GetBlockIdx() +
+                                100 * AscendC::GetSubBlockIdx() + 10 * AscendC::GetTaskRation() +
+                                AscendC::GetSubBlockNum());
+}
+extern "C" __global__ __aicore__ void ident(GM_ADDR buf, int32_t aivOnly) {
+    const int64_t G = AscendC::GetBlockNum();
+    AscendC::GlobalTensor<int32_t> v;
+    v.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(buf), 3 * G);
+    if (aivOnly) {
+        if ASCEND_IS_AIV { v.SetValue(AscendC::GetBlockIdx(), Ident()); }
+        return;
+    }
+    if ASCEND_IS_AIC {
+        v.SetValue(2 * G + AscendC::GetBlockIdx(), Ident());
+    } else {
+        v.SetValue(AscendC::GetBlockIdx(), Ident());
+    }
+}
+
 static bool ReadFile(const std::string& path, void* buf, size_t bytes) {
     FILE* f = std::fopen(path.c_str(), "rb");
     if (f == nullptr) return false;
@@ -323,10 +347,24 @@ static int RunModes(int argc, char** argv) {
     return 0;
 }
 
+static int RunIdent(int argc, char** argv) {
+    if (argc != 5) return 2;
+    const int32_t groups = std::atoi(argv[2]), aivOnly = std::atoi(argv[3]);
+    const size_t bytes = size_t(3) * groups * sizeof(int32_t);
+    uint8_t* buf = (uint8_t*)AscendC::GmAlloc(bytes);
+    AscendC::SetKernelMode(KernelMode::MIX_MODE);
+    ICPU_RUN_KF(ident, groups, buf, aivOnly);
+    PrintStats();
+    WriteFile(std::string(argv[4]) + "/ident.bin", buf, bytes);
+    AscendC::GmFree(buf);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "pingpong") return RunPingPong(argc, argv);
     if (cmd == "modes") return RunModes(argc, argv);
+    if (cmd == "ident") return RunIdent(argc, argv);
     std::fprintf(stderr, "usage: cross_core pingpong|modes ...\n");
     return 2;
 }
