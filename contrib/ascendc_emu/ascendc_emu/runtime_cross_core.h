@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "cross_core.h"
+#include "runtime_gm_race.h"
 
 namespace AscendC {
 namespace emu {
@@ -36,8 +37,6 @@ ASCENDC_EMU_RT void SetCrossCoreRaceRange(const void* begin, size_t bytes) {
 }
 
 /* ---------------- launch state ---------------- */
-using VClock = std::vector<uint32_t>;
-
 /* What ends the probe: the AIC serves the Matmul API, the kernel has an AIC program, or it is a
  * kernel written for the AIVs alone (memory touched before any core-type question). */
 struct ProbeStop {
@@ -57,26 +56,6 @@ struct Rendezvous {
 
 enum class XcState : uint8_t { RUNNING, WAITING, DONE };
 
-struct Epoch {
-    int x = -1;         // context, -1: the host (before the launch)
-    uint32_t t = 0;     // its clock
-    bool synced = false;  // a read that saw a kernel write ordered before it
-};
-constexpr size_t kShadowHistory = 16;  // writes remembered per segment
-struct ShadowSeg {
-    uintptr_t e = 0;
-    Epoch w;                 // latest write (version `ver`; the host's before any)
-    uint32_t ver = 0;        // kernel writes of these bytes so far
-    std::deque<Epoch> hist;  // the latest writes, hist.back() == w
-    std::vector<Epoch> reads;  // latest read per context since the latest write
-    std::vector<std::pair<int, uint32_t>> lastRead;  // per context: the version it read last
-    /* The write that made version v, or nullptr when it is forgotten (or v is not a version). */
-    const Epoch* Version(uint32_t v) const {
-        const uint32_t oldest = ver - static_cast<uint32_t>(hist.size()) + 1;
-        return v >= oldest && v <= ver && !hist.empty() ? &hist[v - oldest] : nullptr;
-    }
-};
-
 struct CrossCoreLaunch {
     std::mutex mu;
     std::condition_variable cv;
@@ -92,7 +71,7 @@ struct CrossCoreLaunch {
     std::exception_ptr error;
     bool race = true;
     uintptr_t range_b = 0, range_e = 0;
-    std::map<uintptr_t, ShadowSeg> shadow;
+    GmShadow shadow;
 
     int Aic(int64_t g) const { return static_cast<int>(2 * groups + g); }
     int Aiv(int64_t g, int s) const { return static_cast<int>(2 * g + s); }
@@ -328,53 +307,6 @@ ASCENDC_EMU_RT void CrossCoreWait(int mode, pipe_t pipe, uint32_t flagId) {
     box.pop_front();
 }
 
-/* ---------------- GM race check ---------------- */
-inline bool Ordered(const CrossCoreLaunch& L, const Epoch& e, int x) {
-    return e.x < 0 || e.x == x || e.t <= L.vc[x][e.x];
-}
-
-ASCENDC_EMU_RT std::string GmWhere(uintptr_t lo, uintptr_t hi) {
-    uintptr_t base = 0;
-    size_t size = 0;
-    if (FindGmAllocation(reinterpret_cast<void*>(lo), &base, &size)) {
-        return Cat("bytes [", lo - base, ", ", hi - base, ") of a ", size, " B GmAlloc buffer");
-    }
-    return Cat("bytes [", Hex{lo}, ", ", Hex{hi}, ")");
-}
-
-/* The shadow segments covering [b, e), split at b and e, gaps filled. */
-ASCENDC_EMU_RT std::vector<std::map<uintptr_t, ShadowSeg>::iterator> ShadowRange(CrossCoreLaunch& L, uintptr_t b,
-                                                                                uintptr_t e) {
-    auto& m = L.shadow;
-    auto split = [&m](uintptr_t at) {
-        auto it = m.upper_bound(at);
-        if (it == m.begin()) return;
-        --it;
-        if (it->first < at && at < it->second.e) {
-            ShadowSeg tail = it->second;
-            it->second.e = at;
-            m.emplace(at, tail);
-        }
-    };
-    split(b);
-    split(e);
-    std::vector<std::map<uintptr_t, ShadowSeg>::iterator> out;
-    uintptr_t at = b;
-    auto it = m.lower_bound(b);
-    while (at < e) {
-        if (it == m.end() || it->first > at) {
-            uintptr_t end = it == m.end() ? e : std::min<uintptr_t>(e, it->first);
-            ShadowSeg s;
-            s.e = end;
-            it = m.emplace_hint(it, at, s);
-        }
-        out.push_back(it);
-        at = it->second.e;
-        ++it;
-    }
-    return out;
-}
-
 ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes, bool write, const char* api) {
     if (c.probing) throw ProbeStop{c.core_queried ? ProbeStop::AIC_PROGRAM : ProbeStop::AIV_KERNEL};
     CrossCoreLaunch& L = *c.xc;
@@ -387,64 +319,8 @@ ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes
         if (b >= e) return;
     }
     std::lock_guard<std::mutex> lock(L.mu);
-    const int x = c.xid;
-    const Epoch now{x, L.vc[x][x], false};
-    for (auto it : ShadowRange(L, b, e)) {
-        ShadowSeg& s = it->second;
-        auto where = [&it, &s]() { return GmWhere(it->first, s.e); };
-        if (!write) {
-            uint32_t last = 0;  // the version this context read last
-            for (const auto& lr : s.lastRead) if (lr.first == x) last = lr.second;
-            if (!Ordered(L, s.w, x)) {
-                // It waited for the version after the one it read last, and that is gone: the
-                // writer overwrote it; else it read without waiting for the write.
-                const Epoch* wanted = s.Version(last + 1);
-                if (last + 1 < s.ver && wanted != nullptr && Ordered(L, *wanted, x)) {
-                    Fail(api, Cat("overwritten before read: ", where(), " were rewritten by ", CtxName(*L.ctx[s.w.x]),
-                                  " after the version this context synchronised with and before this read "
-                                  "(a slot reused without back-pressure: the reader sets a flag after reading, "
-                                  "the writer waits on it before writing the slot again)"));
-                }
-                Fail(api, Cat("read before write: ", where(), " were written by ", CtxName(*L.ctx[s.w.x]),
-                              " with no cross-core flag ordering that write before this read "
-                              "(CrossCoreSetFlag after the write, CrossCoreWaitFlag before the read)"));
-            }
-            Epoch r = now;
-            r.synced = s.w.x >= 0;
-            bool found = false;
-            for (Epoch& old : s.reads) {
-                if (old.x == x) { old = r; found = true; }
-            }
-            if (!found) s.reads.push_back(r);
-            bool known = false;
-            for (auto& lr : s.lastRead) {
-                if (lr.first == x) { lr.second = s.ver; known = true; }
-            }
-            if (!known) s.lastRead.emplace_back(x, s.ver);
-            continue;
-        }
-        for (const Epoch& r : s.reads) {
-            if (Ordered(L, r, x)) continue;
-            if (r.synced) {
-                Fail(api, Cat("overwritten before read: ", where(), " are being read by ", CtxName(*L.ctx[r.x]),
-                              " and this write is not ordered after that read (a slot reused without "
-                              "back-pressure: the reader sets a flag after reading, the writer waits on it "
-                              "before writing the slot again)"));
-            }
-            Fail(api, Cat("read before write: ", CtxName(*L.ctx[r.x]), " read ", where(),
-                          " before this write with no cross-core flag ordering the write first "
-                          "(CrossCoreSetFlag after the write, CrossCoreWaitFlag before the read)"));
-        }
-        if (!Ordered(L, s.w, x)) {
-            Fail(api, Cat(where(), " are written by this context and by ", CtxName(*L.ctx[s.w.x]),
-                          " with no cross-core flag ordering the two writes"));
-        }
-        s.w = now;
-        ++s.ver;
-        s.hist.push_back(now);
-        if (s.hist.size() > kShadowHistory) s.hist.pop_front();
-        s.reads.clear();
-    }
+    const std::string race = L.shadow.Access(c.xid, L.vc[c.xid], b, e, write, L.ctx);
+    if (!race.empty()) Fail(api, race);
 }
 
 /* ---------------- the launch ---------------- */
