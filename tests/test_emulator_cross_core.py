@@ -176,7 +176,8 @@ def test_flag_set_never_waited_warns(exe, tmp_path):
 @pytest.mark.parametrize("groups", [1, 3])
 def test_modes_0_1_2(exe, tmp_path, groups):
     """Mode 0 joins every core of one type, mode 1 the two AIVs of a group, mode 2 an AIC and its
-    AIVs both ways; every read below is ordered only by its flag (the race check passes)."""
+    AIVs both ways; every read below is ordered only by its flag (the race check passes), and
+    the AIVs' unordered SetAtomicAdd writes are no race."""
     G = groups
     out = run(exe, "modes", G, tmp_path)
     v = np.fromfile(tmp_path / "modes.bin", dtype=np.int32)
@@ -191,6 +192,7 @@ def test_modes_0_1_2(exe, tmp_path, groups):
     np.testing.assert_array_equal(v[8 * G:10 * G], pair[np.arange(2 * G) ^ 1])
     np.testing.assert_array_equal(v[10 * G:12 * G], np.full(2 * G, aic.sum()))
     np.testing.assert_array_equal(v[12 * G:13 * G], pair[0::2] + pair[1::2])
+    np.testing.assert_array_equal(v[13 * G:], np.full(8, 2 * G))  # unordered atomic adds
     st = stats_of(out)
     assert st["warnings"] == [] and len(st["blocks"]) == 3 * G
 

@@ -226,12 +226,13 @@ extern "C" __global__ __aicore__ void pingpong(GM_ADDR a, GM_ADDR b, GM_ADDR out
 // mode-0 barrier; [6G, 8G) AIV values written after that barrier; [8G, 10G) per AIV its
 // sibling's value of [6G, 8G) after a mode-1 barrier; [10G, 12G) per AIV its AIC's sum after a
 // mode-2 set of the AIC; [12G, 13G) per AIC the sum of its AIVs' values of [6G, 8G) after their
-// mode-2 sets. Every read is ordered only by the flag named.
+// mode-2 sets. Every read is ordered only by the flag named. [13G, 13G + 8): 8 counters every AIV
+// adds 1 to under SetAtomicAdd, unordered (atomic writes are left out of the race check).
 extern "C" __global__ __aicore__ void modes(GM_ADDR buf) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
     const int32_t G = static_cast<int32_t>(AscendC::GetBlockNum());
     AscendC::GlobalTensor<int32_t> v;
-    v.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(buf), 13 * G);
+    v.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(buf), 13 * G + 8);
     const int32_t i = static_cast<int32_t>(AscendC::GetBlockIdx());
     if ASCEND_IS_AIC {
         v.SetValue(i, 100 + i);
@@ -256,6 +257,17 @@ extern "C" __global__ __aicore__ void modes(GM_ADDR buf) {
         v.SetValue(8 * G + i, v.GetValue(6 * G + (i ^ 1)));
         AscendC::CrossCoreWaitFlag<2, PIPE_S>(9);
         v.SetValue(10 * G + i, v.GetValue(3 * G + i / 2));
+        AscendC::TPipe pipe;
+        AscendC::TQue<AscendC::TPosition::VECOUT, 1> q;
+        pipe.InitBuffer(q, 1, 8 * sizeof(int32_t));
+        auto ones = q.AllocTensor<int32_t>();
+        AscendC::Duplicate(ones, int32_t(1), 8);
+        q.EnQue(ones);
+        ones = q.DeQue<int32_t>();
+        AscendC::SetAtomicAdd<int32_t>();
+        AscendC::DataCopy(v[13 * G], ones, 8);
+        AscendC::SetAtomicNone();
+        q.FreeTensor(ones);
         AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(10);
     }
 }
@@ -332,7 +344,7 @@ static int RunModes(int argc, char** argv) {
     if (argc != 4) return 2;
     const int32_t groups = std::atoi(argv[2]);
     const std::string dir = argv[3];
-    const size_t bytes = size_t(13) * groups * sizeof(int32_t);
+    const size_t bytes = (size_t(13) * groups + 8) * sizeof(int32_t);
     uint8_t* buf = (uint8_t*)AscendC::GmAlloc(bytes);
     AscendC::SetKernelMode(KernelMode::MIX_MODE);
     try {
