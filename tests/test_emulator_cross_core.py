@@ -27,7 +27,7 @@ M, N, K = 32, 32, 64
 # tests/emu/cross_core.cpp's Variant
 CORRECT, MISSING_WAIT, NO_BACKPRESSURE, DEADLOCK = 0, 1, 2, 3
 AIC_TOUCHES_UB, BAD_FLAG_ID, BAD_MODE, AIC_MODE1, AIV_TOUCHES_L1, SATURATE, UNWAITED = range(4, 11)
-CROSS_GROUP = 11
+CROSS_GROUP, WRITE_WRITE = 11, 12
 
 
 @pytest.fixture(scope="session")
@@ -155,6 +155,8 @@ def test_cycle_through_groups_is_deadlock(exe, tmp_path):
     (BAD_MODE, r"CrossCoreSetFlag: modeId 3 is not a cross-core mode"),
     (AIC_MODE1, r"mode 1 synchronises the two AIVs of a group; an AIC cannot set it"),
     (SATURATE, r"mode 2 flag 4: the counter of AIV \d \(group \d, sub \d\) already holds 15 sets"),
+    (WRITE_WRITE, r"DataCopy\(local->GM\): bytes \[\d+, \d+\) of a \d+ B GmAlloc buffer are written by this "
+                  r"context and by AIV \d \(group \d, sub \d\) with no cross-core flag ordering the two writes"),
 ])
 def test_rule_errors(exe, tmp_path, variant, text):
     out, _ = pingpong(exe, tmp_path, variant, rc=3)

@@ -45,6 +45,7 @@ enum Variant : int32_t {
     UNWAITED = 10,         // one extra set the AIVs never wait for (a warning)
     CROSS_GROUP = 11,      // AIC g sets mode-0 flag 4 + g % 2 once and waits on it: a cycle
                            // through the groups (each waits for another AIC's set), AIVs idle
+    WRITE_WRITE = 12,      // both AIVs of a group write their ReLU halves to the same output rows
 };
 
 inline uint32_t Blocks(uint32_t len) { return (len + 15) / 16; }
@@ -190,7 +191,8 @@ class VectorSide {
             outQ.EnQue(y);
             inQ.FreeTensor(x);
             y = outQ.DeQue<float>();
-            AscendC::DataCopy(outGM[uint64_t(t) * kTile + uint64_t(sub_) * elems], y, elems);
+            const uint64_t half = variant_ == WRITE_WRITE ? 0 : uint64_t(sub_) * elems;
+            AscendC::DataCopy(outGM[uint64_t(t) * kTile + half], y, elems);
             outQ.FreeTensor(y);
         }
     }
