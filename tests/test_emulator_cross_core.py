@@ -219,3 +219,11 @@ def test_context_identity_and_probe(exe, tmp_path, aiv_only):
     kinds = [(b["core_type"], b["block"], b["group"]) for b in st["blocks"]]
     expect = [("AIV", i, i // 2) for i in range(2 * G)]
     assert kinds == (expect if aiv_only else expect + [("AIC", g, g) for g in range(G)])
+
+
+def test_mode0_needs_every_core_resident(exe, tmp_path):
+    """A mode-0 set waits for every core of its type: more groups than 910B1's 24 AICs are not
+    all resident at once (SyncAll's blockDim limit), so the set is an error."""
+    out = run(exe, "modes", 25, tmp_path, rc=3)
+    assert re.search(r"mode 0 waits for every AI[CV] of the launch: (25|50) of them exceed the (24|48) "
+                     r"cores of Ascend910B1", error_of(out)), error_of(out)

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <condition_variable>
+#include <system_error>
 #include <thread>
 #include <tuple>
 
@@ -174,6 +175,16 @@ ASCENDC_EMU_RT void CrossCoreSet(int mode, pipe_t pipe, uint32_t flagId) {
     CrossCoreLaunch& L = *c.xc;
     std::unique_lock<std::mutex> lock(L.mu);
     if (L.aborted) throw LaunchAborted{};
+    if (mode == 0) {
+        const SocProfile& soc = ActiveSoc();
+        const int cores = c.core == CoreKind::AIC ? soc.ai_cores : soc.vector_cores;
+        const int64_t ofType = c.core == CoreKind::AIC ? L.groups : 2 * L.groups;
+        if (ofType > cores) {
+            Fail(api, Cat("mode 0 waits for every ", c.core == CoreKind::AIC ? "AIC" : "AIV", " of the launch: ",
+                          ofType, " of them exceed the ", cores, " cores of ", soc.name, ", so they are not "
+                          "all resident at once (as for SyncAll, blockDim must not exceed the cores)"));
+        }
+    }
     Rendezvous& r = FindRendezvous(L, c, mode, static_cast<int>(flagId), api);
     size_t mi = 0;
     while (r.members[mi] != c.xid) ++mi;
@@ -436,7 +447,18 @@ ASCENDC_EMU_RT void RunCrossCoreLaunch(const char* name, int64_t blockDim, Block
     {
         std::vector<std::thread> threads;
         threads.reserve(static_cast<size_t>(runs));
-        for (int64_t x = 0; x < runs; ++x) threads.emplace_back(RunCrossCoreContext, &L, static_cast<int>(x), body, arg);
+        for (int64_t x = 0; x < runs; ++x) {
+            try {
+                threads.emplace_back(RunCrossCoreContext, &L, static_cast<int>(x), body, arg);
+            } catch (const std::system_error& e) {  // the started contexts are told to stop
+                std::lock_guard<std::mutex> lock(L.mu);
+                AbortLaunch(L, std::make_exception_ptr(DeviceRuleError(
+                                   Cat("ascendc_emu: kernel ", name, ": ICPU_RUN_KF: could not start thread ", x + 1,
+                                       " of the ", runs, " a cross-core launch runs on: ", e.what()))));
+                for (int64_t y = x; y < runs; ++y) L.state[y] = XcState::DONE;
+                break;
+            }
+        }
         for (auto& t : threads) t.join();
     }
     std::exception_ptr first = L.error;
