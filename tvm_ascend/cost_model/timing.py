@@ -308,7 +308,7 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         return share * (hbm_bytes / min(mte_rate, core_hbm) + l2_bytes / mte_rate)
 
     mte2 = moved(read - ws_read, ws_read, soc.mte2_bytes_per_cycle) \
-        + steps * soc.mte_latency_cycles
+        + (steps + plan.extra_copy_calls) * soc.mte_latency_cycles
     mte3 = moved(write - ws_write, ws_write, soc.mte3_bytes_per_cycle) \
         + steps * soc.mte_latency_cycles
     # a 1:2 mix: each client (AIV) shares its AIC with another, whose operand loads and cube
