@@ -36,6 +36,7 @@ from tvm_ascend.errors import FusionConfigError
 
 from . import results_file
 from .graph_bytes import graph_references
+from .kernel_classes import report_efficiency
 from .models import bert, gpt2, resnet50, vit
 
 logger = logging.getLogger("tvm_ascend.benchmarks")
@@ -69,7 +70,7 @@ RESULT_KEYS = ("model", "config", "baseline", "dtype", "style", "status", "error
                "est_band_us", "roofline_us", "peak_memory_bytes",
                "compile_s_cold", "compile_s_warm", "compile_s_warm_replan", "max_abs_err",
                "max_rel_err", "ref_max_abs",
-               "nonfinite_outputs",
+               "nonfinite_outputs", "kernel_efficiency",
                "stage_s", "commit", "date")
 # Per SoC, the record's latency estimates and the fusion report's figures they come from: the
 # device's timeline (host submission hidden) and the same launches end to end at the low and
@@ -291,6 +292,8 @@ def report_figures(report: dict) -> dict:
                          if all("gm_bytes" in g for g in npu) else None),
         "peak_memory_bytes": report.get("peak_memory_bytes"),
         "estimate": estimate if isinstance(estimate, dict) else None,
+        # per kernel class, the launches' estimates over their own bounds (kernel_classes)
+        "kernel_efficiency": report_efficiency(report),
     }
 
 
@@ -323,7 +326,7 @@ def _blank_record(config: BenchConfig, baseline: str, refs: dict, nodes: int) ->
     record.update(model=config.model, config=config.name, baseline=baseline,
                   dtype=config.dtype, style=config.style, onnx_nodes=nodes,
                   **{key: dict.fromkeys(SOCS) for key in _ESTIMATE_KEYS},
-                  roofline_us=dict.fromkeys(SOCS),
+                  roofline_us=dict.fromkeys(SOCS), kernel_efficiency=dict.fromkeys(SOCS),
                   stage_s={}, compulsory_bytes=refs["compulsory_bytes"],
                   matmul_boundary_bytes=refs["matmul_boundary_bytes"],
                   matmul_macs=refs["matmul_macs"])
@@ -367,12 +370,15 @@ def benchmark_baseline(config: BenchConfig, baseline: str, model: onnx.ModelProt
         record["compile_s_warm_replan"] = build_s + export_s
         figures = report_figures(lib.fusion_report())
         estimates = {SOCS[0]: figures.pop("estimate")}
+        record["kernel_efficiency"][SOCS[0]] = figures.pop("kernel_efficiency")
         record.update(figures)
         if estimates[SOCS[0]] is not None:  # the other SoCs' estimates need their own builds
             for soc in SOCS[1:]:
                 other, build_s, _ = _timed_build(model, baseline, soc, warm_cache, None)
                 stages[f"build_{soc}"] = build_s
-                estimates[soc] = report_figures(other.fusion_report())["estimate"]
+                other_figures = report_figures(other.fusion_report())
+                estimates[soc] = other_figures["estimate"]
+                record["kernel_efficiency"][soc] = other_figures["kernel_efficiency"]
         for soc in SOCS:
             for key, report_key in _ESTIMATE_KEYS.items():
                 record[key][soc] = _estimate_for(estimates.get(soc), soc, report_key)

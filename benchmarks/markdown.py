@@ -16,6 +16,7 @@ from tvm_ascend.soc import get_soc
 
 from .calibration import markdown_lines
 from .charts import ORDER, write_text_atomic
+from .kernel_classes import CLASS_LABELS, CLASSES, LARGE_MATMUL, efficiency_cell
 from .results_file import provenance
 
 NA = "n/a"
@@ -164,6 +165,36 @@ def _stage_table(records: list[dict]) -> list[str]:
                                          "run")] + [_num(r.get("load_avg_1m"))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
+
+
+def efficiency_lines(records: list[dict], socs: list[str]) -> list[str]:
+    """The per-kernel efficiency section: per SoC, one row per finished record, per kernel
+    class its estimates over their own bounds (``benchmarks/kernel_classes.py``); ``n/a``
+    for a record made before the harness computed them."""
+    lines = ["## Per-kernel efficiency (ESTIMATE: est. time over the kernel's own bound)", "",
+             f"Per kernel class (large matmul: M, N, K >= {LARGE_MATMUL}; other matmul; fused "
+             "attention; 3x3 conv; other conv; vector: every other NPU kernel), the launches' "
+             "estimated times (start-up included) summed over their own bounds summed: the "
+             "cube time at the calibrated peak for the cube classes, the roofline (HBM/L2 "
+             "bytes, vector peak) for vector kernels; `(n)` launches, `[worst]` the highest "
+             "single launch where it differs. Issue #19's targets: large matmuls within 1.25x, "
+             "fused attention at s512 within 2x, 3x3 convs within 1.5x. `-`: no kernel of the "
+             "class; `n/a`: a record made before the harness computed the figure.", ""]
+    head = ["configuration", "baseline"] + [CLASS_LABELS[c] for c in CLASSES]
+    finished = [r for r in records if r["status"] == "ok"]
+    for soc in socs:
+        if not any((r.get("kernel_efficiency") or {}).get(soc) for r in finished):
+            lines += [f"{soc}: {NA} (no record carries the figure yet)", ""]
+            continue
+        lines += [f"{soc}:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in finished:
+            per_soc = (r.get("kernel_efficiency") or {}).get(soc)
+            cells = [NA] * len(CLASSES) if per_soc is None else \
+                [efficiency_cell(per_soc.get(c)) for c in CLASSES]
+            lines.append("| " + " | ".join([f"{r['model']} {r['config']} {r['dtype']}",
+                                            r["baseline"]] + cells) + " |")
+        lines.append("")
+    return lines
 
 
 def _provenance_lines(results: dict) -> list[str]:
@@ -370,6 +401,7 @@ def render_markdown(results: dict, charts: list[str] = (), base_dir: str = ".") 
         lines += _config_table(group, socs)
     if records:
         lines += _seed_lines(records)
+        lines += efficiency_lines(records, socs)
         lines += ["## Where the time goes (seconds per stage)", ""] + _stage_table(records)
     if skipped:
         lines += ["## Not measured in this run", "",

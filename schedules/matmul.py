@@ -25,8 +25,11 @@ On 910B the rounds are asynchronous where two C tiles (and two of each streamed 
 input) fit the UB (``overlap``): the AIC computes a round's tiles ahead into the client's GM
 workspace while the AIV runs the epilogue and copy-out of the ones before, and a round has at
 most ``ASYNC_EVENT_FETCHES`` tiles by default (CANN's client waits for each of a round's
-first 14 tiles, the later ones for the whole round). The plan says which form it chose and why
-(``MatmulPlan.pipeline``); the timing model runs the same rounds (``_overlapped_cycles``).
+first 14 tiles, the later ones for the whole round). Where two whole tiles of a residual do
+not fit beside two C tiles (deep-K FFN-down's 128 x 256 tiles), the residual moves in
+double-buffered chunks of the epilogue's rows instead (``streams_rows``), so the tile still
+overlaps. The plan says which form it chose and why (``MatmulPlan.pipeline``); the timing
+model runs the same rounds (``_overlapped_cycles``).
 
 Example
 -------
@@ -125,6 +128,9 @@ class MatmulPlan(TemplatePlan, template="matmul"):
     round's tiles ahead into this core's GM workspace, ``workspace_bytes``) and holds two C
     tiles (and two of each streamed input) in the UB, so tile i's epilogue and copy-out
     overlap the cube work of the tiles after it; ``pipeline`` says why it is or is not.
+    ``stream_rows``: the epilogue's row inputs (a residual) move in chunks of
+    ``epilogue_rows`` rows, two chunks in the UB, not as whole base tiles (``streams_rows``:
+    where that lets a deep-K tile with a residual overlap).
     """
 
     shape: MatmulShape
@@ -144,6 +150,7 @@ class MatmulPlan(TemplatePlan, template="matmul"):
     data_copy_pad: bool
     overlapped: bool = False
     pipeline: str = ""
+    stream_rows: bool = False
 
     @property
     def round_tiles(self) -> int:
@@ -355,16 +362,25 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     slots = (len(program.intermediates) + program.temp_slots) if program else 0
     columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN) \
         if program else 0
-    streamed = sum(1 for k in program.inputs.values()
-                   if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)) if program else 0
+    row_inputs = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROWS) \
+        if program else 0
+    slices = sum(1 for k in program.inputs.values() if k is RowAccessKind.ROW_SLICE) \
+        if program else 0
     capacity = soc.ub_bytes - UB_RESERVED_BYTES
 
-    def ub_of(rows, buffers):  # temporaries hold `rows` rows; a column repeated over them if > 1
-        return (buffers * base_m * align_n * elem * (1 + streamed)
+    def ub_of(rows, buffers, chunked=False):
+        # C's tiles and each whole-tile input's; a chunked row input holds `rows` rows a
+        # buffer; temporaries hold `rows` rows; a column repeated over them if > 1
+        whole = 1 + slices + (0 if chunked else row_inputs)
+        return (buffers * base_m * align_n * elem * whole
+                + (buffers * rows * align_n * elem * row_inputs if chunked else 0)
                 + columns * round_up(shape.n * elem, 32)
                 + rows * align_n * (slots * slot_bytes + (columns * elem if rows > 1 else 0)))
 
-    overlapped, pipeline = overlap(soc, ub_of(1, 2), capacity, base_m, base_n)
+    chunked = streams_rows(soc, row_inputs, ub_of(1, 2) <= capacity,
+                           ub_of(1, 2, True) <= capacity)
+    overlapped, pipeline = overlap(soc, ub_of(1, 2, chunked), capacity, base_m, base_n,
+                                   chunked)
     buffers = 2 if overlapped else 1
     if knobs.round_tiles is not None and knobs.round_tiles < 0:
         raise TilingError(f"round_tiles={knobs.round_tiles} must be >= 0 (0: no bound)")
@@ -376,17 +392,19 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     total = shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n)
     per_core = ceil_div(total, min(cores, total))
     used = ceil_div(total, per_core)
-    ub = ub_of(1, buffers)
+    ub = ub_of(1, buffers, chunked)
     if ub > capacity:
         raise TilingError(f"matmul epilogue needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
-    rows = epilogue_rows(program, min(base_m, single_m), lambda r: ub_of(r, buffers) <= capacity)
-    ub = ub_of(rows, buffers)
+    rows = epilogue_rows(program, min(base_m, single_m),
+                         lambda r: ub_of(r, buffers, chunked) <= capacity)
+    ub = ub_of(rows, buffers, chunked)
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
     round_trip = product_round_trip(shape, soc)  # workspace bytes: L2
     plan = MatmulPlan(shape, single_m, single_n, base_m, base_n, base_k,
                       reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
                       l1_footprint(shape, base_m, base_n, base_k, reuse), align_n, slots,
-                      slot_bytes, rows, bool(soc.has_data_copy_pad), overlapped, pipeline)
+                      slot_bytes, rows, bool(soc.has_data_copy_pad), overlapped, pipeline,
+                      chunked)
     fill_rows = columns * min(rows, base_m, single_m) if rows > 1 else 0
     work = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, single_n, rows,
                      fill_rows) + KernelWork(
@@ -395,18 +413,42 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
         workspace_read_bytes=round_trip, workspace_write_bytes=round_trip,
         scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n, single_m,
                                        single_n, used),
-        aiv_ratio=ratio, round_tiles=plan.round_tiles if overlapped else 0)
+        aiv_ratio=ratio, round_tiles=plan.round_tiles if overlapped else 0,
+        extra_copy_calls=chunk_copies(plan, per_core, row_inputs))
     return Tiling("matmul", total, used, per_core, 1, per_core, buffers,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
                   shape.n, work=work, plan=plan)
 
 
-def overlap(soc, ub_two_tiles: int, capacity: int, base_m: int, base_n: int) -> tuple[bool, str]:
+def streams_rows(soc, row_inputs: int, whole_fits: bool, chunked_fits: bool) -> bool:
+    """Whether the epilogue's row inputs (a residual: RowAccessKind.ROWS) move through the UB
+    in chunks of the epilogue's rows instead of whole base tiles: on split chips, where two
+    whole tiles of each do not fit the UB beside two C tiles but two chunks do, so the
+    rounds can still be asynchronous. BERT-base's FFN-down + residual (128 x 256 fp16 tiles
+    on 910B1): two C tiles and two residual tiles need 264 KB of the UB's 188 KB; with the
+    residual in chunks of rows the tile is double-buffered. Elsewhere a tile's inputs move
+    whole: one copy a tile (a chunk costs a copy's latency each)."""
+    return soc.npu_arch == 2201 and row_inputs > 0 and not whole_fits and chunked_fits
+
+
+def chunk_copies(plan, per_core: int, row_inputs: int) -> int:
+    """Copies the busiest core issues beyond one a base tile because its row inputs stream in
+    chunks of ``epilogue_rows`` rows (``MatmulPlan.stream_rows``): per tile and row input,
+    one a chunk after the first, as the printed loop runs over a full tile's rows."""
+    if not plan.stream_rows:
+        return 0
+    chunks = ceil_div(min(plan.base_m, plan.single_m), plan.epilogue_rows)
+    return (chunks - 1) * row_inputs * per_core * plan.round_tiles
+
+
+def overlap(soc, ub_two_tiles: int, capacity: int, base_m: int, base_n: int,
+            chunked: bool = False) -> tuple[bool, str]:
     """(overlapped, why) for a matmul kernel on ``soc`` whose UB needs ``ub_two_tiles`` bytes
-    with two C tiles (and two of each streamed input): asynchronous rounds exist on split
-    chips only (CANN's Iterate<false> and SetWorkspace are Atlas A2/A3 MIX APIs; a coupled
-    chip's cube and vector share one core and one instruction stream), and need the two UB
-    tiles to overlap anything."""
+    with two C tiles (and two of each streamed input, ``chunked``: of its row inputs two
+    chunks of rows, ``streams_rows``): asynchronous rounds exist on split chips only (CANN's
+    Iterate<false> and SetWorkspace are Atlas A2/A3 MIX APIs; a coupled chip's cube and
+    vector share one core and one instruction stream), and need the two UB tiles to overlap
+    anything."""
     if soc.npu_arch != 2201:
         return False, (f"synchronous: {soc.name} is a coupled chip (no asynchronous Iterate "
                        "or SetWorkspace; the tile reaches the UB on chip)")
@@ -414,8 +456,11 @@ def overlap(soc, ub_two_tiles: int, capacity: int, base_m: int, base_n: int) -> 
         return False, (f"synchronous, single-buffered: two {base_m}x{base_n} C tiles with the "
                        f"epilogue's buffers need {ub_two_tiles} UB bytes, {soc.name} has "
                        f"{capacity}")
+    streamed = (", the residual streamed in double-buffered chunks of rows (two whole tiles "
+                "of it do not fit beside them)") if chunked else ""
     return True, ("asynchronous rounds (Iterate<false> into the GM workspace), two C tiles in "
-                  "the UB: the epilogue and copy-out of a tile overlap the cube work after it")
+                  f"the UB{streamed}: the epilogue and copy-out of a tile overlap the cube "
+                  "work after it")
 
 
 def _base_k(shape, base_m, base_n, soc, ratio) -> int:

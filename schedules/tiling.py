@@ -100,6 +100,9 @@ class KernelWork:
     computes them ahead into the GM workspace while the AIV, double-buffered, runs the epilogue
     and copy-out of the ones before); 0 where the kernel iterates synchronously.
 
+    ``extra_copy_calls``: GM -> UB copies the busiest core issues beyond one a step (a
+    residual streamed in chunks of rows: one a chunk), each paying the MTE latency.
+
     ``a + b`` is the work of ``a`` then ``b`` in one kernel: counts add, the ratio and the
     counting flags are the kernel's own and must agree; ``KernelWork()`` is the zero.
 
@@ -124,6 +127,7 @@ class KernelWork:
     per_output_element: bool = False
     img2col_prologue: bool = False
     round_tiles: int = 0
+    extra_copy_calls: int = 0
 
     _KERNEL_OWN = ("aiv_ratio", "per_output_element", "img2col_prologue", "round_tiles")
 

@@ -70,13 +70,18 @@ def test_coupled_chip_stays_synchronous():
 
 
 def test_two_tiles_that_do_not_fit_the_ub_stay_single_buffered_and_say_why():
-    """256 x 128 fp16 tiles of C and of a residual, twice each, take 256 KB of 910B1's UB:
-    the plan stays synchronous (the default 128 x 128 tile overlaps)."""
-    func = _func(2048, 768, 768, residual=True)
+    """256 x 128 float32 tiles of C alone, twice, take 256 KB of 910B1's UB: the plan stays
+    synchronous. In fp16 two C tiles fit and the residual, which does not fit twice beside
+    them, streams in chunks of rows (tests/test_matmul_stream_rows.py)."""
+    func = _func(2048, 768, 768, dtype="float32")
     _, tiling = MatmulSchedule.schedule(func, B1, MatmulKnobs(base_m=256, base_n=128))
     assert not tiling.plan.overlapped and tiling.buffer_num == 1
+    assert not tiling.plan.stream_rows
     assert "two 256x128 C tiles with the epilogue's buffers need" in tiling.plan.pipeline
     assert MatmulSchedule.schedule(func, B1)[1].plan.overlapped
+    half = _func(2048, 768, 768, residual=True)
+    _, streamed = MatmulSchedule.schedule(half, B1, MatmulKnobs(base_m=256, base_n=128))
+    assert streamed.plan.overlapped and streamed.plan.stream_rows
 
 
 def test_the_timing_model_overlaps_what_the_rounds_let_overlap():

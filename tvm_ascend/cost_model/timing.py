@@ -138,6 +138,19 @@ def _elem_rate(dtype_bytes: int) -> float:
     return 1.0 if dtype_bytes <= 2 else 0.5
 
 
+def cube_bound_us(macs: float, dtype_bytes: int, soc) -> float:
+    """Microseconds of ``macs`` multiply-adds on every AI core's cube at its peak (the cube
+    part of a launch's roofline; float32 at half rate): a cube kernel's own bound.
+
+    >>> from tvm_ascend.soc import get_soc
+    >>> soc = get_soc("Ascend910B1")
+    >>> round(cube_bound_us(soc.ai_cores * soc.cube_macs_per_cycle_fp16 * soc.clock_mhz, 2, soc))
+    1
+    """
+    rate = soc.cube_macs_per_cycle_fp16 * _elem_rate(dtype_bytes)
+    return macs / (rate * soc.ai_cores * soc.clock_mhz * 1e6) * 1e6
+
+
 def _peaks(soc):
     clock = soc.clock_mhz * 1e6
     return clock, soc.gm_bandwidth_gbps * 1e9
@@ -295,7 +308,7 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         return share * (hbm_bytes / min(mte_rate, core_hbm) + l2_bytes / mte_rate)
 
     mte2 = moved(read - ws_read, ws_read, soc.mte2_bytes_per_cycle) \
-        + steps * soc.mte_latency_cycles
+        + (steps + plan.extra_copy_calls) * soc.mte_latency_cycles
     mte3 = moved(write - ws_write, ws_write, soc.mte3_bytes_per_cycle) \
         + steps * soc.mte_latency_cycles
     # a 1:2 mix: each client (AIV) shares its AIC with another, whose operand loads and cube
@@ -344,7 +357,7 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     served = ws_read + ws_write
     l2_peak = soc.mte2_bytes_per_cycle * max(soc.ai_cores, soc.vector_blocks) * clock
     mem_us = ((read + write - served) / bandwidth + served / l2_peak) * 1e6
-    cube_us = macs / (cube_rate * soc.ai_cores * clock) * 1e6
+    cube_us = cube_bound_us(macs, work.elem_bytes, soc)
     vec_us = work.weighted_ops * work.elem_bytes / (
         soc.vector_bytes_per_cycle * soc.vector_blocks * clock) * 1e6
     roofline = max(mem_us, cube_us, vec_us)

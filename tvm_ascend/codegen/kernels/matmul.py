@@ -18,7 +18,9 @@ asynchronous: each client gives its Matmul object its part of the user workspace
 (``SetWorkspace``: a ``baseM x baseN`` slot per tile of the round), ``Iterate<false>`` has the
 AIC compute the round's tiles ahead into it, ``GetTensorC<false>`` fetches them in order, and
 the output queue (and each streamed input's) holds two tiles, so one tile's epilogue and
-copy-out overlap the next tiles' cube work. Elsewhere each tile is computed and fetched in
+copy-out overlap the next tiles' cube work; where the plan's ``stream_rows`` says so, a
+residual is copied in a chunk of ``epilogue_rows`` rows per epilogue step (its queue holds
+two chunks), not as a whole tile. Elsewhere each tile is computed and fetched in
 step (``Iterate`` / ``GetTensorC<true>``), single-buffered.
 
 Example
@@ -107,6 +109,22 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         return self.tiling.cores * self.plan.workspace_bytes if self.overlapped else 0
 
     @property
+    def stream_rows(self) -> bool:
+        """Whether the row inputs (a residual) move in chunks of ``rows`` rows, double-
+        buffered, instead of whole base tiles (``MatmulPlan.stream_rows``)."""
+        return isinstance(self.plan, MatmulPlan) and self.plan.stream_rows
+
+    def _whole_tile_inputs(self):
+        """Streamed inputs copied in as whole base tiles before the epilogue."""
+        if self.stream_rows:
+            return self._inputs(RowAccessKind.ROW_SLICE)
+        return self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)
+
+    def _chunked_inputs(self):
+        """Row inputs copied in a chunk of rows per epilogue step (``stream_rows``)."""
+        return self._inputs(RowAccessKind.ROWS) if self.stream_rows else []
+
+    @property
     def rows(self) -> int:
         """Rows one epilogue instruction covers (the plan's ``epilogue_rows``)."""
         return self.plan.epilogue_rows
@@ -169,8 +187,11 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         n_buf = self.buffer_num
         buf.line(f"pipe->InitBuffer(outQue, {n_buf}, tiling.cube.baseM * tiling.cube.baseN * "
                  f"sizeof({t}));")
-        for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
+        for name in self._whole_tile_inputs():
             buf.line(f"pipe->InitBuffer({self.names[name]}Que, {n_buf}, tiling.cube.baseM * "
+                     f"tiling.cube.baseN * sizeof({t}));")
+        for name in self._chunked_inputs():  # a chunk of the epilogue's rows a buffer
+            buf.line(f"pipe->InitBuffer({self.names[name]}Que, {n_buf}, {self.rows} * "
                      f"tiling.cube.baseN * sizeof({t}));")
         emit_resident_columns(buf, [self.names[n] for n in self._inputs(RowAccessKind.COLUMN)],
                               t, "tiling.cube.N", "(tiling.cube.N + C0 - 1) / C0 * 32",
@@ -256,7 +277,9 @@ class MatmulKernelPrinter(CubeKernelPrinter):
 
     def emit_epilogue(self, buf):
         t = self.ctype
-        for name in self._inputs(RowAccessKind.ROWS):
+        for name in self._whole_tile_inputs():
+            if self.program.inputs[name] is not RowAccessKind.ROWS:
+                continue
             n = self.names[name]
             buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
             buf.line(f"CopyTileIn({n}Tile, {n}Gm[rowOff * tiling.cube.N + colOff], curM, curN, "
@@ -276,10 +299,28 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         if self.rows == 1:
             with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
                 buf.line("uint64_t row = rowOff + r;")
+                self.emit_chunk_in(buf, "1")
                 self.emit_epilogue_row(buf)
+                self.emit_chunk_free(buf)
         else:
             self.emit_epilogue_chunks(buf)
-        for name in self._inputs(RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
+        for name in self._whole_tile_inputs():
+            buf.line(f"{self.names[name]}Que.FreeTensor({self.names[name]}Tile);")
+
+    def emit_chunk_in(self, buf, rows: str):
+        """Copy in ``rows`` rows from row ``r`` of each chunked row input (``stream_rows``):
+        the queue holds two chunks, so the next chunk's copy overlaps this one's epilogue."""
+        t = self.ctype
+        for name in self._chunked_inputs():
+            n = self.names[name]
+            buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
+            buf.line(f"CopyTileIn({n}Tile, {n}Gm[(rowOff + r) * tiling.cube.N + colOff], "
+                     f"{rows}, curN, stride, tiling.cube.N);")
+            buf.line(f"{n}Que.EnQue({n}Tile);")
+            buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
+
+    def emit_chunk_free(self, buf):
+        for name in self._chunked_inputs():
             buf.line(f"{self.names[name]}Que.FreeTensor({self.names[name]}Tile);")
 
     def emit_epilogue_chunks(self, buf):
@@ -297,8 +338,11 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                     buf.line(f"AscendC::Adds({n}Rep[q * stride], {n}Col[colOff], "
                              f"static_cast<{t}>(0), curN);")
         with buf.indent(f"for (uint32_t r = 0; r < curM; r += {rows}) {{"):
-            buf.line(f"uint32_t count = (curM - r < {rows} ? curM - r : {rows}) * stride;")
+            buf.line(f"uint32_t chunk = curM - r < {rows} ? curM - r : {rows};")
+            buf.line("uint32_t count = chunk * stride;")
+            self.emit_chunk_in(buf, "chunk")
             self.emit_epilogue_step(buf, "count", f"{rows} * tiling.cube.baseN")
+            self.emit_chunk_free(buf)
 
     def emit_epilogue_row(self, buf):
         self.emit_epilogue_step(buf, "curN", "tiling.cube.baseN")
@@ -314,6 +358,8 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             n = self.names.get(buffer.name, ident(buffer.name))
             if kind is RowAccessKind.INTERMEDIATE and step == -1:
                 tiles[key] = Operand("cTile[r * stride]", True, self.shape.dtype)
+            elif kind is RowAccessKind.ROWS and self.stream_rows:  # this step's chunk
+                tiles[key] = Operand(f"{n}Tile", True, self.shape.dtype)
             elif kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
                 tiles[key] = Operand(f"{n}Tile[r * stride]", True, self.shape.dtype)
             elif kind is RowAccessKind.COLUMN:
