@@ -35,16 +35,16 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import (FRACTAL, MatmulShape, cube_work, l1_footprint, l1_reuse,
-                     product_round_trip, matmul_traffic, epilogue_program, matmul_shape,
-                     scalar_tail_elems)
+from .matmul import (FRACTAL, MatmulPlan, MatmulShape, _balanced_singles, cube_work,
+                     epilogue_program, l1_footprint, l1_reuse, matmul_shape, matmul_traffic,
+                     overlap, product_round_trip, scalar_tail_elems)
 from .analysis.row_program import (RowAccessKind, check_program_dtypes, input_dtypes,
                                    is_full_row_block, program_dtypes)
 from .row_reduce import inline_row_blocks
 from .analysis.tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, pieces, round_up
-from .tiling import (BLOCK_BYTES, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
-                     UB_RESERVED_BYTES)
+from .tiling import (ASYNC_EVENT_FETCHES, BLOCK_BYTES, SUPPORTED_DTYPES, KernelWork,
+                     TemplatePlan, Tiling, UB_RESERVED_BYTES)
 from .analysis.tir_walk import (cached_by_identity, param_buffers, reduce_iter_vars,
                                 reducer_of, root_blocks, schedule_blocks)
 from .template import Template, mark_core_loop
@@ -64,6 +64,9 @@ class MatmulRowsKnobs:
 
     base_m: int | None = None  # rows per base tile; None: the most that fit (<= 64 / 128 fp16)
     cores: int | None = None   # None: every AI core
+    # most base tiles a round (single tile) may have, as MatmulKnobs.round_tiles: None:
+    # ASYNC_EVENT_FETCHES where the rounds are asynchronous, no bound where synchronous; 0: none
+    round_tiles: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,11 @@ class MatmulRowsPlan(TemplatePlan, template="matmul_rows"):
     slots (the program's intermediates and temporaries, ReduceSum's work, the reduced value)
     of ``slot_bytes`` bytes an element. ``data_copy_pad``: the tiles move by DataCopyPad (the
     SoC has it), else by whole blocks and scalar tails.
+
+    ``overlapped`` (910B, where two C tiles and two of each streamed input fit the UB): the
+    rounds are asynchronous as the matmul template's (``MatmulPlan``: ``Iterate<false>`` into
+    this core's ``workspace_bytes`` of GM workspace, ``GetTensorC<false>``, double-buffered
+    queues); ``pipeline`` says why it is or is not.
     """
 
     shape: MatmulShape
@@ -104,6 +112,12 @@ class MatmulRowsPlan(TemplatePlan, template="matmul_rows"):
     slots: int
     slot_bytes: int
     data_copy_pad: bool
+    overlapped: bool = False
+    pipeline: str = ""
+
+    # the matmul template's rounds and workspace slots, read from the same fields
+    round_tiles = MatmulPlan.round_tiles
+    workspace_bytes = MatmulPlan.workspace_bytes
 
     def cube_dims(self) -> tuple:
         s = self.shape
@@ -245,10 +259,12 @@ class MatmulRowsSchedule(Template):
     @staticmethod
     def knob_space(func, soc) -> list[MatmulRowsKnobs]:
         """Candidate knobs, the default first: base tiles of 16..128 rows that fit, all or half
-        the AI cores. ``plan`` may refuse one (TilingError); searches drop it."""
+        the AI cores, on 910B rounds of any number of tiles. ``plan`` may refuse one (TilingError); searches drop it."""
         default = MatmulRowsSchedule.plan(MatmulRowsSchedule.analyse(func), soc)
         top = default.plan.max_base_m
         space = [MatmulRowsKnobs()]
+        if soc.npu_arch == 2201:  # rounds of any size: fewer rounds, later fetches
+            space.append(MatmulRowsKnobs(round_tiles=0))
         for cores in (None, max(1, soc.ai_cores // 2)):
             for base_m in (b for b in (16, 32, 64, 128) if b <= top):
                 knobs = MatmulRowsKnobs(base_m, cores)
@@ -293,18 +309,18 @@ def _check_program(program, shape: MatmulShape, soc) -> None:
                           "live VECIN buffers")
 
 
-def ub_bytes(program, n: int, elem: int, base_m: int) -> int:
-    """UB bytes the printed kernel reserves with InitBuffer: C's tile, each exported result's
-    tile and each streamed input (``base_m`` rows of ``baseN``), resident columns, and the row
-    slots (the program's intermediates and temporaries, the ReduceSum work tensor, the reduced
-    value)."""
+def ub_bytes(program, n: int, elem: int, base_m: int, buffers: int = 1) -> int:
+    """UB bytes the printed kernel reserves with InitBuffer: ``buffers`` tiles each of C,
+    each exported result and each streamed input (``base_m`` rows of ``baseN``), resident
+    columns, and the row slots (the program's intermediates and temporaries, the ReduceSum
+    work tensor, the reduced value)."""
     base_n = round_up(n, FRACTAL)
     _, slot_bytes = _slots(program, elem)
     streamed = sum(1 for k in program.inputs.values()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
     columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN)
     tiles = 1 + streamed + len(program.exports)
-    return (base_m * base_n * elem * tiles + columns * round_up(n * elem, BLOCK_BYTES)
+    return (buffers * base_m * base_n * elem * tiles + columns * round_up(n * elem, BLOCK_BYTES)
             + row_slots(program) * base_n * slot_bytes)
 
 
@@ -321,8 +337,9 @@ def _slots(program, elem: int) -> tuple[int, int]:
     return row_slots(program), max([elem] + [dtype_bytes(d) for d in program_dtypes(program)])
 
 
-def _max_base_m(program, shape: MatmulShape, soc) -> int:
-    """The most rows (a multiple of 16) per base tile that L0C and the UB hold."""
+def _max_base_m(program, shape: MatmulShape, soc, buffers: int = 1) -> int:
+    """The most rows (a multiple of 16) per base tile that L0C and the UB hold, with
+    ``buffers`` tiles of each queue."""
     elem = dtype_bytes(shape.dtype)
     base_n = round_up(shape.n, FRACTAL)
     by_l0c = soc.l0c_bytes // (base_n * L0C_ELEM_BYTES) // FRACTAL * FRACTAL
@@ -331,14 +348,26 @@ def _max_base_m(program, shape: MatmulShape, soc) -> int:
                           f"x {base_n} float32 need {FRACTAL * base_n * L0C_ELEM_BYTES} L0C bytes;"
                           f" {soc.name} has {soc.l0c_bytes}")
     budget = soc.ub_bytes - UB_RESERVED_BYTES
-    fixed = ub_bytes(program, shape.n, elem, 0)
-    per_row = ub_bytes(program, shape.n, elem, 1) - fixed
+    fixed = ub_bytes(program, shape.n, elem, 0, buffers)
+    per_row = ub_bytes(program, shape.n, elem, 1, buffers) - fixed
     by_ub = (budget - fixed) // per_row // FRACTAL * FRACTAL if budget > fixed else 0
     if by_ub < FRACTAL:
         raise TilingError(f"N={shape.n} is too wide for one UB tile of whole rows: {FRACTAL} "
-                          f"rows and the row epilogue need {ub_bytes(program, shape.n, elem, 16)} "
+                          f"rows and the row epilogue need "
+                          f"{ub_bytes(program, shape.n, elem, 16, buffers)} "
                           f"UB bytes; {soc.name} has {budget} after its reserve")
     return min(by_l0c, by_ub)
+
+
+def _overlap_top(program, shape: MatmulShape, soc) -> int:
+    """The most rows per base tile with two tiles of each queue in the UB (asynchronous
+    rounds), 0 where the SoC has none or not even 16 rows fit twice."""
+    if soc.npu_arch != 2201:
+        return 0
+    try:
+        return _max_base_m(program, shape, soc, buffers=2)
+    except TilingError:
+        return 0
 
 
 def _base_k(shape: MatmulShape, base_m: int, soc) -> int:
@@ -365,6 +394,7 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
     base_n = round_up(shape.n, FRACTAL)
     top = _max_base_m(program, shape, soc)
     cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
+    capacity = soc.ub_bytes - UB_RESERVED_BYTES
     if knobs.base_m is not None:
         if knobs.base_m % FRACTAL or not FRACTAL <= knobs.base_m <= top:
             raise TilingError(f"base_m={knobs.base_m} must be a multiple of {FRACTAL} in "
@@ -372,25 +402,28 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
         base_m = knobs.base_m
     else:
         # the largest tile that still gives every core rows: the epilogue's vector work
-        # scales with the rows a core holds, so cores beat a fuller cube tile
-        base_m = min(top, 128 if elem == 2 else 64)
+        # scales with the rows a core holds, so cores beat a fuller cube tile; where the
+        # rounds can be asynchronous, the largest that fits the UB twice
+        base_m = min(_overlap_top(program, shape, soc) or top, 128 if elem == 2 else 64)
         while base_m > FRACTAL and shape.batch * ceil_div(shape.m, base_m) < cores:
             base_m -= FRACTAL
     base_m = min(base_m, round_up(shape.m, FRACTAL))
+    overlapped, pipeline = overlap(soc, ub_bytes(program, shape.n, elem, base_m, 2), capacity,
+                                   base_m, base_n)
+    buffers = 2 if overlapped else 1
+    if knobs.round_tiles is not None and knobs.round_tiles < 0:
+        raise TilingError(f"round_tiles={knobs.round_tiles} must be >= 0 (0: no bound)")
+    most = knobs.round_tiles if knobs.round_tiles is not None else \
+        (ASYNC_EVENT_FETCHES if overlapped else 0)
     base_k = _base_k(shape, base_m, soc)
-    # singleM x N tiles per batch: halve singleM (in base tiles) until every core has work
-    single_m = round_up(shape.m, FRACTAL)
-
-    def tiles(sm):
-        return shape.batch * ceil_div(shape.m, sm)
-
-    while tiles(single_m) < cores and single_m > base_m:
-        single_m = round_up(ceil_div(single_m, 2), base_m)
-    total = tiles(single_m)
+    # singleM x N tiles: the rows that give the busiest core the least work (the matmul
+    # template's choice, N being one tile), a round at most `most` base tiles
+    single_m, _ = _balanced_singles(shape, base_m, base_n, base_k, cores, soc.l1_bytes, most)
+    total = shape.batch * ceil_div(shape.m, single_m)
     per_core = ceil_div(total, min(cores, total))
     used = ceil_div(total, per_core)
     slots, slot_bytes = _slots(program, elem)
-    ub = ub_bytes(program, shape.n, elem, base_m)
+    ub = ub_bytes(program, shape.n, elem, base_m, buffers)
     # one column of tiles: the walk goes down M, where only B's K panel can be reused
     reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n,
                      orders=(0,))
@@ -404,7 +437,7 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
     plan = MatmulRowsPlan(shape, group_shape, single_m, shape.n, base_m, base_n, base_k, top,
                           reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
                           l1_footprint(shape, base_m, base_n, base_k, reuse), base_n, slots,
-                          slot_bytes, bool(soc.has_data_copy_pad))
+                          slot_bytes, bool(soc.has_data_copy_pad), overlapped, pipeline)
     # a 1:1 mix (KernelWork's default aiv_ratio): a row of N float32 in L0C needs the whole
     # AIC's L0C per client
     work = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, shape.n) + \
@@ -412,8 +445,10 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
                    workspace_write_bytes=round_trip,
                    scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n,
                                                   single_m, shape.n, used)
-                   + (0 if soc.has_data_copy_pad else exported * (shape.n % c0)))
-    return Tiling("matmul_rows", total, used, per_core, 1, per_core, 1, program.temp_slots, ub,
+                   + (0 if soc.has_data_copy_pad else exported * (shape.n % c0)),
+                   round_tiles=plan.round_tiles if overlapped else 0)
+    return Tiling("matmul_rows", total, used, per_core, 1, per_core, buffers,
+                  program.temp_slots, ub,
                   soc.ub_bytes, gm_read, gm_write, shape.n, work=work, plan=plan)
 
 

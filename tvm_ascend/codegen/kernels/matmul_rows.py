@@ -1,7 +1,9 @@
 """Prints a MatMul kernel whose epilogue reduces over whole rows (LayerNorm, RMSNorm, Softmax).
 
 The cube side, the tile loop and the copies are the matmul kernel's (``kernels/matmul.py``): each
-base tile of C is ``baseM`` rows by all N columns, fetched into the UB with GetTensorC. Only the
+base tile of C is ``baseM`` rows by all N columns, fetched into the UB with GetTensorC; where the
+plan is ``overlapped`` (910B) in the matmul kernel's asynchronous rounds (``Iterate<false>`` into
+the GM workspace, ``GetTensorC<false>``, two tiles in every queue). Only the
 epilogue differs: instead of one elementwise step per row it runs the row program of
 ``schedules/row_reduce.py`` on each row of the tile: reductions (ReduceSum/Max/Min, read back
 on the scalar unit), row values as scalars, full-row steps as vector instructions, the last
@@ -66,6 +68,12 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
         self.exported = {i: self.names[program.steps[i].buffer.name] for i in program.exports}
 
     @property
+    def overlapped(self) -> bool:
+        """Whether the plan chose asynchronous rounds and two UB tiles (``MatmulRowsPlan``):
+        the matmul printer's loop, workspace and queues then print the overlapped form."""
+        return self.plan.overlapped
+
+    @property
     def n_outputs(self) -> int:
         """GM outputs, the last parameters: each exported result, then the kernel's own."""
         return 1 + len(self.exported)
@@ -81,8 +89,8 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
         for n in self.exported.values():
             buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {self.ctype}*){n}, "
                      f"{buffer_size(by_name[n])});")
-            buf.line(f"pipe->InitBuffer({n}Que, 1, tiling.cube.baseM * tiling.cube.baseN * "
-                     f"sizeof({self.ctype}));")
+            buf.line(f"pipe->InitBuffer({n}Que, {self.buffer_num}, tiling.cube.baseM * "
+                     f"tiling.cube.baseN * sizeof({self.ctype}));")
 
     def emit_epilogue(self, buf):
         t = self.ctype
