@@ -35,7 +35,8 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import (FRACTAL, MatmulPlan, MatmulShape, _balanced_singles, cube_work,
+from .matmul import _base_k as matmul_base_k
+from .matmul import (FRACTAL, MAX_BASE, MatmulPlan, MatmulShape, _balanced_singles, cube_work,
                      epilogue_program, l1_footprint, l1_reuse, matmul_shape, matmul_traffic,
                      overlap, product_round_trip, scalar_tail_elems)
 from .analysis.row_program import (RowAccessKind, check_program_dtypes, input_dtypes,
@@ -67,6 +68,10 @@ class MatmulRowsKnobs:
     # most base tiles a round (single tile) may have, as MatmulKnobs.round_tiles: None:
     # ASYNC_EVENT_FETCHES where the rounds are asynchronous, no bound where synchronous; 0: none
     round_tiles: int | None = None
+    # the tall form (910B): the cube computes panels of whole rows (IterateAll of singleM x N
+    # in base_m x <=256 base tiles) into the GM workspace and the row epilogue streams them
+    # through the UB in chunks: B is read once a panel instead of once a 16-row tile
+    tall: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,10 @@ class MatmulRowsPlan(TemplatePlan, template="matmul_rows"):
     slots (the program's intermediates and temporaries, ReduceSum's work, the reduced value)
     of ``slot_bytes`` bytes an element. ``data_copy_pad``: the tiles move by DataCopyPad (the
     SoC has it), else by whole blocks and scalar tails.
+
+    ``chunk_m`` (the tall form, 910B): ``single_m x N`` panels computed by IterateAll in
+    ``base_m x base_n`` cube tiles into the core's ``panel_bytes`` of GM workspace, then read
+    back ``chunk_m`` rows at a time (rows ``align_n`` apart in the UB) for the epilogue.
 
     ``overlapped`` (910B, where two C tiles and two of each streamed input fit the UB): the
     rounds are asynchronous as the matmul template's (``MatmulPlan``: ``Iterate<false>`` into
@@ -114,6 +123,17 @@ class MatmulRowsPlan(TemplatePlan, template="matmul_rows"):
     data_copy_pad: bool
     overlapped: bool = False
     pipeline: str = ""
+    chunk_m: int = 0  # the tall form: rows of a UB chunk of the panel (0: not tall)
+
+    @property
+    def tall(self) -> bool:
+        """Whether the kernel is the tall form (IterateAll panels, the epilogue in chunks)."""
+        return self.chunk_m > 0
+
+    @property
+    def panel_bytes(self) -> int:
+        """GM workspace of one core's panel in the tall form (``single_m`` rows of N)."""
+        return self.single_m * self.shape.n * dtype_bytes(self.shape.dtype) if self.tall else 0
 
     # the matmul template's rounds and workspace slots, read from the same fields
     round_tiles = MatmulPlan.round_tiles
@@ -257,14 +277,21 @@ class MatmulRowsSchedule(Template):
         return mark_core_loop(analysis.prepared)
 
     @staticmethod
+    def variants(func, soc) -> list[MatmulRowsKnobs]:
+        """Knobs worth estimating beside the default (the partitioner keeps the fastest): on
+        910B the tall form, which reads B once per panel of rows."""
+        return [MatmulRowsKnobs()] + ([MatmulRowsKnobs(tall=True)]
+                                      if soc.npu_arch == 2201 else [])
+
+    @staticmethod
     def knob_space(func, soc) -> list[MatmulRowsKnobs]:
         """Candidate knobs, the default first: base tiles of 16..128 rows that fit, all or half
         the AI cores, on 910B rounds of any number of tiles. ``plan`` may refuse one (TilingError); searches drop it."""
         default = MatmulRowsSchedule.plan(MatmulRowsSchedule.analyse(func), soc)
         top = default.plan.max_base_m
         space = [MatmulRowsKnobs()]
-        if soc.npu_arch == 2201:  # rounds of any size: fewer rounds, later fetches
-            space.append(MatmulRowsKnobs(round_tiles=0))
+        if soc.npu_arch == 2201:  # rounds of any size: fewer rounds, later fetches; tall
+            space += [MatmulRowsKnobs(round_tiles=0), MatmulRowsKnobs(tall=True)]
         for cores in (None, max(1, soc.ai_cores // 2)):
             for base_m in (b for b in (16, 32, 64, 128) if b <= top):
                 knobs = MatmulRowsKnobs(base_m, cores)
@@ -337,12 +364,12 @@ def _slots(program, elem: int) -> tuple[int, int]:
     return row_slots(program), max([elem] + [dtype_bytes(d) for d in program_dtypes(program)])
 
 
-def _max_base_m(program, shape: MatmulShape, soc, buffers: int = 1) -> int:
-    """The most rows (a multiple of 16) per base tile that L0C and the UB hold, with
-    ``buffers`` tiles of each queue."""
+def _max_base_m(program, shape: MatmulShape, soc, buffers: int = 1, l0c: bool = True) -> int:
+    """The most rows (a multiple of 16) per base tile that L0C (unless not ``l0c``: the
+    tall form's chunks) and the UB hold, with ``buffers`` tiles of each queue."""
     elem = dtype_bytes(shape.dtype)
     base_n = round_up(shape.n, FRACTAL)
-    by_l0c = soc.l0c_bytes // (base_n * L0C_ELEM_BYTES) // FRACTAL * FRACTAL
+    by_l0c = soc.l0c_bytes // (base_n * L0C_ELEM_BYTES) // FRACTAL * FRACTAL if l0c else 1 << 30
     if by_l0c < FRACTAL:
         raise TilingError(f"N={shape.n} is too wide for one tile of whole rows: {FRACTAL} rows "
                           f"x {base_n} float32 need {FRACTAL * base_n * L0C_ELEM_BYTES} L0C bytes;"
@@ -388,6 +415,8 @@ def _base_k(shape: MatmulShape, base_m: int, soc) -> int:
 
 
 def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
+    if knobs.tall:
+        return _plan_tall(group_shape, program, soc, knobs)
     shape = _folded(group_shape)
     elem = dtype_bytes(shape.dtype)
     c0 = BLOCK_BYTES // elem
@@ -446,10 +475,96 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
                    scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n,
                                                   single_m, shape.n, used)
                    + (0 if soc.has_data_copy_pad else exported * (shape.n % c0)),
-                   round_tiles=plan.round_tiles if overlapped else 0)
+                   round_tiles=plan.round_tiles if overlapped else 0,
+                   # each row's reductions are read back on the scalar unit (V_S waits)
+                   scalar_gated=True)
     return Tiling("matmul_rows", total, used, per_core, 1, per_core, buffers,
                   program.temp_slots, ub,
                   soc.ub_bytes, gm_read, gm_write, shape.n, work=work, plan=plan)
+
+
+def _panel_rows(shape: MatmulShape, base_m: int, cores: int) -> int:
+    """Rows of a tall panel: the multiple of ``base_m`` (16: the cube's last base tile of a
+    panel may be short) that gives the busiest core the fewest rows, the larger among equals
+    (B is read once a panel)."""
+    best = None
+    for count in range(1, ceil_div(shape.m, base_m) + 1):
+        size = round_up(ceil_div(shape.m, count), base_m)
+        total = shape.batch * ceil_div(shape.m, size)
+        key = (ceil_div(total, min(cores, total)) * size, -size)
+        if best is None or key < best[0]:
+            best = (key, size)
+    return best[1]
+
+
+def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
+    """The tall form: ``single_m x N`` panels by IterateAll into the GM workspace (cube tiles
+    of ``base_m`` rows by at most 256 columns, as the matmul template's), the row epilogue
+    over ``chunk_m``-row chunks of a panel read back into the UB (two of each queue where
+    they fit). Split chips only: a coupled chip's product reaches the UB on chip."""
+    if soc.npu_arch != 2201:
+        raise TilingError(f"the tall form goes through the GM workspace; {soc.name} is a "
+                          "coupled chip (the product reaches the UB on chip)")
+    if knobs.round_tiles is not None:
+        raise TilingError("the tall form's panels are one IterateAll each: no round_tiles")
+    shape = _folded(group_shape)
+    elem = dtype_bytes(shape.dtype)
+    c0 = BLOCK_BYTES // elem
+    row_n = round_up(shape.n, FRACTAL)
+    top = _max_base_m(program, shape, soc, l0c=False)
+    double = _max_base_m_or_zero(program, shape, soc)
+    buffers = 2 if double else 1
+    chunk_m = min(double or top, 128 if elem == 2 else 64, round_up(shape.m, FRACTAL))
+    cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
+    base_m = min(knobs.base_m or (128 if elem == 2 else 64), round_up(shape.m, FRACTAL))
+    if base_m % FRACTAL or not FRACTAL <= base_m <= MAX_BASE:
+        raise TilingError(f"base_m={base_m} must be a multiple of {FRACTAL} in "
+                          f"{FRACTAL}..{MAX_BASE}")
+    # N in equal base tiles of at most 256 columns whose float32 block fits L0C
+    widest = min(MAX_BASE, soc.l0c_bytes // (base_m * L0C_ELEM_BYTES) // FRACTAL * FRACTAL)
+    if widest < FRACTAL:
+        raise TilingError(f"base_m={base_m}: no 16-column float32 block fits L0C")
+    base_n = round_up(ceil_div(shape.n, ceil_div(shape.n, widest)), FRACTAL)
+    base_k = matmul_base_k(shape, base_m, base_n, soc, 1)
+    single_m = _panel_rows(shape, FRACTAL, cores)
+    chunk_m = min(chunk_m, single_m)  # no larger than a panel
+    total = shape.batch * ceil_div(shape.m, single_m)
+    per_core = ceil_div(total, min(cores, total))
+    used = ceil_div(total, per_core)
+    slots, slot_bytes = _slots(program, elem)
+    ub = ub_bytes(program, shape.n, elem, chunk_m, buffers)
+    reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n)
+    gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
+    exported = len(program.exports) * shape.batch * shape.m
+    gm_write += exported * shape.n * elem
+    round_trip = product_round_trip(shape, soc)
+    chunks = ceil_div(single_m, chunk_m)
+    pipeline = (f"tall: IterateAll of {single_m}-row panels ({base_m}x{base_n} cube tiles) "
+                f"into the GM workspace, the row epilogue over {chunk_m}-row chunks"
+                + (", two of each in the UB" if buffers == 2 else ", one of each in the UB"))
+    plan = MatmulRowsPlan(shape, group_shape, single_m, shape.n, base_m, base_n, base_k, top,
+                          reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
+                          l1_footprint(shape, base_m, base_n, base_k, reuse), row_n, slots,
+                          slot_bytes, bool(soc.has_data_copy_pad), False, pipeline, chunk_m)
+    cube = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, shape.n)
+    # the AIV's steps are the chunks, a row of the epilogue a call
+    work = dataclasses.replace(cube, steps=per_core * chunks,
+                               vector_repeats=per_core * single_m) + KernelWork(
+        cube_macs=shape.batch * round_up(shape.m, FRACTAL) * round_up(shape.n, FRACTAL)
+        * round_up(shape.k, c0),
+        workspace_read_bytes=round_trip, workspace_write_bytes=round_trip,
+        panel_chunks=chunks, scalar_gated=True)
+    return Tiling("matmul_rows", total, used, per_core, 1, per_core, buffers,
+                  program.temp_slots, ub, soc.ub_bytes, gm_read, gm_write, shape.n, work=work,
+                  plan=plan)
+
+
+def _max_base_m_or_zero(program, shape: MatmulShape, soc) -> int:
+    """The tall form's rows per chunk with two of each queue in the UB, 0 if not 16."""
+    try:
+        return _max_base_m(program, shape, soc, buffers=2, l0c=False)
+    except TilingError:
+        return 0
 
 
 __all__ = ["MatmulRowsSchedule", "MatmulRowsKnobs", "MatmulRowsPlan", "ub_bytes", "row_slots"]

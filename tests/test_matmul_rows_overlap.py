@@ -7,6 +7,7 @@ the plan."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -127,3 +128,60 @@ def test_rows_on_310p_stay_synchronous_and_match_onnx():
     assert not tiling["plan"]["overlapped"] and tiling["buffer_num"] == 1
     assert tiling["cores"] >= 2
     assert "Iterate<false>" not in "".join(lib.kernel_sources().values())
+
+
+# ---- the tall form: IterateAll panels into the workspace, the row epilogue over UB chunks ----
+@pytest.mark.parametrize("a_shape,n,dtype,norm,knobs", [
+    # RMSNorm, fp16: M = 900, N = 300 (two 160-column cube tiles, a tail), 32-row cube tiles
+    # (two a panel, the second short), 48-row panels over 19 cores
+    ((3, 300, 40), 300, "float16", "rms", MatmulRowsKnobs(tall=True, base_m=32)),
+    # LayerNormalization, fp32, N = 200, a 96-row panel on each of 4 cores, in chunks
+    ((2, 170, 48), 200, "float32", "op", MatmulRowsKnobs(tall=True, cores=4)),
+    # the TorchScript LayerNorm chain, fp16, rows of 768 (three 256-column cube tiles)
+    pytest.param((300, 64), 768, "float16", "chain", MatmulRowsKnobs(tall=True),
+                 marks=pytest.mark.slow),
+])
+def test_tall_rows_match_onnx_and_the_short_kernel(monkeypatch, tmp_path, a_shape, n, dtype,
+                                                    norm, knobs):
+    """910B, the tall form: onnxruntime's numbers with counters equal to the plan (the panel's
+    round trip through the workspace included), and the numbers of the default kernel. A
+    fusion plan keeps the merge whatever the estimate says of the forced knobs."""
+    b = _linear_norm(a_shape, n, dtype, norm, residual=norm != "chain")
+    model = b.model()
+    plan_file = tmp_path / "fusion_plan.json"
+    plan_file.write_text(json.dumps({"format": "tvm_ascend.fusion_plan", "version": 1, "groups": [
+        {"id": "G0", "nodes": [x.name for x in model.graph.node if x.op_type != "Identity"],
+         "rules": ["MatMulEpilogueFusion", "LayerNormFusion"]}]}))
+    config = tvm_ascend.CompileConfig(fusion_plan_file=str(plan_file))
+    lib, _ = _check_one_kernel(b, dtype, config)
+    short = lib.run(b.feeds)[0]
+    _force_knobs(monkeypatch, knobs)
+    lib, tiling = _check_one_kernel(b, dtype, config)
+    plan = tiling["plan"]
+    assert plan["chunk_m"] > 0 and "tall: IterateAll" in plan["pipeline"]
+    assert tiling["cores"] >= 2
+    if knobs.cores == 4:  # several chunks a panel (the last core's panel 52 rows: a short one)
+        assert plan["single_m"] > plan["chunk_m"]
+    source = "".join(lib.kernel_sources().values())
+    assert "mm.IterateAll(wsGm);" in source and "Iterate<false>" not in source
+    assert "CubeFormat::ND," in source  # C's type: the panel goes to GM
+    np.testing.assert_allclose(np.asarray(lib.run(b.feeds)[0], np.float64),
+                               np.asarray(short, np.float64), rtol=1e-6, atol=1e-6)
+
+
+def test_tall_form_is_split_chip_only_and_reads_b_once_a_panel():
+    """The tall form refuses 310P (no GM round trip needed there); on 910B1 it reads B once
+    per panel where the short form reads it once per 16-row tile, and the partitioner's
+    variants offer it."""
+    func = _te_func(8192, 768, 768, "float16", residual=True)
+    with pytest.raises(tvm_ascend.errors.TilingError, match="coupled chip"):
+        MatmulRowsSchedule.schedule(func, P3, MatmulRowsKnobs(tall=True))
+    _, short = MatmulRowsSchedule.schedule(func, B1)
+    _, tall = MatmulRowsSchedule.schedule(func, B1, MatmulRowsKnobs(tall=True))
+    assert MatmulRowsKnobs(tall=True) in MatmulRowsSchedule.variants(func, B1)
+    assert tall.plan.tall and tall.plan.base_n == 256 and tall.cores == 24
+    # B once per 352-row panel (A once per 256-column tile), against B once per 16 rows
+    a_bytes, b_bytes = 8192 * 768 * 2, 768 * 768 * 2
+    assert tall.work.cube_operand_bytes == 3 * a_bytes + 24 * b_bytes
+    assert short.work.cube_operand_bytes >= 8192 // 16 * b_bytes
+    assert estimate_kernel(func, tall, B1).time_us < estimate_kernel(func, short, B1).time_us
