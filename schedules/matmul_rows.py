@@ -35,16 +35,17 @@ import tvm
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
-from .matmul import (FRACTAL, MatmulShape, cube_work, l1_footprint, l1_reuse,
-                     product_round_trip, matmul_traffic, epilogue_program, matmul_shape,
-                     scalar_tail_elems)
+from .matmul import _base_k as matmul_base_k
+from .matmul import (FRACTAL, MAX_BASE, MatmulPlan, MatmulShape, _balanced_singles, cube_work,
+                     epilogue_program, l1_footprint, l1_reuse, matmul_shape, matmul_traffic,
+                     overlap, product_round_trip, scalar_tail_elems)
 from .analysis.row_program import (RowAccessKind, check_program_dtypes, input_dtypes,
                                    is_full_row_block, program_dtypes)
 from .row_reduce import inline_row_blocks
 from .analysis.tile_values import unsupported_construct
 from .tiling import ceil_div, dtype_bytes, pieces, round_up
-from .tiling import (BLOCK_BYTES, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
-                     UB_RESERVED_BYTES)
+from .tiling import (ASYNC_EVENT_FETCHES, BLOCK_BYTES, SUPPORTED_DTYPES, KernelWork,
+                     TemplatePlan, Tiling, UB_RESERVED_BYTES)
 from .analysis.tir_walk import (cached_by_identity, param_buffers, reduce_iter_vars,
                                 reducer_of, root_blocks, schedule_blocks)
 from .template import Template, mark_core_loop
@@ -64,6 +65,13 @@ class MatmulRowsKnobs:
 
     base_m: int | None = None  # rows per base tile; None: the most that fit (<= 64 / 128 fp16)
     cores: int | None = None   # None: every AI core
+    # most base tiles a round (single tile) may have, as MatmulKnobs.round_tiles: None:
+    # ASYNC_EVENT_FETCHES where the rounds are asynchronous, no bound where synchronous; 0: none
+    round_tiles: int | None = None
+    # the tall form (910B): the cube computes panels of whole rows (IterateAll of singleM x N
+    # in base_m x <=256 base tiles) into the GM workspace and the row epilogue streams them
+    # through the UB in chunks: B is read once a panel instead of once a 16-row tile
+    tall: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,15 @@ class MatmulRowsPlan(TemplatePlan, template="matmul_rows"):
     slots (the program's intermediates and temporaries, ReduceSum's work, the reduced value)
     of ``slot_bytes`` bytes an element. ``data_copy_pad``: the tiles move by DataCopyPad (the
     SoC has it), else by whole blocks and scalar tails.
+
+    ``chunk_m`` (the tall form, 910B): ``single_m x N`` panels computed by IterateAll in
+    ``base_m x base_n`` cube tiles into the core's ``panel_bytes`` of GM workspace, then read
+    back ``chunk_m`` rows at a time (rows ``align_n`` apart in the UB) for the epilogue.
+
+    ``overlapped`` (910B, where two C tiles and two of each streamed input fit the UB): the
+    rounds are asynchronous as the matmul template's (``MatmulPlan``: ``Iterate<false>`` into
+    this core's ``workspace_bytes`` of GM workspace, ``GetTensorC<false>``, double-buffered
+    queues); ``pipeline`` says why it is or is not.
     """
 
     shape: MatmulShape
@@ -104,6 +121,23 @@ class MatmulRowsPlan(TemplatePlan, template="matmul_rows"):
     slots: int
     slot_bytes: int
     data_copy_pad: bool
+    overlapped: bool = False
+    pipeline: str = ""
+    chunk_m: int = 0  # the tall form: rows of a UB chunk of the panel (0: not tall)
+
+    @property
+    def tall(self) -> bool:
+        """Whether the kernel is the tall form (IterateAll panels, the epilogue in chunks)."""
+        return self.chunk_m > 0
+
+    @property
+    def panel_bytes(self) -> int:
+        """GM workspace of one core's panel in the tall form (``single_m`` rows of N)."""
+        return self.single_m * self.shape.n * dtype_bytes(self.shape.dtype) if self.tall else 0
+
+    # the matmul template's rounds and workspace slots, read from the same fields
+    round_tiles = MatmulPlan.round_tiles
+    workspace_bytes = MatmulPlan.workspace_bytes
 
     def cube_dims(self) -> tuple:
         s = self.shape
@@ -243,12 +277,21 @@ class MatmulRowsSchedule(Template):
         return mark_core_loop(analysis.prepared)
 
     @staticmethod
+    def variants(func, soc) -> list[MatmulRowsKnobs]:
+        """Knobs worth estimating beside the default (the partitioner keeps the fastest): on
+        910B the tall form, which reads B once per panel of rows."""
+        return [MatmulRowsKnobs()] + ([MatmulRowsKnobs(tall=True)]
+                                      if soc.npu_arch == 2201 else [])
+
+    @staticmethod
     def knob_space(func, soc) -> list[MatmulRowsKnobs]:
         """Candidate knobs, the default first: base tiles of 16..128 rows that fit, all or half
-        the AI cores. ``plan`` may refuse one (TilingError); searches drop it."""
+        the AI cores, on 910B rounds of any number of tiles. ``plan`` may refuse one (TilingError); searches drop it."""
         default = MatmulRowsSchedule.plan(MatmulRowsSchedule.analyse(func), soc)
         top = default.plan.max_base_m
         space = [MatmulRowsKnobs()]
+        if soc.npu_arch == 2201:  # rounds of any size: fewer rounds, later fetches; tall
+            space += [MatmulRowsKnobs(round_tiles=0), MatmulRowsKnobs(tall=True)]
         for cores in (None, max(1, soc.ai_cores // 2)):
             for base_m in (b for b in (16, 32, 64, 128) if b <= top):
                 knobs = MatmulRowsKnobs(base_m, cores)
@@ -293,18 +336,18 @@ def _check_program(program, shape: MatmulShape, soc) -> None:
                           "live VECIN buffers")
 
 
-def ub_bytes(program, n: int, elem: int, base_m: int) -> int:
-    """UB bytes the printed kernel reserves with InitBuffer: C's tile, each exported result's
-    tile and each streamed input (``base_m`` rows of ``baseN``), resident columns, and the row
-    slots (the program's intermediates and temporaries, the ReduceSum work tensor, the reduced
-    value)."""
+def ub_bytes(program, n: int, elem: int, base_m: int, buffers: int = 1) -> int:
+    """UB bytes the printed kernel reserves with InitBuffer: ``buffers`` tiles each of C,
+    each exported result and each streamed input (``base_m`` rows of ``baseN``), resident
+    columns, and the row slots (the program's intermediates and temporaries, the ReduceSum
+    work tensor, the reduced value)."""
     base_n = round_up(n, FRACTAL)
     _, slot_bytes = _slots(program, elem)
     streamed = sum(1 for k in program.inputs.values()
                    if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
     columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN)
     tiles = 1 + streamed + len(program.exports)
-    return (base_m * base_n * elem * tiles + columns * round_up(n * elem, BLOCK_BYTES)
+    return (buffers * base_m * base_n * elem * tiles + columns * round_up(n * elem, BLOCK_BYTES)
             + row_slots(program) * base_n * slot_bytes)
 
 
@@ -321,24 +364,37 @@ def _slots(program, elem: int) -> tuple[int, int]:
     return row_slots(program), max([elem] + [dtype_bytes(d) for d in program_dtypes(program)])
 
 
-def _max_base_m(program, shape: MatmulShape, soc) -> int:
-    """The most rows (a multiple of 16) per base tile that L0C and the UB hold."""
+def _max_base_m(program, shape: MatmulShape, soc, buffers: int = 1, l0c: bool = True) -> int:
+    """The most rows (a multiple of 16) per base tile that L0C (unless not ``l0c``: the
+    tall form's chunks) and the UB hold, with ``buffers`` tiles of each queue."""
     elem = dtype_bytes(shape.dtype)
     base_n = round_up(shape.n, FRACTAL)
-    by_l0c = soc.l0c_bytes // (base_n * L0C_ELEM_BYTES) // FRACTAL * FRACTAL
+    by_l0c = soc.l0c_bytes // (base_n * L0C_ELEM_BYTES) // FRACTAL * FRACTAL if l0c else 1 << 30
     if by_l0c < FRACTAL:
         raise TilingError(f"N={shape.n} is too wide for one tile of whole rows: {FRACTAL} rows "
                           f"x {base_n} float32 need {FRACTAL * base_n * L0C_ELEM_BYTES} L0C bytes;"
                           f" {soc.name} has {soc.l0c_bytes}")
     budget = soc.ub_bytes - UB_RESERVED_BYTES
-    fixed = ub_bytes(program, shape.n, elem, 0)
-    per_row = ub_bytes(program, shape.n, elem, 1) - fixed
+    fixed = ub_bytes(program, shape.n, elem, 0, buffers)
+    per_row = ub_bytes(program, shape.n, elem, 1, buffers) - fixed
     by_ub = (budget - fixed) // per_row // FRACTAL * FRACTAL if budget > fixed else 0
     if by_ub < FRACTAL:
         raise TilingError(f"N={shape.n} is too wide for one UB tile of whole rows: {FRACTAL} "
-                          f"rows and the row epilogue need {ub_bytes(program, shape.n, elem, 16)} "
+                          f"rows and the row epilogue need "
+                          f"{ub_bytes(program, shape.n, elem, 16, buffers)} "
                           f"UB bytes; {soc.name} has {budget} after its reserve")
     return min(by_l0c, by_ub)
+
+
+def _overlap_top(program, shape: MatmulShape, soc) -> int:
+    """The most rows per base tile with two tiles of each queue in the UB (asynchronous
+    rounds), 0 where the SoC has none or not even 16 rows fit twice."""
+    if soc.npu_arch != 2201:
+        return 0
+    try:
+        return _max_base_m(program, shape, soc, buffers=2)
+    except TilingError:
+        return 0
 
 
 def _base_k(shape: MatmulShape, base_m: int, soc) -> int:
@@ -359,12 +415,15 @@ def _base_k(shape: MatmulShape, base_m: int, soc) -> int:
 
 
 def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
+    if knobs.tall:
+        return _plan_tall(group_shape, program, soc, knobs)
     shape = _folded(group_shape)
     elem = dtype_bytes(shape.dtype)
     c0 = BLOCK_BYTES // elem
     base_n = round_up(shape.n, FRACTAL)
     top = _max_base_m(program, shape, soc)
     cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
+    capacity = soc.ub_bytes - UB_RESERVED_BYTES
     if knobs.base_m is not None:
         if knobs.base_m % FRACTAL or not FRACTAL <= knobs.base_m <= top:
             raise TilingError(f"base_m={knobs.base_m} must be a multiple of {FRACTAL} in "
@@ -372,25 +431,28 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
         base_m = knobs.base_m
     else:
         # the largest tile that still gives every core rows: the epilogue's vector work
-        # scales with the rows a core holds, so cores beat a fuller cube tile
-        base_m = min(top, 128 if elem == 2 else 64)
+        # scales with the rows a core holds, so cores beat a fuller cube tile; where the
+        # rounds can be asynchronous, the largest that fits the UB twice
+        base_m = min(_overlap_top(program, shape, soc) or top, 128 if elem == 2 else 64)
         while base_m > FRACTAL and shape.batch * ceil_div(shape.m, base_m) < cores:
             base_m -= FRACTAL
     base_m = min(base_m, round_up(shape.m, FRACTAL))
+    overlapped, pipeline = overlap(soc, ub_bytes(program, shape.n, elem, base_m, 2), capacity,
+                                   base_m, base_n)
+    buffers = 2 if overlapped else 1
+    if knobs.round_tiles is not None and knobs.round_tiles < 0:
+        raise TilingError(f"round_tiles={knobs.round_tiles} must be >= 0 (0: no bound)")
+    most = knobs.round_tiles if knobs.round_tiles is not None else \
+        (ASYNC_EVENT_FETCHES if overlapped else 0)
     base_k = _base_k(shape, base_m, soc)
-    # singleM x N tiles per batch: halve singleM (in base tiles) until every core has work
-    single_m = round_up(shape.m, FRACTAL)
-
-    def tiles(sm):
-        return shape.batch * ceil_div(shape.m, sm)
-
-    while tiles(single_m) < cores and single_m > base_m:
-        single_m = round_up(ceil_div(single_m, 2), base_m)
-    total = tiles(single_m)
+    # singleM x N tiles: the rows that give the busiest core the least work (the matmul
+    # template's choice, N being one tile), a round at most `most` base tiles
+    single_m, _ = _balanced_singles(shape, base_m, base_n, base_k, cores, soc.l1_bytes, most)
+    total = shape.batch * ceil_div(shape.m, single_m)
     per_core = ceil_div(total, min(cores, total))
     used = ceil_div(total, per_core)
     slots, slot_bytes = _slots(program, elem)
-    ub = ub_bytes(program, shape.n, elem, base_m)
+    ub = ub_bytes(program, shape.n, elem, base_m, buffers)
     # one column of tiles: the walk goes down M, where only B's K panel can be reused
     reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n,
                      orders=(0,))
@@ -404,7 +466,7 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
     plan = MatmulRowsPlan(shape, group_shape, single_m, shape.n, base_m, base_n, base_k, top,
                           reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
                           l1_footprint(shape, base_m, base_n, base_k, reuse), base_n, slots,
-                          slot_bytes, bool(soc.has_data_copy_pad))
+                          slot_bytes, bool(soc.has_data_copy_pad), overlapped, pipeline)
     # a 1:1 mix (KernelWork's default aiv_ratio): a row of N float32 in L0C needs the whole
     # AIC's L0C per client
     work = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, shape.n) + \
@@ -412,9 +474,97 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
                    workspace_write_bytes=round_trip,
                    scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n,
                                                   single_m, shape.n, used)
-                   + (0 if soc.has_data_copy_pad else exported * (shape.n % c0)))
-    return Tiling("matmul_rows", total, used, per_core, 1, per_core, 1, program.temp_slots, ub,
+                   + (0 if soc.has_data_copy_pad else exported * (shape.n % c0)),
+                   round_tiles=plan.round_tiles if overlapped else 0,
+                   # each row's reductions are read back on the scalar unit (V_S waits)
+                   scalar_gated=True)
+    return Tiling("matmul_rows", total, used, per_core, 1, per_core, buffers,
+                  program.temp_slots, ub,
                   soc.ub_bytes, gm_read, gm_write, shape.n, work=work, plan=plan)
+
+
+def _panel_rows(shape: MatmulShape, base_m: int, cores: int) -> int:
+    """Rows of a tall panel: the multiple of ``base_m`` (16: the cube's last base tile of a
+    panel may be short) that gives the busiest core the fewest rows, the larger among equals
+    (B is read once a panel)."""
+    best = None
+    for count in range(1, ceil_div(shape.m, base_m) + 1):
+        size = round_up(ceil_div(shape.m, count), base_m)
+        total = shape.batch * ceil_div(shape.m, size)
+        key = (ceil_div(total, min(cores, total)) * size, -size)
+        if best is None or key < best[0]:
+            best = (key, size)
+    return best[1]
+
+
+def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
+    """The tall form: ``single_m x N`` panels by IterateAll into the GM workspace (cube tiles
+    of ``base_m`` rows by at most 256 columns, as the matmul template's), the row epilogue
+    over ``chunk_m``-row chunks of a panel read back into the UB (two of each queue where
+    they fit). Split chips only: a coupled chip's product reaches the UB on chip."""
+    if soc.npu_arch != 2201:
+        raise TilingError(f"the tall form goes through the GM workspace; {soc.name} is a "
+                          "coupled chip (the product reaches the UB on chip)")
+    if knobs.round_tiles is not None:
+        raise TilingError("the tall form's panels are one IterateAll each: no round_tiles")
+    shape = _folded(group_shape)
+    elem = dtype_bytes(shape.dtype)
+    c0 = BLOCK_BYTES // elem
+    row_n = round_up(shape.n, FRACTAL)
+    top = _max_base_m(program, shape, soc, l0c=False)
+    double = _max_base_m_or_zero(program, shape, soc)
+    buffers = 2 if double else 1
+    chunk_m = min(double or top, 128 if elem == 2 else 64, round_up(shape.m, FRACTAL))
+    cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
+    base_m = min(knobs.base_m or (128 if elem == 2 else 64), round_up(shape.m, FRACTAL))
+    if base_m % FRACTAL or not FRACTAL <= base_m <= MAX_BASE:
+        raise TilingError(f"base_m={base_m} must be a multiple of {FRACTAL} in "
+                          f"{FRACTAL}..{MAX_BASE}")
+    # N in equal base tiles of at most 256 columns whose float32 block fits L0C
+    widest = min(MAX_BASE, soc.l0c_bytes // (base_m * L0C_ELEM_BYTES) // FRACTAL * FRACTAL)
+    if widest < FRACTAL:
+        raise TilingError(f"base_m={base_m}: no 16-column float32 block fits L0C")
+    base_n = round_up(ceil_div(shape.n, ceil_div(shape.n, widest)), FRACTAL)
+    base_k = matmul_base_k(shape, base_m, base_n, soc, 1)
+    single_m = _panel_rows(shape, FRACTAL, cores)
+    chunk_m = min(chunk_m, single_m)  # no larger than a panel
+    total = shape.batch * ceil_div(shape.m, single_m)
+    per_core = ceil_div(total, min(cores, total))
+    used = ceil_div(total, per_core)
+    slots, slot_bytes = _slots(program, elem)
+    ub = ub_bytes(program, shape.n, elem, chunk_m, buffers)
+    reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n)
+    gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
+    exported = len(program.exports) * shape.batch * shape.m
+    gm_write += exported * shape.n * elem
+    round_trip = product_round_trip(shape, soc)
+    chunks = ceil_div(single_m, chunk_m)
+    pipeline = (f"tall: IterateAll of {single_m}-row panels ({base_m}x{base_n} cube tiles) "
+                f"into the GM workspace, the row epilogue over {chunk_m}-row chunks"
+                + (", two of each in the UB" if buffers == 2 else ", one of each in the UB"))
+    plan = MatmulRowsPlan(shape, group_shape, single_m, shape.n, base_m, base_n, base_k, top,
+                          reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
+                          l1_footprint(shape, base_m, base_n, base_k, reuse), row_n, slots,
+                          slot_bytes, bool(soc.has_data_copy_pad), False, pipeline, chunk_m)
+    cube = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, shape.n)
+    # the AIV's steps are the chunks, a row of the epilogue a call
+    work = dataclasses.replace(cube, steps=per_core * chunks,
+                               vector_repeats=per_core * single_m) + KernelWork(
+        cube_macs=shape.batch * round_up(shape.m, FRACTAL) * round_up(shape.n, FRACTAL)
+        * round_up(shape.k, c0),
+        workspace_read_bytes=round_trip, workspace_write_bytes=round_trip,
+        panel_chunks=chunks, scalar_gated=True)
+    return Tiling("matmul_rows", total, used, per_core, 1, per_core, buffers,
+                  program.temp_slots, ub, soc.ub_bytes, gm_read, gm_write, shape.n, work=work,
+                  plan=plan)
+
+
+def _max_base_m_or_zero(program, shape: MatmulShape, soc) -> int:
+    """The tall form's rows per chunk with two of each queue in the UB, 0 if not 16."""
+    try:
+        return _max_base_m(program, shape, soc, buffers=2, l0c=False)
+    except TilingError:
+        return 0
 
 
 __all__ = ["MatmulRowsSchedule", "MatmulRowsKnobs", "MatmulRowsPlan", "ub_bytes", "row_slots"]

@@ -99,6 +99,11 @@ class KernelWork:
     ``round_tiles``: base tiles in each asynchronous Matmul round (``Iterate<false>``: the AIC
     computes them ahead into the GM workspace while the AIV, double-buffered, runs the epilogue
     and copy-out of the ones before); 0 where the kernel iterates synchronously.
+    ``panel_chunks``: UB chunks of rows the AIV runs over each ``IterateAll`` panel of the
+    product (the matmul-rows template's tall form: the AIC computes a whole panel into the GM
+    workspace, then the AIV streams it through the UB); 0 where none.
+    ``scalar_gated``: the AIV's scalar unit waits for each row's reductions (ReduceSum read
+    back with V_S), so it issues the next tile's fetch only after this tile's vector work.
 
     ``extra_copy_calls``: GM -> UB copies the busiest core issues beyond one a step (a
     residual streamed in chunks of rows: one a chunk), each paying the MTE latency.
@@ -128,8 +133,11 @@ class KernelWork:
     img2col_prologue: bool = False
     round_tiles: int = 0
     extra_copy_calls: int = 0
+    panel_chunks: int = 0
+    scalar_gated: bool = False
 
-    _KERNEL_OWN = ("aiv_ratio", "per_output_element", "img2col_prologue", "round_tiles")
+    _KERNEL_OWN = ("aiv_ratio", "per_output_element", "img2col_prologue", "round_tiles",
+                   "panel_chunks", "scalar_gated")
 
     def __add__(self, other: "KernelWork") -> "KernelWork":
         values = {}

@@ -73,7 +73,7 @@ def _check_one_kernel(b, dtype, config=None, target="ascend"):
     (group,) = report["groups"]
     tiling = group["tiling"]
     assert group["on_npu"] and "matmul_rows template" in group["reason"]
-    assert tiling["template"] == "matmul_rows" and tiling["plan"]["base_n"] >= tiling["cols"]
+    assert tiling["template"] == "matmul_rows" and tiling["plan"]["align_n"] >= tiling["cols"]
     _assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], dtype)
     (launch,) = lib.profile()
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]

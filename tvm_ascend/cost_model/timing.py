@@ -223,7 +223,7 @@ def _pipeline_cycles(stage_cycles: list[float], steps: int, double_buffered: boo
 
 
 def _overlapped_cycles(stage_cycles: list[float], steps: int, round_tiles: int,
-                       buffers: int = 2) -> float:
+                       buffers: int = 2, gated: bool = False, panel: bool = False) -> float:
     """Cycles of ``steps`` base tiles through an asynchronous Matmul kernel, as the printed
     one runs them: rounds of ``round_tiles`` tiles, each started (``Iterate<false>``) once
     the AIV has fetched the last round's last tile; in a round the AIC computes its tiles
@@ -233,6 +233,12 @@ def _overlapped_cycles(stage_cycles: list[float], steps: int, round_tiles: int,
     epilogue (``[2]``) and copies it out (``[3]``), each pipe one tile at a time, with at most
     ``buffers`` tiles in the UB (fetch of tile i waits for the copy-out of tile i - buffers).
     Rounds repeat alike: three are simulated and the rest extrapolated.
+
+    ``gated``: the AIV's scalar unit waits for each row's reductions, so the fetch of tile i
+    is issued only when tile i - 1's vector work is done. ``panel``: each round is one
+    synchronous ``IterateAll`` of a panel (the matmul-rows tall form): every fetch waits for
+    the whole round, and the next round starts when the client has issued its last chunk
+    (its vector work done).
 
     ``stage_cycles`` are totals over the ``steps`` tiles.
 
@@ -249,12 +255,13 @@ def _overlapped_cycles(stage_cycles: list[float], steps: int, round_tiles: int,
     outs: list[float] = []
     ends = []
     for _ in range(min(rounds, 3)):
-        start = max(aic_free, fetch_free)
+        start = max(aic_free, vec_free if panel else fetch_free)
         round_end = start + tiles * cube
         for i in range(tiles):
-            ready = start + (i + 1) * cube if i < ASYNC_EVENT_FETCHES - 1 else round_end
+            ready = start + (i + 1) * cube \
+                if i < ASYNC_EVENT_FETCHES - 1 and not panel else round_end
             held = outs[-buffers] if len(outs) >= buffers else 0.0
-            fetch_free = max(ready, fetch_free, held) + fetch
+            fetch_free = max(ready, fetch_free, held, vec_free if gated else 0.0) + fetch
             vec_free = max(fetch_free, vec_free) + vec
             out_free = max(vec_free, out_free) + out
             outs.append(out_free)
@@ -347,8 +354,12 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     # a core's reads and writes share its part of what HBM streams, though MTE2 and MTE3
     # overlap as pipes
     hbm = share * (read - ws_read + write - ws_write) / core_hbm
-    if operand and plan.round_tiles:
-        pipeline = _overlapped_cycles(stages, steps, plan.round_tiles, tiling.buffer_num)
+    if operand and plan.panel_chunks:
+        pipeline = _overlapped_cycles(stages, steps, plan.panel_chunks, tiling.buffer_num,
+                                      plan.scalar_gated, panel=True)
+    elif operand and plan.round_tiles:
+        pipeline = _overlapped_cycles(stages, steps, plan.round_tiles, tiling.buffer_num,
+                                      plan.scalar_gated)
     else:
         pipeline = _pipeline_cycles(stages, steps, double)
     core_us = max(pipeline, hbm) / clock * 1e6

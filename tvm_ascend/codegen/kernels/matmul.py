@@ -96,6 +96,12 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         matmul-rows plan iterates synchronously)."""
         return isinstance(self.plan, MatmulPlan) and self.plan.overlapped
 
+    # C's MatmulType position and format: tiles fetched into the UB, rows padded to 32 bytes
+    c_type_args = "AscendC::TPosition::VECIN, CubeFormat::ND_ALIGN"
+    # elements of one UB tile of C (and of each streamed input), and of one row slot
+    tile_elems = "tiling.cube.baseM * tiling.cube.baseN"
+    row_elems = "tiling.cube.baseN"
+
     @property
     def buffer_num(self) -> int:
         """UB tiles of the output queue and of each streamed input's queue."""
@@ -155,8 +161,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             buf.line("uint32_t totalTiles;")
         gm = "AscendC::TPosition::GM"
         buf.line(f"using AType = matmul::MatmulType<{gm}, CubeFormat::ND, {t}>;")
-        buf.line(f"using CType = matmul::MatmulType<AscendC::TPosition::VECIN, "
-                 f"CubeFormat::ND_ALIGN, {t}>;")
+        buf.line(f"using CType = matmul::MatmulType<{self.c_type_args}, {t}>;")
         buf.line(f"constexpr uint32_t C0 = 32 / sizeof({t});  // elements per 32-byte block")
         buf.line()
 
@@ -185,14 +190,13 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                      "AscendC::GetBlockIdx() * wsElems, wsElems);")
             buf.line("mm.SetWorkspace(wsGm);")
         n_buf = self.buffer_num
-        buf.line(f"pipe->InitBuffer(outQue, {n_buf}, tiling.cube.baseM * tiling.cube.baseN * "
-                 f"sizeof({t}));")
+        buf.line(f"pipe->InitBuffer(outQue, {n_buf}, {self.tile_elems} * sizeof({t}));")
         for name in self._whole_tile_inputs():
-            buf.line(f"pipe->InitBuffer({self.names[name]}Que, {n_buf}, tiling.cube.baseM * "
-                     f"tiling.cube.baseN * sizeof({t}));")
+            buf.line(f"pipe->InitBuffer({self.names[name]}Que, {n_buf}, {self.tile_elems} * "
+                     f"sizeof({t}));")
         for name in self._chunked_inputs():  # a chunk of the epilogue's rows a buffer
             buf.line(f"pipe->InitBuffer({self.names[name]}Que, {n_buf}, {self.rows} * "
-                     f"tiling.cube.baseN * sizeof({t}));")
+                     f"{self.row_elems} * sizeof({t}));")
         emit_resident_columns(buf, [self.names[n] for n in self._inputs(RowAccessKind.COLUMN)],
                               t, "tiling.cube.N", "(tiling.cube.N + C0 - 1) / C0 * 32",
                               pipe="pipe->")
@@ -202,7 +206,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             buf.line(f"{n}Val = {n}Gm.GetValue(0);")
         if self.plan.slots:  # temporaries as wide as the widest dtype computed in
             buf.line(f"pipe->InitBuffer(rowBuf, {self.plan.slots * self.rows} * "
-                     f"tiling.cube.baseN * {self.plan.slot_bytes});")
+                     f"{self.row_elems} * {self.plan.slot_bytes});")
         for name in self._repeated_columns():
             n = self.names[name]
             buf.line(f"pipe->InitBuffer({n}RepBuf, {self.rows} * tiling.cube.baseN * "

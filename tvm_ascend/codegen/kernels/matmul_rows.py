@@ -1,7 +1,9 @@
 """Prints a MatMul kernel whose epilogue reduces over whole rows (LayerNorm, RMSNorm, Softmax).
 
 The cube side, the tile loop and the copies are the matmul kernel's (``kernels/matmul.py``): each
-base tile of C is ``baseM`` rows by all N columns, fetched into the UB with GetTensorC. Only the
+base tile of C is ``baseM`` rows by all N columns, fetched into the UB with GetTensorC; where the
+plan is ``overlapped`` (910B) in the matmul kernel's asynchronous rounds (``Iterate<false>`` into
+the GM workspace, ``GetTensorC<false>``, two tiles in every queue). Only the
 epilogue differs: instead of one elementwise step per row it runs the row program of
 ``schedules/row_reduce.py`` on each row of the tile: reductions (ReduceSum/Max/Min, read back
 on the scalar unit), row values as scalars, full-row steps as vector instructions, the last
@@ -66,12 +68,107 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
         self.exported = {i: self.names[program.steps[i].buffer.name] for i in program.exports}
 
     @property
+    def overlapped(self) -> bool:
+        """Whether the plan chose asynchronous rounds and two UB tiles (``MatmulRowsPlan``):
+        the matmul printer's loop, workspace and queues then print the overlapped form."""
+        return self.plan.overlapped
+
+    @property
+    def buffer_num(self) -> int:
+        """UB tiles of every queue, as planned (two where asynchronous or tall and fitting)."""
+        return self.tiling.buffer_num
+
+    # ---- the tall form: IterateAll panels into the workspace, the epilogue over chunks ------
+    @property
+    def tall(self) -> bool:
+        return self.plan.tall
+
+    @property
+    def c_type_args(self) -> str:
+        """C's MatmulType: the tall form's IterateAll writes the panel to GM (rows N apart)."""
+        return "AscendC::TPosition::GM, CubeFormat::ND" if self.tall else \
+            MatmulKernelPrinter.c_type_args
+
+    @property
+    def tile_elems(self) -> str:
+        return "CHUNK_M * ROW_N" if self.tall else MatmulKernelPrinter.tile_elems
+
+    @property
+    def row_elems(self) -> str:
+        return "ROW_N" if self.tall else MatmulKernelPrinter.row_elems
+
+    def takes_user_workspace(self) -> bool:
+        return self.tall or super().takes_user_workspace()
+
+    def user_workspace_bytes(self) -> int:
+        """Every core's panel (tall) or asynchronous round slots."""
+        if self.tall:
+            return self.tiling.cores * self.plan.panel_bytes
+        return super().user_workspace_bytes()
+
+    def emit_types(self, buf):
+        super().emit_types(buf)
+        if self.tall:
+            buf.line(f"constexpr uint32_t CHUNK_M = {self.plan.chunk_m};  // rows of a UB chunk")
+            buf.line(f"constexpr uint32_t ROW_N = {self.plan.align_n};  // a UB row's elements")
+            buf.line()
+
+    def emit_process(self, buf):
+        if not self.tall:
+            super().emit_process(buf)
+            return
+        with buf.indent("__aicore__ inline void Process() {"):
+            buf.line("uint32_t first = AscendC::GetBlockIdx() * tiling.tilesPerCore;")
+            buf.line("uint32_t last = first + tiling.tilesPerCore;")
+            buf.line("if (last > tiling.totalTiles) last = tiling.totalTiles;")
+            with buf.indent("for (uint32_t tile = first; tile < last; ++tile) {"):
+                buf.line("uint32_t mOff = tile * tiling.cube.singleCoreM;")
+                buf.line("uint32_t singleM = tiling.cube.M - mOff < tiling.cube.singleCoreM ? "
+                         "tiling.cube.M - mOff : tiling.cube.singleCoreM;")
+                buf.line("mm.SetTail(singleM, tiling.cube.N);")
+                buf.line(f"mm.SetTensorA({self.a_name}Gm[static_cast<uint64_t>(mOff) * "
+                         "tiling.cube.Ka]);")
+                buf.line(f"mm.SetTensorB({self.b_name}Gm[0]);")
+                buf.line("mm.DisableBias();")
+                # the AIC computes the whole panel into this core's workspace (rows N apart)
+                # and the call returns when it is there; the AIV then streams it in chunks
+                buf.line("mm.IterateAll(wsGm);")
+                with buf.indent("for (uint32_t r0 = 0; r0 < singleM; r0 += CHUNK_M) {"):
+                    buf.line("Chunk(static_cast<uint64_t>(mOff) + r0, r0, singleM - r0 < CHUNK_M "
+                             "? singleM - r0 : CHUNK_M);")
+            buf.line("mm.End();")
+
+    def emit_tile(self, buf):
+        if not self.tall:
+            super().emit_tile(buf)
+            return
+        t = self.ctype
+        with buf.indent("__aicore__ inline void Chunk(uint64_t rowOff, uint32_t panelRow, "
+                        "uint32_t curM) {"):
+            buf.line("uint32_t curN = tiling.cube.N, colOff = 0;")
+            buf.line("uint32_t stride = (curN + C0 - 1) / C0 * C0;  // UB row pitch")
+            buf.line(f"AscendC::LocalTensor<{t}> cTile = outQue.AllocTensor<{t}>();")
+            buf.line("CopyTileIn(cTile, wsGm[static_cast<uint64_t>(panelRow) * tiling.cube.N], "
+                     "curM, curN, stride, tiling.cube.N);")
+            # the vector unit reads the chunk: wait for its copy
+            buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
+            buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
+            self.emit_epilogue(buf)
+            buf.line("outQue.EnQue(cTile);")
+            buf.line(f"cTile = outQue.DeQue<{t}>();")
+            buf.line(f"CopyTileOut({self.out_name}Gm[rowOff * tiling.cube.N + colOff], cTile, "
+                     "curM, curN, stride, tiling.cube.N);")
+            buf.line("outQue.FreeTensor(cTile);")
+
+    @property
     def n_outputs(self) -> int:
         """GM outputs, the last parameters: each exported result, then the kernel's own."""
         return 1 + len(self.exported)
 
     def emit_members(self, buf):
         super().emit_members(buf)
+        if self.tall:
+            buf.line(f"AscendC::GlobalTensor<{self.ctype}> wsGm;  // this core's panel")
         for n in self.exported.values():
             buf.line(f"AscendC::TQue<AscendC::QuePosition::VECOUT, 1> {n}Que;")
 
@@ -81,8 +178,13 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
         for n in self.exported.values():
             buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {self.ctype}*){n}, "
                      f"{buffer_size(by_name[n])});")
-            buf.line(f"pipe->InitBuffer({n}Que, 1, tiling.cube.baseM * tiling.cube.baseN * "
+            buf.line(f"pipe->InitBuffer({n}Que, {self.buffer_num}, {self.tile_elems} * "
                      f"sizeof({self.ctype}));")
+        if self.tall:
+            buf.line("uint64_t panelElems = static_cast<uint64_t>(tiling.cube.singleCoreM) * "
+                     "tiling.cube.N;")
+            buf.line(f"wsGm.SetGlobalBuffer(reinterpret_cast<__gm__ {self.ctype}*>(userWorkspace)"
+                     " + AscendC::GetBlockIdx() * panelElems, panelElems);")
 
     def emit_epilogue(self, buf):
         t = self.ctype
@@ -103,8 +205,8 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
 
     def _slot(self, k: int, dtype: str) -> str:
         """Row slot ``k`` of rowBuf viewed as ``dtype`` (``baseN`` elements)."""
-        return (f"rowBuf.GetWithOffset<{cpp_type(dtype)}>(tiling.cube.baseN, "
-                f"{k} * tiling.cube.baseN * {self.plan.slot_bytes})")
+        return (f"rowBuf.GetWithOffset<{cpp_type(dtype)}>({self.row_elems}, "
+                f"{k} * {self.row_elems} * {self.plan.slot_bytes})")
 
     def _leaves(self) -> tuple[dict, dict]:
         """(tile operands by load key, scalar texts by load key) for the row ``r``."""
