@@ -100,6 +100,11 @@ class KernelWork:
     computes them ahead into the GM workspace while the AIV, double-buffered, runs the epilogue
     and copy-out of the ones before); 0 where the kernel iterates synchronously.
 
+    ``attention_blocks``: key blocks per work item of the pipelined (flash) attention kernel,
+    whose score tiles come in asynchronous rounds of ``round_tiles`` and whose P @ V products
+    are synchronous calls on the AIC the two clients share (``cost_model.attention_timing``);
+    0 elsewhere.
+
     ``a + b`` is the work of ``a`` then ``b`` in one kernel: counts add, the ratio and the
     counting flags are the kernel's own and must agree; ``KernelWork()`` is the zero.
 
@@ -124,8 +129,10 @@ class KernelWork:
     per_output_element: bool = False
     img2col_prologue: bool = False
     round_tiles: int = 0
+    attention_blocks: int = 0
 
-    _KERNEL_OWN = ("aiv_ratio", "per_output_element", "img2col_prologue", "round_tiles")
+    _KERNEL_OWN = ("aiv_ratio", "per_output_element", "img2col_prologue", "round_tiles",
+                   "attention_blocks")
 
     def __add__(self, other: "KernelWork") -> "KernelWork":
         values = {}
