@@ -309,6 +309,7 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     work = KernelWork(steps=per_core, vector_repeats=min(per_core, total),
                       cube_macs=traffic["cube_macs"], l2_operand_bytes=l2_hits,
                       cube_operand_bytes=operand,
+                      cube_workspace_bytes=traffic["cube_workspace_bytes"] if flash else 0,
                       workspace_read_bytes=traffic["workspace_read_bytes"],
                       workspace_write_bytes=traffic["workspace_write_bytes"],
                       scalar_elems=_scalar_tails(shape, soc, base_q, base_kv),
@@ -358,7 +359,7 @@ def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
     e = dtype_bytes(shape.dtype)
     c0 = 32 // e
     split = soc.npu_arch == 2201
-    t_read = w_read = w_write = macs = operand = 0
+    t_read = w_read = w_write = macs = operand = cube_ws = 0
     for q in pieces(shape.seq_q, base_q):
         for kv in pieces(shape.seq_kv, base_kv):
             t_read += (q + kv) * shape.head_dim * e + kv * shape.head_dim * e
@@ -375,8 +376,11 @@ def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
                 staged = q * kv * SCORE_BYTES + q * kv * e + q * shape.head_dim * SCORE_BYTES
                 w_read += staged
                 w_write += staged
+                # the AIC writes the score and product tiles (the AIV, the probabilities)
+                cube_ws += q * kv * SCORE_BYTES + q * shape.head_dim * SCORE_BYTES
     b = shape.batch
     return {"tensor_read_bytes": b * t_read,
             "tensor_write_bytes": b * shape.seq_q * shape.head_dim * e,
             "workspace_read_bytes": b * w_read, "workspace_write_bytes": b * w_write,
-            "cube_macs": b * macs, "operand_bytes": b * operand}
+            "cube_macs": b * macs, "operand_bytes": b * operand,
+            "cube_workspace_bytes": b * cube_ws}
