@@ -157,7 +157,10 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("AscendC::LocalTensor<float> acc = accBuf.Get<float>();")
             buf.line("AscendC::LocalTensor<float> stat = statBuf.Get<float>();")
             buf.line("AscendC::LocalTensor<float> rowMax = stat, rowSum = stat[STAT];")
-            buf.line("AscendC::Duplicate(rowMax, -3.0e38f, curQ);  // running maxima")
+            # running maxima from the lowest float: a row whose every key is filled with it
+            # (a causal row with its keys padded away) takes them all alike, as the graph's
+            # softmax does, instead of exp(-inf) sums of 0
+            buf.line("AscendC::Duplicate(rowMax, -3.40282347e+38f, curQ);  // running maxima")
             buf.line("AscendC::Duplicate(rowSum, 0.0f, curQ);      // running sums")
             buf.line("AscendC::Duplicate(acc, 0.0f, curQ * PITCH_D);")
             mask = "maskBase, " if s.mask is not None else ""
