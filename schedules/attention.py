@@ -220,14 +220,17 @@ def _cube_fits(shape, soc, base_q, base_kv, d16, base_k_qk, clients: int = 1) ->
     return ", ".join(over)
 
 
-def ub_layout(shape, base_q: int, base_kv: int) -> dict:
-    """Bytes of every UB buffer the kernel reserves (InitBuffer), by buffer name."""
+def ub_layout(shape, base_q: int, base_kv: int, flash: bool = False) -> dict:
+    """Bytes of every UB buffer the kernel reserves (InitBuffer), by buffer name; the flash
+    kernel adds ``bcBuf``, a row value per 32-byte block (Brcb) for its whole-tile ops."""
     e = dtype_bytes(shape.dtype)
     pitch_kv = round_up(base_kv, 8)
     pitch_d = round_up(shape.head_dim, 8)  # float rows of the product tiles (ND_ALIGN)
     layout = {"sBuf": base_q * pitch_kv * 4, "oBuf": base_q * pitch_d * 4,
               "accBuf": base_q * pitch_d * 4, "statBuf": 5 * round_up(base_q, 8) * 4,
               "workBuf": 64 * 4}
+    if flash:
+        layout["bcBuf"] = round_up(base_q, 8) * 8 * 4
     if e == 2:
         layout["pBuf"] = base_q * pitch_kv * 2
         layout["outBuf"] = base_q * round_up(shape.head_dim, 16) * 2
@@ -275,7 +278,7 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
             base_kv -= FRACTAL
         else:
             raise TilingError(f"the two Matmul objects do not fit {soc.name}: {over}")
-    layout = ub_layout(shape, base_q, base_kv)
+    layout = ub_layout(shape, base_q, base_kv, flash)
     ub = sum(layout.values())
     if ub > soc.ub_bytes - UB_RESERVED_BYTES:
         raise TilingError(f"attention needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")

@@ -87,11 +87,13 @@ def test_flash_matches_onnxruntime_and_the_staged_kernel(monkeypatch, case):
         assert plan["round_blocks"] == 13 and work["attention_blocks"] == 19
         assert (group["tiling"]["cores"], group["tiling"]["block_len"]) == (29, 2)
         assert launch["block_dim"] == 15
-    # the staged kernel: the same products in the same order, the same bytes
+    # the staged kernel: the same products (its row sums reduce in another order), the
+    # same bytes
     _forced(monkeypatch, method="staged", **knobs)
     staged, staged_group, staged_launch, _ = _run(mb)
     assert staged_group["tiling"]["plan"]["method"] == "staged"
-    np.testing.assert_array_equal(out, staged)
+    np.testing.assert_allclose(out.astype(np.float64), staged.astype(np.float64),
+                               **TOLERANCES["cube/" + dtype])
     fill_reads = 0  # no Where's fill here: the tensors' bytes are the same
     assert staged_launch["gm_read_bytes"] + fill_reads == launch["gm_read_bytes"]
     assert staged_launch["gm_write_bytes"] == launch["gm_write_bytes"]

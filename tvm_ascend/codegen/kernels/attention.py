@@ -247,39 +247,10 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                 buf.line("qk.Iterate();")
                 buf.line("qk.template GetTensorC<true, true>(s, 0, true, curQ, curKv);")
                 buf.line("qk.End();")
-            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {  // online softmax, row r"):
-                buf.line("AscendC::LocalTensor<float> row = s[r * pitch];")
-                if s.scale != 1.0:
-                    buf.line("AscendC::Muls(row, row, SCALE, curKv);")
-                inside = mask_row is not None and (keep_row is None or s.mask_inside)
-                if inside:
-                    buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
-                if keep_row is not None:  # Where(keep, row, fill): bytes -> half -> bits
-                    buf.line("AscendC::LocalTensor<half> keepH = keepHBuf.Get<half>();")
-                    buf.line("AscendC::LocalTensor<uint8_t> keepBits = "
-                             "keepBitsBuf.Get<uint8_t>();")
-                    buf.line(f"AscendC::Cast(keepH, {keep_row}, AscendC::RoundMode::CAST_NONE, "
-                             "curKv);")
-                    buf.line("AscendC::Compares(keepBits, keepH, static_cast<half>(0.0f), "
-                             "AscendC::CMPMODE::NE, curKv);")
-                    fill = "fillValue" if s.fill_param is not None else "FILL"
-                    buf.line(f"AscendC::Select(row, keepBits, row, {fill}, "
-                             "AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, curKv);")
-                if mask_row is not None and not inside:
-                    buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
-                buf.line("AscendC::ReduceMax(red, row, work, curKv);")
-                _sync(buf, "V_S", "the block maximum goes to the scalar unit")
-                buf.line("float before = rowMax.GetValue(r), seen = red.GetValue(0);")
-                buf.line("float now = seen > before ? seen : before;")
-                buf.line("rowMax.SetValue(r, now);")
-                buf.line("shift.SetValue(r, before - now);")
-                _sync(buf, "S_V", "red and shift are rewritten by the vector unit")
-                buf.line("AscendC::Adds(row, row, -now, curKv);")
-                buf.line("AscendC::Exp(row, row, curKv);")
-                buf.line("AscendC::ReduceSum(red, row, work, curKv);")
-                _sync(buf, "V_S", "the block sum goes to the scalar unit")
-                buf.line("blockSum.SetValue(r, red.GetValue(0));")
-                _sync(buf, "S_V", "")
+            if self.plan.flash:
+                self.emit_tile_softmax(buf, mask_row, keep_row)
+            else:
+                self.emit_row_softmax(buf, mask_row, keep_row)
             buf.line("AscendC::Exp(shift, shift, curQ);  // exp(old max - new max) per row")
             buf.line("AscendC::Mul(rowSum, rowSum, shift, curQ);")
             buf.line("AscendC::Add(rowSum, rowSum, blockSum, curQ);")
@@ -297,11 +268,116 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("pv.Iterate();")
             buf.line("pv.template GetTensorC<true, true>(o, 0, true, curQ, HEAD_DIM);")
             buf.line("pv.End();")
-            _sync(buf, "V_S", "the rescale factors go to the scalar unit")
-            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
-                buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], shift.GetValue(r), "
-                         "HEAD_DIM);")
+            if self.plan.flash:  # every row's factor as a 32-byte block, then by rows
+                buf.line("AscendC::Brcb(bc, shift, (curQ + 7) / 8, {1, 8});")
+                with buf.indent("for (uint32_t c = 0; c < HEAD_DIM; c += 64) {"):
+                    buf.line("uint64_t n = HEAD_DIM - c < 64 ? HEAD_DIM - c : 64;")
+                    buf.line("AscendC::Mul(acc[c], acc[c], bc, n, curQ, "
+                             "AscendC::BinaryRepeatParams(1, 1, 0, PITCH_D / 8, PITCH_D / 8, 1));")
+            else:
+                _sync(buf, "V_S", "the rescale factors go to the scalar unit")
+                with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
+                    buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], "
+                             "shift.GetValue(r), HEAD_DIM);")
             buf.line("AscendC::Add(acc, acc, o, curQ * PITCH_D);")
+
+    def _where_row(self, buf, keep_row: str) -> None:
+        """Row r of the scores (``row``) takes the Where's fill outside its condition."""
+        s = self.shape
+        buf.line("AscendC::LocalTensor<half> keepH = keepHBuf.Get<half>();")
+        buf.line("AscendC::LocalTensor<uint8_t> keepBits = keepBitsBuf.Get<uint8_t>();")
+        buf.line(f"AscendC::Cast(keepH, {keep_row}, AscendC::RoundMode::CAST_NONE, curKv);")
+        buf.line("AscendC::Compares(keepBits, keepH, static_cast<half>(0.0f), "
+                 "AscendC::CMPMODE::NE, curKv);")
+        fill = "fillValue" if s.fill_param is not None else "FILL"
+        buf.line(f"AscendC::Select(row, keepBits, row, {fill}, "
+                 "AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, curKv);")
+
+    def _by_chunks(self, buf, call: str) -> None:
+        """``call`` (with ``c`` the first key and ``n`` the keys of a 64-float chunk) over the
+        tile's rows at once, one chunk at a time: ``rb`` is the row pitch in 32-byte blocks."""
+        with buf.indent("for (uint32_t c = 0; c < curKv; c += 64) {"):
+            buf.line("uint64_t n = curKv - c < 64 ? curKv - c : 64;")
+            buf.line(call)
+
+    def emit_tile_softmax(self, buf, mask_row, keep_row) -> None:
+        """The flash kernel's online softmax of the score tile, every row at once: each op
+        takes the tile's rows as its repeats (a 64-float chunk of a row each, rows ``pitch``
+        apart), row values are broadcast with Brcb; only the Where's bool condition goes row
+        by row. No scalar unit on the way: shift and blockSum are left for the caller."""
+        s = self.shape
+        rep = "AscendC::BinaryRepeatParams(1, 1, {0}, rb, rb, {1})"
+        buf.line("uint8_t rb = pitch / 8;  // a score row in 32-byte blocks")
+        buf.line("AscendC::LocalTensor<float> bc = bcBuf.Get<float>();")
+        if s.scale != 1.0:
+            buf.line("AscendC::Muls(s, s, SCALE, curQ * pitch);")
+        mask_src = None
+        if mask_row is not None:  # the mask's rows are pitch apart, or one row for all
+            full = s.mask.row_stride != 0
+            mask_src = (mask_row.split("[")[0], "1, rb" if full else "1, 0")
+        inside = mask_src is not None and (keep_row is None or s.mask_inside)
+
+        def add_mask():
+            name, strides = mask_src
+            blk, rstride = strides.split(", ")
+            self._by_chunks(buf, f"AscendC::Add(s[c], s[c], {name}[c], n, curQ, "
+                                 f"{rep.format(blk, rstride)});")
+        if inside:
+            add_mask()
+        if keep_row is not None:
+            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {  // the Where, row r"):
+                buf.line("AscendC::LocalTensor<float> row = s[r * pitch];")
+                self._where_row(buf, keep_row)
+        if mask_src is not None and not inside:
+            add_mask()
+        only = "AscendC::ReduceOrder::ORDER_ONLY_VALUE"
+        buf.line("uint64_t n0 = curKv < 64 ? curKv : 64;")
+        buf.line(f"AscendC::WholeReduceMax(red, s, n0, curQ, 1, 1, rb, {only});")
+        with buf.indent("for (uint32_t c = 64; c < curKv; c += 64) {"):
+            buf.line("uint64_t n = curKv - c < 64 ? curKv - c : 64;")
+            buf.line(f"AscendC::WholeReduceMax(blockSum, s[c], n, curQ, 1, 1, rb, {only});")
+            buf.line("AscendC::Max(red, red, blockSum, curQ);")
+        buf.line("AscendC::Max(red, red, rowMax, curQ);  // the new running maxima")
+        buf.line("AscendC::Sub(shift, rowMax, red, curQ);")
+        buf.line("AscendC::Adds(rowMax, red, 0.0f, curQ);")
+        buf.line("AscendC::Brcb(bc, red, (curQ + 7) / 8, {1, 8});")
+        self._by_chunks(buf, f"AscendC::Sub(s[c], s[c], bc, n, curQ, {rep.format(0, 1)});")
+        self._by_chunks(buf, "AscendC::Exp(s[c], s[c], n, curQ, "
+                             "AscendC::UnaryRepeatParams(1, 1, rb, rb));")
+        buf.line("AscendC::WholeReduceSum(blockSum, s, n0, curQ, 1, 1, rb);")
+        with buf.indent("for (uint32_t c = 64; c < curKv; c += 64) {"):
+            buf.line("uint64_t n = curKv - c < 64 ? curKv - c : 64;")
+            buf.line("AscendC::WholeReduceSum(red, s[c], n, curQ, 1, 1, rb);")
+            buf.line("AscendC::Add(blockSum, blockSum, red, curQ);")
+
+    def emit_row_softmax(self, buf, mask_row, keep_row) -> None:
+        """The staged kernel's online softmax of the score tile, row by row, the row maxima
+        and sums on the scalar unit."""
+        s = self.shape
+        with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {  // online softmax, row r"):
+            buf.line("AscendC::LocalTensor<float> row = s[r * pitch];")
+            if s.scale != 1.0:
+                buf.line("AscendC::Muls(row, row, SCALE, curKv);")
+            inside = mask_row is not None and (keep_row is None or s.mask_inside)
+            if inside:
+                buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
+            if keep_row is not None:  # Where(keep, row, fill): bytes -> half -> bits
+                self._where_row(buf, keep_row)
+            if mask_row is not None and not inside:
+                buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
+            buf.line("AscendC::ReduceMax(red, row, work, curKv);")
+            _sync(buf, "V_S", "the block maximum goes to the scalar unit")
+            buf.line("float before = rowMax.GetValue(r), seen = red.GetValue(0);")
+            buf.line("float now = seen > before ? seen : before;")
+            buf.line("rowMax.SetValue(r, now);")
+            buf.line("shift.SetValue(r, before - now);")
+            _sync(buf, "S_V", "red and shift are rewritten by the vector unit")
+            buf.line("AscendC::Adds(row, row, -now, curKv);")
+            buf.line("AscendC::Exp(row, row, curKv);")
+            buf.line("AscendC::ReduceSum(red, row, work, curKv);")
+            _sync(buf, "V_S", "the block sum goes to the scalar unit")
+            buf.line("blockSum.SetValue(r, red.GetValue(0));")
+            _sync(buf, "S_V", "")
 
     def emit_mask_in(self, buf) -> str:
         """Load this key block of the mask (one row when it broadcasts over rows); returns the
