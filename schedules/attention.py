@@ -22,6 +22,12 @@ attention kernels do; the plan counts those bytes apart (``workspace_*_bytes`` o
 KernelWork). On coupled chips (310P) the tiles stay on chip, and without DataCopyPad the mask
 and output rows move as whole 32-byte blocks plus scalar tails (``AttentionPlan.data_copy_pad``).
 
+On split chips the plan may instead be ``method="flash"`` (offered by ``variants``, kept where
+the timing model estimates it faster): the 1:2 mix with both AIVs as clients, the score tiles
+of up to 13 key blocks per asynchronous Matmul round, computed by the AIC while the vector
+units run the softmax of the ones before, and that softmax on whole tiles (``AttentionPlan``).
+Its bytes are the staged kernel's; ``cost_model.attention_timing`` times it.
+
 K and V are read once per query block (``seq_q / base_q`` times in all): the FlashAttention
 I/O bound, Theta(S^2 d^2 / M) for on-chip memory M. Keeping a head's K and V resident in L1
 across query blocks needs an AIC-side program that owns L1 beside the AIV's (CANN's fused
@@ -316,12 +322,37 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
                       workspace_read_bytes=traffic["workspace_read_bytes"],
                       workspace_write_bytes=traffic["workspace_write_bytes"],
                       scalar_elems=_scalar_tails(shape, soc, base_q, base_kv),
+                      extra_vector_calls=per_core * _flash_vector_calls(
+                          shape, base_q, base_kv) if flash else 0,
                       aiv_ratio=clients, round_tiles=round_blocks,
                       attention_blocks=kv_blocks if flash else 0)
     return Tiling("attention", total, used, per_core, 1, per_core, 1, 0, ub, soc.ub_bytes,
                   traffic["tensor_read_bytes"] + traffic["workspace_read_bytes"],
                   traffic["tensor_write_bytes"] + traffic["workspace_write_bytes"],
                   shape.head_dim, work=work, plan=plan)
+
+
+def _flash_vector_calls(shape, base_q: int, base_kv: int) -> int:
+    """Vector calls the flash kernel issues for one item of ``base_q`` rows, as printed
+    (codegen/kernels/attention.py ``emit_tile_softmax``): per key block the whole-tile ops
+    (one per 64-float chunk of a row where chunked), the mask's and the Where's row-by-row
+    calls; per item the fills, and the final rows' divide and cast."""
+    e = dtype_bytes(shape.dtype)
+    rows = base_q
+    calls = 3 + rows * (2 if e == 2 else 1)  # Duplicates; per row 1/sum (and the cast)
+    d_chunks = ceil_div(shape.head_dim, 64)
+    for kv in pieces(shape.seq_kv, base_kv):
+        chunks = ceil_div(kv, 64)
+        block = (1 if shape.scale != 1.0 else 0) + 2 * (2 * chunks - 1) + 4 + 2 * chunks + 3
+        block += (1 if e == 2 else 0) + 1 + d_chunks + 1  # P cast; Brcb, rescale, add
+        if shape.mask is not None:
+            mask_rows = 1 if shape.mask.row_stride == 0 else rows
+            block += chunks + (mask_rows if e == 2 else 0) \
+                + (mask_rows if shape.mask_coef != 1.0 else 0)
+        if shape.keep is not None:
+            block += 3 * rows
+        calls += block
+    return calls
 
 
 def _unique_tensor_bytes(shape) -> int:

