@@ -22,6 +22,12 @@ attention kernels do; the plan counts those bytes apart (``workspace_*_bytes`` o
 KernelWork). On coupled chips (310P) the tiles stay on chip, and without DataCopyPad the mask
 and output rows move as whole 32-byte blocks plus scalar tails (``AttentionPlan.data_copy_pad``).
 
+On split chips the plan may instead be ``method="flash"`` (offered by ``variants``, kept where
+the timing model estimates it faster): the 1:2 mix with both AIVs as clients, the score tiles
+of up to 13 key blocks per asynchronous Matmul round, computed by the AIC while the vector
+units run the softmax of the ones before, and that softmax on whole tiles (``AttentionPlan``).
+Its bytes are the staged kernel's; ``cost_model.attention_timing`` times it.
+
 K and V are read once per query block (``seq_q / base_q`` times in all): the FlashAttention
 I/O bound, Theta(S^2 d^2 / M) for on-chip memory M. Keeping a head's K and V resident in L1
 across query blocks needs an AIC-side program that owns L1 beside the AIV's (CANN's fused
@@ -41,7 +47,8 @@ from .analysis.attention_shape import AttentionShape, _NotAttention, attention_s
 from .analysis.tir_walk import cached_by_identity
 from .l2_reuse import l2_served, walk_distance
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
-from .tiling import SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
+from .tiling import ASYNC_EVENT_FETCHES, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling
+from .tiling import UB_RESERVED_BYTES
 from .template import Template, mark_core_loop
 
 SCORE_BYTES = 4  # scores, probabilities' statistics and the output accumulator are float
@@ -53,7 +60,10 @@ class AttentionKnobs:
 
     base_q: int | None = None   # query rows per work item; None: 64 (at most seq_q rounded)
     base_kv: int | None = None  # keys per score tile; None: 128 (fp16) / 64 (fp32)
-    cores: int | None = None    # None: every AI core
+    cores: int | None = None    # None: every AI core (flash: every AIV client)
+    # "staged" (None): every tile in step, one AIV per AIC; "flash" (split chips only): the
+    # score tiles in asynchronous rounds, both AIVs of each AIC as clients (``AttentionPlan``)
+    method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,15 @@ class AttentionPlan(TemplatePlan, template="attention"):
     (Q, K, V, mask, condition, output), apart from the workspace's. ``data_copy_pad``: the
     mask and output rows move by DataCopyPad (the SoC has it), else by whole blocks and
     scalar tails.
+
+    ``method``: "staged" computes each score tile in step (``Iterate`` / ``GetTensorC<true>``)
+    on a 1:1 mix. "flash" (split chips: 910B) runs the 1:2 mix, each AIV a client of its
+    AIC's Matmul objects with its own work items, and asks for the score tiles of
+    ``round_blocks`` key blocks in one asynchronous round (``Iterate<false>``): the AIC
+    computes them ahead into the client's ``workspace_bytes`` of the user workspace while the
+    AIV runs the softmax of the ones before, and serves the other client's products in
+    between. The bytes moved are the staged kernel's (the emulator counts an asynchronous
+    round as the synchronous one).
     """
 
     shape: AttentionShape
@@ -84,6 +103,19 @@ class AttentionPlan(TemplatePlan, template="attention"):
     tensor_read_bytes: int
     tensor_write_bytes: int
     data_copy_pad: bool
+    method: str = "staged"
+    round_blocks: int = 0
+
+    @property
+    def flash(self) -> bool:
+        """Whether the kernel is the pipelined 1:2-mix one (``method == "flash"``)."""
+        return self.method == "flash"
+
+    @property
+    def workspace_bytes(self) -> int:
+        """User workspace of one client: a float ``base_q x base_kv`` slot per score tile of
+        a round (0 for the staged kernel, which needs none)."""
+        return self.round_blocks * self.base_q * self.base_kv * SCORE_BYTES if self.flash else 0
 
 
 @dataclass(frozen=True)
@@ -153,20 +185,33 @@ class AttentionSchedule(Template):
         return mark_core_loop(analysis.prepared)
 
     @staticmethod
+    def variants(func, soc) -> list[AttentionKnobs]:
+        """Knobs worth estimating beside the default (the partitioner keeps the fastest): on
+        split chips the pipelined 1:2-mix kernel (``method="flash"``)."""
+        found = [AttentionKnobs()]
+        if soc.npu_arch == 2201:
+            found.append(AttentionKnobs(method="flash"))
+        return found
+
+    @staticmethod
     def knob_space(func, soc) -> list[AttentionKnobs]:
-        """The default first, then query/key blocks of 32..128 and half the cores."""
+        """The default first, then query/key blocks of 32..128 and half the cores, each as
+        the staged kernel and, on split chips, as the flash one."""
+        methods = (None, "flash") if soc.npu_arch == 2201 else (None,)
         space = [AttentionKnobs()]
-        for base_q in (32, 64, 128):
-            for base_kv in (32, 64, 128):
-                for cores in (None, max(1, soc.ai_cores // 2)):
-                    knobs = AttentionKnobs(base_q, base_kv, cores)
-                    if knobs not in space:
-                        space.append(knobs)
+        for method in methods:
+            for base_q in (32, 64, 128):
+                for base_kv in (32, 64, 128):
+                    for cores in (None, max(1, soc.ai_cores // 2)):
+                        knobs = AttentionKnobs(base_q, base_kv, cores, method)
+                        if knobs not in space:
+                            space.append(knobs)
         return space
 
 
-def _cube_fits(shape, soc, base_q, base_kv, d16, base_k_qk) -> str:
-    """Why the two Matmul objects' L1/L0 reservations do not fit together ('' when they do)."""
+def _cube_fits(shape, soc, base_q, base_kv, d16, base_k_qk, clients: int = 1) -> str:
+    """Why the two Matmul objects' L1/L0 reservations do not fit together ('' when they do);
+    each of ``clients`` AIVs of a 1:2 mix reserves its objects in its part of the AIC's."""
     e = dtype_bytes(shape.dtype)
     need = {
         "L1": (base_q * base_k_qk + base_k_qk * base_kv) * e + (base_q * base_kv
@@ -175,19 +220,23 @@ def _cube_fits(shape, soc, base_q, base_kv, d16, base_k_qk) -> str:
         "L0B": (base_k_qk * base_kv + base_kv * d16) * e,
         "L0C": (base_q * base_kv + base_q * d16) * 4,
     }
-    have = {"L1": soc.l1_bytes, "L0A": soc.l0a_bytes, "L0B": soc.l0b_bytes, "L0C": soc.l0c_bytes}
+    have = {"L1": soc.l1_bytes // clients, "L0A": soc.l0a_bytes // clients,
+            "L0B": soc.l0b_bytes // clients, "L0C": soc.l0c_bytes // clients}
     over = [f"{k} {need[k]} > {have[k]}" for k in need if need[k] > have[k]]
     return ", ".join(over)
 
 
-def ub_layout(shape, base_q: int, base_kv: int) -> dict:
-    """Bytes of every UB buffer the kernel reserves (InitBuffer), by buffer name."""
+def ub_layout(shape, base_q: int, base_kv: int, flash: bool = False) -> dict:
+    """Bytes of every UB buffer the kernel reserves (InitBuffer), by buffer name; the flash
+    kernel adds ``bcBuf``, a row value per 32-byte block (Brcb) for its whole-tile ops."""
     e = dtype_bytes(shape.dtype)
     pitch_kv = round_up(base_kv, 8)
     pitch_d = round_up(shape.head_dim, 8)  # float rows of the product tiles (ND_ALIGN)
     layout = {"sBuf": base_q * pitch_kv * 4, "oBuf": base_q * pitch_d * 4,
               "accBuf": base_q * pitch_d * 4, "statBuf": 5 * round_up(base_q, 8) * 4,
               "workBuf": 64 * 4}
+    if flash:
+        layout["bcBuf"] = round_up(base_q, 8) * 8 * 4
     if e == 2:
         layout["pBuf"] = base_q * pitch_kv * 2
         layout["outBuf"] = base_q * round_up(shape.head_dim, 16) * 2
@@ -214,33 +263,46 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
             raise TilingError(f"{name}={value} must be a multiple of {FRACTAL} in 16..128")
     if shape.head_dim > 256:
         raise TilingError(f"head dim {shape.head_dim} > 256: the PV tile would not fit L0C")
+    method = knobs.method or "staged"
+    if method not in ("staged", "flash"):
+        raise TilingError(f"method={method!r}: the attention kernel is 'staged' or 'flash'")
+    flash = method == "flash"
+    if flash and soc.npu_arch != 2201:
+        raise TilingError(f"method='flash' pipelines the AIC's score tiles through the GM "
+                          f"workspace of a split chip (910B); {soc.name} is a coupled chip, "
+                          "whose tiles stay on chip: use the staged kernel")
+    clients = 2 if flash else 1  # AIVs per AIC
     base_q = min(knobs.base_q or 64, round_up(shape.seq_q, FRACTAL))
     base_kv = min(knobs.base_kv or (128 if e == 2 else 64), round_up(shape.seq_kv, FRACTAL))
     d16 = round_up(shape.head_dim, FRACTAL)
     base_k_qk = min(64, round_up(shape.head_dim, c0))
     while True:
-        over = _cube_fits(shape, soc, base_q, base_kv, d16, base_k_qk)
+        over = _cube_fits(shape, soc, base_q, base_kv, d16, base_k_qk, clients)
         if not over:
             break
         if base_kv > FRACTAL and knobs.base_kv is None:
             base_kv -= FRACTAL
         else:
             raise TilingError(f"the two Matmul objects do not fit {soc.name}: {over}")
-    layout = ub_layout(shape, base_q, base_kv)
+    layout = ub_layout(shape, base_q, base_kv, flash)
     ub = sum(layout.values())
     if ub > soc.ub_bytes - UB_RESERVED_BYTES:
         raise TilingError(f"attention needs {ub} UB bytes; {soc.name} has {soc.ub_bytes}")
     blocks_q = ceil_div(shape.seq_q, base_q)
     total = shape.batch * blocks_q
-    cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores, total))
+    most = clients * soc.ai_cores  # the clients (AIVs) the launch can run
+    cores = max(1, min(knobs.cores or most, most, total))
     per_core = ceil_div(total, cores)
     used = ceil_div(total, per_core)
     traffic = _traffic(shape, soc, base_q, base_kv, base_k_qk)
     if shape.fill_param is not None:  # the Where's fill: read once per core
         traffic["tensor_read_bytes"] += used * e
+    kv_blocks = ceil_div(shape.seq_kv, base_kv)
+    # a round's fetches past ASYNC_EVENT_FETCHES - 1 would wait for the whole round
+    round_blocks = min(kv_blocks, ASYNC_EVENT_FETCHES - 1) if flash else 0
     plan = AttentionPlan(shape, base_q, base_kv, base_k_qk, d16, blocks_q, tuple(layout.items()),
                          traffic["tensor_read_bytes"], traffic["tensor_write_bytes"],
-                         bool(soc.has_data_copy_pad))
+                         bool(soc.has_data_copy_pad), method, round_blocks)
     # every query block reads the whole of its head's K and V (and its Q rows once per score
     # tile): the re-reads past Q + K + V (+ mask) are L2 hits when what the working cores
     # read in one pass fits in L2 (l2_reuse): a query block each, K and V of the heads in
@@ -251,15 +313,46 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     heads = min(used, shape.batch)
     distance = walk_distance([(heads, kv_bytes), (used, max(0, pass_bytes - kv_bytes))])
     l2_hits = l2_served(traffic["tensor_read_bytes"] - unique, distance, soc)
+    # the flash kernel's timing tells the AIC's operand loads (Q, K, V blocks) from the AIV's
+    operand = traffic["operand_bytes"] if flash else 0
     work = KernelWork(steps=per_core, vector_repeats=min(per_core, total),
                       cube_macs=traffic["cube_macs"], l2_operand_bytes=l2_hits,
+                      cube_operand_bytes=operand,
+                      cube_workspace_bytes=traffic["cube_workspace_bytes"] if flash else 0,
                       workspace_read_bytes=traffic["workspace_read_bytes"],
                       workspace_write_bytes=traffic["workspace_write_bytes"],
-                      scalar_elems=_scalar_tails(shape, soc, base_q, base_kv))
+                      scalar_elems=_scalar_tails(shape, soc, base_q, base_kv),
+                      extra_vector_calls=per_core * _flash_vector_calls(
+                          shape, base_q, base_kv) if flash else 0,
+                      aiv_ratio=clients, round_tiles=round_blocks,
+                      attention_blocks=kv_blocks if flash else 0)
     return Tiling("attention", total, used, per_core, 1, per_core, 1, 0, ub, soc.ub_bytes,
                   traffic["tensor_read_bytes"] + traffic["workspace_read_bytes"],
                   traffic["tensor_write_bytes"] + traffic["workspace_write_bytes"],
                   shape.head_dim, work=work, plan=plan)
+
+
+def _flash_vector_calls(shape, base_q: int, base_kv: int) -> int:
+    """Vector calls the flash kernel issues for one item of ``base_q`` rows, as printed
+    (codegen/kernels/attention.py ``emit_tile_softmax``): per key block the whole-tile ops
+    (one per 64-float chunk of a row where chunked), the mask's and the Where's row-by-row
+    calls; per item the fills, and the final rows' divide and cast."""
+    e = dtype_bytes(shape.dtype)
+    rows = base_q
+    calls = 3 + rows * (2 if e == 2 else 1)  # Duplicates; per row 1/sum (and the cast)
+    d_chunks = ceil_div(shape.head_dim, 64)
+    for kv in pieces(shape.seq_kv, base_kv):
+        chunks = ceil_div(kv, 64)
+        block = (1 if shape.scale != 1.0 else 0) + 2 * (2 * chunks - 1) + 4 + 2 * chunks + 3
+        block += (1 if e == 2 else 0) + 1 + d_chunks + 1  # P cast; Brcb, rescale, add
+        if shape.mask is not None:
+            mask_rows = 1 if shape.mask.row_stride == 0 else rows
+            block += chunks + (mask_rows if e == 2 else 0) \
+                + (mask_rows if shape.mask_coef != 1.0 else 0)
+        if shape.keep is not None:
+            block += 3 * rows
+        calls += block
+    return calls
 
 
 def _unique_tensor_bytes(shape) -> int:
@@ -300,10 +393,11 @@ def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
     e = dtype_bytes(shape.dtype)
     c0 = 32 // e
     split = soc.npu_arch == 2201
-    t_read = w_read = w_write = macs = 0
+    t_read = w_read = w_write = macs = operand = cube_ws = 0
     for q in pieces(shape.seq_q, base_q):
         for kv in pieces(shape.seq_kv, base_kv):
             t_read += (q + kv) * shape.head_dim * e + kv * shape.head_dim * e
+            operand += (q + kv) * shape.head_dim * e + kv * shape.head_dim * e
             if shape.mask is not None:
                 t_read += (1 if shape.mask.row_stride == 0 else q) * kv * e
             if shape.keep is not None:  # the Where's bool condition, a byte an element
@@ -316,8 +410,11 @@ def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
                 staged = q * kv * SCORE_BYTES + q * kv * e + q * shape.head_dim * SCORE_BYTES
                 w_read += staged
                 w_write += staged
+                # the AIC writes the score and product tiles (the AIV, the probabilities)
+                cube_ws += q * kv * SCORE_BYTES + q * shape.head_dim * SCORE_BYTES
     b = shape.batch
     return {"tensor_read_bytes": b * t_read,
             "tensor_write_bytes": b * shape.seq_q * shape.head_dim * e,
             "workspace_read_bytes": b * w_read, "workspace_write_bytes": b * w_write,
-            "cube_macs": b * macs}
+            "cube_macs": b * macs, "operand_bytes": b * operand,
+            "cube_workspace_bytes": b * cube_ws}

@@ -108,6 +108,13 @@ class KernelWork:
     ``extra_copy_calls``: GM -> UB copies the busiest core issues beyond one a step (a
     residual streamed in chunks of rows: one a chunk), each paying the MTE latency.
 
+    ``attention_blocks``: key blocks per work item of the pipelined (flash) attention kernel,
+    whose score tiles come in asynchronous rounds of ``round_tiles`` and whose P @ V products
+    are synchronous calls on the AIC the two clients share (``cost_model.attention_timing``);
+    0 elsewhere. ``cube_workspace_bytes``: of the workspace bytes written, those the cube core
+    writes (the score and product tiles; the rest, the probabilities, the AIV writes and the
+    AIC reads back): the flash timing charges each to its side; 0 where not told apart.
+
     ``a + b`` is the work of ``a`` then ``b`` in one kernel: counts add, the ratio and the
     counting flags are the kernel's own and must agree; ``KernelWork()`` is the zero.
 
@@ -135,9 +142,11 @@ class KernelWork:
     extra_copy_calls: int = 0
     panel_chunks: int = 0
     scalar_gated: bool = False
+    attention_blocks: int = 0
+    cube_workspace_bytes: int = 0
 
     _KERNEL_OWN = ("aiv_ratio", "per_output_element", "img2col_prologue", "round_tiles",
-                   "panel_chunks", "scalar_gated")
+                   "panel_chunks", "scalar_gated", "attention_blocks")
 
     def __add__(self, other: "KernelWork") -> "KernelWork":
         values = {}

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..schedules.tiling import ASYNC_EVENT_FETCHES
+from .attention_timing import FlashBlockCycles, flash_attention_cycles
 from .vector_work import VectorWork, count_vector_work
 
 _PIPES = ("mte2", "cube", "vector", "mte3")
@@ -273,6 +274,22 @@ def _overlapped_cycles(stage_cycles: list[float], steps: int, round_tiles: int,
     return ends[-1]
 
 
+def _flash_attention_pipeline(plan, steps: int, own_loads: float, cube: float, ratio: int,
+                              aiv: float) -> float:
+    """Cycles of the flash attention kernel's busiest AIC group (``attention_timing``): the
+    AIC's per-block products from the cube cycles (both clients' in ``cube``: one client's is
+    ``cube / ratio``, split evenly between QK^T and P @ V, whose MACs are alike) or from the
+    client's part of the AIC's MTE2 or FIXPIPE ``own_loads`` where slower (the Matmul API
+    double-buffers its operands; the pipes run side by side), and the client's own per-block work
+    ``aiv`` (its MTE2, vector, scalar and MTE3 cycles). The simulation shares the AIC between
+    the ``ratio`` clients itself."""
+    per_block = steps * plan.attention_blocks
+    product = max(cube / ratio, own_loads) / per_block / 2
+    cycles = FlashBlockCycles(qk=product, pv=product, aiv=aiv / per_block)
+    return flash_attention_cycles(steps, plan.attention_blocks, plan.round_tiles, cycles,
+                                  clients=ratio)
+
+
 def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> KernelEstimate:
     """Estimated time of one launch of the kernel ``prim_func`` tiled as ``tiling`` on ``soc``.
 
@@ -354,7 +371,17 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
     # a core's reads and writes share its part of what HBM streams, though MTE2 and MTE3
     # overlap as pipes
     hbm = share * (read - ws_read + write - ws_write) / core_hbm
-    if operand and plan.panel_chunks:
+    if plan.attention_blocks:
+        # the AIC's own pipes: MTE2 loads its operands and the probabilities the AIV wrote
+        # to the workspace (L2); its FIXPIPE writes the score and product tiles there (at the
+        # MTE3 rate, ESTIMATE: no figure for the FIXPIPE's own). The AIV moves the rest.
+        probs = share * (plan.workspace_write_bytes - plan.cube_workspace_bytes) \
+            / soc.mte2_bytes_per_cycle
+        fixpipe = share * plan.cube_workspace_bytes / soc.mte3_bytes_per_cycle
+        loads = moved(operand - l2_operand, l2_operand, soc.mte2_bytes_per_cycle) + probs
+        aiv = (mte2 - operand_mte2 - probs) + (mte3 - fixpipe) + vector + scalar
+        pipeline = _flash_attention_pipeline(plan, steps, max(loads, fixpipe), cube, ratio, aiv)
+    elif operand and plan.panel_chunks:
         pipeline = _overlapped_cycles(stages, steps, plan.panel_chunks, tiling.buffer_num,
                                       plan.scalar_gated, panel=True)
     elif operand and plan.round_tiles:

@@ -7,6 +7,15 @@ by the API), the vector unit scales, masks and exponentiates it against the runn
 block, and the vector unit rescales the accumulated output rows and adds the product tile. The
 rows are divided by their sums once and written with one DataCopyPad. MIX mode: the cube and
 vector halves of the group run as one kernel (on 910B, an AIC with its AIVs).
+
+Where the plan is ``flash`` (910B) the kernel is the 1:2 mix: each AIV is a client of its AIC
+with its own work items, and asks ``qk`` for the score tiles of ``round_blocks`` key blocks in
+one asynchronous round (``Iterate<false>`` into its slots of the user workspace,
+``SetWorkspace``); it fetches tile j (``GetTensorC<false>``) while the AIC computes the tiles
+after it and serves the other client's ``pv`` products, so the cube's QK^T of the next key
+blocks runs under the vector unit's softmax of the current. ``pv`` stays synchronous: its A
+(the probabilities) is what the AIV just computed. Elsewhere (staged) each score tile is
+computed and fetched in step on a 1:1 mix.
 """
 from __future__ import annotations
 
@@ -46,6 +55,23 @@ class AttentionKernelPrinter(CubeKernelPrinter):
     def _n(self, operand) -> str:
         return self.names[operand.param]
 
+    @property
+    def kernel_mode(self) -> str:
+        """MIX_MODE (the 1:2 mix, each AIV a client) for the flash plan, else one AIV per AIC."""
+        return "MIX_MODE" if self.plan.flash else "MIX_AIC_1_1"
+
+    @property
+    def block_dim(self) -> int:
+        """Launch blocks: AIC groups, each running ``aiv_ratio`` of the plan's clients."""
+        return -(-self.tiling.cores // self.tiling.work.aiv_ratio)
+
+    def takes_user_workspace(self) -> bool:
+        return self.plan.flash
+
+    def user_workspace_bytes(self) -> int:
+        """Every client's score-tile slots (``AttentionPlan.workspace_bytes``)."""
+        return self.tiling.cores * self.plan.workspace_bytes
+
     # ---- printing ---------------------------------------------------------------------------
     def emit_types(self, buf):
         s, p, t = self.shape, self.plan, self.ctype
@@ -65,6 +91,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                   "BASE_Q": p.base_q, "BASE_KV": p.base_kv, "BLOCKS_Q": p.blocks_q,
                   "PITCH_D": -(-s.head_dim // 8) * 8, "STAT": -(-p.base_q // 8) * 8,
                   "C0": 32 // self.elem}
+        if p.flash:  # keys whose score tiles one asynchronous round computes
+            consts["ROUND_KV"] = p.round_blocks * p.base_kv
         for name, value in consts.items():
             buf.line(f"constexpr uint32_t {name} = {value};")
         buf.line(f"constexpr float SCALE = {s.scale!r}f;")
@@ -96,6 +124,11 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         if s.fill_param is not None:
             n = self.names[s.fill_param]
             buf.line(f"fillValue = static_cast<float>({n}Gm.GetValue(0)) * FILL;")
+        if self.plan.flash:  # this client's slots: a float score tile each of a round's
+            elems = self.plan.workspace_bytes // 4
+            buf.line(f"wsGm.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(userWorkspace) + "
+                     f"static_cast<uint64_t>(AscendC::GetBlockIdx()) * {elems}, {elems});")
+            buf.line("qk.SetWorkspace(wsGm);")
         for name, size in self.layout.items():
             buf.line(f"pipe->InitBuffer({name}, {size});")
 
@@ -124,15 +157,23 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("AscendC::LocalTensor<float> acc = accBuf.Get<float>();")
             buf.line("AscendC::LocalTensor<float> stat = statBuf.Get<float>();")
             buf.line("AscendC::LocalTensor<float> rowMax = stat, rowSum = stat[STAT];")
-            buf.line("AscendC::Duplicate(rowMax, -3.0e38f, curQ);  // running maxima")
+            # running maxima from the lowest float: a row whose every key is filled with it
+            # (a causal row with its keys padded away) takes them all alike, as the graph's
+            # softmax does, instead of exp(-inf) sums of 0
+            buf.line("AscendC::Duplicate(rowMax, -3.40282347e+38f, curQ);  // running maxima")
             buf.line("AscendC::Duplicate(rowSum, 0.0f, curQ);      // running sums")
             buf.line("AscendC::Duplicate(acc, 0.0f, curQ * PITCH_D);")
-            with buf.indent("for (uint32_t kvOff = 0; kvOff < SEQ_KV; kvOff += BASE_KV) {"):
-                buf.line("uint32_t curKv = SEQ_KV - kvOff < BASE_KV ? SEQ_KV - kvOff : BASE_KV;")
-                mask = "maskBase, " if s.mask is not None else ""
-                keep = "keepBase, " if s.keep is not None else ""
-                buf.line(f"KeyBlock(qBase + static_cast<uint64_t>(qOff) * {s.q.row_stride}, "
-                         f"kBase, vBase, {mask}{keep}qOff, curQ, kvOff, curKv);")
+            mask = "maskBase, " if s.mask is not None else ""
+            keep = "keepBase, " if s.keep is not None else ""
+            call = (f"KeyBlock(qBase + static_cast<uint64_t>(qOff) * {s.q.row_stride}, "
+                    f"kBase, vBase, {mask}{keep}qOff, curQ, kvOff, curKv);")
+            if self.plan.flash:
+                self.emit_rounds(buf, call)
+            else:
+                with buf.indent("for (uint32_t kvOff = 0; kvOff < SEQ_KV; kvOff += BASE_KV) {"):
+                    buf.line("uint32_t curKv = SEQ_KV - kvOff < BASE_KV ? SEQ_KV - kvOff : "
+                             "BASE_KV;")
+                    buf.line(call)
             _sync(buf, "V_S", "the running sums are read on the scalar unit")
             with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
                 buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], "
@@ -152,6 +193,36 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                      f"{s.out.row_stride});")
             _sync(buf, "MTE3_V", "the next item overwrites the rows")
 
+    def _qk_operands(self, buf, q_at: str, kv_at: str, n: str) -> None:
+        """The score product's shapes and operands: Q's rows at ``q_at``, ``n`` keys of K from
+        key ``kv_at`` (K read in place, transposed by the API when the group transposes it)."""
+        s, k = self.shape, self.shape.k
+        org_n, org_kb = (s.seq_kv, k.row_stride) if s.k_transposed else (k.col_stride, 1)
+        buf.line(f"qk.SetOrgShape(SEQ_Q, {org_n}, {s.q.row_stride}, {org_kb});")
+        buf.line(f"qk.SetTail(curQ, {n}, HEAD_DIM);")
+        buf.line(f"qk.SetTensorA({self._n(s.q)}Gm[{q_at}]);")
+        buf.line(f"qk.SetTensorB({self._n(k)}Gm[kBase + static_cast<uint64_t>({kv_at}) * "
+                 f"{k.row_stride}]{', true' if s.k_transposed else ''});")
+
+    def emit_rounds(self, buf, call: str) -> None:
+        """The flash plan's key loop: per round, one asynchronous ``qk`` round of the score
+        tiles of ROUND_KV keys (the AIC runs ahead into the workspace), then each key block
+        in turn (its tile fetched by ``KeyBlock``)."""
+        s = self.shape
+        with buf.indent("for (uint32_t roundOff = 0; roundOff < SEQ_KV; roundOff += ROUND_KV) {"):
+            buf.line("uint32_t curRound = SEQ_KV - roundOff < ROUND_KV ? SEQ_KV - roundOff : "
+                     "ROUND_KV;")
+            self._qk_operands(buf, f"qBase + static_cast<uint64_t>(qOff) * {s.q.row_stride}",
+                              "roundOff", "curRound")
+            buf.line("uint32_t kvOff = roundOff;")
+            with buf.indent("while (qk.template Iterate<false>()) {  // the AIC computes the "
+                            "round ahead"):
+                buf.line("uint32_t curKv = roundOff + curRound - kvOff < BASE_KV ? "
+                         "roundOff + curRound - kvOff : BASE_KV;")
+                buf.line(call)
+                buf.line("kvOff += BASE_KV;")
+            buf.line("qk.End();  // every slot of the round fetched")
+
     def emit_key_block(self, buf):
         s, t = self.shape, self.ctype
         mask = "uint64_t maskBase, " if s.mask is not None else ""
@@ -169,50 +240,17 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("AscendC::LocalTensor<float> work = workBuf.Get<float>();")
             mask_row = self.emit_mask_in(buf) if s.mask is not None else None
             keep_row = self.emit_keep_in(buf) if s.keep is not None else None
-            k = s.k
-            org_n, org_kb = (s.seq_kv, k.row_stride) if s.k_transposed else (k.col_stride, 1)
-            buf.line(f"qk.SetOrgShape(SEQ_Q, {org_n}, {s.q.row_stride}, {org_kb});")
-            buf.line("qk.SetTail(curQ, curKv, HEAD_DIM);")
-            buf.line(f"qk.SetTensorA({self._n(s.q)}Gm[qAt]);")
-            k_row = k.row_stride
-            buf.line(f"qk.SetTensorB({self._n(k)}Gm[kBase + static_cast<uint64_t>(kvOff) * "
-                     f"{k_row}]{', true' if s.k_transposed else ''});")
-            buf.line("qk.Iterate();")
-            buf.line("qk.template GetTensorC<true, true>(s, 0, true, curQ, curKv);")
-            buf.line("qk.End();")
-            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {  // online softmax, row r"):
-                buf.line("AscendC::LocalTensor<float> row = s[r * pitch];")
-                if s.scale != 1.0:
-                    buf.line("AscendC::Muls(row, row, SCALE, curKv);")
-                inside = mask_row is not None and (keep_row is None or s.mask_inside)
-                if inside:
-                    buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
-                if keep_row is not None:  # Where(keep, row, fill): bytes -> half -> bits
-                    buf.line("AscendC::LocalTensor<half> keepH = keepHBuf.Get<half>();")
-                    buf.line("AscendC::LocalTensor<uint8_t> keepBits = "
-                             "keepBitsBuf.Get<uint8_t>();")
-                    buf.line(f"AscendC::Cast(keepH, {keep_row}, AscendC::RoundMode::CAST_NONE, "
-                             "curKv);")
-                    buf.line("AscendC::Compares(keepBits, keepH, static_cast<half>(0.0f), "
-                             "AscendC::CMPMODE::NE, curKv);")
-                    fill = "fillValue" if s.fill_param is not None else "FILL"
-                    buf.line(f"AscendC::Select(row, keepBits, row, {fill}, "
-                             "AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, curKv);")
-                if mask_row is not None and not inside:
-                    buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
-                buf.line("AscendC::ReduceMax(red, row, work, curKv);")
-                _sync(buf, "V_S", "the block maximum goes to the scalar unit")
-                buf.line("float before = rowMax.GetValue(r), seen = red.GetValue(0);")
-                buf.line("float now = seen > before ? seen : before;")
-                buf.line("rowMax.SetValue(r, now);")
-                buf.line("shift.SetValue(r, before - now);")
-                _sync(buf, "S_V", "red and shift are rewritten by the vector unit")
-                buf.line("AscendC::Adds(row, row, -now, curKv);")
-                buf.line("AscendC::Exp(row, row, curKv);")
-                buf.line("AscendC::ReduceSum(red, row, work, curKv);")
-                _sync(buf, "V_S", "the block sum goes to the scalar unit")
-                buf.line("blockSum.SetValue(r, red.GetValue(0));")
-                _sync(buf, "S_V", "")
+            if self.plan.flash:  # the round's next tile, computed ahead by the AIC
+                buf.line("qk.template GetTensorC<false, true>(s, 0, true, curQ, curKv);")
+            else:
+                self._qk_operands(buf, "qAt", "kvOff", "curKv")
+                buf.line("qk.Iterate();")
+                buf.line("qk.template GetTensorC<true, true>(s, 0, true, curQ, curKv);")
+                buf.line("qk.End();")
+            if self.plan.flash:
+                self.emit_tile_softmax(buf, mask_row, keep_row)
+            else:
+                self.emit_row_softmax(buf, mask_row, keep_row)
             buf.line("AscendC::Exp(shift, shift, curQ);  // exp(old max - new max) per row")
             buf.line("AscendC::Mul(rowSum, rowSum, shift, curQ);")
             buf.line("AscendC::Add(rowSum, rowSum, blockSum, curQ);")
@@ -230,11 +268,116 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("pv.Iterate();")
             buf.line("pv.template GetTensorC<true, true>(o, 0, true, curQ, HEAD_DIM);")
             buf.line("pv.End();")
-            _sync(buf, "V_S", "the rescale factors go to the scalar unit")
-            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
-                buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], shift.GetValue(r), "
-                         "HEAD_DIM);")
+            if self.plan.flash:  # every row's factor as a 32-byte block, then by rows
+                buf.line("AscendC::Brcb(bc, shift, (curQ + 7) / 8, {1, 8});")
+                with buf.indent("for (uint32_t c = 0; c < HEAD_DIM; c += 64) {"):
+                    buf.line("uint64_t n = HEAD_DIM - c < 64 ? HEAD_DIM - c : 64;")
+                    buf.line("AscendC::Mul(acc[c], acc[c], bc, n, curQ, "
+                             "AscendC::BinaryRepeatParams(1, 1, 0, PITCH_D / 8, PITCH_D / 8, 1));")
+            else:
+                _sync(buf, "V_S", "the rescale factors go to the scalar unit")
+                with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
+                    buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], "
+                             "shift.GetValue(r), HEAD_DIM);")
             buf.line("AscendC::Add(acc, acc, o, curQ * PITCH_D);")
+
+    def _where_row(self, buf, keep_row: str) -> None:
+        """Row r of the scores (``row``) takes the Where's fill outside its condition."""
+        s = self.shape
+        buf.line("AscendC::LocalTensor<half> keepH = keepHBuf.Get<half>();")
+        buf.line("AscendC::LocalTensor<uint8_t> keepBits = keepBitsBuf.Get<uint8_t>();")
+        buf.line(f"AscendC::Cast(keepH, {keep_row}, AscendC::RoundMode::CAST_NONE, curKv);")
+        buf.line("AscendC::Compares(keepBits, keepH, static_cast<half>(0.0f), "
+                 "AscendC::CMPMODE::NE, curKv);")
+        fill = "fillValue" if s.fill_param is not None else "FILL"
+        buf.line(f"AscendC::Select(row, keepBits, row, {fill}, "
+                 "AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, curKv);")
+
+    def _by_chunks(self, buf, call: str) -> None:
+        """``call`` (with ``c`` the first key and ``n`` the keys of a 64-float chunk) over the
+        tile's rows at once, one chunk at a time: ``rb`` is the row pitch in 32-byte blocks."""
+        with buf.indent("for (uint32_t c = 0; c < curKv; c += 64) {"):
+            buf.line("uint64_t n = curKv - c < 64 ? curKv - c : 64;")
+            buf.line(call)
+
+    def emit_tile_softmax(self, buf, mask_row, keep_row) -> None:
+        """The flash kernel's online softmax of the score tile, every row at once: each op
+        takes the tile's rows as its repeats (a 64-float chunk of a row each, rows ``pitch``
+        apart), row values are broadcast with Brcb; only the Where's bool condition goes row
+        by row. No scalar unit on the way: shift and blockSum are left for the caller."""
+        s = self.shape
+        rep = "AscendC::BinaryRepeatParams(1, 1, {0}, rb, rb, {1})"
+        buf.line("uint8_t rb = pitch / 8;  // a score row in 32-byte blocks")
+        buf.line("AscendC::LocalTensor<float> bc = bcBuf.Get<float>();")
+        if s.scale != 1.0:
+            buf.line("AscendC::Muls(s, s, SCALE, curQ * pitch);")
+        mask_src = None
+        if mask_row is not None:  # the mask's rows are pitch apart, or one row for all
+            full = s.mask.row_stride != 0
+            mask_src = (mask_row.split("[")[0], "1, rb" if full else "1, 0")
+        inside = mask_src is not None and (keep_row is None or s.mask_inside)
+
+        def add_mask():
+            name, strides = mask_src
+            blk, rstride = strides.split(", ")
+            self._by_chunks(buf, f"AscendC::Add(s[c], s[c], {name}[c], n, curQ, "
+                                 f"{rep.format(blk, rstride)});")
+        if inside:
+            add_mask()
+        if keep_row is not None:
+            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {  // the Where, row r"):
+                buf.line("AscendC::LocalTensor<float> row = s[r * pitch];")
+                self._where_row(buf, keep_row)
+        if mask_src is not None and not inside:
+            add_mask()
+        only = "AscendC::ReduceOrder::ORDER_ONLY_VALUE"
+        buf.line("uint64_t n0 = curKv < 64 ? curKv : 64;")
+        buf.line(f"AscendC::WholeReduceMax(red, s, n0, curQ, 1, 1, rb, {only});")
+        with buf.indent("for (uint32_t c = 64; c < curKv; c += 64) {"):
+            buf.line("uint64_t n = curKv - c < 64 ? curKv - c : 64;")
+            buf.line(f"AscendC::WholeReduceMax(blockSum, s[c], n, curQ, 1, 1, rb, {only});")
+            buf.line("AscendC::Max(red, red, blockSum, curQ);")
+        buf.line("AscendC::Max(red, red, rowMax, curQ);  // the new running maxima")
+        buf.line("AscendC::Sub(shift, rowMax, red, curQ);")
+        buf.line("AscendC::Adds(rowMax, red, 0.0f, curQ);")
+        buf.line("AscendC::Brcb(bc, red, (curQ + 7) / 8, {1, 8});")
+        self._by_chunks(buf, f"AscendC::Sub(s[c], s[c], bc, n, curQ, {rep.format(0, 1)});")
+        self._by_chunks(buf, "AscendC::Exp(s[c], s[c], n, curQ, "
+                             "AscendC::UnaryRepeatParams(1, 1, rb, rb));")
+        buf.line("AscendC::WholeReduceSum(blockSum, s, n0, curQ, 1, 1, rb);")
+        with buf.indent("for (uint32_t c = 64; c < curKv; c += 64) {"):
+            buf.line("uint64_t n = curKv - c < 64 ? curKv - c : 64;")
+            buf.line("AscendC::WholeReduceSum(red, s[c], n, curQ, 1, 1, rb);")
+            buf.line("AscendC::Add(blockSum, blockSum, red, curQ);")
+
+    def emit_row_softmax(self, buf, mask_row, keep_row) -> None:
+        """The staged kernel's online softmax of the score tile, row by row, the row maxima
+        and sums on the scalar unit."""
+        s = self.shape
+        with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {  // online softmax, row r"):
+            buf.line("AscendC::LocalTensor<float> row = s[r * pitch];")
+            if s.scale != 1.0:
+                buf.line("AscendC::Muls(row, row, SCALE, curKv);")
+            inside = mask_row is not None and (keep_row is None or s.mask_inside)
+            if inside:
+                buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
+            if keep_row is not None:  # Where(keep, row, fill): bytes -> half -> bits
+                self._where_row(buf, keep_row)
+            if mask_row is not None and not inside:
+                buf.line(f"AscendC::Add(row, row, {mask_row}, curKv);")
+            buf.line("AscendC::ReduceMax(red, row, work, curKv);")
+            _sync(buf, "V_S", "the block maximum goes to the scalar unit")
+            buf.line("float before = rowMax.GetValue(r), seen = red.GetValue(0);")
+            buf.line("float now = seen > before ? seen : before;")
+            buf.line("rowMax.SetValue(r, now);")
+            buf.line("shift.SetValue(r, before - now);")
+            _sync(buf, "S_V", "red and shift are rewritten by the vector unit")
+            buf.line("AscendC::Adds(row, row, -now, curKv);")
+            buf.line("AscendC::Exp(row, row, curKv);")
+            buf.line("AscendC::ReduceSum(red, row, work, curKv);")
+            _sync(buf, "V_S", "the block sum goes to the scalar unit")
+            buf.line("blockSum.SetValue(r, red.GetValue(0));")
+            _sync(buf, "S_V", "")
 
     def emit_mask_in(self, buf) -> str:
         """Load this key block of the mask (one row when it broadcasts over rows); returns the
@@ -285,6 +428,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line(f"AscendC::GlobalTensor<{cpp_type(p.dtype)}> {self.names[p.name]}Gm;")
         if self.shape.fill_param is not None:
             buf.line("float fillValue;  // the Where's fill, read once")
+        if self.plan.flash:
+            buf.line("AscendC::GlobalTensor<float> wsGm;  // this client's score-tile slots")
         for name in self.layout:
             buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {name};")
 
@@ -296,7 +441,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                   "dbL0B": 1, "dbL0C": 1}
         org_n, org_kb = (s.seq_kv, s.k.row_stride) if s.k_transposed else (s.k.col_stride, 1)
         qk = {**common, "M": s.seq_q, "N": org_n, "Ka": s.q.row_stride, "Kb": org_kb,
-              "singleCoreM": p.base_q, "singleCoreN": p.base_kv,
+              "singleCoreM": p.base_q,
+              "singleCoreN": p.round_blocks * p.base_kv if p.flash else p.base_kv,
               "singleCoreK": s.head_dim, "baseM": p.base_q, "baseN": p.base_kv,
               "baseK": p.base_k_qk}
         pv = {**common, "M": p.base_q, "N": s.v.row_stride, "Ka": p.base_kv,

@@ -1,0 +1,194 @@
+"""The flash attention kernel on split chips (issue #19, item 2): the 1:2 mix, each AIV a client
+with its own query blocks, the score tiles in asynchronous rounds (Iterate<false>) computed by
+the AIC ahead of the softmax. onnxruntime's numbers and the staged kernel's, counters equal to
+the plan, refused on coupled chips, chosen by the estimate."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import tvm_ascend
+from conftest import TOLERANCES, run_onnxruntime
+from onnx_models import attention_model
+from test_attention import causal_attention_model, fused_prim_func
+from tvm_ascend.cost_model import estimate_kernel
+from tvm_ascend.cost_model.attention_timing import FlashBlockCycles, flash_attention_cycles
+from tvm_ascend.schedules import AttentionSchedule
+from tvm_ascend.schedules.attention import AttentionKnobs, plan_attention
+from tvm_ascend.soc import get_soc
+
+B1, P3 = get_soc("Ascend910B1"), get_soc("Ascend310P3")
+
+
+def _forced(monkeypatch, **overrides):
+    """Every attention plan of the next builds with ``overrides`` on its knobs (the
+    partitioner would otherwise keep the faster estimate)."""
+    def plan(analysis, soc, knobs=None):
+        return plan_attention(analysis.shape, soc,
+                              dataclasses.replace(knobs or AttentionKnobs(), **overrides))
+    monkeypatch.setattr(AttentionSchedule, "plan", staticmethod(plan))
+
+
+def _run(mb, target="ascend"):
+    """(output, the attention group's report entry, its launch's counters)."""
+    lib = tvm_ascend.build(mb.model(), target=target,
+                           config=tvm_ascend.CompileConfig(fusion_level="aggressive"))
+    (group,) = [g for g in lib.fusion_report()["groups"]
+                if g["on_npu"] and g["tiling"]["template"] == "attention"]
+    (out,) = lib.run(mb.feeds)
+    (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
+    return out, group, launch, lib.kernel_sources()[group["kernel"]]
+
+
+def _check_counters(group, launch):
+    tiling = group["tiling"]
+    assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
+    assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
+    assert launch["cube_macs"] == tiling["work"]["cube_macs"]
+    assert launch["peak_ub_bytes"] == tiling["ub_bytes"] and launch["warnings"] == []
+
+
+CASES = {
+    # seq not a multiple of the blocks, head dims 40/64/80, fp16 and fp32, row and full masks
+    "proj-row-d64-fp16-s150": (dict(proj=True, mask="row", dtype="float16", dim=64, seq=150),
+                               {}),
+    "full-d40-fp32-s100": (dict(proj=False, mask="full", dtype="float32", dim=40, seq=100,
+                                scale_op="Mul"), {}),
+    "proj-full-d80-fp16-s70": (dict(proj=True, mask="full", dtype="float16", dim=80, seq=70),
+                               {}),
+    # two rounds per query block (19 key blocks of 16: 13 + 6); 57 items, 2 a client: 29
+    # clients on 15 AICs (the last AIC's second AIV idle)
+    "rounds-odd-clients": (dict(proj=False, mask="row", dtype="float32", dim=64, seq=300),
+                           dict(base_q=16, base_kv=16)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_flash_matches_onnxruntime_and_the_staged_kernel(monkeypatch, case):
+    model_args, knobs = CASES[case]
+    heads = 3 if knobs else 2
+    mb = attention_model(batch=2 if not knobs else 1, heads=heads, **model_args)
+    dtype = model_args["dtype"]
+    _forced(monkeypatch, method="flash", **knobs)
+    out, group, launch, source = _run(mb)
+    plan, work = group["tiling"]["plan"], group["tiling"]["work"]
+    assert plan["method"] == "flash" and work["aiv_ratio"] == 2 and launch["task_ratio"] == 2
+    assert launch["block_dim"] == -(-group["tiling"]["cores"] // 2)
+    assert "while (qk.template Iterate<false>()) {" in source
+    assert "qk.template GetTensorC<false, true>(s, 0, true, curQ, curKv);" in source
+    assert "qk.SetWorkspace(wsGm);" in source and "KERNEL_TYPE_MIX_AIC_1_2" in source
+    (ref,) = run_onnxruntime(mb.model(), mb.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
+                               **TOLERANCES["cube/" + dtype])
+    _check_counters(group, launch)
+    if knobs:
+        assert plan["round_blocks"] == 13 and work["attention_blocks"] == 19
+        assert (group["tiling"]["cores"], group["tiling"]["block_len"]) == (29, 2)
+        assert launch["block_dim"] == 15
+    # the staged kernel: the same products (its row sums reduce in another order), the
+    # same bytes
+    _forced(monkeypatch, method="staged", **knobs)
+    staged, staged_group, staged_launch, _ = _run(mb)
+    assert staged_group["tiling"]["plan"]["method"] == "staged"
+    np.testing.assert_allclose(out.astype(np.float64), staged.astype(np.float64),
+                               **TOLERANCES["cube/" + dtype])
+    fill_reads = 0  # no Where's fill here: the tensors' bytes are the same
+    assert staged_launch["gm_read_bytes"] + fill_reads == launch["gm_read_bytes"]
+    assert staged_launch["gm_write_bytes"] == launch["gm_write_bytes"]
+
+
+@pytest.mark.parametrize("where,dtype", [("gpt2", "float16"), ("inside", "float32")])
+def test_flash_takes_causal_masks(monkeypatch, where, dtype):
+    """GPT-2's Where(causal, S / sqrt(d), lowest) + padding mask, and the Where around the
+    additive mask: a bool condition block per score tile, as the staged kernel reads it. At
+    70 keys some causal rows have every key padded away (all scores the lowest float): they
+    average V as the graph's softmax does (the running maxima start at the lowest float)."""
+    mb = causal_attention_model(where=where, dtype=dtype, seq=70)
+    _forced(monkeypatch, method="flash")
+    out, group, launch, source = _run(mb)
+    assert group["tiling"]["plan"]["method"] == "flash"
+    assert "AscendC::Select(row, keepBits, row," in source
+    (ref,) = run_onnxruntime(mb.model(), mb.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
+                               **TOLERANCES["cube/" + dtype])
+    _check_counters(group, launch)
+
+
+def test_flash_on_a_sequence_larger_than_the_ub_and_l1_half():
+    """1100 keys of fp16 K and V (275 KiB a head) exceed the UB and a client's half of L1:
+    the kernel streams them per key block; the partitioner takes the flash variant by its
+    estimate on 910B."""
+    mb = attention_model(batch=1, heads=1, seq=1100, dim=64, proj=False, mask="row",
+                         dtype="float16")
+    out, group, launch, _ = _run(mb)
+    assert group["tiling"]["plan"]["method"] == "flash"
+    assert 2 * 1100 * 64 * 2 > max(B1.ub_bytes, B1.l1_bytes // 2)
+    (ref,) = run_onnxruntime(mb.model(), mb.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
+                               **TOLERANCES["cube/float16"])
+    _check_counters(group, launch)
+
+
+def test_flash_is_refused_on_coupled_chips_and_stays_out_of_their_variants():
+    func = fused_prim_func(attention_model(seq=40).model())
+    analysis = AttentionSchedule.analyse(func)
+    with pytest.raises(tvm_ascend.TilingError, match="coupled chip"):
+        AttentionSchedule.plan(analysis, P3, AttentionKnobs(method="flash"))
+    with pytest.raises(tvm_ascend.TilingError, match="'staged' or 'flash'"):
+        AttentionSchedule.plan(analysis, B1, AttentionKnobs(method="fast"))
+    assert all(k.method is None for k in AttentionSchedule.variants(func, P3))
+    assert all(k.method is None for k in AttentionSchedule.knob_space(func, P3))
+    assert AttentionKnobs(method="flash") in AttentionSchedule.variants(func, B1)
+
+
+def test_flash_plan_halves_the_cube_memories_and_keeps_the_bytes():
+    """Each client reserves its Matmul objects in half of the AIC's L1/L0; the plan's rounds,
+    workspace and the AIC's part of the workspace bytes (score and product tiles)."""
+    func = fused_prim_func(attention_model(batch=2, heads=2, seq=300, dim=64, proj=False,
+                                           dtype="float16").model())
+    analysis = AttentionSchedule.analyse(func)
+    staged = AttentionSchedule.plan(analysis, B1)
+    flash = AttentionSchedule.plan(analysis, B1, AttentionKnobs(method="flash"))
+    p = flash.plan
+    assert (p.method, p.base_q, p.base_kv, p.round_blocks) == ("flash", 64, 128, 3)
+    assert p.workspace_bytes == 3 * 64 * 128 * 4
+    assert flash.cores == 2 * 2 * 5 and flash.work.aiv_ratio == 2  # 20 items, 20 clients
+    assert (flash.gm_read_bytes, flash.gm_write_bytes) == \
+        (staged.gm_read_bytes, staged.gm_write_bytes)
+    score_and_product = 4 * sum(q * kv + q * 64 for q in (64,) * 4 + (44,)
+                                for kv in (128, 128, 44))
+    assert flash.work.cube_workspace_bytes == 2 * 2 * score_and_product
+    assert staged.work.cube_workspace_bytes == 0 and staged.plan.workspace_bytes == 0
+    # 128 query rows and 128 keys need 64 KiB of L0C for the scores alone: half is all a
+    # client has; the staged 1:1 kernel fits it
+    with pytest.raises(tvm_ascend.TilingError, match="L0C"):
+        AttentionSchedule.plan(analysis, B1, AttentionKnobs(128, 128, method="flash"))
+    assert AttentionSchedule.plan(analysis, B1, AttentionKnobs(128, 128)).plan.base_kv == 128
+
+
+def test_the_timing_runs_the_clients_on_one_aic():
+    """AIC-bound: both clients' products back to back; vector-bound: the AIV's work."""
+    aic = flash_attention_cycles(32, 4, 4, FlashBlockCycles(300, 300, 100))
+    assert aic == pytest.approx(32 * 2 * 4 * 600)
+    vec = flash_attention_cycles(32, 4, 4, FlashBlockCycles(10, 10, 1000))
+    # + at most both clients' products per block of waiting
+    assert 32 * 4 * 1000 <= vec <= 32 * 4 * (1000 + 2 * 10) + 40
+    one = flash_attention_cycles(8, 4, 4, FlashBlockCycles(100, 100, 300), clients=1)
+    two = flash_attention_cycles(8, 4, 4, FlashBlockCycles(100, 100, 300), clients=2)
+    assert one < two < 2 * one  # the second client's cube work fills the first's softmax
+
+
+def test_flash_is_estimated_faster_than_staged_at_bert_size():
+    """BERT-base b16 s512 fp16, one layer's attention (ESTIMATE): the flash kernel beats the
+    staged one and stays above its roofline; the staged kernel is the one on 310P."""
+    func = fused_prim_func(attention_model(batch=16, seq=512, heads=12, dim=64, proj=True,
+                                           dtype="float16").model())
+    analysis = AttentionSchedule.analyse(func)
+    staged = estimate_kernel(func, AttentionSchedule.plan(analysis, B1), B1)
+    flash = estimate_kernel(func, AttentionSchedule.plan(analysis, B1,
+                                                         AttentionKnobs(method="flash")), B1)
+    # 262 vs 482 us when written; the flash kernel's vector calls are counted as printed
+    assert flash.time_us < 0.6 * staged.time_us
+    assert flash.time_us >= flash.roofline_us + flash.launch_us
