@@ -128,6 +128,76 @@ def test_a_cast_to_its_own_dtype_is_removed_not_run_on_the_host(dtype, tmp_path)
     assert group["on_npu"] and total in group["nodes"]
 
 
+def _padding_mask(b, batch: int, seq: int, feature: str, int_mask: bool):
+    """LLaMA TorchScript's padding mask: the mask flattened to [B*S, 1], gathered with the
+    constant indices b*S + s laid out [B, 1, 1, S], reshaped back and Expanded to the shape it
+    has, then a Where of 0 / -1e4 added to ``feature`` ([B, 1, S, S])."""
+    if int_mask:
+        name = "mask"
+        b.inputs.append(helper.make_tensor_value_info(name, TensorProto.INT64, (batch, seq)))
+        values = np.ones((batch, seq), np.int64)
+        values[-1, -3:] = 0
+        b.feeds[name] = values
+        mask = b.node("Cast", [name], to=TensorProto.BOOL)
+    else:
+        mask = b.node("Greater", [b.input("mask", (batch, seq)), b.const(np.asarray(1.0))])
+    flat = b.node("Reshape", [mask, b.int_const([batch * seq, 1], "flat")])
+    ids = np.arange(batch * seq, dtype=np.int64).reshape(batch, 1, 1, seq)
+    rows = b.node("Gather", [flat, b.int_const(ids, "ids")], axis=0)
+    shaped = b.node("Reshape", [rows, b.int_const([batch, 1, 1, seq], "shape")])
+    same = b.node("Expand", [shaped, b.int_const([batch, 1, 1, seq], "same")])
+    bias = b.node("Where", [same, b.const(np.asarray(0.0)), b.const(np.asarray(-1e4))])
+    out = b.node("Add", [feature, bias])
+    return out, (rows, same)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_gather_of_a_whole_axis_in_order_is_a_view_and_an_identity_expand_is_removed(dtype):
+    """The padding mask's Gather with constant indices 0..B*S-1 becomes a Reshape and its Expand
+    to its own shape is removed: with a float mask, nothing runs on the host."""
+    b = ModelBuilder(dtype, seed=7)
+    x = b.input("x", (3, 1, 13, 13))
+    out, (gather, expand) = _padding_mask(b, 3, 13, x, int_mask=False)
+    b.output(out, (3, 1, 13, 13))
+    lib, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    assert report["kernels"]["host"] == 0, report["host_ops"]
+    assert {op["op"] for op in report["host_ops"]} == {"relax.reshape"}  # bool views: free
+    assert "relax.take" not in _ops(report) and "relax.broadcast_to" not in _ops(report)
+    (gathered,) = _records(report, "ConstantGatherAsReshape").values()
+    assert gathered["applied"] and "a reshape to (3, 1, 1, 13, 1)" in gathered["reason"]
+    (expanded,) = _records(report, "IdentityExpandRemoval").values()
+    assert expanded["applied"] and expanded["node"] == expand
+
+
+def test_a_gather_that_reorders_or_repeats_rows_stays_a_gather():
+    """Indices that are not the whole axis in order (reversed; repeated) are a real gather."""
+    b = ModelBuilder("float32", seed=7)
+    x = b.input("x", (6, 5))
+    rev = b.node("Gather", [x, b.int_const(np.arange(6)[::-1].copy(), "rev")], axis=0)
+    rep = b.node("Gather", [rev, b.int_const([0, 1, 2, 3, 4, 4], "rep")], axis=1)
+    b.output(b.node("Exp", [rep]), (6, 6))
+    _, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    assert [op for op in _ops(report) if op == "relax.take"] == ["relax.take"]
+    assert not _records(report, "ConstantGatherAsReshape")
+
+
+def test_llama_padding_mask_views_of_bool_launch_nothing_on_the_host():
+    """With LLaMA's int64 mask, only its Cast to bool runs on the host (the vector Cast takes
+    no int64, and the report says so); the bool Reshapes around the gather are free views, not
+    host launches, and the Where + Add run on the NPU."""
+    b = ModelBuilder("float32", seed=7)
+    x = b.input("x", (2, 1, 16, 16))
+    out, _ = _padding_mask(b, 2, 16, x, int_mask=True)
+    b.output(out, (2, 1, 16, 16))
+    _, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    assert report["kernels"] == {"ascend": 1, "host": 1}
+    (host,) = [g for g in report["groups"] if g["launch"] and not g["on_npu"]]
+    assert [op["op"] for op in host["ops"]] == ["relax.astype"]
+    assert "int64 -> bool" in host["reason"]
+    views = [g for g in report["groups"] if not g["launch"]]
+    assert views and all("free (no copy)" in g["reason"] for g in views)
+
+
 # ---- BatchNorm --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
