@@ -198,6 +198,50 @@ def test_llama_padding_mask_views_of_bool_launch_nothing_on_the_host():
     assert views and all("free (no copy)" in g["reason"] for g in views)
 
 
+def _rotary(b, x, seq: int, dim: int):
+    """LLaMA's rotary embedding: x * cos + rotate_half(x) * sin, rotate_half(x) =
+    concat(-x2, x1) over the last axis; cos and sin are constant tables [1, 1, seq, dim]."""
+    half = dim // 2
+    x1 = b.node("Slice", [x, b.int_const([0]), b.int_const([half]), b.int_const([-1])])
+    x2 = b.node("Slice", [x, b.int_const([half]), b.int_const([dim]), b.int_const([-1])])
+    neg = b.node("Neg", [x2])
+    rot = b.node("Concat", [neg, x1], axis=-1)
+    angles = np.arange(seq)[:, None] * (0.5 ** np.arange(dim))[None, :]
+    cos = b.const(np.cos(angles)[None, None], "cos")
+    sin = b.const(np.sin(angles)[None, None], "sin")
+    out = b.node("Add", [b.node("Mul", [x, cos]), b.node("Mul", [rot, sin])])
+    return out, neg
+
+
+@pytest.mark.parametrize("soc,dtype", [("Ascend910B1", "float32"), ("Ascend310P3", "float16")])
+def test_rotary_embedding_is_one_kernel_with_the_negation_as_a_sign(soc, dtype):
+    """Regression (issue 19, corpus LLaMA): rotate_half's Neg before the Concat was a kernel of
+    its own (the data-movement template computes nothing before a Concat), two per rotary.
+    The Concat of the pieces times a constant -1/+1 sign fuses with * sin and + x * cos: one
+    kernel, 19 rows (a tail) of 40 on several cores."""
+    b = ModelBuilder(dtype, seed=3)
+    x = b.input("x", (2, 3, 19, 40))
+    out, neg = _rotary(b, x, 19, 40)
+    b.output(out, (2, 3, 19, 40))
+    lib, report = _build(b, fusion_level="aggressive", soc_version=soc)
+    assert report["kernels"] == {"ascend": 1, "host": 0}, report["unfused_edges"]
+    assert "relax.negative" not in _ops(report)
+    (record,) = _records(report, "NegatedConcatAsSign").values()
+    assert record["applied"]
+    (group,) = _groups_of(report, neg)  # the Neg's node is the kernel's, as the plan needs
+    assert group["on_npu"] and group["tiling"]["cores"] > 1
+
+
+def test_a_concat_without_negated_pieces_is_left_alone():
+    b = ModelBuilder("float32", seed=3)
+    x = b.input("x", (4, 16))
+    halves = [b.node("Slice", [x, b.int_const([lo]), b.int_const([lo + 8]), b.int_const([1])])
+              for lo in (0, 8)]
+    b.output(b.node("Concat", [b.node("Exp", [halves[1]]), halves[0]], axis=1), (4, 16))
+    _, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    assert not _records(report, "NegatedConcatAsSign")
+
+
 # ---- BatchNorm --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

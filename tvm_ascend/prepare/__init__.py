@@ -8,6 +8,7 @@ the precision mode. Each rewrite lives with its kind; this module only orders th
   the product, Softmax over a non-last axis moved last);
 * ``constant_gathers``: a Gather whose constant indices read its whole axis in order, as a
   Reshape (a view);
+* ``rotary``: a Concat of negated pieces (rotate_half) as a Concat times a constant sign;
 * ``batch_norm``: a BatchNorm folded into the Conv before it, or lowered to a scale and shift;
 * ``reductions``: multi-axis reductions as rows, LRN's channel window as shifted slices;
 * ``precision``: ATC's precision modes, applied last;
@@ -34,6 +35,7 @@ from .canonical import (hoist_matmul_scales, one_element_constants_as_scalars, r
 from .constant_gathers import constant_gathers_as_reshapes
 from .precision import apply_precision_mode
 from .reductions import reductions_to_rows, window_sums_to_slices
+from .rotary import negated_concats_as_signs
 
 logger = logging.getLogger("tvm_ascend")
 
@@ -89,6 +91,7 @@ def prepare_graph(mod: tvm.IRModule, fold_batchnorm: bool = True) -> tvm.IRModul
     """
     mod = one_element_constants_as_scalars(mod)  # a [1]-shaped scale is a constant too
     mod = constant_gathers_as_reshapes(mod)  # LLaMA's padding mask: a view, not a gather
+    mod = negated_concats_as_signs(mod)  # rotate_half: the Negate fuses after the Concat
     mod = hoist_matmul_scales(split_as_slices(stack_sum_to_adds(remove_dropout(mod))))
     if fold_batchnorm:
         mod = fold_batch_norm(mod)
