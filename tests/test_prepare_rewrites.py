@@ -181,6 +181,24 @@ def test_a_gather_that_reorders_or_repeats_rows_stays_a_gather():
     assert not _records(report, "ConstantGatherAsReshape")
 
 
+def test_dynamo_padding_mask_gather_nd_of_every_index_in_order_is_a_view():
+    """The dynamo export gathers the [B, S] mask with GatherND index tuples (b, s) laid out
+    [B, 1, 1, S, 2] (it had no kernel and ran on the host): a reshape, nothing on the host."""
+    b = ModelBuilder("float32", seed=7)
+    x = b.input("x", (2, 1, 16, 16))
+    mask = b.node("Greater", [b.input("mask", (2, 16)), b.const(np.asarray(1.0))])
+    grid = np.stack(np.meshgrid(np.arange(2), np.arange(16), indexing="ij"), -1)
+    ids = b.int_const(grid.reshape(2, 1, 1, 16, 2), "ids")
+    rows = b.node("GatherND", [mask, ids])
+    bias = b.node("Where", [rows, b.const(np.asarray(0.0)), b.const(np.asarray(-1e4))])
+    b.output(b.node("Add", [x, bias]), (2, 1, 16, 16))
+    _, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    assert report["kernels"]["host"] == 0, report["host_ops"]
+    assert "relax.gather_nd" not in _ops(report)
+    (record,) = _records(report, "ConstantGatherAsReshape").values()
+    assert record["applied"] and record["node"] == rows
+
+
 def test_llama_padding_mask_views_of_bool_launch_nothing_on_the_host():
     """With LLaMA's int64 mask, only its Cast to bool runs on the host (the vector Cast takes
     no int64, and the report says so); the bool Reshapes around the gather are free views, not
