@@ -260,6 +260,57 @@ def test_a_concat_without_negated_pieces_is_left_alone():
     assert not _records(report, "NegatedConcatAsSign")
 
 
+def _gqa_attention(b, heads: int, kv_heads: int, seq: int, depth: int, mask_heads: int = 1):
+    """LLaMA's attention with grouped KV heads: K and V repeated (Unsqueeze, Expand, Reshape:
+    repeat_kv), scores scaled, a mask [2, mask_heads, S, S] added, Softmax, times V."""
+    g = heads // kv_heads
+    q = b.input("q", (2, heads, seq, depth))
+
+    def repeat(name):
+        x = b.input(name, (2, kv_heads, seq, depth))
+        wide = b.node("Expand", [b.node("Unsqueeze", [x, b.int_const([2])]),
+                                 b.int_const([2, kv_heads, g, seq, depth], "wide")])
+        return b.node("Reshape", [wide, b.int_const([2, heads, seq, depth], "rep")])
+
+    k, v = repeat("k"), repeat("v")
+    scores = b.node("Mul", [b.node("MatMul", [q, b.node("Transpose", [k], perm=[0, 1, 3, 2])]),
+                            b.const(np.asarray(depth ** -0.5))])
+    mask = b.input("mask", (2, mask_heads, seq, seq))
+    probs = b.node("Softmax", [b.node("Add", [scores, mask])], axis=-1)
+    out = b.node("MatMul", [probs, v])
+    b.output(out, (2, heads, seq, depth))
+    return out
+
+
+@pytest.mark.parametrize("soc,dtype", [("Ascend910B1", "float32"), ("Ascend310P3", "float16")])
+def test_grouped_query_attention_reads_k_and_v_without_repeating_them(soc, dtype):
+    """Regression (issue 19, corpus LLaMA): repeat_kv was a copy kernel per layer for V (and
+    kept K's transpose out of its rotary kernel). The query heads of each KV head are now rows
+    of one attention over the KV heads; the mask's rows are repeated once for them. 4 query
+    heads over 2 KV heads, 19 positions (tails)."""
+    b = ModelBuilder(dtype, seed=5)
+    _gqa_attention(b, 4, 2, 19, 16)
+    lib, report = _build(b, fusion_level="aggressive", soc_version=soc)
+    (record,) = _records(report, "GroupedQueryAttention").values()
+    assert record["applied"] and "repeated 2x" in record["reason"]
+    attention = [g for g in report["groups"] if "AttentionFusion" in g["rules"]]
+    assert len(attention) == 1 and attention[0]["on_npu"]
+    # K and V are read as they are: the only broadcast left is the mask's row repeat
+    repeats = [g for g in report["groups"] if any(o["op"] == "relax.broadcast_to"
+                                                  for o in g["ops"])]
+    assert len(repeats) == 1 and [o["shape"] for o in repeats[0]["ops"]
+                                  if o["op"] == "relax.broadcast_to"] == [[2, 1, 2, 19, 19]]
+    assert report["kernels"]["host"] == 0
+
+
+def test_grouped_query_attention_with_a_mask_per_query_head_is_left_with_the_reason():
+    b = ModelBuilder("float32", seed=5)
+    _gqa_attention(b, 4, 2, 8, 16, mask_heads=4)
+    _, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    (record,) = _records(report, "GroupedQueryAttention").values()
+    assert not record["applied"] and "differs per query head" in record["reason"]
+
+
 # ---- BatchNorm --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

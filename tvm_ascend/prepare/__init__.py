@@ -8,6 +8,7 @@ the precision mode. Each rewrite lives with its kind; this module only orders th
   the product, Softmax over a non-last axis moved last);
 * ``constant_gathers``: a Gather whose constant indices read its whole axis in order, as a
   Reshape (a view);
+* ``gqa``: attention over repeated K and V (repeat_kv) as attention over the KV heads;
 * ``rotary``: a Concat of negated pieces (rotate_half) as a Concat times a constant sign;
 * ``batch_norm``: a BatchNorm folded into the Conv before it, or lowered to a scale and shift;
 * ``reductions``: multi-axis reductions as rows, LRN's channel window as shifted slices;
@@ -33,6 +34,7 @@ from .batch_norm import fold_batch_norm, lower_batch_norm
 from .canonical import (hoist_matmul_scales, one_element_constants_as_scalars, remove_dropout,
                         softmax_axis_to_last, split_as_slices, stack_sum_to_adds)
 from .constant_gathers import constant_gathers_as_reshapes
+from .gqa import grouped_query_attention
 from .precision import apply_precision_mode
 from .reductions import reductions_to_rows, window_sums_to_slices
 from .rotary import negated_concats_as_signs
@@ -93,6 +95,7 @@ def prepare_graph(mod: tvm.IRModule, fold_batchnorm: bool = True) -> tvm.IRModul
     mod = constant_gathers_as_reshapes(mod)  # LLaMA's padding mask: a view, not a gather
     mod = negated_concats_as_signs(mod)  # rotate_half: the Negate fuses after the Concat
     mod = hoist_matmul_scales(split_as_slices(stack_sum_to_adds(remove_dropout(mod))))
+    mod = grouped_query_attention(mod)  # after the identity Casts: K and V not repeated
     if fold_batchnorm:
         mod = fold_batch_norm(mod)
     # after the folding, so a Conv before a BatchNorm still takes it into its weights
