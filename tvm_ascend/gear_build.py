@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,7 @@ from .codegen import unit_module
 from .codegen.ext_codegen import scheduled_kernels
 from .codegen.gear_unit import gear_kernels
 from .config import CompileConfig
+from .dumps import Dumper
 from .errors import CodegenError, ToolchainError
 from .fallback import compile_error_kernels, failure_of, policy_after
 from .frontend import load_model
@@ -74,12 +76,31 @@ def build_gears(mod, spec, config: CompileConfig, params, key: str | None) -> Ge
             if g.scheduled is None:
                 _schedule(g, config, params, cost)
         try:
-            return _link(gears, spec, config, key)
+            module = _link(gears, spec, config, key)
         except _CompileFailed as failed:
             if config.strict:
                 raise failed.error from None
             _replan(gears, failed.by_gear)
+            continue
+        _dump(mod, gears, module, config)
+        return module
     raise CodegenError(f"kernels still fail after {pipeline.MAX_PLANS} plans of the gears")
+
+
+def _dump(mod, gears: list, module: GearedModule, config: CompileConfig) -> None:
+    """Each gear's dumps into ``<dump_path>/gear<i>``, as a static build writes them."""
+    if not config.dump_graph:
+        return
+    report, sources = module.fusion_report(), module.kernel_sources()
+    model = pipeline._onnx_model(mod)  # noqa: SLF001
+    for g, section in zip(gears, report["gears"]):
+        dumps = Dumper(True, os.path.join(config.dump_path, f"gear{g.gear.index}"))
+        dumps.module("000_imported.py", g.imported)
+        dumps.module("010_partitioned.py", g.result.mod)
+        dumps.scheduled(g.scheduled)
+        dumps.report(section)
+        dumps.graphs(model, section)
+        dumps.kernels({s: sources[s] for s in dict.fromkeys(section["kernel_symbols"].values())})
 
 
 def _schedule(g: _Gear, config: CompileConfig, params, cost) -> None:
