@@ -47,6 +47,13 @@ class GearedModule(AscendModule):
                 return gear
         raise ValueError(_no_gear(gears, names, arrays, self.metadata.get("gear_spec", {})))
 
+    def _profile_report(self) -> dict:
+        """Every gear's groups (a kernel shared by gears is described by its first gear's):
+        the launches of one profile may come from several gears."""
+        report = self.fusion_report()
+        groups = [g for section in reversed(report["gears"]) for g in section["groups"]]
+        return {**report, "groups": groups}
+
     def _entry(self, args: list) -> tuple[str, list]:
         gear = self._gear_of_arrays([np.broadcast_to(np.empty((), str(a.dtype)),
                                                      tuple(int(d) for d in a.shape))
