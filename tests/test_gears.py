@@ -357,3 +357,42 @@ def test_cli_compare_has_a_row_per_gear(tmp_path, capsys):
         "conservative [x:1,3,8,8]", "conservative [x:2,3,8,8]", "conservative [x:4,3,8,8]"]
     errors = [float(row.rsplit("y: ", 1)[1]) for row in rows]
     assert max(errors) < 1e-4
+
+
+# ---- a ResNet-50 (reduced) with ATC's --dynamic_batch_size "1,8,32" ------------------------
+
+def _dynamic_batch(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with dimension 0 of its input and outputs symbolic (N), as an exporter with
+    a dynamic batch writes it."""
+    for value in list(model.graph.input) + list(model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_param = "N"
+    return model
+
+
+def test_resnet_batch_gears_each_equal_their_static_build():
+    """ResNet-50's structure (v1.5 bottlenecks, BatchNorm folded, MaxPool, Gemm head), width
+    8, one block per stage and 32x32 images to stay fast: each gear of "1,8,32" prints the
+    static build's kernels, estimates what it does and gives its very numbers."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    from benchmarks.models import resnet50
+
+    model = _dynamic_batch(resnet50.resnet50_model(image=32, width=8, blocks=(1, 1, 1, 1),
+                                                   classes=10))
+    lib = tvm_ascend.build(model, config=CompileConfig(input_shape={"input": (-1, 3, 32, 32)},
+                                                       dynamic_batch_size="1,8,32"))
+    report = lib.fusion_report()
+    sources = lib.kernel_sources()
+    for section, batch in zip(report["gears"], (1, 8, 32)):
+        static = tvm_ascend.build(model, config=CompileConfig(
+            input_shape={"input": (batch, 3, 32, 32)}))
+        static_report = static.fusion_report()
+        assert section["npu_kernels"] == static_report["npu_kernels"]
+        assert section["host_groups"] == static_report["host_groups"] == 0
+        assert section["estimate"]["latency_us"] == static_report["estimate"]["latency_us"]
+        assert section["peak_memory_bytes"] == static_report["peak_memory_bytes"]
+        for planned, stored in section["kernel_symbols"].items():
+            assert sources[stored].replace(stored, planned) == static.kernel_sources()[planned]
+        feeds = resnet50.example_inputs(batch=batch, image=32, seed=batch)
+        got = lib.run(feeds)[0]
+        np.testing.assert_array_equal(got, static.run(feeds)[0])
+        assert_close(got, run_onnxruntime(model, feeds)[0], "cube/float32")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import FusionConfigError
+from .onnx_loader import parse_input_shape
 
 MIN_GEARS, MAX_GEARS = 2, 100  # ATC's limits on the number of gears
 MAX_BATCH = 2048  # ATC's largest --dynamic_batch_size value
@@ -136,7 +137,7 @@ def gear_spec(input_shape: Mapping, dynamic_batch_size="", dynamic_image_size=""
                                 "ATC's gear flags --dynamic_batch_size, --dynamic_image_size "
                                 "and --dynamic_dims are mutually exclusive: give one")
     flag = used[0]
-    shapes = {str(k): tuple(v) for k, v in (input_shape or {}).items()}
+    shapes = parse_input_shape(input_shape)
     _no_ranges(flag, shapes)
     dynamic = tuple((name, axis) for name, dims in shapes.items()
                     for axis, d in enumerate(dims) if d == -1)

@@ -39,13 +39,13 @@ class GearedModule(AscendModule):
 
     def _gear_of_arrays(self, arrays: list[np.ndarray]) -> dict:
         gears = self.metadata["gears"]
-        names = self.input_names
         for gear in gears:
-            if all(tuple(a.shape) == tuple(gear["input_shape"].get(n, a.shape))
-                   for n, a in zip(names, arrays)):
-                _check_dtypes(gear, names, arrays)
+            if all(_fits(spec["shape"], array.shape)
+                   for spec, array in zip(gear["input_specs"], arrays)):
+                _check_dtypes(gear, arrays)
                 return gear
-        raise ValueError(_no_gear(gears, names, arrays, self.metadata.get("gear_spec", {})))
+        raise ValueError(_no_gear(gears, self.input_names, arrays,
+                                  self.metadata.get("gear_spec", {})))
 
     def _profile_report(self) -> dict:
         """Every gear's groups (a kernel shared by gears is described by its first gear's):
@@ -61,7 +61,14 @@ class GearedModule(AscendModule):
         return gear["function"], [self._weights[i] for i in gear["weights"]]
 
 
-def _check_dtypes(gear: dict, names: list, arrays: list) -> None:
+def _fits(shape, got) -> bool:
+    """Whether an array of shape ``got`` fits a gear's input ``shape`` (None: unchecked; a
+    dimension that is not an integer is left to the VM)."""
+    return shape is None or (len(shape) == len(got) and all(
+        not isinstance(want, int) or want == size for want, size in zip(shape, got)))
+
+
+def _check_dtypes(gear: dict, arrays: list) -> None:
     for spec, array in zip(gear.get("input_specs", []), arrays):
         if spec.get("dtype") and str(array.dtype) != spec["dtype"]:
             raise ValueError(f"input {spec['name']!r} has dtype {array.dtype}; the model "
@@ -74,16 +81,16 @@ def _no_gear(gears: list, names: list, arrays: list, spec: dict) -> str:
     being some gear's, that no gear has them together), and the gears."""
     listed = "; ".join(f"gear {g['index']}: {g['label']}" for g in gears)
     flag = spec.get("flag", "gears")
-    for name, array in zip(names, arrays):
-        shapes = [tuple(g["input_shape"][name]) for g in gears if name in g["input_shape"]]
-        if not shapes:
+    for index, (name, array) in enumerate(zip(names, arrays)):
+        shapes = [g["input_specs"][index]["shape"] for g in gears]
+        if any(shape is None for shape in shapes):
             continue
         if array.ndim != len(shapes[0]):
             return (f"input {name!r} has shape {tuple(array.shape)} ({array.ndim}-D); every gear "
                     f"of the model is {len(shapes[0])}-D (--{flag}: {listed})")
         for axis, size in enumerate(array.shape):
-            allowed = sorted({s[axis] for s in shapes})
-            if size not in allowed:
+            allowed = sorted({s[axis] for s in shapes if isinstance(s[axis], int)})
+            if allowed and size not in allowed:
                 kind = "a dynamic dimension" if len(allowed) > 1 else "a static dimension"
                 return (f"input {name!r} dimension {axis} is {size}, which matches no gear: "
                         f"{kind} the model was compiled for {'/'.join(map(str, allowed))} "
