@@ -396,3 +396,60 @@ def test_resnet_batch_gears_each_equal_their_static_build():
         got = lib.run(feeds)[0]
         np.testing.assert_array_equal(got, static.run(feeds)[0])
         assert_close(got, run_onnxruntime(model, feeds)[0], "cube/float32")
+
+
+# ---- fallback, build cache and dumps, as a static build has them ------------------------------
+
+def _chain_with_dynamic_batch() -> onnx.ModelProto:
+    """x + b -> Relu -> * 3 on (N, 40): one elementwise kernel of three ops per gear."""
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "k"], ["y"], name="mul")]
+    inits = [numpy_helper.from_array(np.full([40], -0.5, np.float32), "b"),
+             numpy_helper.from_array(np.array(3.0, np.float32), "k")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 40])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 40])], inits)
+
+
+def test_a_kernel_failing_to_compile_in_each_gear_is_split_in_that_gear(monkeypatch):
+    from test_fallback import _printer_failing
+
+    monkeypatch.delenv("TVM_ASCEND_STRICT", raising=False)
+    _printer_failing(monkeypatch, lambda ops: ops > 1, "cxx")
+    model = _chain_with_dynamic_batch()
+    lib = tvm_ascend.build(model, config=CompileConfig(input_shape={"x": (-1, 40)},
+                                                       dynamic_batch_size="2,6"))
+    report = lib.fusion_report()
+    failures = report["kernel_failures"]
+    assert [f["gear"] for f in failures] == ["x:2,40", "x:6,40"]
+    assert all(f["stage"] == "compile" and f["action"] == "split" for f in failures)
+    assert report["npu_kernels_per_gear"] == [3, 3]
+    for batch in (2, 6):
+        feeds = _feeds({"x": (batch, 40)}, batch)
+        assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
+
+
+def test_a_geared_build_comes_back_whole_from_the_build_cache(monkeypatch):
+    monkeypatch.setenv("TVM_ASCEND_BUILD_CACHE", "1")
+    model = _chain_with_dynamic_batch()
+    config = CompileConfig(input_shape={"x": (-1, 40)}, dynamic_batch_size="1,3")
+    first = tvm_ascend.build(model, config=config)
+    again = tvm_ascend.build(model, config=config)
+    assert type(again).__name__ == "GearedModule" and again._executable is None  # noqa: SLF001
+    feeds = _feeds({"x": (3, 40)})
+    np.testing.assert_array_equal(again.run(feeds)[0], first.run(feeds)[0])
+    other = tvm_ascend.build(model, config=config.replace(dynamic_batch_size="1,4"))
+    assert [g["label"] for g in other.gears] == ["x:1,40", "x:4,40"]
+
+
+def test_dumps_have_a_folder_per_gear(tmp_path):
+    model = _chain_with_dynamic_batch()
+    tvm_ascend.build(model, config=CompileConfig(
+        input_shape={"x": (-1, 40)}, dynamic_batch_size="2,5", dump_graph=True,
+        dump_path=str(tmp_path)))
+    for index, batch in enumerate((2, 5)):
+        folder = tmp_path / f"gear{index}"
+        report = json.loads((folder / "fusion_report.json").read_text())
+        assert report["gear"] == f"x:{batch},40"
+        assert (folder / "000_imported.py").exists() and (folder / "fusion_result.json").exists()
+        assert len(list((folder / "kernels").glob("*.cpp"))) == report["npu_kernels"] == 1
