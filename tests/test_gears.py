@@ -6,6 +6,7 @@ the flag and the value.
 """
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -141,7 +142,7 @@ def test_each_gear_has_its_static_builds_kernels(batch_lib):
 
 # ---- kernels and weights stored once --------------------------------------------------------
 
-def test_kernels_equal_across_gears_are_stored_once(image_lib):
+def test_kernels_equal_across_gears_are_stored_once(image_lib, tmp_path):
     """The MatMul behind the global pool sees (2, 8) x (8, 10) at every image size: one copy;
     the conv and the pool differ per gear."""
     _, lib = image_lib
@@ -155,9 +156,13 @@ def test_kernels_equal_across_gears_are_stored_once(image_lib):
     lib.profile(reset=True)
     lib.run(_feeds({"x": (2, 3, 8, 8)}))
     lib.run(_feeds({"x": (2, 3, 12, 20)}))
-    launched = [record["kernel"] for record in lib.profile()]
+    launched = [record["kernel"] for record in lib.profile(reset=False)]
     assert len(launched) == 6 and len(set(launched)) == 5  # the MatMul ran in both gears
     assert launched[2] == launched[5] == next(iter(shared))
+    lib.profile(output=tmp_path)  # msprof-style rows: every launch has its gear's estimate
+    with open(tmp_path / "op_summary.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 6 and all(row["Task Duration(us)"] != "N/A" for row in rows)
 
 
 def test_static_side_branch_is_shared_by_every_dims_gear(dims_lib):
