@@ -34,9 +34,11 @@ def _compile_parser(sub) -> None:
                    help="ATC framework id; only 5 (ONNX) is supported")
     p.add_argument("--soc_version", default="Ascend910B1", help="e.g. Ascend910B1, Ascend310P3")
     p.add_argument("--input_shape", default="",
-                   help='shapes, "x:1,3,224,224;y:8" (-1 or lo~hi: dynamic, runs on the host)')
+                   help='shapes, "x:1,3,224,224;y:8" (-1: the gears of --dynamic_*; -1 '
+                   'without gears or lo~hi: dynamic, runs on the host)')
     p.add_argument("--input_shape_range", default="",
                    help='ATC\'s older spelling of ranges, "x:[1~8,3,224,224]"')
+    _gear_flags(p)
     _fusion_flags(p)
     p.add_argument("--precision_mode", default="must_keep_origin_dtype", choices=PRECISION_MODES,
                    help="ATC's precision modes (force_fp16 keeps reductions in float32)")
@@ -59,6 +61,23 @@ def _compile_parser(sub) -> None:
     p.add_argument("--op_compiler_cache_dir", default=None,
                    help="compile cache folder (default ~/.cache/tvm_ascend; "
                    "TVM_ASCEND_CACHE_DIR, as every variable, overrides it)")
+
+
+def _gear_flags(p) -> None:
+    """ATC's gears (one static build per gear in one library): tvm_ascend/frontend/gears.py."""
+    p.add_argument("--dynamic_batch_size", default="",
+                   help='batch sizes for the -1 at dimension 0 of --input_shape, "1,2,4,8"')
+    p.add_argument("--dynamic_image_size", default="",
+                   help='H,W gears for -1 H and W of --input_shape, "224,224;448,448"')
+    p.add_argument("--dynamic_dims", default="",
+                   help='gears for every -1 of --input_shape, in order, "1,128;8,512" (with '
+                   "--input_format ND)")
+    p.add_argument("--input_format", default="", help="NCHW (default), NHWC or ND")
+
+
+def _gears(args) -> dict:
+    return {name: getattr(args, name, "") for name in
+            ("dynamic_batch_size", "dynamic_image_size", "dynamic_dims", "input_format")}
 
 
 def _fusion_flags(p) -> None:
@@ -95,7 +114,7 @@ def _config(args, **extra) -> CompileConfig:
                          search_width=getattr(args, "search_width", 4),
                          planner_model=getattr(args, "planner_model", "timing"),
                          planner_top_k=getattr(args, "planner_top_k", 3),
-                         input_shape=_shapes(args), **extra).with_env()
+                         input_shape=_shapes(args), **_gears(args), **extra).with_env()
 
 
 def _shapes(args) -> dict:
@@ -256,6 +275,7 @@ def _compare_parser(sub) -> None:
                    help="comma-separated subset of off, atc_style, conservative, aggressive")
     p.add_argument("--no_groups", action="store_true", help="skip the per-group error check")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    _gear_flags(p)
 
 
 def _run_compare(args) -> int:
@@ -267,7 +287,7 @@ def _run_compare(args) -> int:
         raise FusionConfigError(f"--variants: unknown {unknown}; choose from "
                                 f"{', '.join(VARIANTS)}")
     config = CompileConfig(soc_version=args.soc_version, precision_mode=args.precision_mode,
-                           input_shape=_shapes(args)).with_env()
+                           input_shape=_shapes(args), **_gears(args)).with_env()
     results, source = compare_model(args.model, config, variants, args.seed,
                                     groups=not args.no_groups)
     print(format_comparison(results, source))

@@ -157,31 +157,58 @@ def compare_model(model, config: CompileConfig | None = None, variants=None, see
                   groups: bool = True) -> tuple[list[VariantResult], str]:
     """Build ``model`` once per variant and measure its outputs' and fused groups' errors.
 
-    Returns (one VariantResult per variant, the name of the reference).
+    With gears (``config.dynamic_batch_size`` ...) each variant is one geared library, and
+    each of its gears is a row (``"<variant> [<gear>]"``), run on inputs of that gear's shapes
+    and measured with that gear's section of the report.
+
+    Returns (one VariantResult per variant and gear, the name of the reference).
     """
     from .pipeline import build
 
     config = config or CompileConfig()
     model = _onnx(model)
-    feeds = random_inputs(model, config.input_shape, seed)
-    reference, source = _reference(model, feeds, config)
+    spec = config.gears
+    shapes = [(None, config.input_shape)] if spec is None else \
+        [(gear, gear.shapes) for gear in spec.gears]
+    cases = []
+    for gear, shape in shapes:
+        feeds = random_inputs(model, shape, seed)
+        cases.append((gear, feeds) + _reference(model, feeds, _static(config, shape)))
     results = []
     for name in variants or VARIANTS:
         cfg = config.replace(**VARIANTS[name])
         lib = build(model, config=cfg)
         report = lib.fusion_report()
-        outputs = dict(zip([o.name for o in model.graph.output], lib.run(feeds)))
-        estimate = report["estimate"]
-        result = VariantResult(name, report["kernels"]["ascend"] + report["kernels"]["host"],
-                               sum(g.get("gm_bytes", 0) for g in report["groups"]),
-                               estimate["latency_us"], estimate["hbm_bytes"],
-                               estimate["l2_bytes"], tuple(estimate["latency_band_us"]),
-                               (estimate["latency_us_low"], estimate["latency_us_high"]))
-        result.output_errors = {k: _errors(v, reference[k]) for k, v in outputs.items()}
-        if groups:
-            result.group_errors = _group_errors(model, report, feeds, cfg)
-        results.append(result)
-    return results, source
+        for gear, feeds, reference, _ in cases:
+            section = report if gear is None else report["gears"][gear.index]
+            label = name if gear is None else f"{name} [{gear.label}]"
+            static = cfg if gear is None else _static(cfg, gear.shapes)
+            results.append(_variant_result(label, model, lib.run(feeds), section, reference,
+                                           (feeds, static) if groups else None))
+    return results, cases[0][3]
+
+
+def _static(config: CompileConfig, shapes) -> CompileConfig:
+    """``config`` for one static shape: gears dropped (a gear's kernels built alone)."""
+    return config.replace(input_shape=shapes, dynamic_batch_size="", dynamic_image_size="",
+                          dynamic_dims="")
+
+
+def _variant_result(name: str, model, outputs: list, report: dict, reference: dict,
+                    group_check) -> VariantResult:
+    """One row: ``report``'s launches, bytes and estimate, the ``outputs``' errors and, when
+    ``group_check`` = (feeds, static config) is given, each fused group's."""
+    estimate = report["estimate"]
+    result = VariantResult(name, report["kernels"]["ascend"] + report["kernels"]["host"],
+                           sum(g.get("gm_bytes", 0) for g in report["groups"]),
+                           estimate["latency_us"], estimate["hbm_bytes"],
+                           estimate["l2_bytes"], tuple(estimate["latency_band_us"]),
+                           (estimate["latency_us_low"], estimate["latency_us_high"]))
+    named = dict(zip([o.name for o in model.graph.output], outputs))
+    result.output_errors = {k: _errors(v, reference[k]) for k, v in named.items()}
+    if group_check is not None:
+        result.group_errors = _group_errors(model, report, *group_check)
+    return result
 
 
 def _group_errors(model, report, feeds, cfg) -> list:
@@ -209,13 +236,14 @@ def _group_errors(model, report, feeds, cfg) -> list:
 
 def format_comparison(results: list[VariantResult], source: str) -> str:
     """The comparison as plain-text tables (latencies are labelled estimates)."""
-    lines = [f"{'variant':<14}{'launches':>9}{'HBM bytes':>14}{'L2 bytes':>14}{'est. us':>10}"
+    width = max([14] + [len(r.name) + 2 for r in results])  # gears: "<variant> [<gear>]"
+    lines = [f"{'variant':<{width}}{'launches':>9}{'HBM bytes':>14}{'L2 bytes':>14}{'est. us':>10}"
              f"{'band us':>20}{'end to end us':>20}  max rel err per output (vs {source})"]
     for r in results:
         errs = ", ".join(f"{k}: {v[1]:.2e}" for k, v in r.output_errors.items())
         band = f"{r.est_band_us[0]:.1f}-{r.est_band_us[1]:.1f}"
         host = f"{r.est_end_to_end_us[0]:.1f}-{r.est_end_to_end_us[1]:.1f}"
-        lines.append(f"{r.name:<14}{r.launches:>9}{r.hbm_bytes:>14}{r.l2_bytes:>14}"
+        lines.append(f"{r.name:<{width}}{r.launches:>9}{r.hbm_bytes:>14}{r.l2_bytes:>14}"
                      f"{r.est_latency_us:>10.1f}{band:>20}{host:>20}  {errs}")
     lines.append("(est. us: ESTIMATE from the timing model, the launches' device times summed; "
                  "band: the times the calibration rows of each kernel's class allow, "

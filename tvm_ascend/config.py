@@ -153,6 +153,16 @@ class CompileConfig:
         reporting a bug). By default such a kernel's group is split into single-op kernels, a
         single op that still fails runs on the host, and the report's ``kernel_failures`` and
         a warning say so (``tvm_ascend/fallback.py``).
+    dynamic_batch_size, dynamic_image_size, dynamic_dims : str or tuple
+        ATC's gears (mutually exclusive): ``"1,2,4,8"`` batch sizes for the -1 at dimension 0
+        of ``input_shape``; ``"224,224;448,448"`` H,W pairs for -1 H and W; ``"1,128;8,512"``
+        one value per -1 of ``input_shape`` (with ``input_format="ND"``); or the same as
+        tuples (``(1, 2, 4)``, ``((224, 224), (448, 448))``). One static build per gear goes
+        into one library, kernels equal across gears once; ``run`` picks the gear from the
+        input shapes (``tvm_ascend/frontend/gears.py`` has ATC's rules).
+    input_format : str
+        ATC's ``--input_format``: ``"NCHW"`` (default for image gears), ``"NHWC"`` or
+        ``"ND"`` (needed by ``dynamic_dims``).
     op_compiler_cache_mode : str
         ATC's ``--op_compiler_cache_mode`` for the compile cache in ``cache_dir`` (compiled
         libraries and whole builds): ``"enable"`` (default) reads and writes it, ``"force"``
@@ -181,6 +191,10 @@ class CompileConfig:
     build_cache: bool = True
     strict: bool = False
     op_compiler_cache_mode: str = "enable"
+    dynamic_batch_size: str | tuple = ""
+    dynamic_image_size: str | tuple = ""
+    dynamic_dims: str | tuple = ""
+    input_format: str = ""
 
     def __post_init__(self):
         if not isinstance(self.search_width, int) or isinstance(self.search_width, bool) \
@@ -222,6 +236,11 @@ class CompileConfig:
         if isinstance(self.no_fuse_nodes, str):
             object.__setattr__(self, "no_fuse_nodes", tuple(
                 n.strip() for n in self.no_fuse_nodes.split(",") if n.strip()))
+        for name in ("dynamic_batch_size", "dynamic_image_size", "dynamic_dims"):
+            value = getattr(self, name)
+            if isinstance(value, list):  # hashable, as the build key wants every field
+                object.__setattr__(self, name, tuple(
+                    tuple(v) if isinstance(v, list) else v for v in value))
         get_soc(self.soc_version)  # raises TargetError naming the known SoCs
 
     @property
@@ -233,6 +252,15 @@ class CompileConfig:
     def soc(self):
         """The SocProfile of ``soc_version``."""
         return get_soc(self.soc_version)
+
+    @property
+    def gears(self):
+        """The ``GearSpec`` of the gear fields (None without gears); FusionConfigError, naming
+        the flag and value, when they break ATC's rules."""
+        from .frontend.gears import gear_spec  # a parser without stage imports (errors only)
+
+        return gear_spec(self.input_shape, self.dynamic_batch_size, self.dynamic_image_size,
+                         self.dynamic_dims, self.input_format)
 
     def replace(self, **changes) -> "CompileConfig":
         """A copy with some fields changed."""

@@ -37,6 +37,7 @@ from .partition.report import fusion_report
 from .prepare import prepare
 from .prepare.horizontal import merge_parallel_elementwise, merge_parallel_matmuls
 from .runtime import AscendModule
+from .runtime.module import module_class
 from .runtime.build_cache import build_key, lookup
 from .runtime.toolchain import default_cache_dir
 from .runtime.weights import lift_weights
@@ -218,6 +219,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     if str(target).strip().lower() != "ascend" and target_soc != config.soc_version:
         config = config.replace(soc_version=target_soc)
     switches_of(config)  # parse now: a bad switch file is an error before any work starts
+    gears = config.gears  # so are gears that break ATC's rules
     register_codegen()
     mod = read_model(mod)
     key = build_key(mod, params, config)
@@ -225,7 +227,12 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     earlier = lookup(key, cache_dir, config.op_compiler_cache_mode)
     if earlier is not None:
         logger.info("build cache hit %s: the library of an earlier identical build", key)
-        return AscendModule(metadata=earlier[1], library_path=earlier[0], cache_dir=cache_dir)
+        return module_class(earlier[1])(metadata=earlier[1], library_path=earlier[0],
+                                        cache_dir=cache_dir)
+    if gears is not None:
+        from .gear_build import build_gears  # the flow once per gear, then one library
+
+        return build_gears(mod, gears, config, params, key)
     dumps = Dumper(config.dump_graph, config.dump_path)
     imported = load_model(mod, config.input_shape, checked=True)
     dumps.module("000_imported.py", imported)

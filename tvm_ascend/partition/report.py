@@ -199,7 +199,12 @@ def _still_viewed(base, owner, last_use, index) -> bool:
 
 def report_table(report: dict) -> str:
     """The report as a plain-text table, one line per group and per unfused edge (the reason
-    that decided and what to do about it; every refusal in full stays in the report)."""
+    that decided and what to do about it; every refusal in full stays in the report); a
+    geared build's report, one table per gear (``partition/gear_report.py``)."""
+    if "gears" in report:
+        from .gear_report import gears_table  # it prints each gear with this function
+
+        return gears_table(report)
     lines = [f"{report['nodes_before']} ONNX nodes -> {report['kernels']['ascend']} Ascend "
              f"launches + {report['kernels']['host']} host launches ({report['soc_version']}, "
              f"fusion {report['fusion_level']})"]

@@ -233,8 +233,9 @@ class AscendModule:
             raise ModelLoadError(f"{str(path)!r} is not a tvm-ascend library: {err}") from err
         if meta_fn is None:
             raise ModelLoadError(f"{str(path)!r} is not a tvm-ascend library (no metadata)")
-        module = cls(metadata=json.loads(str(meta_fn())), library_path=path,
-                     weights=read_weights(path))
+        metadata = json.loads(str(meta_fn()))
+        module = module_class(metadata)(metadata=metadata, library_path=path,
+                                        weights=read_weights(path))
         module._lib = lib
         module._vm = relax.VirtualMachine(lib, tvm.cpu())
         return module
@@ -285,8 +286,9 @@ class AscendModule:
         """Run the model; ``inputs`` is {name: array} or a list in input order."""
         self._ensure_loaded()
         args = self._ordered_inputs(inputs)
+        function, weights = self._entry(args)
         try:
-            result = self._vm["main"](*args, *self._weights)
+            result = self._vm[function](*args, *weights)
         except Exception as err:  # noqa: BLE001 - kernel errors arrive as RuntimeError
             if "DeviceRuleError" in str(err):
                 raise DeviceRuleError(str(err)) from err
@@ -294,6 +296,15 @@ class AscendModule:
         if isinstance(result, tvm.runtime.Tensor):
             return [result.numpy()]
         return [r.numpy() for r in result]
+
+    def _profile_report(self) -> dict:
+        """The report whose groups the profile files describe each launch with."""
+        return self.fusion_report()
+
+    def _entry(self, args: list) -> tuple[str, list]:
+        """The VM function that runs ``args`` (the inputs, checked) and the weights it takes
+        after them (one ``main`` here; runtime/gears.py picks a gear's)."""
+        return "main", self._weights
 
     def profile(self, reset: bool = True, output=None) -> list[dict]:
         """Emulator counters of each kernel launch since the last reset (GM bytes, vector ops).
@@ -320,7 +331,7 @@ class AscendModule:
         if reset:
             self._lib.get_function("ascend_profile_reset", query_imports=True)()
         if output is not None:
-            write_profile(output, records, self.fusion_report())
+            write_profile(output, records, self._profile_report())
         return records
 
 
@@ -350,6 +361,14 @@ def _check_dynamic(name: str, axis: int, got: int, size: str, ranges: dict, size
                          f"{sizes[size][1]!r} gave {size} = {sizes[size][0]}; inputs that "
                          "share a dimension name must agree")
     sizes.setdefault(size, (got, name))
+
+
+def module_class(metadata: dict) -> type:
+    """The module class of a library's ``metadata``: GearedModule for a build with gears."""
+    if metadata.get("gears"):
+        from .gears import GearedModule  # a subclass of AscendModule: imported when needed
+        return GearedModule
+    return AscendModule
 
 
 def load(path) -> AscendModule:
