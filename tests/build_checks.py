@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 import re
 
+import tvm
 import tvm_ffi
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_ascend
+from tvm_ascend.codegen import ascendc_printer
+from tvm_ascend.errors import CodegenError
 from tvm_ascend.soc import emulator_dir
 from tvm_ascend.schedules.tiling import Tiling
 from conftest import assert_close, run_onnxruntime
@@ -104,3 +109,54 @@ def acl_stub_command(soc_name: str) -> list[str]:
             f"-DASCENDC_EMU_SOC={soc_name}", "-DASCENDC_EMU_SEPARATE_RUNTIME",
             f"-I{emulator_dir()}", f"-I{ACL_STUB_DIR}", f"-I{ffi_include}", "-include",
             "launch_stub.h", "-x", "c++", "-"]
+
+
+def fused_prim_func(model):
+    """The whole model as ONE PrimFunc (LegalizeOps, then FuseTIR over a Primitive function
+    calling every op): what the planner's merges hand the templates."""
+    mod = relax.transform.LegalizeOps()(from_onnx(model, keep_params_in_input=False))
+    mod = relax.transform.AnnotateTIROpPattern()(mod)
+    main = mod["main"]
+    bindings = [b for block in main.body.blocks for b in block.bindings]
+    bb = relax.BlockBuilder()
+    params = [relax.Var(p.name, p.ty) for p in main.params]
+    env = dict(zip(main.params, params))
+    gvs = {gv.name_hint: bb.add_func(f, gv.name_hint) for gv, f in mod.functions.items()
+           if isinstance(f, tvm.tirx.PrimFunc)}
+    with bb.function("attention", params, {"Primitive": True}, private=True):
+        with bb.dataflow():
+            for i, b in enumerate(bindings):
+                call = b.value
+                emit = bb.emit_output if i == len(bindings) - 1 else bb.emit
+                env[b.var] = emit(relax.op.call_tir(
+                    gvs[call.args[0].name_hint], relax.Tuple([env[a] for a in call.args[1].fields]),
+                    call.ty_args[0]))
+        fused_gv = bb.emit_func_output(env[bindings[-1].var])
+    with bb.function("main", params):
+        bb.emit_func_output(bb.emit(relax.Call(fused_gv, params)))
+    fused = relax.transform.FuseTIR()(bb.get())
+    return next(f for gv, f in fused.functions.items() if gv.name_hint == "attention")
+
+
+def _printer_failing(monkeypatch, when, how: str) -> None:
+    """Make the printers break the kernels whose group ``when(number of ops)`` holds: ``how`` =
+    "cxx" prints a line g++ rejects, "raise" raises CodegenError while printing."""
+    real = ascendc_printer.kernel_printer
+
+    class Broken:
+        def __init__(self, printer, ops: int):
+            self._printer, self._ops = printer, ops
+
+        def __getattr__(self, name):  # what the launcher reads after printing
+            return getattr(self._printer, name)
+
+        def print(self, buf):
+            self._printer.print(buf)
+            if not when(self._ops):
+                return
+            if how == "raise":
+                raise CodegenError(f"{self._printer.symbol}: injected printer failure")
+            buf.line("this_is_not_cxx(;")
+
+    monkeypatch.setattr(ascendc_printer, "kernel_printer",
+                        lambda kernel: Broken(real(kernel), len(kernel.group.get("ops", []))))

@@ -231,3 +231,37 @@ def add_conv(b: ModelBuilder, case, index: int) -> str:
         y = b.node("Add", [y, b.input(f"r{index}", out_shape)])
     b.output(y, out_shape)
     return y
+
+
+def causal_attention_model(batch=2, heads=2, seq=40, dim=16, dtype="float32", where="gpt2",
+                           seed=3):
+    """Attention with a Where on a bool condition before the softmax. ``where``: "gpt2"
+    (GPT-2's TorchScript export: Where(causal, S / sqrt(d), lowest) + padding mask),
+    "inside" (Where(causal, S / sqrt(d) + mask, lowest)), "rows" (a [b, 1, 1, s] bool keep
+    mask, broadcast over the queries, filled with a constant)."""
+    mb = ModelBuilder(dtype, seed=seed)
+    q, k_t, v = (mb.input(n, shape) for n, shape in (("q", [batch, heads, seq, dim]),
+                                                      ("kt", [batch, heads, dim, seq]),
+                                                      ("v", [batch, heads, seq, dim])))
+    lowest = np.finfo(mb.np_dtype).min
+    mask = mb.input("mask", [batch, 1, 1, seq])
+    mb.feeds["mask"] = np.where(mb.rng.random(mb.feeds["mask"].shape) < 0.2, lowest,
+                                0.0).astype(mb.np_dtype)
+    keep = mb.name("keep")
+    if where == "rows":
+        values = mb.rng.random((batch, 1, 1, seq)) < 0.7
+        values[..., 0] = True  # every query keeps a key
+    else:
+        values = np.tril(np.ones((seq, seq), bool))[None, None]
+    mb.inits.append(numpy_helper.from_array(values, keep))
+    scores = mb.node("Div", [mb.node("MatMul", [q, k_t]), mb.const(np.array(np.sqrt(dim)), "d")])
+    if where == "inside":
+        scores = mb.node("Add", [scores, mask])
+    fill = mb.const(np.array(lowest), "lowest") if where != "rows" else \
+        mb.const(np.array(-1e4), "fill")
+    scores = mb.node("Where", [keep, scores, fill])
+    if where != "inside":
+        scores = mb.node("Add", [scores, mask])
+    probs = mb.node("Softmax", [scores], axis=-1)
+    mb.output(mb.node("MatMul", [probs, v]), [batch, heads, seq, dim])
+    return mb

@@ -9,11 +9,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-from onnx import numpy_helper
 import pytest
-import tvm
-from tvm import relax
-from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_ascend
 from tvm_ascend.schedules import AttentionSchedule, RowReduceSchedule
@@ -23,40 +19,12 @@ from tvm_ascend.schedules.tiling import Tiling
 from tvm_ascend.soc import get_soc
 from conftest import TOLERANCES, run_onnxruntime
 from onnx_models import ModelBuilder, attention_model
+from onnx_models import causal_attention_model
+from build_checks import fused_prim_func
 
 ROOT = Path(__file__).resolve().parents[1]
 # Online softmax reorders the sums (and fp16 rounds P before the product), hence a looser
 # tolerance than the table's for fp32.
-
-
-
-
-
-def fused_prim_func(model):
-    """The whole model as ONE PrimFunc (LegalizeOps, then FuseTIR over a Primitive function
-    calling every op): what the planner's merges hand the templates."""
-    mod = relax.transform.LegalizeOps()(from_onnx(model, keep_params_in_input=False))
-    mod = relax.transform.AnnotateTIROpPattern()(mod)
-    main = mod["main"]
-    bindings = [b for block in main.body.blocks for b in block.bindings]
-    bb = relax.BlockBuilder()
-    params = [relax.Var(p.name, p.ty) for p in main.params]
-    env = dict(zip(main.params, params))
-    gvs = {gv.name_hint: bb.add_func(f, gv.name_hint) for gv, f in mod.functions.items()
-           if isinstance(f, tvm.tirx.PrimFunc)}
-    with bb.function("attention", params, {"Primitive": True}, private=True):
-        with bb.dataflow():
-            for i, b in enumerate(bindings):
-                call = b.value
-                emit = bb.emit_output if i == len(bindings) - 1 else bb.emit
-                env[b.var] = emit(relax.op.call_tir(
-                    gvs[call.args[0].name_hint], relax.Tuple([env[a] for a in call.args[1].fields]),
-                    call.ty_args[0]))
-        fused_gv = bb.emit_func_output(env[bindings[-1].var])
-    with bb.function("main", params):
-        bb.emit_func_output(bb.emit(relax.Call(fused_gv, params)))
-    fused = relax.transform.FuseTIR()(bb.get())
-    return next(f for gv, f in fused.functions.items() if gv.name_hint == "attention")
 
 
 def _build(mb):
@@ -237,40 +205,6 @@ def test_attention_on_a_soc_without_datacopypad(case):
     assert launch["gm_write_bytes"] == group["tiling"]["gm_write_bytes"]
     assert launch["warnings"] == []
     assert "DataCopyPad" not in lib.kernel_sources()[group["kernel"]]
-
-
-def causal_attention_model(batch=2, heads=2, seq=40, dim=16, dtype="float32", where="gpt2",
-                           seed=3):
-    """Attention with a Where on a bool condition before the softmax. ``where``: "gpt2"
-    (GPT-2's TorchScript export: Where(causal, S / sqrt(d), lowest) + padding mask),
-    "inside" (Where(causal, S / sqrt(d) + mask, lowest)), "rows" (a [b, 1, 1, s] bool keep
-    mask, broadcast over the queries, filled with a constant)."""
-    mb = ModelBuilder(dtype, seed=seed)
-    q, k_t, v = (mb.input(n, shape) for n, shape in (("q", [batch, heads, seq, dim]),
-                                                      ("kt", [batch, heads, dim, seq]),
-                                                      ("v", [batch, heads, seq, dim])))
-    lowest = np.finfo(mb.np_dtype).min
-    mask = mb.input("mask", [batch, 1, 1, seq])
-    mb.feeds["mask"] = np.where(mb.rng.random(mb.feeds["mask"].shape) < 0.2, lowest,
-                                0.0).astype(mb.np_dtype)
-    keep = mb.name("keep")
-    if where == "rows":
-        values = mb.rng.random((batch, 1, 1, seq)) < 0.7
-        values[..., 0] = True  # every query keeps a key
-    else:
-        values = np.tril(np.ones((seq, seq), bool))[None, None]
-    mb.inits.append(numpy_helper.from_array(values, keep))
-    scores = mb.node("Div", [mb.node("MatMul", [q, k_t]), mb.const(np.array(np.sqrt(dim)), "d")])
-    if where == "inside":
-        scores = mb.node("Add", [scores, mask])
-    fill = mb.const(np.array(lowest), "lowest") if where != "rows" else \
-        mb.const(np.array(-1e4), "fill")
-    scores = mb.node("Where", [keep, scores, fill])
-    if where != "inside":
-        scores = mb.node("Add", [scores, mask])
-    probs = mb.node("Softmax", [scores], axis=-1)
-    mb.output(mb.node("MatMul", [probs, v]), [batch, heads, seq, dim])
-    return mb
 
 
 @pytest.mark.parametrize("where,dtype,target", [

@@ -12,7 +12,8 @@ import pytest
 import tvm_ascend
 from conftest import TOLERANCES, run_onnxruntime
 from onnx_models import attention_model
-from test_attention import causal_attention_model, fused_prim_func
+from build_checks import fused_prim_func
+from onnx_models import causal_attention_model
 from tvm_ascend.cost_model import estimate_kernel
 from tvm_ascend.cost_model.attention_timing import FlashBlockCycles, flash_attention_cycles
 from tvm_ascend.schedules import AttentionSchedule

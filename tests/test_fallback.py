@@ -12,11 +12,11 @@ import pytest
 
 import tvm_ascend
 from tvm_ascend import CompileConfig
-from tvm_ascend.codegen import ascendc_printer
-from tvm_ascend.errors import CodegenError, ToolchainError
+from tvm_ascend.errors import ToolchainError
 from tvm_ascend.fallback import compile_error_kernels
 from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
+from build_checks import _printer_failing
 
 
 @pytest.fixture(autouse=True)
@@ -33,30 +33,6 @@ def _chain():
                        b.const(np.array(3.0))])
     b.output(y, [6, 40])
     return b.model(), b.feeds
-
-
-def _printer_failing(monkeypatch, when, how: str) -> None:
-    """Make the printers break the kernels whose group ``when(number of ops)`` holds: ``how`` =
-    "cxx" prints a line g++ rejects, "raise" raises CodegenError while printing."""
-    real = ascendc_printer.kernel_printer
-
-    class Broken:
-        def __init__(self, printer, ops: int):
-            self._printer, self._ops = printer, ops
-
-        def __getattr__(self, name):  # what the launcher reads after printing
-            return getattr(self._printer, name)
-
-        def print(self, buf):
-            self._printer.print(buf)
-            if not when(self._ops):
-                return
-            if how == "raise":
-                raise CodegenError(f"{self._printer.symbol}: injected printer failure")
-            buf.line("this_is_not_cxx(;")
-
-    monkeypatch.setattr(ascendc_printer, "kernel_printer",
-                        lambda kernel: Broken(real(kernel), len(kernel.group.get("ops", []))))
 
 
 def _check(lib, model, feeds):

@@ -417,7 +417,7 @@ def _chain_with_dynamic_batch() -> onnx.ModelProto:
 
 
 def test_a_kernel_failing_to_compile_in_each_gear_is_split_in_that_gear(monkeypatch):
-    from test_fallback import _printer_failing
+    from build_checks import _printer_failing
 
     monkeypatch.delenv("TVM_ASCEND_STRICT", raising=False)
     _printer_failing(monkeypatch, lambda ops: ops > 1, "cxx")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tvm_ascend
-from test_matmul_rows import _check_one_kernel, _linear_norm, _te_func
+from matmul_rows_checks import _check_one_kernel, _linear_norm, _te_func
 from tvm_ascend.codegen.ascendc_printer import ScheduledKernel, kernel_source
 from tvm_ascend.cost_model import estimate_kernel
 from tvm_ascend.schedules import MatmulRowsKnobs, MatmulRowsSchedule

@@ -21,6 +21,7 @@ import numpy as np
 
 from .config import CompileConfig
 from .errors import ModelLoadError
+from .frontend.gears import config_gears
 
 VARIANTS = {
     "off": dict(fusion_level="off"),
@@ -167,7 +168,7 @@ def compare_model(model, config: CompileConfig | None = None, variants=None, see
 
     config = config or CompileConfig()
     model = _onnx(model)
-    spec = config.gears
+    spec = config_gears(config)
     shapes = [(None, config.input_shape)] if spec is None else \
         [(gear, gear.shapes) for gear in spec.gears]
     cases = []

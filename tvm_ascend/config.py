@@ -159,7 +159,7 @@ class CompileConfig:
         one value per -1 of ``input_shape`` (with ``input_format="ND"``); or the same as
         tuples (``(1, 2, 4)``, ``((224, 224), (448, 448))``). One static build per gear goes
         into one library, kernels equal across gears once; ``run`` picks the gear from the
-        input shapes (``tvm_ascend/frontend/gears.py`` has ATC's rules).
+        input shapes (``tvm_ascend/frontend/gears.py`` has ATC's rules; ``config_gears`` reads them).
     input_format : str
         ATC's ``--input_format``: ``"NCHW"`` (default for image gears), ``"NHWC"`` or
         ``"ND"`` (needed by ``dynamic_dims``).
@@ -252,15 +252,6 @@ class CompileConfig:
     def soc(self):
         """The SocProfile of ``soc_version``."""
         return get_soc(self.soc_version)
-
-    @property
-    def gears(self):
-        """The ``GearSpec`` of the gear fields (None without gears); FusionConfigError, naming
-        the flag and value, when they break ATC's rules."""
-        from .frontend.gears import gear_spec  # a parser without stage imports (errors only)
-
-        return gear_spec(self.input_shape, self.dynamic_batch_size, self.dynamic_image_size,
-                         self.dynamic_dims, self.input_format)
 
     def replace(self, **changes) -> "CompileConfig":
         """A copy with some fields changed."""

@@ -28,7 +28,7 @@ from .cost_model.planner_model import planner_ranking
 from .cost_model.timing import end_to_end_us
 from .errors import CodegenError, ToolchainError
 from .fallback import KernelFailure, compile_error_kernels, failure_of, policy_after
-from .frontend import load_model, read_model
+from .frontend import config_gears, load_model, read_model
 from .partition.cost import GroupCost
 from .partition.grouping import node_graph, partition
 from .partition.policy import FusionPolicy, switches_of
@@ -219,7 +219,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     if str(target).strip().lower() != "ascend" and target_soc != config.soc_version:
         config = config.replace(soc_version=target_soc)
     switches_of(config)  # parse now: a bad switch file is an error before any work starts
-    gears = config.gears  # so are gears that break ATC's rules
+    gears = config_gears(config)  # so are gears that break ATC's rules
     register_codegen()
     mod = read_model(mod)
     key = build_key(mod, params, config)

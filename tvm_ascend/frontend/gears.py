@@ -270,3 +270,18 @@ def _example(flag: str) -> str:
                                   '"224,224;448,448"',
             "dynamic_dims": '--input_shape "ids:-1,-1" --input_format ND --dynamic_dims '
                             '"1,128;8,512"'}[flag]
+
+
+def config_gears(config) -> "GearSpec | None":
+    """The ``GearSpec`` of a CompileConfig's gear fields (None without gears);
+    FusionConfigError, naming the flag and value, when they break ATC's rules.
+
+    It lives here, not on CompileConfig, because the config is ground the stages stand on and
+    may not import a stage.
+
+    >>> from tvm_ascend import CompileConfig
+    >>> config_gears(CompileConfig()) is None
+    True
+    """
+    return gear_spec(config.input_shape, config.dynamic_batch_size, config.dynamic_image_size,
+                     config.dynamic_dims, config.input_format)
