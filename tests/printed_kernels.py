@@ -43,7 +43,7 @@ def _vector_and_cube_model(dtype: str):
     return b.model()
 
 
-def _kernels_of(model, soc) -> list[ScheduledKernel]:
+def kernels_of(model, soc) -> list[ScheduledKernel]:
     """Every NPU group of ``model``, partitioned as a build would (aggressive fusion) and
     scheduled with its template's first knobs."""
     result = tvm_ascend.partition_for_ascend(
@@ -65,8 +65,8 @@ def kernels_of_every_template(soc_name: str) -> tuple[ScheduledKernel, ...]:
     """Scheduled kernels for ``soc_name`` covering every template of ``TEMPLATES`` (in float16,
     and an attention in float32), checked to cover them all."""
     soc = get_soc(soc_name)
-    kernels = _kernels_of(_vector_and_cube_model("float16"), soc)
-    kernels += _kernels_of(attention_model(batch=1, seq=20, heads=2, dim=32, proj=False,
+    kernels = kernels_of(_vector_and_cube_model("float16"), soc)
+    kernels += kernels_of(attention_model(batch=1, seq=20, heads=2, dim=32, proj=False,
                                            dtype="float16").model(), soc)
     missing = {t.name for t in TEMPLATES} - {k.tiling.template for k in kernels}
     assert not missing, f"{soc_name}: no kernel of template(s) {sorted(missing)}"
