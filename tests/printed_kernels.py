@@ -43,9 +43,10 @@ def _vector_and_cube_model(dtype: str):
     return b.model()
 
 
-def kernels_of(model, soc) -> list[ScheduledKernel]:
+def kernels_of(model, soc, every_method: bool = False) -> list[ScheduledKernel]:
     """Every NPU group of ``model``, partitioned as a build would (aggressive fusion) and
-    scheduled with its template's first knobs."""
+    scheduled with its template's first knobs; with ``every_method``, also with the first
+    knobs of each other kernel method the template offers (the conv's Load3D variant)."""
     result = tvm_ascend.partition_for_ascend(
         model, tvm_ascend.CompileConfig(fusion_level="aggressive", soc_version=soc.name))
     kernels = []
@@ -54,9 +55,18 @@ def kernels_of(model, soc) -> list[ScheduledKernel]:
             continue
         template = template_by_name(record_of(func).template)
         prim = func.attrs[ir_attrs.PRIM_FUNC]
-        scheduled, tiling = template.schedule(prim, soc, template.knob_space(prim, soc)[0])
-        kernels.append(ScheduledKernel(gv.name_hint, scheduled, tiling,
-                                       {"name": gv.name_hint, "rule": "test", "ops": []}))
+        space = template.knob_space(prim, soc)
+        chosen = [space[0]]
+        if every_method:
+            methods = {getattr(space[0], "method", None)}
+            for knobs in space:
+                if getattr(knobs, "method", None) not in methods:
+                    methods.add(knobs.method)
+                    chosen.append(knobs)
+        for knobs in chosen:
+            scheduled, tiling = template.schedule(prim, soc, knobs)
+            kernels.append(ScheduledKernel(gv.name_hint, scheduled, tiling,
+                                           {"name": gv.name_hint, "rule": "test", "ops": []}))
     return kernels
 
 

@@ -58,11 +58,24 @@ def _ops_model(dtype: str):
     return b.model()
 
 
+def _conv_model():
+    """A half 3x3 stride-2 Conv + bias + ReLU the Load3D variant takes (on coupled chips)."""
+    b = ModelBuilder("float16", seed=8)
+    w = b.const(b.rng.standard_normal((24, 16, 3, 3)) * 0.2, "w")
+    conv = b.node("Conv", [b.input("x", (1, 16, 9, 9)), w], pads=[1, 1, 1, 1], strides=[2, 2])
+    b.output(b.node("Relu", [conv]), (1, 24, 5, 5))
+    return b.model()
+
+
 @functools.lru_cache(maxsize=None)
 def _printed(soc_name: str) -> dict[str, str]:
     """Standalone kernel sources for ``soc_name``: every template, and the vector ops."""
     soc = get_soc(soc_name)
     kernels = list(kernels_of_every_template(soc_name))
+    kernels += [k for k in kernels_of(_conv_model(), soc, every_method=True)
+                if getattr(k.tiling.plan, "variant", None) == "load3d"]
+    assert soc_name != "Ascend310P3" or any(
+        getattr(k.tiling.plan, "variant", None) == "load3d" for k in kernels)
     for dtype in ("float32", "float16"):
         kernels += kernels_of(_ops_model(dtype), soc)
     return {f"{k.tiling.template}:{k.symbol}:{i}": kernel_source(k, soc)
