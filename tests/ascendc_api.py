@@ -153,6 +153,7 @@ _CLASS = re.compile(r"\b(?:class|struct)\s+(?:__\w+\s+|alignas\([^)]*\)\s+)*([A-
 _ENUM = re.compile(r"\benum\s+(?:class\s+|struct\s+)?([A-Za-z_]\w*)\s*(?::\s*[\w:]+\s*)?\{")
 _TYPEDEF_ENUM = re.compile(r"\btypedef\s+enum\s*(?:[A-Za-z_]\w*)?\s*\{([^}]*)\}\s*(\w+)\s*;")
 _USING = re.compile(r"\busing\s+([A-Za-z_]\w*)\s*=\s*([^;]+);")
+_DIRECTIVE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.M)
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)", re.M)
 # ``[[deprecated("NOTICE: Name ...")]]`` before a declaration: the notice's API name and the
 # declared function's (they differ: SetSysWorkSpace's notice is on SetSysWorkspace)
@@ -201,7 +202,8 @@ def _declarations(text: str, index: ApiIndex) -> None:
             continue
         after = text[close:close + 40].lstrip()
         if not re.match(r"(?:const\b|noexcept\b|->|override\b|\{|;|=\s*(?:default|delete)|"
-                        r"__attribute__|\[\[|:(?!:))", after):  # ``:`` a constructor's inits
+                        r"__attribute__|\[\[|:(?!:)|__aicore__)", after):
+            # ``:`` a constructor's inits; ``__aicore__``: the other branch of an #if
             continue
         params = arity_of(text[m.end():close - 1])
         index.functions.setdefault(name, set()).add((_template_before(text, m.start()),
@@ -245,7 +247,8 @@ def _file_index(path: Path) -> ApiIndex:
     index = ApiIndex("")
     raw = path.read_text(errors="replace")
     index.macros.update(_DEFINE.findall(raw))
-    _declarations(strip_code(raw), index)
+    # directives (and macro bodies) out: both branches of an #if are read as declarations
+    _declarations(_DIRECTIVE.sub("", strip_code(raw)), index)
     return index
 
 
@@ -300,8 +303,8 @@ def _not_supported_outside_core_guards(raw: str) -> list[str]:
 @dataclass(frozen=True)
 class Use:
     """One AscendC use in printed code: ``kind`` is "call" (a qualified free function),
-    "member" (``.Name(`` on an AscendC object), "type", "enum" or "macro"; ``template_args``
-    None when none were written."""
+    "member" (``.Name(`` on an AscendC object), "type", "construct" (``Name x{...}``, its
+    ``args`` the values), "enum" or "macro"; ``template_args`` None when none were written."""
 
     kind: str
     name: str
@@ -351,10 +354,16 @@ def uses_in(source: str) -> set[Use]:
         if scopes:
             uses.add(Use("enum", name, scope=scopes.rstrip(":").split("::")[-1]))
             continue
-        template_args, args, _ = _call_after(text, m.end())
+        template_args, args, end = _call_after(text, m.end())
         # ``Name<...>(`` / ``Name(`` is a call; ``Name<...> x`` / ``Name x{...}`` a type
         uses.add(Use("call", name, template_args, args) if args is not None
                  else Use("type", name, template_args))
+        braced = re.match(r"\s*[A-Za-z_]\w*\s*\{", text[end:end + 80])
+        if args is None and braced:  # ``Name x{a, b}``: a constructor call (or an aggregate)
+            close = balanced(text, end + braced.end() - 1)
+            if close > 0:
+                uses.add(Use("construct", name, template_args,
+                             len(split_top(text[end + braced.end():close - 1]))))
     for m in _MEMBER.finditer(text):
         if m.group(1) in own:
             continue
@@ -387,6 +396,14 @@ def check_use(use: Use, index: ApiIndex) -> str | None:
         return (f"{use.name}<...> takes {sorted((a.low, a.high) for a in arities)} template "
                 f"arguments, printed with {use.template_args}")
     declared = index.functions.get(use.name)
+    if use.kind == "construct":
+        if not declared:  # no constructor: an aggregate, any prefix of its fields
+            return None
+        if any(p.accepts(use.args) for _, p in declared):
+            return None
+        shapes = sorted({(p.low, p.high) for _, p in declared})
+        return (f"{use.name}{{...}}: no constructor takes {use.args} values (declared: "
+                f"{shapes})")
     if not declared:
         return f"no function {use.name}"
     for template, params in declared:

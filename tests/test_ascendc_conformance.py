@@ -96,6 +96,8 @@ def test_every_printed_ascendc_use_is_declared_with_its_arity(devkit, soc_name):
     uses = _uses(soc_name)
     kinds = {u.kind for u in uses}
     assert {"call", "member", "type", "enum", "macro"} <= kinds and len(uses) > 80, kinds
+    # DataCopyExtParams{...}, BinaryRepeatParams(...): constructors' value counts too
+    assert soc_name != "Ascend910B1" or "construct" in kinds
     wrong = {}
     for use, where in uses.items():
         reason = check_use(use, index)
@@ -183,6 +185,8 @@ def test_the_conformance_checks_have_teeth(devkit):
     assert check_use(Use("enum", "VECIN", scope="QuePosition"), c220) is None  # an alias
     assert "no value" in check_use(Use("enum", "VECIN2", scope="QuePosition"), c220)
     assert check_use(Use("macro", "REGIST_MATMUL_OBJ"), c220) is None
+    assert check_use(Use("construct", "DataCopyExtParams", None, 5), c220) is None
+    assert "no constructor" in check_use(Use("construct", "DataCopyExtParams", None, 4), c220)
     # DataCopyPad: printed for 910B, unsupported on 310P
     assert "DataCopyPad" not in c220.notices and m200.notices["DataCopyPad"] == {"unsupported"}
 
@@ -202,6 +206,7 @@ def test_printed_uses_are_read_with_their_argument_counts():
         Use("call", "Duplicate", None, 6), Use("call", "SetFlag", 1, 1),
         Use("enum", "V_S", scope="HardEvent"), Use("type", "TQue", 2),
         Use("enum", "VECIN", scope="QuePosition"), Use("type", "DataCopyExtParams"),
+        Use("construct", "DataCopyExtParams", None, 5),
         Use("member", "AllocTensor", 1, 0), Use("macro", "REGIST_MATMUL_OBJ")}
 
 
