@@ -15,6 +15,8 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
+import tvm
+import tvm_ffi
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_ascend
@@ -458,3 +460,45 @@ def test_dumps_have_a_folder_per_gear(tmp_path):
         assert report["gear"] == f"x:{batch},40"
         assert (folder / "000_imported.py").exists() and (folder / "fusion_result.json").exists()
         assert len(list((folder / "kernels").glob("*.cpp"))) == report["npu_kernels"] == 1
+
+
+def _host_layernorm_with_dynamic_batch() -> onnx.ModelProto:
+    """x + x -> LayerNormalization over axis -3 of (N, 7, 16, 1): the Add on the NPU, the
+    LayerNormalization (not over the last axes) kept on the host as a TIR function."""
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="add"),
+             helper.make_node("LayerNormalization", ["a", "g", "b"], ["y"], name="ln", axis=-3)]
+    rng = np.random.default_rng(12)
+    inits = [numpy_helper.from_array(rng.random([7, 16, 1], dtype=np.float32), n)
+             for n in ("g", "b")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 7, 16, 1])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7, 16, 1])], inits)
+    model.opset_import[0].version = 18
+    return model
+
+
+def test_host_tir_functions_keep_their_type_when_renamed_per_gear():
+    """Regression (fuzz gears, sample case 0-12 off): ``gear_build._prefixed`` made each
+    renamed GlobalVar afresh, so a host TIR function (an op kept on the host) lost its type
+    and normalising the gear's host program failed ("The ty of an Expr ... must not be
+    missing ... GlobalVar("gear0_layer_norm")"). Every renamed GlobalVar keeps its type, and
+    a build with an op on the host runs every gear."""
+    from tvm_ascend.gear_build import _prefixed
+
+    host = tvm.relax.transform.LegalizeOps()(tvm_ascend.frontend.load_model(
+        _chain_with_dynamic_batch(), {"x": (3, 40)}, checked=True))
+    renamed = _prefixed(host, "gear7_")
+    before = {gv.name_hint: gv for gv in host.get_global_vars()}
+    assert any(not isinstance(f, tvm.relax.Function) for f in host.functions.values())
+    for gv in renamed.get_global_vars():
+        assert gv.name_hint.startswith("gear7_")
+        old = before[gv.name_hint[len("gear7_"):]]
+        assert gv.ty is not None and tvm_ffi.structural_equal(gv.ty, old.ty), gv.name_hint
+    model = _host_layernorm_with_dynamic_batch()
+    lib = tvm_ascend.build(model, config=CompileConfig(
+        input_shape={"x": (-1, 7, 16, 1)}, dynamic_batch_size="2,5"))
+    report = lib.fusion_report()
+    assert [s["host_groups"] for s in report["gears"]] == [1, 1]
+    assert report["npu_kernels_per_gear"] == [1, 1]
+    for batch in (2, 5):
+        feeds = _feeds({"x": (batch, 7, 16, 1)}, batch)
+        assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
