@@ -52,6 +52,9 @@ from .tiling import UB_RESERVED_BYTES
 from .template import Template, mark_core_loop
 
 SCORE_BYTES = 4  # scores, probabilities' statistics and the output accumulator are float
+# fp16 attention on a split chip: the AIC's score tiles go through the workspace in half (its
+# FIXPIPE rounds them), the AIV casts them to float for the softmax (running max / sum in float)
+HALF_SCORE_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,13 @@ class AttentionPlan(TemplatePlan, template="attention"):
     data_copy_pad: bool
     method: str = "staged"
     round_blocks: int = 0
+    score_bytes: int = SCORE_BYTES
+
+    @property
+    def half_scores(self) -> bool:
+        """Whether the AIC's score tiles come back in half (fp16 on a split chip, where they
+        cross the GM workspace): the AIV casts each to float before its softmax."""
+        return self.score_bytes == HALF_SCORE_BYTES
 
     @property
     def flash(self) -> bool:
@@ -113,9 +123,10 @@ class AttentionPlan(TemplatePlan, template="attention"):
 
     @property
     def workspace_bytes(self) -> int:
-        """User workspace of one client: a float ``base_q x base_kv`` slot per score tile of
-        a round (0 for the staged kernel, which needs none)."""
-        return self.round_blocks * self.base_q * self.base_kv * SCORE_BYTES if self.flash else 0
+        """User workspace of one client: a ``base_q x base_kv`` slot (``score_bytes`` an
+        element) per score tile of a round (0 for the staged kernel, which needs none)."""
+        return self.round_blocks * self.base_q * self.base_kv * self.score_bytes \
+            if self.flash else 0
 
 
 @dataclass(frozen=True)
@@ -294,7 +305,10 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     cores = max(1, min(knobs.cores or most, most, total))
     per_core = ceil_div(total, cores)
     used = ceil_div(total, per_core)
-    traffic = _traffic(shape, soc, base_q, base_kv, base_k_qk)
+    # the score tiles cross the workspace in the tensors' half on split chips (fp16 in,
+    # fp16 scores: CANN's fused attention does the same); the softmax itself runs in float
+    score_bytes = HALF_SCORE_BYTES if e == 2 and soc.npu_arch == 2201 else SCORE_BYTES
+    traffic = _traffic(shape, soc, base_q, base_kv, base_k_qk, score_bytes)
     if shape.fill_param is not None:  # the Where's fill: read once per core
         traffic["tensor_read_bytes"] += used * e
     kv_blocks = ceil_div(shape.seq_kv, base_kv)
@@ -302,7 +316,7 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     round_blocks = min(kv_blocks, ASYNC_EVENT_FETCHES - 1) if flash else 0
     plan = AttentionPlan(shape, base_q, base_kv, base_k_qk, d16, blocks_q, tuple(layout.items()),
                          traffic["tensor_read_bytes"], traffic["tensor_write_bytes"],
-                         bool(soc.has_data_copy_pad), method, round_blocks)
+                         bool(soc.has_data_copy_pad), method, round_blocks, score_bytes)
     # every query block reads the whole of its head's K and V (and its Q rows once per score
     # tile): the re-reads past Q + K + V (+ mask) are L2 hits when what the working cores
     # read in one pass fits in L2 (l2_reuse): a query block each, K and V of the heads in
@@ -323,7 +337,7 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
                       workspace_write_bytes=traffic["workspace_write_bytes"],
                       scalar_elems=_scalar_tails(shape, soc, base_q, base_kv),
                       extra_vector_calls=per_core * _flash_vector_calls(
-                          shape, base_q, base_kv) if flash else 0,
+                          shape, base_q, base_kv, score_bytes) if flash else 0,
                       aiv_ratio=clients, round_tiles=round_blocks,
                       attention_blocks=kv_blocks if flash else 0)
     return Tiling("attention", total, used, per_core, 1, per_core, 1, 0, ub, soc.ub_bytes,
@@ -332,18 +346,24 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
                   shape.head_dim, work=work, plan=plan)
 
 
-def _flash_vector_calls(shape, base_q: int, base_kv: int) -> int:
+def _flash_vector_calls(shape, base_q: int, base_kv: int,
+                        score_bytes: int = SCORE_BYTES) -> int:
     """Vector calls the flash kernel issues for one item of ``base_q`` rows, as printed
     (codegen/kernels/attention.py ``emit_tile_softmax``): per key block the whole-tile ops
-    (one per 64-float chunk of a row where chunked), the mask's and the Where's row-by-row
-    calls; per item the fills, and the final rows' divide and cast."""
+    (one per 64-float chunk of a row where chunked; the half score tile's cast), the mask's
+    and the Where's row-by-row calls; per item the fills, and the final normalisation of the
+    whole tile (the sums' broadcast, the divide by chunks, the cast at once where the float
+    and half rows have one pitch, else by rows)."""
     e = dtype_bytes(shape.dtype)
     rows = base_q
-    calls = 3 + rows * (2 if e == 2 else 1)  # Duplicates; per row 1/sum (and the cast)
     d_chunks = ceil_div(shape.head_dim, 64)
+    calls = 3 + 1 + d_chunks  # Duplicates; Brcb of the sums, the divide
+    if e == 2:
+        calls += 1 if round_up(shape.head_dim, 8) == round_up(shape.head_dim, 16) else rows
     for kv in pieces(shape.seq_kv, base_kv):
         chunks = ceil_div(kv, 64)
         block = (1 if shape.scale != 1.0 else 0) + 2 * (2 * chunks - 1) + 4 + 2 * chunks + 3
+        block += 1 if score_bytes == HALF_SCORE_BYTES else 0  # the half tile to float
         block += (1 if e == 2 else 0) + 1 + d_chunks + 1  # P cast; Brcb, rescale, add
         if shape.mask is not None:
             mask_rows = 1 if shape.mask.row_stride == 0 else rows
@@ -385,11 +405,12 @@ def _scalar_tails(shape, soc, base_q, base_kv) -> int:
     return shape.batch * tails
 
 
-def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
+def _traffic(shape, soc, base_q, base_kv, base_k_qk, score_bytes=SCORE_BYTES) -> dict:
     """GM bytes as the kernel moves them (emulator README, "Cube"): per score tile, Q's rows
     and K's block over the head dim; the mask block; V's block; the output rows once. On 2201
-    the score tile and the product tile go AIC -> workspace -> UB and the probabilities
-    UB -> workspace -> L1 (A from the UB): workspace bytes, counted apart from the tensors'."""
+    the score tile (``score_bytes`` an element) and the float product tile go AIC ->
+    workspace -> UB and the probabilities UB -> workspace -> L1 (A from the UB): workspace
+    bytes, counted apart from the tensors'."""
     e = dtype_bytes(shape.dtype)
     c0 = 32 // e
     split = soc.npu_arch == 2201
@@ -407,11 +428,11 @@ def _traffic(shape, soc, base_q, base_kv, base_k_qk) -> dict:
             macs += round_up(q, FRACTAL) * round_up(shape.head_dim, FRACTAL) * \
                 round_up(kv, c0)
             if split:
-                staged = q * kv * SCORE_BYTES + q * kv * e + q * shape.head_dim * SCORE_BYTES
+                staged = q * kv * score_bytes + q * kv * e + q * shape.head_dim * SCORE_BYTES
                 w_read += staged
                 w_write += staged
                 # the AIC writes the score and product tiles (the AIV, the probabilities)
-                cube_ws += q * kv * SCORE_BYTES + q * shape.head_dim * SCORE_BYTES
+                cube_ws += q * kv * score_bytes + q * shape.head_dim * SCORE_BYTES
     b = shape.batch
     return {"tensor_read_bytes": b * t_read,
             "tensor_write_bytes": b * shape.seq_q * shape.head_dim * e,

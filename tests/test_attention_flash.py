@@ -18,6 +18,7 @@ from tvm_ascend.cost_model import estimate_kernel
 from tvm_ascend.cost_model.attention_timing import FlashBlockCycles, flash_attention_cycles
 from tvm_ascend.schedules import AttentionSchedule
 from tvm_ascend.schedules.attention import AttentionKnobs, plan_attention
+from tvm_ascend.schedules.tiling import pieces
 from tvm_ascend.soc import get_soc
 
 B1, P3 = get_soc("Ascend910B1"), get_soc("Ascend310P3")
@@ -78,7 +79,9 @@ def test_flash_matches_onnxruntime_and_the_staged_kernel(monkeypatch, case):
     assert plan["method"] == "flash" and work["aiv_ratio"] == 2 and launch["task_ratio"] == 2
     assert launch["block_dim"] == -(-group["tiling"]["cores"] // 2)
     assert "while (qk.template Iterate<false>()) {" in source
-    assert "qk.template GetTensorC<false, true>(s, 0, true, curQ, curKv);" in source
+    # fp16: the half score tile lands in p, then goes to float (s) for the softmax
+    tile = "p" if dtype == "float16" else "s"
+    assert f"qk.template GetTensorC<false, true>({tile}, 0, true, curQ, curKv);" in source
     assert "qk.SetWorkspace(wsGm);" in source and "KERNEL_TYPE_MIX_AIC_1_2" in source
     (ref,) = run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
@@ -154,12 +157,13 @@ def test_flash_plan_halves_the_cube_memories_and_keeps_the_bytes():
     flash = AttentionSchedule.plan(analysis, B1, AttentionKnobs(method="flash"))
     p = flash.plan
     assert (p.method, p.base_q, p.base_kv, p.round_blocks) == ("flash", 64, 128, 3)
-    assert p.workspace_bytes == 3 * 64 * 128 * 4
+    # fp16 on 910B: the score tiles cross the workspace in half, the product tiles in float
+    assert p.score_bytes == 2 and p.workspace_bytes == 3 * 64 * 128 * 2
     assert flash.cores == 2 * 2 * 5 and flash.work.aiv_ratio == 2  # 20 items, 20 clients
     assert (flash.gm_read_bytes, flash.gm_write_bytes) == \
         (staged.gm_read_bytes, staged.gm_write_bytes)
-    score_and_product = 4 * sum(q * kv + q * 64 for q in (64,) * 4 + (44,)
-                                for kv in (128, 128, 44))
+    score_and_product = sum(2 * q * kv + 4 * q * 64 for q in (64,) * 4 + (44,)
+                            for kv in (128, 128, 44))
     assert flash.work.cube_workspace_bytes == 2 * 2 * score_and_product
     assert staged.work.cube_workspace_bytes == 0 and staged.plan.workspace_bytes == 0
     # 128 query rows and 128 keys need 64 KiB of L0C for the scores alone: half is all a
@@ -193,3 +197,35 @@ def test_flash_is_estimated_faster_than_staged_at_bert_size():
     # 262 vs 482 us when written; the flash kernel's vector calls are counted as printed
     assert flash.time_us < 0.6 * staged.time_us
     assert flash.time_us >= flash.roofline_us + flash.launch_us
+
+
+def _numpy_attention(feeds, dim):
+    """softmax(Q K^T / sqrt(d) + mask) V in float64 (``attention_model(proj=False)``)."""
+    q, k, v, mask = (feeds[n].astype(np.float64) for n in ("q", "k", "v", "mask"))
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(dim) + mask
+    scores -= scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores)
+    return (probs / probs.sum(axis=-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("seq", [77, 128, 513])
+def test_flash_half_score_tiles_match_numpy(monkeypatch, seq):
+    """fp16 on 910B: the score tiles cross the workspace in half (the running maxima and sums
+    stay float), the rows are divided by their sums once on the whole tile; one key block,
+    an exact one and a 1-key tail (513), several clients; bytes equal the emulator's."""
+    mb = attention_model(batch=1, heads=3, seq=seq, dim=64, proj=False, mask="row",
+                         dtype="float16")
+    _forced(monkeypatch, method="flash")
+    out, group, launch, source = _run(mb)
+    plan = group["tiling"]["plan"]
+    assert plan["score_bytes"] == 2 and group["tiling"]["cores"] > 2
+    assert "using SHType = matmul::MatmulType<AscendC::TPosition::VECIN, " \
+           "CubeFormat::ND_ALIGN, half>;" in source
+    assert "AscendC::Div(acc[c], acc[c], bc, n, curQ," in source
+    assert "rowSum.GetValue(r)" not in source  # no scalar unit in the normalisation
+    np.testing.assert_allclose(out.astype(np.float64), _numpy_attention(mb.feeds, 64),
+                               **TOLERANCES["cube/float16"])
+    _check_counters(group, launch)
+    ws = sum(2 * q * kv + 2 * q * kv + 4 * q * 64 for q in pieces(seq, 64)
+             for kv in pieces(seq, 128))
+    assert group["tiling"]["work"]["workspace_read_bytes"] == 3 * ws

@@ -95,6 +95,21 @@ def test_attention_rereads_are_l2_hits_by_the_same_rule():
     assert tiling.work.l2_operand_bytes == reads - unique
 
 
+def test_attention_rows_count_both_aivs_of_each_core_as_clients():
+    """A FlashAttention figure on n AI cores of 910B ran on their 2n AIVs: the row plans the
+    template's variants on n cores, the 1:2-mix (flash) one with 2n AIV clients (regression:
+    its ``cores`` knob counts clients, so "1 core" was one AIV), and keeps the faster."""
+    row = calibration._flash_row(1, 1024, 40.0)
+    estimate = row.estimate()
+    assert "on 1 AI cores (2 AIV clients)" in estimate.built, estimate.built
+    assert "'method': 'flash'" in estimate.built and "'cores': 2" in estimate.built
+    model = calibration.attention_model(1, 1, 128, 1024, 128)
+    one_aiv = calibration._single_kernel_us(model, calibration.DIE,
+                                            {"cores": 1, "method": "flash"},
+                                            fusion_level="aggressive")
+    assert estimate.time_us < one_aiv.time_us
+
+
 def test_reads_and_writes_share_the_streaming_bandwidth():
     """A copy moves its reads and writes through one HBM: the estimate is at least all its
     bytes at the achieved streaming rate (regression: MTE2 and MTE3 once each had the whole

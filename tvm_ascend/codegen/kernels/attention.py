@@ -56,6 +56,11 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         return self.names[operand.param]
 
     @property
+    def _score_type(self) -> str:
+        """C++ type of the score tiles the AIC writes (half on split chips for fp16)."""
+        return "half" if self.plan.half_scores else "float"
+
+    @property
     def kernel_mode(self) -> str:
         """MIX_MODE (the 1:2 mix, each AIV a client) for the flash plan, else one AIV per AIC."""
         return "MIX_MODE" if self.plan.flash else "MIX_AIC_1_1"
@@ -87,6 +92,9 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         buf.line("using SType = matmul::MatmulType<AscendC::TPosition::VECIN, "
                  "CubeFormat::ND_ALIGN, float>;")
         buf.line(f"using PType = matmul::MatmulType<{vec}, CubeFormat::ND, {t}>;")
+        if p.half_scores:  # the score tiles cross the workspace in half (FIXPIPE rounds them)
+            buf.line("using SHType = matmul::MatmulType<AscendC::TPosition::VECIN, "
+                     "CubeFormat::ND_ALIGN, half>;")
         consts = {"SEQ_Q": s.seq_q, "SEQ_KV": s.seq_kv, "HEAD_DIM": s.head_dim,
                   "BASE_Q": p.base_q, "BASE_KV": p.base_kv, "BLOCKS_Q": p.blocks_q,
                   "PITCH_D": -(-s.head_dim // 8) * 8, "STAT": -(-p.base_q // 8) * 8,
@@ -109,7 +117,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("for (uint32_t item = first; item < last; ++item) Item(item);")
 
     def emit_public_members(self, buf):  # the Matmul objects
-        buf.line("matmul::Matmul<QType, KType, SType, SType> qk;")
+        scores = "SHType" if self.plan.half_scores else "SType"
+        buf.line(f"matmul::Matmul<QType, KType, {scores}, SType> qk;")
         buf.line("matmul::Matmul<PType, QType, SType, SType> pv;")
 
     def emit_private(self, buf):
@@ -124,9 +133,10 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         if s.fill_param is not None:
             n = self.names[s.fill_param]
             buf.line(f"fillValue = static_cast<float>({n}Gm.GetValue(0)) * FILL;")
-        if self.plan.flash:  # this client's slots: a float score tile each of a round's
-            elems = self.plan.workspace_bytes // 4
-            buf.line(f"wsGm.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(userWorkspace) + "
+        if self.plan.flash:  # this client's slots: a score tile each of a round's
+            elems = self.plan.workspace_bytes // self.plan.score_bytes
+            st = self._score_type
+            buf.line(f"wsGm.SetGlobalBuffer(reinterpret_cast<__gm__ {st}*>(userWorkspace) + "
                      f"static_cast<uint64_t>(AscendC::GetBlockIdx()) * {elems}, {elems});")
             buf.line("qk.SetWorkspace(wsGm);")
         for name, size in self.layout.items():
@@ -174,24 +184,42 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                     buf.line("uint32_t curKv = SEQ_KV - kvOff < BASE_KV ? SEQ_KV - kvOff : "
                              "BASE_KV;")
                     buf.line(call)
-            _sync(buf, "V_S", "the running sums are read on the scalar unit")
-            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
-                buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], "
-                         "1.0f / rowSum.GetValue(r), HEAD_DIM);")
+            out_pitch = -(-s.head_dim // 16) * 16
+            if self.plan.flash:
+                self.emit_tile_normalise(buf, out_pitch)
+            else:
+                _sync(buf, "V_S", "the running sums are read on the scalar unit")
+                with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
+                    buf.line("AscendC::Muls(acc[r * PITCH_D], acc[r * PITCH_D], "
+                             "1.0f / rowSum.GetValue(r), HEAD_DIM);")
             src, src_pitch = "acc", "PITCH_D"
             if self.elem == 2:
-                out_pitch = -(-s.head_dim // 16) * 16
                 src_pitch = str(out_pitch)
                 buf.line(f"AscendC::LocalTensor<{t}> outT = outBuf.Get<{t}>();")
-                with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
-                    buf.line(f"AscendC::Cast(outT[r * {out_pitch}], acc[r * PITCH_D], "
-                             "AscendC::RoundMode::CAST_ROUND, HEAD_DIM);")
+                if -(-s.head_dim // 8) * 8 == out_pitch:  # one pitch: the tile at once
+                    buf.line("AscendC::Cast(outT, acc, AscendC::RoundMode::CAST_ROUND, "
+                             "curQ * PITCH_D);")
+                else:
+                    with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
+                        buf.line(f"AscendC::Cast(outT[r * {out_pitch}], acc[r * PITCH_D], "
+                                 "AscendC::RoundMode::CAST_ROUND, HEAD_DIM);")
                 src = "outT"
             _sync(buf, "V_MTE3", "output rows complete before they leave")
             buf.line(f"CopyTileOut({self._n(s.out)}Gm[outBase + static_cast<uint64_t>(qOff) * "
                      f"{s.out.row_stride}], {src}, curQ, HEAD_DIM, {src_pitch}, "
                      f"{s.out.row_stride});")
             _sync(buf, "MTE3_V", "the next item overwrites the rows")
+
+    def emit_tile_normalise(self, buf, out_pitch: int) -> None:
+        """The flash kernel's rows divided by their running sums once, at the item's end, on
+        the whole tile: the sums broadcast as 32-byte blocks (Brcb), one Div per 64-float
+        chunk of the rows (the rows as its repeats); no scalar unit on the way."""
+        buf.line("AscendC::LocalTensor<float> bc = bcBuf.Get<float>();")
+        buf.line("AscendC::Brcb(bc, rowSum, (curQ + 7) / 8, {1, 8});  // every row's sum")
+        with buf.indent("for (uint32_t c = 0; c < HEAD_DIM; c += 64) {"):
+            buf.line("uint64_t n = HEAD_DIM - c < 64 ? HEAD_DIM - c : 64;")
+            buf.line("AscendC::Div(acc[c], acc[c], bc, n, curQ, "
+                     "AscendC::BinaryRepeatParams(1, 1, 0, PITCH_D / 8, PITCH_D / 8, 1));")
 
     def _qk_operands(self, buf, q_at: str, kv_at: str, n: str) -> None:
         """The score product's shapes and operands: Q's rows at ``q_at``, ``n`` keys of K from
@@ -230,7 +258,11 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         with buf.indent(f"__aicore__ inline void KeyBlock(uint64_t qAt, uint64_t kBase, "
                         f"uint64_t vBase, {mask}uint32_t qOff, uint32_t curQ, uint32_t kvOff, "
                         "uint32_t curKv) {"):
-            buf.line("uint32_t pitch = (curKv + 7) / 8 * 8;  // float score rows (ND_ALIGN)")
+            if self.plan.half_scores:  # the half tile's rows (ND_ALIGN), the float's alike
+                buf.line("uint32_t pitch = (curKv + 15) / 16 * 16;  // half score rows "
+                         "(ND_ALIGN), float ones alike")
+            else:
+                buf.line("uint32_t pitch = (curKv + 7) / 8 * 8;  // float score rows (ND_ALIGN)")
             buf.line("AscendC::LocalTensor<float> s = sBuf.Get<float>();")
             buf.line("AscendC::LocalTensor<float> o = oBuf.Get<float>();")
             buf.line("AscendC::LocalTensor<float> acc = accBuf.Get<float>();")
@@ -240,13 +272,20 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("AscendC::LocalTensor<float> work = workBuf.Get<float>();")
             mask_row = self.emit_mask_in(buf) if s.mask is not None else None
             keep_row = self.emit_keep_in(buf) if s.keep is not None else None
+            # the half score tile lands in pBuf (free until the probabilities), then to float
+            dst = "p" if self.plan.half_scores else "s"
+            if self.plan.half_scores:
+                buf.line(f"AscendC::LocalTensor<{t}> p = pBuf.Get<{t}>();")
             if self.plan.flash:  # the round's next tile, computed ahead by the AIC
-                buf.line("qk.template GetTensorC<false, true>(s, 0, true, curQ, curKv);")
+                buf.line(f"qk.template GetTensorC<false, true>({dst}, 0, true, curQ, curKv);")
             else:
                 self._qk_operands(buf, "qAt", "kvOff", "curKv")
                 buf.line("qk.Iterate();")
-                buf.line("qk.template GetTensorC<true, true>(s, 0, true, curQ, curKv);")
+                buf.line(f"qk.template GetTensorC<true, true>({dst}, 0, true, curQ, curKv);")
                 buf.line("qk.End();")
+            if self.plan.half_scores:
+                buf.line("AscendC::Cast(s, p, AscendC::RoundMode::CAST_NONE, curQ * pitch);"
+                         "  // the softmax in float")
             if self.plan.flash:
                 self.emit_tile_softmax(buf, mask_row, keep_row)
             else:
@@ -256,7 +295,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("AscendC::Add(rowSum, rowSum, blockSum, curQ);")
             probs = "s"
             if self.elem == 2:
-                buf.line(f"AscendC::LocalTensor<{t}> p = pBuf.Get<{t}>();")
+                if not self.plan.half_scores:
+                    buf.line(f"AscendC::LocalTensor<{t}> p = pBuf.Get<{t}>();")
                 buf.line("AscendC::Cast(p, s, AscendC::RoundMode::CAST_ROUND, curQ * pitch);")
                 probs = "p"
             _sync(buf, "V_MTE3", "the probabilities leave the UB for the cube")
@@ -429,7 +469,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         if self.shape.fill_param is not None:
             buf.line("float fillValue;  // the Where's fill, read once")
         if self.plan.flash:
-            buf.line("AscendC::GlobalTensor<float> wsGm;  // this client's score-tile slots")
+            buf.line(f"AscendC::GlobalTensor<{self._score_type}> wsGm;  "
+                     "// this client's score-tile slots")
         for name in self.layout:
             buf.line(f"AscendC::TBuf<AscendC::TPosition::VECCALC> {name};")
 
