@@ -265,3 +265,27 @@ def causal_attention_model(batch=2, heads=2, seq=40, dim=16, dtype="float32", wh
     probs = mb.node("Softmax", [scores], axis=-1)
     mb.output(mb.node("MatMul", [probs, v]), [batch, heads, seq, dim])
     return mb
+
+
+def repeated_key_scores_model(batch=2, heads=4, kv_heads=2, seq=16, dim=16, dtype="float16",
+                              seed=5):
+    """LLaMA's attention scores over a repeated K, without the Softmax: repeat_kv (Unsqueeze,
+    Expand, Reshape) and the transpose of K, then MatMul(Q, K^T) * scale + mask. Without a
+    Softmax and P @ V the grouped-query rewrite (prepare/gqa.py) does not apply, so K's
+    data-movement prologue stays a kernel of its own beside the MatMul, as LLaMA's was before
+    that rewrite (the shapes are the corpus LLaMA's)."""
+    mb = ModelBuilder(dtype, seed=seed)
+    q = mb.input("q", [batch, heads, seq, dim])
+    k = mb.input("k", [batch, kv_heads, 1, seq, dim])  # K with repeat_kv's Unsqueeze done
+    mask = mb.input("mask", [batch, 1, seq, seq])
+    mb.feeds["mask"] = np.where(mb.rng.random(mb.feeds["mask"].shape) < 0.2, -10000.0,
+                                0.0).astype(mb.np_dtype)
+    repeated = mb.node("Expand", [k, mb.int_const(
+        [batch, kv_heads, heads // kv_heads, seq, dim], "shape")])
+    repeated = mb.node("Reshape", [repeated, mb.int_const([batch, heads, seq, dim], "shape")])
+    k_t = mb.node("Transpose", [repeated], perm=[0, 1, 3, 2])
+    scores = mb.node("Mul", [mb.node("MatMul", [q, k_t]),
+                             mb.const(np.array(1.0 / np.sqrt(dim)), "scale")])
+    mb.output(mb.node("Add", [scores, mask]), [batch, heads, seq, seq])
+    return mb
+

@@ -233,3 +233,49 @@ def test_parallel_matmuls_where_only_some_have_a_bias_merge_without_the_adds():
     lib = tvm_ascend.build(model, config=AGGRESSIVE)
     for out, ref in zip(lib.run(b.feeds), run_onnxruntime(model, b.feeds)):
         assert_close(out, ref, "float32")
+
+
+def _llama_projections(b, x, hidden: int, inter: int):
+    """LLaMA's parallel MatMuls of one normed input: q, k, v (each split into heads of 16 on
+    its own), and the SwiGLU MLP's gate and up, whose results meet in silu(gate) * up."""
+    outs = []
+    for name, width in (("q", hidden), ("k", hidden // 2), ("v", hidden // 2)):
+        w = b.const(b.rng.uniform(-0.3, 0.3, (hidden, width)), f"w{name}")
+        heads = b.node("Reshape", [b.node("MatMul", [x, w]),
+                                   b.int_const([2, 19, width // 16, 16], "heads")])
+        outs.append((b.node("Transpose", [heads], perm=[0, 2, 1, 3]), width))
+    gate = b.node("MatMul", [x, b.const(b.rng.uniform(-0.3, 0.3, (hidden, inter)), "wg")])
+    up = b.node("MatMul", [x, b.const(b.rng.uniform(-0.3, 0.3, (hidden, inter)), "wu")])
+    silu = b.node("Mul", [gate, b.node("Sigmoid", [gate])])
+    outs.append((b.node("Mul", [silu, up]), inter))
+    return outs
+
+
+def test_swiglu_gate_and_up_stay_apart_while_qkv_merge():
+    """Regression (issue 19, corpus LLaMA): merging gate and up tore silu(gate) * up from the
+    gate MatMul's epilogue into a kernel of its own, so the MatMul alternative lost as a whole
+    and Q, K, V stayed three kernels per layer. Results that meet in an elementwise op are now
+    left apart: q/k/v are one MatMul, the gate MatMul keeps the SwiGLU epilogue."""
+    b = ModelBuilder(seed=11)
+    x = b.input("x", [2, 19, 64])  # 38 rows: a tail on the cube's 16-row fractal
+    outs = _llama_projections(b, x, 64, 80)
+    for name, width in outs[:3]:
+        b.output(name, [2, width // 16, 19, 16])
+    b.output(outs[3][0], [2, 19, 80])
+    model = b.model()
+    from tvm_ascend.prepare.horizontal import merge_parallel_matmuls
+    mod, merged = merge_parallel_matmuls(prepare(tvm_ascend.frontend.load_model(model)))
+    assert merged == 1 and _ops(mod).count("relax.matmul") == 3  # qkv, gate, up
+    for soc in ("Ascend910B1", "Ascend310P3"):
+        lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+            fusion_level="aggressive", soc_version=soc))
+        report = lib.fusion_report()
+        assert report["horizontal_fusion"]["kept_variant"] == "matmul", \
+            report["horizontal_fusion"]["reason"]
+        matmuls = [g for g in report["groups"] if any(o["op"] == "relax.matmul"
+                                                      for o in g["ops"])]
+        assert len(matmuls) == 3
+        (swiglu,) = [g for g in matmuls if any(o["op"] == "relax.sigmoid" for o in g["ops"])]
+        assert [o["op"] for o in swiglu["ops"]].count("relax.multiply") == 2
+        for got, want in zip(lib.run(b.feeds), run_onnxruntime(model, b.feeds)):
+            assert_close(got, want, "cube/float32")

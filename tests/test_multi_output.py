@@ -12,6 +12,7 @@ import json
 import logging
 
 import numpy as np
+import onnx
 import pytest
 
 import tvm_ascend
@@ -20,9 +21,10 @@ from conftest import assert_close, run_onnxruntime
 from onnx_models import ModelBuilder
 
 
-def _pre_ln(a_shape, n, dtype, norm=True, seed=3):
+def _pre_ln(a_shape, n, dtype, norm=True, seed=3, identity_cast=False):
     """h = x @ W1 + b1 + r; y = LayerNorm(h) (ReLU(h) when not ``norm``); out = y @ W2 + h:
-    h is read by the norm and again by the last Add."""
+    h is read by the norm and again by the last Add. With ``identity_cast`` h is Cast to its
+    own dtype first, as LLaMA's TorchScript export does before every RMSNorm."""
     b = ModelBuilder(dtype, seed=seed)
     k = a_shape[-1]
     out_shape = tuple(a_shape[:-1]) + (n,)
@@ -30,6 +32,8 @@ def _pre_ln(a_shape, n, dtype, norm=True, seed=3):
     w1 = b.const(b.rng.standard_normal((k, n)) / np.sqrt(k), "w1")
     h = b.node("Add", [b.node("MatMul", [x, w1]), b.const(b.rng.standard_normal(n) * 0.1, "b1")])
     h = b.node("Add", [h, b.input("r", out_shape)])
+    if identity_cast:
+        h = b.node("Cast", [h], to=onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
     if norm:
         gamma = b.const(b.rng.uniform(0.8, 1.2, n), "gamma")
         beta = b.const(b.rng.uniform(-0.1, 0.1, n), "beta")
@@ -83,6 +87,24 @@ def test_pre_ln_residual_is_exported_by_the_matmul_layernorm_kernel(soc, dtype):
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
     assert launch["peak_ub_bytes"] == tiling["ub_bytes"]
     assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
+
+
+def test_an_export_whose_binding_carries_two_onnx_nodes_compiles():
+    """A residual sum Cast to its own dtype is one binding with two ONNX nodes once the Cast is
+    removed ("Add\\nCast"); the exporting kernel's provenance comment names both on one line
+    (it used to break the line, and the matmul + RMSNorm kernels of LLaMA failed to compile)."""
+    b, h = _pre_ln((2, 19, 32), 48, "float32", identity_cast=True)
+    model = b.model()
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        fusion_level="aggressive", soc_version="Ascend910B1", strict=True))
+    report = lib.fusion_report()
+    assert report["kernels"] == {"ascend": 2, "host": 0}, report["unfused_edges"]
+    (group,) = _exporting(report)
+    assert "\n" not in group["reason"] and h in group["reason"]
+    for source in lib.kernel_sources().values():
+        head = source.split("#include", 1)[0]
+        assert all(line.startswith("//") for line in head.splitlines() if line.strip())
+    assert_close(lib.run(b.feeds)[0], run_onnxruntime(model, b.feeds)[0], "cube/float32")
 
 
 def test_switched_off_or_conservative_it_stays_three_kernels(tmp_path):

@@ -128,6 +128,189 @@ def test_a_cast_to_its_own_dtype_is_removed_not_run_on_the_host(dtype, tmp_path)
     assert group["on_npu"] and total in group["nodes"]
 
 
+def _padding_mask(b, batch: int, seq: int, feature: str, int_mask: bool):
+    """LLaMA TorchScript's padding mask: the mask flattened to [B*S, 1], gathered with the
+    constant indices b*S + s laid out [B, 1, 1, S], reshaped back and Expanded to the shape it
+    has, then a Where of 0 / -1e4 added to ``feature`` ([B, 1, S, S])."""
+    if int_mask:
+        name = "mask"
+        b.inputs.append(helper.make_tensor_value_info(name, TensorProto.INT64, (batch, seq)))
+        values = np.ones((batch, seq), np.int64)
+        values[-1, -3:] = 0
+        b.feeds[name] = values
+        mask = b.node("Cast", [name], to=TensorProto.BOOL)
+    else:
+        mask = b.node("Greater", [b.input("mask", (batch, seq)), b.const(np.asarray(1.0))])
+    flat = b.node("Reshape", [mask, b.int_const([batch * seq, 1], "flat")])
+    ids = np.arange(batch * seq, dtype=np.int64).reshape(batch, 1, 1, seq)
+    rows = b.node("Gather", [flat, b.int_const(ids, "ids")], axis=0)
+    shaped = b.node("Reshape", [rows, b.int_const([batch, 1, 1, seq], "shape")])
+    same = b.node("Expand", [shaped, b.int_const([batch, 1, 1, seq], "same")])
+    bias = b.node("Where", [same, b.const(np.asarray(0.0)), b.const(np.asarray(-1e4))])
+    out = b.node("Add", [feature, bias])
+    return out, (rows, same)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_gather_of_a_whole_axis_in_order_is_a_view_and_an_identity_expand_is_removed(dtype):
+    """The padding mask's Gather with constant indices 0..B*S-1 becomes a Reshape and its Expand
+    to its own shape is removed: with a float mask, nothing runs on the host."""
+    b = ModelBuilder(dtype, seed=7)
+    x = b.input("x", (3, 1, 13, 13))
+    out, (gather, expand) = _padding_mask(b, 3, 13, x, int_mask=False)
+    b.output(out, (3, 1, 13, 13))
+    lib, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    assert report["kernels"]["host"] == 0, report["host_ops"]
+    assert {op["op"] for op in report["host_ops"]} == {"relax.reshape"}  # bool views: free
+    assert "relax.take" not in _ops(report) and "relax.broadcast_to" not in _ops(report)
+    (gathered,) = _records(report, "ConstantGatherAsReshape").values()
+    assert gathered["applied"] and "a reshape to (3, 1, 1, 13, 1)" in gathered["reason"]
+    (expanded,) = _records(report, "IdentityExpandRemoval").values()
+    assert expanded["applied"] and expanded["node"] == expand
+
+
+def test_a_gather_that_reorders_or_repeats_rows_stays_a_gather():
+    """Indices that are not the whole axis in order (reversed; repeated) are a real gather."""
+    b = ModelBuilder("float32", seed=7)
+    x = b.input("x", (6, 5))
+    rev = b.node("Gather", [x, b.int_const(np.arange(6)[::-1].copy(), "rev")], axis=0)
+    rep = b.node("Gather", [rev, b.int_const([0, 1, 2, 3, 4, 4], "rep")], axis=1)
+    b.output(b.node("Exp", [rep]), (6, 6))
+    _, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    assert [op for op in _ops(report) if op == "relax.take"] == ["relax.take"]
+    assert not _records(report, "ConstantGatherAsReshape")
+
+
+def test_dynamo_padding_mask_gather_nd_of_every_index_in_order_is_a_view():
+    """The dynamo export gathers the [B, S] mask with GatherND index tuples (b, s) laid out
+    [B, 1, 1, S, 2] (it had no kernel and ran on the host): a reshape, nothing on the host."""
+    b = ModelBuilder("float32", seed=7)
+    x = b.input("x", (2, 1, 16, 16))
+    mask = b.node("Greater", [b.input("mask", (2, 16)), b.const(np.asarray(1.0))])
+    grid = np.stack(np.meshgrid(np.arange(2), np.arange(16), indexing="ij"), -1)
+    ids = b.int_const(grid.reshape(2, 1, 1, 16, 2), "ids")
+    rows = b.node("GatherND", [mask, ids])
+    bias = b.node("Where", [rows, b.const(np.asarray(0.0)), b.const(np.asarray(-1e4))])
+    b.output(b.node("Add", [x, bias]), (2, 1, 16, 16))
+    _, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    assert report["kernels"]["host"] == 0, report["host_ops"]
+    assert "relax.gather_nd" not in _ops(report)
+    (record,) = _records(report, "ConstantGatherAsReshape").values()
+    assert record["applied"] and record["node"] == rows
+
+
+def test_llama_padding_mask_views_of_bool_launch_nothing_on_the_host():
+    """With LLaMA's int64 mask, only its Cast to bool runs on the host (the vector Cast takes
+    no int64, and the report says so); the bool Reshapes around the gather are free views, not
+    host launches, and the Where + Add run on the NPU."""
+    b = ModelBuilder("float32", seed=7)
+    x = b.input("x", (2, 1, 16, 16))
+    out, _ = _padding_mask(b, 2, 16, x, int_mask=True)
+    b.output(out, (2, 1, 16, 16))
+    _, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    assert report["kernels"] == {"ascend": 1, "host": 1}
+    (host,) = [g for g in report["groups"] if g["launch"] and not g["on_npu"]]
+    assert [op["op"] for op in host["ops"]] == ["relax.astype"]
+    assert "int64 -> bool" in host["reason"]
+    views = [g for g in report["groups"] if not g["launch"]]
+    assert views and all("free (no copy)" in g["reason"] for g in views)
+
+
+def _rotary(b, x, seq: int, dim: int):
+    """LLaMA's rotary embedding: x * cos + rotate_half(x) * sin, rotate_half(x) =
+    concat(-x2, x1) over the last axis; cos and sin are constant tables [1, 1, seq, dim]."""
+    half = dim // 2
+    x1 = b.node("Slice", [x, b.int_const([0]), b.int_const([half]), b.int_const([-1])])
+    x2 = b.node("Slice", [x, b.int_const([half]), b.int_const([dim]), b.int_const([-1])])
+    neg = b.node("Neg", [x2])
+    rot = b.node("Concat", [neg, x1], axis=-1)
+    angles = np.arange(seq)[:, None] * (0.5 ** np.arange(dim))[None, :]
+    cos = b.const(np.cos(angles)[None, None], "cos")
+    sin = b.const(np.sin(angles)[None, None], "sin")
+    out = b.node("Add", [b.node("Mul", [x, cos]), b.node("Mul", [rot, sin])])
+    return out, neg
+
+
+@pytest.mark.parametrize("soc,dtype", [("Ascend910B1", "float32"), ("Ascend310P3", "float16")])
+def test_rotary_embedding_is_one_kernel_with_the_negation_as_a_sign(soc, dtype):
+    """Regression (issue 19, corpus LLaMA): rotate_half's Neg before the Concat was a kernel of
+    its own (the data-movement template computes nothing before a Concat), two per rotary.
+    The Concat of the pieces times a constant -1/+1 sign fuses with * sin and + x * cos: one
+    kernel, 19 rows (a tail) of 40 on several cores."""
+    b = ModelBuilder(dtype, seed=3)
+    x = b.input("x", (2, 3, 19, 40))
+    out, neg = _rotary(b, x, 19, 40)
+    b.output(out, (2, 3, 19, 40))
+    lib, report = _build(b, fusion_level="aggressive", soc_version=soc)
+    assert report["kernels"] == {"ascend": 1, "host": 0}, report["unfused_edges"]
+    assert "relax.negative" not in _ops(report)
+    (record,) = _records(report, "NegatedConcatAsSign").values()
+    assert record["applied"]
+    (group,) = _groups_of(report, neg)  # the Neg's node is the kernel's, as the plan needs
+    assert group["on_npu"] and group["tiling"]["cores"] > 1
+
+
+def test_a_concat_without_negated_pieces_is_left_alone():
+    b = ModelBuilder("float32", seed=3)
+    x = b.input("x", (4, 16))
+    halves = [b.node("Slice", [x, b.int_const([lo]), b.int_const([lo + 8]), b.int_const([1])])
+              for lo in (0, 8)]
+    b.output(b.node("Concat", [b.node("Exp", [halves[1]]), halves[0]], axis=1), (4, 16))
+    _, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    assert not _records(report, "NegatedConcatAsSign")
+
+
+def _gqa_attention(b, heads: int, kv_heads: int, seq: int, depth: int, mask_heads: int = 1):
+    """LLaMA's attention with grouped KV heads: K and V repeated (Unsqueeze, Expand, Reshape:
+    repeat_kv), scores scaled, a mask [2, mask_heads, S, S] added, Softmax, times V."""
+    g = heads // kv_heads
+    q = b.input("q", (2, heads, seq, depth))
+
+    def repeat(name):
+        x = b.input(name, (2, kv_heads, seq, depth))
+        wide = b.node("Expand", [b.node("Unsqueeze", [x, b.int_const([2])]),
+                                 b.int_const([2, kv_heads, g, seq, depth], "wide")])
+        return b.node("Reshape", [wide, b.int_const([2, heads, seq, depth], "rep")])
+
+    k, v = repeat("k"), repeat("v")
+    scores = b.node("Mul", [b.node("MatMul", [q, b.node("Transpose", [k], perm=[0, 1, 3, 2])]),
+                            b.const(np.asarray(depth ** -0.5))])
+    mask = b.input("mask", (2, mask_heads, seq, seq))
+    probs = b.node("Softmax", [b.node("Add", [scores, mask])], axis=-1)
+    out = b.node("MatMul", [probs, v])
+    b.output(out, (2, heads, seq, depth))
+    return out
+
+
+@pytest.mark.parametrize("soc,dtype", [("Ascend910B1", "float32"), ("Ascend310P3", "float16")])
+def test_grouped_query_attention_reads_k_and_v_without_repeating_them(soc, dtype):
+    """Regression (issue 19, corpus LLaMA): repeat_kv was a copy kernel per layer for V (and
+    kept K's transpose out of its rotary kernel). The query heads of each KV head are now rows
+    of one attention over the KV heads; the mask's rows are repeated once for them. 4 query
+    heads over 2 KV heads, 19 positions (tails)."""
+    b = ModelBuilder(dtype, seed=5)
+    _gqa_attention(b, 4, 2, 19, 16)
+    lib, report = _build(b, fusion_level="aggressive", soc_version=soc)
+    (record,) = _records(report, "GroupedQueryAttention").values()
+    assert record["applied"] and "repeated 2x" in record["reason"]
+    attention = [g for g in report["groups"] if "AttentionFusion" in g["rules"]]
+    assert len(attention) == 1 and attention[0]["on_npu"]
+    # K and V are read as they are: the only broadcast left is the mask's row repeat
+    repeats = [g for g in report["groups"] if any(o["op"] == "relax.broadcast_to"
+                                                  for o in g["ops"])]
+    assert len(repeats) == 1 and [o["shape"] for o in repeats[0]["ops"]
+                                  if o["op"] == "relax.broadcast_to"] == [[2, 1, 2, 19, 19]]
+    assert report["kernels"]["host"] == 0
+
+
+def test_grouped_query_attention_with_a_mask_per_query_head_is_left_with_the_reason():
+    b = ModelBuilder("float32", seed=5)
+    _gqa_attention(b, 4, 2, 8, 16, mask_heads=4)
+    _, report = _build(b, fusion_level="aggressive", soc_version="Ascend910B1")
+    (record,) = _records(report, "GroupedQueryAttention").values()
+    assert not record["applied"] and "differs per query head" in record["reason"]
+
+
 # ---- BatchNorm --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

@@ -53,14 +53,21 @@ class ScheduledKernel:
     group: dict
 
 
+def _one_line(text) -> str:
+    """``text`` with its line breaks as ", ": a binding that took a removed op in names both
+    ONNX nodes on two lines ("Add\\nCast"), and a ``//`` comment ends at the first break."""
+    return ", ".join(part for part in str(text).splitlines() if part)
+
+
 def _provenance(buf: CodeBuffer, kernel: ScheduledKernel) -> None:
     group = kernel.group
     buf.line(f"// tvm-ascend kernel {kernel.symbol}")
-    buf.line(f"// group {group.get('name')} (rule {group.get('rule')}): {group.get('reason')}")
+    buf.line(_one_line(f"// group {group.get('name')} (rule {group.get('rule')}): "
+                       f"{group.get('reason')}"))
     ops = ", ".join(f"{op['var']}={op['op'].replace('relax.', '')}" for op in group.get("ops", []))
     buf.line(f"// ops: {ops}")
     if group.get("onnx_nodes"):
-        buf.line(f"// ONNX nodes: {', '.join(group['onnx_nodes'])}")
+        buf.line(_one_line(f"// ONNX nodes: {', '.join(group['onnx_nodes'])}"))
     t = kernel.tiling
     unit = "elements" if t.cols == 1 else f"rows of {t.cols}"
     buf.line(f"// tiling ({t.template}): {t.cores} cores x {t.tiles_per_core} tiles x "

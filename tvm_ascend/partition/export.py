@@ -114,7 +114,8 @@ def _try_export(producer: Site, readers: list[Site], host_readers: list, order, 
         return False
     (prim, external, plan, rules), split, consumer = best
     others = [r for r in readers if r is not consumer]
-    what = producer.members[-1].node or producer.members[-1].var
+    # a binding that took a removed op in (an identity Cast) names both nodes, one a line
+    what = ", ".join((producer.members[-1].node or producer.members[-1].var).splitlines())
     names = ", ".join(r.name for r in others) or "the model's output"
     consumer.merges.append(
         f"merged {producer.name} by {'+'.join(rules)} and exports its result {what} for its "

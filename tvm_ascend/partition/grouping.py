@@ -598,10 +598,13 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
         if site.absorbed_into is not None:
             continue
         decision, plan = site.eligible, None
-        if decision.ok and is_view_only(m.op for m in site.members):
+        free = is_view_only(m.op for m in site.members)
+        if free and decision.ok:
             # Views join a neighbour's kernel when a merge takes them; left alone they stay
             # on the host, where a view costs no copy and launches nothing.
             decision = _VIEWS_ON_HOST
+        elif free and decision is not _VIEWS_ON_HOST:  # of a bool or integer tensor (a mask)
+            decision = Decision.no(f"{decision.reason}; {_VIEWS_ON_HOST.reason}")
         # An equal kernel was already planned: it shares that kernel.
         shared = next((k for k in kernels if _same_kernel(k[0], site.prim)), None) \
             if decision.ok else None
@@ -623,7 +626,7 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
                             gm_bytes_saved=_kept_on_chip(site.members, site.exported_ops)
                             if decision.ok else 0,
                             formed_by=site.rule, io_bytes=_io_bytes(site), estimate=estimate,
-                            free=decision is _VIEWS_ON_HOST,
+                            free=free,
                             exports=[{"var": op.var, "node": op.node, "op": op.op,
                                       "read_by": readers} for op, readers in
                                      zip(site.exported_ops, site.export_readers)])

@@ -6,6 +6,10 @@ the precision mode. Each rewrite lives with its kind; this module only orders th
 * ``canonical``: ops with no kernel of their own put on kernels that exist (Dropout removed,
   Sum as Adds, Split as slices, one-element constants as scalars, MatMul scales hoisted onto
   the product, Softmax over a non-last axis moved last);
+* ``constant_gathers``: a Gather whose constant indices read its whole axis in order, as a
+  Reshape (a view);
+* ``gqa``: attention over repeated K and V (repeat_kv) as attention over the KV heads;
+* ``rotary``: a Concat of negated pieces (rotate_half) as a Concat times a constant sign;
 * ``batch_norm``: a BatchNorm folded into the Conv before it, or lowered to a scale and shift;
 * ``reductions``: multi-axis reductions as rows, LRN's channel window as shifted slices;
 * ``precision``: ATC's precision modes, applied last;
@@ -29,8 +33,11 @@ from tvm import relax
 from .batch_norm import fold_batch_norm, lower_batch_norm
 from .canonical import (hoist_matmul_scales, one_element_constants_as_scalars, remove_dropout,
                         softmax_axis_to_last, split_as_slices, stack_sum_to_adds)
+from .constant_gathers import constant_gathers_as_reshapes
+from .gqa import grouped_query_attention
 from .precision import apply_precision_mode
 from .reductions import reductions_to_rows, window_sums_to_slices
+from .rotary import negated_concats_as_signs
 
 logger = logging.getLogger("tvm_ascend")
 
@@ -85,7 +92,10 @@ def prepare_graph(mod: tvm.IRModule, fold_batchnorm: bool = True) -> tvm.IRModul
     >>> mod = prepare_graph(relax.transform.FoldConstant()(mod))  # doctest: +SKIP
     """
     mod = one_element_constants_as_scalars(mod)  # a [1]-shaped scale is a constant too
+    mod = constant_gathers_as_reshapes(mod)  # LLaMA's padding mask: a view, not a gather
+    mod = negated_concats_as_signs(mod)  # rotate_half: the Negate fuses after the Concat
     mod = hoist_matmul_scales(split_as_slices(stack_sum_to_adds(remove_dropout(mod))))
+    mod = grouped_query_attention(mod)  # after the identity Casts: K and V not repeated
     if fold_batchnorm:
         mod = fold_batch_norm(mod)
     # after the folding, so a Conv before a BatchNorm still takes it into its weights

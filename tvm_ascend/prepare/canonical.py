@@ -6,7 +6,9 @@ binary op becomes 0-d where the result's shape stays, so it is an immediate in t
 ``remove_dropout``: Dropout at inference is the identity. The importer keeps it as
 ``relax.nn.dropout`` (a two-output op no kernel prints), which would run on the host and cut
 its producer from its consumer; each use of its output reads the input instead. A Cast to its
-input's own dtype (LLaMA's TorchScript export writes them before RMSNorm) is removed alike.
+input's own dtype (LLaMA's TorchScript export writes them before RMSNorm) is removed alike, as is
+an Expand to its input's own shape (the same export expands the attention mask to the shape it
+has, a bool copy that ran on the host).
 
 ``stack_sum_to_adds``: ONNX Sum, imported as broadcast_to + stack + sum(axis 0), becomes Adds.
 
@@ -47,6 +49,7 @@ from .relax_rewrite import (CallRewrite, NamedRewrite, bindings, call_name, cons
 
 DROPOUT_REMOVAL = "DropoutRemoval"
 IDENTITY_CAST_REMOVAL = "IdentityCastRemoval"
+IDENTITY_EXPAND_REMOVAL = "IdentityExpandRemoval"
 SOFTMAX_AXIS_TO_LAST = "SoftmaxAxisToLast"
 _SOFTMAX_OPS = ("relax.nn.softmax", "relax.nn.log_softmax")
 
@@ -128,7 +131,7 @@ class _DropoutRemover(PyExprMutator):
         return drop if call_name(drop) == "relax.nn.dropout" else None
 
     def visit_var_binding_(self, binding):
-        if _identity_cast(binding.value):
+        if _identity_op(binding.value):
             removed, original = binding.var.name, binding.value.args[0]
         else:
             drop = self._dropout_item(binding.value)
@@ -168,7 +171,7 @@ def remove_dropout(mod: tvm.IRModule) -> tvm.IRModule:
     >>> mod = remove_dropout(mod)                            # doctest: +SKIP
     """
     func = mod["main"]
-    if not any(call_name(b.value) == "relax.nn.dropout" or _identity_cast(b.value)
+    if not any(call_name(b.value) == "relax.nn.dropout" or _identity_op(b.value)
                for b in bindings(func)):
         return mod
     remover = _DropoutRemover(mod, func)
@@ -184,6 +187,10 @@ def remove_dropout(mod: tvm.IRModule) -> tvm.IRModule:
                                "identity: removed, so its producer and consumer can share a "
                                "kernel")
                 for b in bindings(func) if _identity_cast(b.value)]
+    records += [rewrite_record(IDENTITY_EXPAND_REMOVAL, nodes.get(b.var.name, b.var.name), True,
+                               f"an Expand to its input's own shape {static_dims(b.value.ty)} "
+                               "is the identity: removed, so no copy runs for it")
+                for b in bindings(func) if _identity_expand(b.value)]
     for drop_var, item, source in remover.removed:
         node = nodes.get(drop_var, drop_var)
         for owner in _owners_of(func, item, source):
@@ -206,6 +213,19 @@ def _identity_cast(value) -> bool:
         return False
     ty = getattr(value.args[0], "ty", None)
     return isinstance(ty, relax.TensorType) and str(ty.dtype) == str(value.attrs.dtype)
+
+
+def _identity_expand(value) -> bool:
+    """Whether ``value`` is a ``broadcast_to`` to the static shape its operand already has."""
+    if call_name(value) != "relax.broadcast_to":
+        return False
+    dims = static_dims(getattr(value.args[0], "ty", None))
+    return dims is not None and dims == static_dims(value.ty)
+
+
+def _identity_op(value) -> bool:
+    """Whether ``value`` is its operand: an identity Cast or an identity Expand."""
+    return _identity_cast(value) or _identity_expand(value)
 
 
 def _owners_of(func, item, source) -> list[str]:

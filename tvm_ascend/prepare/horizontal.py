@@ -2,7 +2,9 @@
 
 ``merge_parallel_matmuls``: MatMuls of the same input by constant weights (the Q, K and V
 projections) become one MatMul by the concatenated weights, with their bias Adds, and a
-last-axis slice per original result, which the planner fuses into the consumers.
+last-axis slice per original result, which the planner fuses into the consumers. MatMuls whose
+results meet in an elementwise op (SwiGLU's gate and up) are left apart: the second one takes
+the join into its epilogue.
 
 ``merge_parallel_elementwise``: ops of the same type (Relu, Sigmoid, Cast, Add of a
 constant, ...), dtype and trailing shape that neither reaches the other (Relu(a) and Relu(b)
@@ -62,10 +64,13 @@ class _ParallelMatmuls:
             member = self._member(binding, users)
             if member is not None:
                 by_input.setdefault(member[0], []).append(member[1:])
+        gated = _gated_results(func, {(m[1] or m[0]).var for ms in by_input.values()
+                                      for m in ms})
         for members in by_input.values():
             # a model output cannot become a slice inside the dataflow block
             members = [m for m in members
-                       if isinstance((m[1] or m[0]).var, relax.DataflowVar)]
+                       if isinstance((m[1] or m[0]).var, relax.DataflowVar)
+                       and (m[1] or m[0]).var not in gated]
             if len(members) >= 2:
                 with_bias = all(m[3] is not None for m in members)  # m: (mm, add, w, bias)
                 self.groups.append([(mm, add if with_bias else None, w, b if with_bias else None)
@@ -88,6 +93,25 @@ class _ParallelMatmuls:
                 add, bias = readers[0], found.reshape(-1)
         key = (value.args[0], weight.shape[0], str(weight.dtype), str(value.attrs.out_dtype))
         return (key, binding, add, weight, bias)
+
+
+def _gated_results(func, results: set) -> set:
+    """The MatMul results of ``results`` that meet another one in an elementwise op (SwiGLU's
+    ``silu(gate) * up``): unmerged, the second MatMul takes the join into its epilogue (two
+    kernels); merged, the join reads two slices of the merged result and is a kernel of its
+    own after it (two kernels, one more round trip through GM), so such pairs stay apart."""
+    root: dict = {var: var for var in results}
+    gated: set = set()
+    for binding in bindings(func):
+        value = binding.value
+        if getattr(getattr(value, "op", None), "name", None) not in ELEMENTWISE_OPS:
+            continue
+        roots = {root[a] for a in value.args if isinstance(a, relax.Var) and a in root}
+        if len(roots) == 1:  # x * sigmoid(x) of one result is still that result's epilogue
+            root[binding.var] = roots.pop()
+        elif len(roots) > 1:
+            gated |= roots
+    return gated
 
 
 @mutator

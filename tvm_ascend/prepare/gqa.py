@@ -1,0 +1,245 @@
+"""Grouped-query attention without the repeated K and V: query heads grouped by their KV head.
+
+LLaMA-style decoders with fewer KV heads than query heads (``num_key_value_heads``) repeat K
+and V ``g = H / Hkv`` times before attention (``repeat_kv``: Unsqueeze, Expand, Reshape), a
+data-movement kernel per layer for V (and a broadcast inside K's rotary kernel that keeps K's
+transpose a kernel of its own). Query head ``h`` reads KV head ``h // g``, so the ``g`` query
+heads of one KV head are contiguous: ``Q`` viewed as ``[B, Hkv, g * S, D]`` (a reshape, no
+copy) attends to the ``Hkv`` heads of K and V as they are::
+
+    scores = matmul(Q, permute(repeat(K)))      [B, H, S, S]
+    out    = matmul(softmax(f(scores)), repeat(V))
+      ->
+    scores = matmul(reshape(Q, [B, Hkv, g*S, D]), permute(K))      [B, Hkv, g*S, S]
+    out    = reshape(matmul(softmax(f'(scores)), V), [B, H, S, D])
+
+``f`` is the chain of elementwise ops between the scores and the Softmax (the scale, the mask
+Add); an operand of it with one row per query position (the mask, ``[B, 1, S, S]``) is repeated
+``g`` times along its rows (once per model: the layers share the mask), one with a single row
+or a scalar is left as it is. The arithmetic is the same, element for element.
+
+Each rewrite leaves a record (``GroupedQueryAttention``) in the fusion report's
+``prepare_rewrites``; an attention that repeats K and V but does not fit the pattern (an
+operand with one row per query head, a dynamic shape) says why it was left.
+
+Example
+-------
+>>> mod = grouped_query_attention(mod)                            # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import Constant
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from ..partition.patterns.elementwise import ELEMENTWISE_OPS
+from .relax_rewrite import (RecordedRewrite, bindings, call_name, const_value, static_dims)
+
+GROUPED_QUERY_ATTENTION = "GroupedQueryAttention"
+_TILE = "repeat its rows"  # a side operand with one row per query position
+
+
+def _uses(func) -> dict:
+    counts: dict = {}
+    for binding in bindings(func):
+        for var in relax.analysis.free_vars(binding.value):
+            counts[var] = counts.get(var, 0) + 1
+    for var in relax.analysis.free_vars(func.body.body):
+        counts[var] = counts.get(var, 0) + 2  # a model output is never folded away
+    return counts
+
+
+class _Match:
+    """One attention over repeated K and V, as found: the vars it reads and what it removes."""
+
+    def __init__(self, q, k, v, groups, chain, softmax_axis, removed):
+        self.q, self.k, self.v, self.groups = q, k, v, groups
+        self.chain = chain            # [(binding of the op, index of the scores operand)]
+        self.softmax_axis = softmax_axis
+        self.removed = removed        # bindings whose ONNX nodes the new bindings take over
+
+
+class _Finder:
+    """Finds, for each ``matmul(P, repeat(V))``, the whole grouped-query pattern behind it."""
+
+    def __init__(self, func):
+        self.values = {b.var: b.value for b in bindings(func)}
+        self.binding_of = {b.var: b for b in bindings(func)}
+        self.uses = _uses(func)
+
+    def _single(self, var) -> bool:
+        return isinstance(var, relax.DataflowVar) and self.uses.get(var, 0) == 1
+
+    def repeat(self, var):
+        """(source, g, bindings) when ``var`` is repeat_kv(source) used once, else None."""
+        chain = []
+        value = self.values.get(var)
+        if call_name(value) != "relax.reshape" or not self._single(var):
+            return None
+        chain.append(self.binding_of[var])
+        wide = value.args[0]
+        value = self.values.get(wide)
+        if call_name(value) != "relax.broadcast_to" or not self._single(wide):
+            return None
+        chain.append(self.binding_of[wide])
+        inserted = value.args[0]
+        value = self.values.get(inserted)
+        if call_name(value) != "relax.expand_dims" or not self._single(inserted) \
+                or [int(a) for a in value.attrs.axis] != [2]:
+            return None
+        chain.append(self.binding_of[inserted])
+        source = value.args[0]
+        src, rep, mid = (static_dims(source.ty), static_dims(var.ty), static_dims(wide.ty))
+        if src is None or rep is None or mid is None or len(src) != 4 or len(mid) != 5:
+            return None
+        b, hkv, s, d = src
+        if mid != [b, hkv, mid[2], s, d] or rep != [b, hkv * mid[2], s, d] or mid[2] < 2:
+            return None
+        return source, mid[2], chain
+
+    def match(self, binding) -> _Match | None:
+        value = binding.value
+        if call_name(value) != "relax.matmul":
+            return None
+        probs, v_rep = value.args
+        v = self.repeat(v_rep)
+        soft = self.values.get(probs)
+        if v is None or call_name(soft) != "relax.nn.softmax" or not self._single(probs):
+            return None
+        rank = len(static_dims(probs.ty) or [])
+        if rank != 4 or int(soft.attrs.axis) % rank != 3:
+            return None
+        chain, removed = [], [self.binding_of[probs]]
+        current = soft.args[0]
+        while call_name(self.values.get(current)) in ELEMENTWISE_OPS:
+            op = self.values[current]
+            inner = [i for i, a in enumerate(op.args) if isinstance(a, relax.Var)
+                     and static_dims(a.ty) == static_dims(current.ty)
+                     and call_name(self.values.get(a)) is not None]
+            if not self._single(current) or len(inner) < 1:
+                return None
+            chain.append((self.binding_of[current], inner[0]))
+            removed.append(self.binding_of[current])
+            current = op.args[inner[0]]
+        scores = self.values.get(current)
+        if call_name(scores) != "relax.matmul" or not self._single(current):
+            return None
+        removed.append(self.binding_of[current])
+        q, k_t = scores.args
+        perm = self.values.get(k_t)
+        if call_name(perm) != "relax.permute_dims" or not self._single(k_t) \
+                or [int(a) for a in perm.attrs.axes] != [0, 1, 3, 2]:
+            return None
+        k = self.repeat(perm.args[0])
+        if k is None or k[1] != v[1] or static_dims(q.ty) != static_dims(v_rep.ty):
+            return None
+        removed += [self.binding_of[k_t], *k[2], *v[2], binding]
+        return _Match(q, k[0], v[0], v[1], chain[::-1], int(soft.attrs.axis), removed)
+
+
+@mutator
+class _GroupedQueryRewriter(PyExprMutator, RecordedRewrite):
+    """Rewrites each matched attention as attention over the KV heads (see the module)."""
+
+    REWRITE = GROUPED_QUERY_ATTENTION
+
+    def __init__(self, mod, func):
+        super().__init__(mod)
+        self._setup(func, "gqa")
+        self.finder = _Finder(func)
+        self.tiled: dict = {}  # side operand var -> its rows repeated g times (shared)
+
+    def visit_var_binding_(self, binding):
+        self.current = binding.var.name
+        match = self.finder.match(binding)
+        if match is None:
+            super().visit_var_binding_(binding)
+            return
+        sides = [self._side_shape(b.value.args[1 - i] if len(b.value.args) == 2 else None,
+                                  match) for b, i in match.chain]
+        refusal = next((s for s in sides if s not in (None, _TILE)), None)
+        if refusal:
+            self.note(False, f"attention over repeated K and V kept: {refusal}")
+            super().visit_var_binding_(binding)
+            return
+        self.set_var_remap(binding.var, self._emit_grouped(match))
+
+    def _side_shape(self, side, match):
+        """None when ``side`` broadcasts against grouped scores as it is, _TILE when its rows
+        must be repeated, a reason string when neither."""
+        if side is None:
+            return None
+        dims = static_dims(side.ty if isinstance(side, relax.Var) else side.ty)
+        if dims is None:
+            return "an operand of the scores' elementwise chain has a dynamic shape"
+        dims = [1] * (4 - len(dims)) + dims
+        if len(dims) != 4 or dims[1] != 1:
+            return "an operand of the scores' elementwise chain differs per query head"
+        return None if dims[2] == 1 else _TILE
+
+    def _node(self, key: str, members) -> str:
+        names = [str(self.nodes.get(b.var.name, "")) for b in members]
+        self.nodes[key] = "\n".join(dict.fromkeys(n for n in names if n))
+        return key
+
+    def _emit_grouped(self, match):
+        b, heads, seq, depth = static_dims(match.q.ty)
+        hkv, g = heads // match.groups, match.groups
+        removed = match.removed
+        key = self._node("__gqa", removed)
+        q = self._emit(relax.op.reshape(self.visit_expr(match.q), [b, hkv, g * seq, depth]), key)
+        k_t = self._emit(relax.op.permute_dims(self.visit_expr(match.k), [0, 1, 3, 2]), key)
+        scores = self._emit(relax.op.matmul(q, k_t), key)
+        for op_binding, index in match.chain:
+            op = op_binding.value
+            args = [scores if i == index else self._grouped_side(a, g, op_binding)
+                    for i, a in enumerate(op.args)]
+            scores = self._emit(relax.Call(op.op, args, op.attrs), key)
+        probs = self._emit(relax.op.nn.softmax(scores, axis=-1), key)
+        out = self._emit(relax.op.matmul(probs, self.visit_expr(match.v)), key)
+        out = self._emit(relax.op.reshape(out, [b, heads, seq, depth]), key)
+        self.nodes.pop("__gqa")
+        self.note(True, f"attention of {heads} query heads over {hkv} KV heads repeated {g}x: "
+                        f"the query heads of each KV head as {g * seq} rows of it (a view), so K "
+                        "and V are read as they are and not repeated")
+        return out
+
+    def _grouped_side(self, side, g, reader):
+        """``side`` (an operand of the scores' chain) against grouped scores: its query rows
+        repeated ``g`` times where it has one per query position."""
+        dims = static_dims(side.ty)
+        full = [1] * (4 - len(dims)) + dims
+        if full[2] == 1:
+            return self.visit_expr(side)
+        rows = [full[0], 1, g * full[2], full[3]]
+        value = const_value(side, {}) if isinstance(side, Constant) else None
+        if value is not None:
+            return relax.const(np.tile(value.reshape(full), (1, 1, g, 1)), str(side.ty.dtype))
+        if side in self.tiled:
+            return self.tiled[side]
+        key = self._node("__tile", [reader])  # the mask's repeat is its reader's (the Add)
+        four = self.visit_expr(side)
+        if len(dims) != 4:
+            four = self._emit(relax.op.reshape(four, full), key)
+        wide = self._emit(relax.op.expand_dims(four, [2]), key)
+        wide = self._emit(relax.op.broadcast_to(wide, [full[0], 1, g, full[2], full[3]]), key)
+        self.tiled[side] = self._emit(relax.op.reshape(wide, rows), key)
+        self.nodes.pop(key)
+        return self.tiled[side]
+
+
+def grouped_query_attention(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with every attention of ``main`` over repeated K and V (repeat_kv) rewritten to
+    attend over the KV heads with the query heads grouped (see the module docstring)."""
+    func = mod["main"]
+    if not any(call_name(b.value) == "relax.expand_dims" for b in bindings(func)):
+        return mod
+    rewriter = _GroupedQueryRewriter(mod, func)
+    new = rewriter.visit_expr(func)
+    out = rewriter.finish(mod, new)
+    return out if out is mod else relax.transform.DeadCodeElimination(["main"])(out)
+
+
+__all__ = ["GROUPED_QUERY_ATTENTION", "grouped_query_attention"]
