@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .config import (CACHE_MODES, FUSION_LEVELS, IMPL_MODES, PRECISION_MODES, RULE_SETS,
+from .config import (CACHE_MODES, DEVICES, FUSION_LEVELS, IMPL_MODES, PRECISION_MODES, RULE_SETS,
                      CompileConfig)
 from .errors import AscendError, FusionConfigError, ModelLoadError
 from .frontend import describe_inputs, parse_input_shape
@@ -33,6 +33,9 @@ def _compile_parser(sub) -> None:
     p.add_argument("--framework", type=int, default=ONNX_FRAMEWORK,
                    help="ATC framework id; only 5 (ONNX) is supported")
     p.add_argument("--soc_version", default="Ascend910B1", help="e.g. Ascend910B1, Ascend310P3")
+    p.add_argument("--device", default="emulator", choices=DEVICES,
+                   help="build the kernels for the CPU emulator (default) or the NPU (needs a "
+                   "CANN toolkit: ASCEND_HOME_PATH)")
     p.add_argument("--input_shape", default="",
                    help='shapes, "x:1,3,224,224;y:8" (-1: the gears of --dynamic_*; -1 '
                    'without gears or lo~hi: dynamic, runs on the host)')
@@ -153,7 +156,7 @@ def _run_compile(args) -> int:
                      dump_path=args.dump_path, keep_dtype=args.keep_dtype, strict=args.strict,
                      op_select_implmode=args.op_select_implmode,
                      op_compiler_cache_mode=args.op_compiler_cache_mode,
-                     cache_dir=args.op_compiler_cache_dir)
+                     cache_dir=args.op_compiler_cache_dir, device=args.device)
     lib = build(args.model, target="ascend", config=config)
     report = lib.fusion_report()
     written = []

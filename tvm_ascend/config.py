@@ -28,6 +28,8 @@ PRECISION_MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision",
 IMPL_MODES = ("high_precision", "high_performance")  # ATC's --op_select_implmode
 # what picks a group's tiling among its template's variants (cost_model/planner_model.py)
 PLANNER_MODELS = ("xgboost", "timing")
+# what the kernels are built for: the C++ CPU emulator, or the NPU with a CANN toolkit
+DEVICES = ("emulator", "npu")
 
 
 def _parse_bool(name: str, text: str) -> bool:
@@ -163,6 +165,12 @@ class CompileConfig:
     input_format : str
         ATC's ``--input_format``: ``"NCHW"`` (default for image gears), ``"NHWC"`` or
         ``"ND"`` (needed by ``dynamic_dims``).
+    device : str
+        What the kernels are built for: ``"emulator"`` (default: the C++ CPU emulator,
+        ``contrib/ascendc_emu``, with estimated times) or ``"npu"`` (CANN's device compiler
+        and the ACL runtime). ``"npu"`` needs a CANN toolkit (``ASCEND_HOME_PATH``); without
+        one ``build`` stops before any work with an error naming what is missing
+        (``runtime/cann.py::probe``).
     op_compiler_cache_mode : str
         ATC's ``--op_compiler_cache_mode`` for the compile cache in ``cache_dir`` (compiled
         libraries and whole builds): ``"enable"`` (default) reads and writes it, ``"force"``
@@ -195,6 +203,7 @@ class CompileConfig:
     dynamic_image_size: str | tuple = ""
     dynamic_dims: str | tuple = ""
     input_format: str = ""
+    device: str = "emulator"
 
     def __post_init__(self):
         if not isinstance(self.search_width, int) or isinstance(self.search_width, bool) \
@@ -230,6 +239,9 @@ class CompileConfig:
             raise FusionConfigError(
                 f"op_compiler_cache_mode={self.op_compiler_cache_mode!r} is not one of "
                 f"{', '.join(CACHE_MODES)}")
+        if self.device not in DEVICES:
+            raise FusionConfigError(
+                f"device={self.device!r} is not one of {', '.join(DEVICES)}")
         if self.rule_set not in RULE_SETS:
             raise FusionConfigError(
                 f"rule_set={self.rule_set!r} is not one of {', '.join(RULE_SETS)}")
