@@ -8,6 +8,10 @@ range), every class/struct template, every enum and its values and every ``using
 ``include/`` (basic and advanced API, utils) plus ``impl/basic_api`` without the folders of the
 other architectures. Rough C++ reading: comments and string literals dropped, balanced
 brackets; good enough for what the printers emit, and a miss fails loudly, not silently.
+
+What it does not check: argument types and dtypes (the per-architecture ``SupportType<...>``
+lists of impl/basic_api/<arch>), and which class a member call is on (``x.Name(...)`` is
+matched against every class's ``Name``: the object's type is not inferred).
 """
 from __future__ import annotations
 
