@@ -229,3 +229,30 @@ def test_flash_half_score_tiles_match_numpy(monkeypatch, seq):
     ws = sum(2 * q * kv + 2 * q * kv + 4 * q * 64 for q in pieces(seq, 64)
              for kv in pieces(seq, 128))
     assert group["tiling"]["work"]["workspace_read_bytes"] == 3 * ws
+
+
+@pytest.mark.parametrize("where,dtype,seq", [("gpt2", "float16", 200),
+                                             ("inside", "float32", 100),
+                                             ("rows", "float16", 150)])
+def test_flash_where_on_whole_tiles(monkeypatch, where, dtype, seq):
+    """The Where's condition made a bit mask and applied on the whole score tile (one Cast,
+    Compares and Select) where its rows lie as far apart as the scores' (key blocks of a
+    multiple of 32 keys), row by row on the other tails (200 = 128 + 72 keys in fp16, 100 =
+    64 + 36 in fp32); a condition broadcast over the queries gets its bits once. The masks'
+    blocks are cast at once."""
+    mb = causal_attention_model(where=where, dtype=dtype, seq=seq)
+    _forced(monkeypatch, method="flash")
+    out, group, launch, source = _run(mb)
+    if where == "rows":
+        assert "if (keepPitch == pitch)" not in source
+        assert "AscendC::Compares(keepBits, keepH, static_cast<half>(0.0f), " \
+               "AscendC::CMPMODE::NE, curKv);" in source
+    else:
+        assert "if (keepPitch == pitch) {  // the Where on the whole tile" in source
+        assert "AscendC::CMPMODE::NE, curQ * pitch);" in source
+    if dtype == "float16":
+        assert "AscendC::Cast(maskF, maskT, AscendC::RoundMode::CAST_NONE, curKv);" in source
+    (ref,) = run_onnxruntime(mb.model(), mb.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
+                               **TOLERANCES["cube/" + dtype])
+    _check_counters(group, launch)
