@@ -93,6 +93,25 @@ def conv_plan(group: dict):
 
 
 ACL_STUB_DIR = os.path.join(os.path.dirname(__file__), "acl_stub")
+# The public AscendCL headers (hicann/runtime) the project's shared folder holds, from the
+# repository root; a toolkit's own ($ASCEND_HOME_PATH/include) is looked in first.
+VENDOR_ACL_INCLUDE = os.path.join("..", "shared", "vendor", "cann", "runtime", "include",
+                                  "external")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def real_acl_include(environ=None, root: str = REPO_ROOT) -> tuple[str | None, list[str]]:
+    """(the folder holding the real ``acl/acl.h``, or None; the folders tried, in order):
+    ``$ASCEND_HOME_PATH/include`` first, then the vendored headers beside the repository."""
+    environ = os.environ if environ is None else environ
+    tried = []
+    if environ.get("ASCEND_HOME_PATH"):
+        tried.append(os.path.join(environ["ASCEND_HOME_PATH"], "include"))
+    tried.append(os.path.normpath(os.path.join(root, VENDOR_ACL_INCLUDE)))
+    for folder in tried:
+        if os.path.isfile(os.path.join(folder, "acl", "acl.h")):
+            return folder, tried
+    return None, tried
 
 
 def acl_stub_unit(unit: str) -> tuple[str, int]:
@@ -101,14 +120,15 @@ def acl_stub_unit(unit: str) -> tuple[str, int]:
     return re.subn(r"(\w+)<<<([^>]*)>>>\(", r"tvm_ascend_stub_launch(\2), \1(", unit)
 
 
-def acl_stub_command(soc_name: str) -> list[str]:
-    """``g++ -fsyntax-only -Wall`` of a unit from stdin against the stub ACL declarations
-    (tests/acl_stub) and the emulator's kernel_operator.h: syntax and types only."""
+def acl_stub_command(soc_name: str, acl_include: str | None = None) -> list[str]:
+    """``g++ -fsyntax-only -Wall`` of a unit from stdin against ACL declarations and the
+    emulator's kernel_operator.h: syntax and types only. The declarations are the stub ones
+    (tests/acl_stub) unless ``acl_include`` names a folder holding the real ``acl/acl.h``."""
     ffi_include = os.path.join(os.path.dirname(tvm_ffi.__file__), "include")
     return ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-DASCENDC_CPU_DEBUG",
             f"-DASCENDC_EMU_SOC={soc_name}", "-DASCENDC_EMU_SEPARATE_RUNTIME",
-            f"-I{emulator_dir()}", f"-I{ACL_STUB_DIR}", f"-I{ffi_include}", "-include",
-            "launch_stub.h", "-x", "c++", "-"]
+            f"-I{emulator_dir()}", f"-I{acl_include or ACL_STUB_DIR}", f"-I{ffi_include}",
+            "-include", os.path.join(ACL_STUB_DIR, "launch_stub.h"), "-x", "c++", "-"]
 
 
 def fused_prim_func(model):

@@ -221,10 +221,20 @@ class _GlobalRenamer(PyExprMutator):
         return self.renamed.get(gv.name_hint, gv)
 
 
+def _renamed_var(gv, name: str):
+    """A GlobalVar named ``name`` with ``gv``'s type: a fresh GlobalVar has none, and a call
+    to a TIR function (an op kept on the host) through an untyped one fails to normalise
+    (found by the fuzzer's gears, case 0-12)."""
+    new = tvm.ir.GlobalVar(name)
+    if gv.ty is not None:
+        relax.expr._update_type(new, gv.ty)  # noqa: SLF001 - TVM's one setter of a var's type
+    return new
+
+
 def _prefixed(host: tvm.IRModule, prefix: str) -> tvm.IRModule:
     """``host`` with every function named ``prefix + name`` (global symbols too), so that
     several gears' host programs live in one module."""
-    renamed = {gv.name_hint: tvm.ir.GlobalVar(prefix + gv.name_hint)
+    renamed = {gv.name_hint: _renamed_var(gv, prefix + gv.name_hint)
                for gv in host.get_global_vars()}
     renamer = _GlobalRenamer(host, renamed)
     functions = {}

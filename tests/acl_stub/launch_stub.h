@@ -4,6 +4,6 @@
 #ifndef TVM_ASCEND_TEST_LAUNCH_STUB_H_
 #define TVM_ASCEND_TEST_LAUNCH_STUB_H_
 #include <cstdint>
-#include "acl/acl.h"
+#include <acl/acl.h>  // <>: from the -I folder given (stub or real), not this one
 void tvm_ascend_stub_launch(uint32_t blockDim, void* l2ctrl, aclrtStream stream);
 #endif  // TVM_ASCEND_TEST_LAUNCH_STUB_H_

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
+from .gears import gear_cases, geared, run_geared
 from .generate import generate
 from .run import (LEVELS, SOCS, compare, normalise, reference, reference_per_node, run_built,
                   run_many, summary, tasks_for)
@@ -51,6 +52,36 @@ def _sample_params():
 def test_fuzz_sample_matches_onnxruntime(seed, index, level, soc):
     (outcome,) = run_many([(seed, index, level, soc)], jobs=1)
     assert outcome.kind == "ok", f"{outcome.kind}: {outcome.cause}\n{outcome.detail}"
+
+
+def _gear_params():
+    dynamic = set(gear_cases(SAMPLE_SEED, range(SAMPLE_GRAPHS)))
+    return [pytest.param(seed, index, level, soc, id=f"{seed}-{index}-{level}-{soc}-gears")
+            for seed, index, level, soc in tasks_for(SAMPLE_SEED, range(SAMPLE_GRAPHS),
+                                                     per_graph=1) if index in dynamic]
+
+
+@pytest.mark.parametrize("seed,index,level,soc", _gear_params())
+def test_fuzz_sample_gears_match_onnxruntime(seed, index, level, soc):
+    """The sample cases drawn with a dynamic dimension (tests/fuzz/gears.py), built as gears
+    in one library: every gear matches onnxruntime run on the symbolic model."""
+    outcome = run_geared(seed, index, level, soc)
+    assert outcome.kind == "ok", f"{outcome.kind}: {outcome.cause}\n{outcome.detail}"
+
+
+def test_some_sample_cases_are_dynamic_and_each_gear_differs():
+    """About a fifth of the sample has a dynamic dimension; each such case has three
+    distinct gears, its own size first, and an input shape with one -1 per dynamic input."""
+    dynamic = gear_cases(SAMPLE_SEED, range(SAMPLE_GRAPHS))
+    assert 5 <= len(dynamic) <= 12, dynamic
+    for index in dynamic:
+        g = geared(generate(SAMPLE_SEED, index))
+        assert len(set(g.gears)) == 3
+        assert g.gears[0] == g.case.feeds[g.inputs[0]].shape[g.axis]
+        shapes = g.input_shape()
+        assert sum(dims.count(-1) for dims in shapes.values()) == len(g.inputs)
+        for gear, feeds in zip(g.gears, g.feeds):
+            assert all(feeds[n].shape[g.axis] == gear for n in g.inputs)
 
 
 def test_known_failures_are_sample_cases():

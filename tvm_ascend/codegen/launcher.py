@@ -69,9 +69,6 @@ ACL_HOST_RUNTIME = """\
 #include <mutex>
 
 namespace tvm_ascend_acl {
-// ACL_ERROR_REPEAT_INITIALIZE: aclInit already ran in this process (another library did it).
-constexpr aclError kRepeatInitialize = 100002;
-
 """ + CHECK_ARG + """
 inline void ThrowIfFailed(const char* kernel, aclError status, const char* failed) {
   if (status != ACL_SUCCESS) {
@@ -89,7 +86,8 @@ inline aclrtStream Stream() {
     const char* id = std::getenv("TVM_ASCEND_DEVICE_ID");
     int32_t device = id ? std::atoi(id) : 0;
     aclError init = aclInit(nullptr);
-    if (init != ACL_SUCCESS && init != kRepeatInitialize) {
+    // ACL_ERROR_REPEAT_INITIALIZE (acl_base_rt.h): aclInit already ran in this process
+    if (init != ACL_SUCCESS && init != ACL_ERROR_REPEAT_INITIALIZE) {
       status = init;
       failed = "aclInit";
     } else if ((status = aclrtSetDevice(device)) != ACL_SUCCESS) {

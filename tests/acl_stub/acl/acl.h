@@ -1,7 +1,8 @@
 // Minimal ACL declarations for a g++ -fsyntax-only check of the printed NPU launchers.
 // Test-only: these are declarations (no definitions), written from the ACL signatures in
 // shared/reference/ascendc.md 5.3; nothing here is linked or run. CANN's real acl/acl.h
-// replaces this header in a device build.
+// replaces this header in a device build; tests/test_acl_headers.py holds every declaration
+// here equal to the real headers' (and compiles the launchers against those) where they exist.
 #ifndef TVM_ASCEND_TEST_ACL_STUB_H_
 #define TVM_ASCEND_TEST_ACL_STUB_H_
 
@@ -13,6 +14,7 @@ typedef void* aclrtStream;
 typedef void* aclrtEvent;
 
 static const aclError ACL_SUCCESS = 0;
+static const aclError ACL_ERROR_REPEAT_INITIALIZE = 100002;
 
 typedef enum aclrtMemMallocPolicy {
   ACL_MEM_MALLOC_HUGE_FIRST = 0,
