@@ -256,3 +256,29 @@ def test_flash_where_on_whole_tiles(monkeypatch, where, dtype, seq):
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
                                **TOLERANCES["cube/" + dtype])
     _check_counters(group, launch)
+
+
+def test_flash_kernels_print_only_declared_ascendc():
+    """The flash kernels' whole-tile calls (the half score tile's Cast, Brcb and the chunked
+    Div of the normalisation, the Where's Compares and Select on a whole tile, a broadcast
+    condition's bits once) exist in asc-devkit's dav_c220 headers with that arity."""
+    from ascendc_api import ARCH_OF_SOC, api_index, asc_devkit_root, check_use, uses_in
+    from printed_kernels import kernels_of
+    from tvm_ascend.codegen import kernel_source
+
+    folder, tried = asc_devkit_root()
+    if folder is None:
+        pytest.skip("no AscendC headers in: " + ", ".join(tried))
+    index = api_index(folder, ARCH_OF_SOC["Ascend910B1"])
+    sources = []
+    for mb in (causal_attention_model(where="gpt2", dtype="float16", seq=200),
+               causal_attention_model(where="rows", dtype="float16", seq=150),
+               attention_model(batch=1, seq=77, heads=2, dim=40, proj=False, dtype="float16")):
+        for kernel in kernels_of(mb.model(), B1, every_method=True):
+            if getattr(kernel.tiling.plan, "method", "") == "flash":
+                sources.append(kernel_source(kernel, B1))
+    assert len(sources) == 3
+    assert any("if (keepPitch == pitch)" in s for s in sources)
+    wrong = {str(u): check_use(u, index) for s in sources for u in uses_in(s)}
+    wrong = {u: r for u, r in wrong.items() if r and "MatmulType" not in u}
+    assert not wrong, wrong
