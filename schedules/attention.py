@@ -19,13 +19,17 @@ the vector unit rescales and accumulates the output rows, divides by the running
 writes them. The seq x seq scores never go to GM as a tensor. On split 2201 chips (910B) the
 cube (AIC) and vector (AIV) exchange tiles through the GM workspace (L2), as CANN's fused
 attention kernels do; the plan counts those bytes apart (``workspace_*_bytes`` of its
-KernelWork). On coupled chips (310P) the tiles stay on chip, and without DataCopyPad the mask
-and output rows move as whole 32-byte blocks plus scalar tails (``AttentionPlan.data_copy_pad``).
+KernelWork). For fp16 the score tiles cross it in half (``AttentionPlan.score_bytes``), the
+softmax's running maxima and sums staying float. On coupled chips (310P) the tiles stay on
+chip, and without DataCopyPad the mask and output rows move as whole 32-byte blocks plus
+scalar tails (``AttentionPlan.data_copy_pad``).
 
 On split chips the plan may instead be ``method="flash"`` (offered by ``variants``, kept where
 the timing model estimates it faster): the 1:2 mix with both AIVs as clients, the score tiles
 of up to 13 key blocks per asynchronous Matmul round, computed by the AIC while the vector
-units run the softmax of the ones before, and that softmax on whole tiles (``AttentionPlan``).
+units run the softmax of the ones before, and that softmax on whole tiles (``AttentionPlan``):
+the mask's blocks and the Where's condition too (row by row only on a condition tail whose
+rows lie apart from the scores'), the rows divided by their sums once at the end.
 Its bytes are the staged kernel's; ``cost_model.attention_timing`` times it.
 
 K and V are read once per query block (``seq_q / base_q`` times in all): the FlashAttention
@@ -259,8 +263,10 @@ def ub_layout(shape, base_q: int, base_kv: int, flash: bool = False) -> dict:
     if shape.keep is not None:  # bool bytes, then a row of them as half, then its bit mask
         rows = 1 if shape.keep.row_stride == 0 else base_q
         layout["keepBuf"] = rows * round_up(base_kv, 32)
-        layout["keepHBuf"] = round_up(base_kv, 16) * 2
-        layout["keepBitsBuf"] = ceil_div(base_kv, 8)
+        # the flash kernel makes the whole block's bit mask at once (a row where it broadcasts)
+        mask_rows = rows if flash else 1
+        layout["keepHBuf"] = mask_rows * round_up(base_kv, 16) * 2
+        layout["keepBitsBuf"] = mask_rows * ceil_div(base_kv, 8)
     return {k: round_up(v, 32) for k, v in layout.items()}
 
 
@@ -365,12 +371,14 @@ def _flash_vector_calls(shape, base_q: int, base_kv: int,
         block = (1 if shape.scale != 1.0 else 0) + 2 * (2 * chunks - 1) + 4 + 2 * chunks + 3
         block += 1 if score_bytes == HALF_SCORE_BYTES else 0  # the half tile to float
         block += (1 if e == 2 else 0) + 1 + d_chunks + 1  # P cast; Brcb, rescale, add
-        if shape.mask is not None:
-            mask_rows = 1 if shape.mask.row_stride == 0 else rows
-            block += chunks + (mask_rows if e == 2 else 0) \
-                + (mask_rows if shape.mask_coef != 1.0 else 0)
+        if shape.mask is not None:  # the block's cast and coefficient at once
+            block += chunks + (1 if e == 2 else 0) + (1 if shape.mask_coef != 1.0 else 0)
         if shape.keep is not None:
-            block += 3 * rows
+            if shape.keep.row_stride == 0:  # its bits once, selected row by row
+                block += 2 + rows
+            else:  # the whole tile where the condition's rows are the scores' pitch
+                pitch = round_up(kv, 16 if score_bytes == HALF_SCORE_BYTES else 8)
+                block += 3 if round_up(kv, 32) == pitch else 3 * rows
         calls += block
     return calls
 

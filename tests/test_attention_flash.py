@@ -229,3 +229,56 @@ def test_flash_half_score_tiles_match_numpy(monkeypatch, seq):
     ws = sum(2 * q * kv + 2 * q * kv + 4 * q * 64 for q in pieces(seq, 64)
              for kv in pieces(seq, 128))
     assert group["tiling"]["work"]["workspace_read_bytes"] == 3 * ws
+
+
+@pytest.mark.parametrize("where,dtype,seq", [("gpt2", "float16", 200),
+                                             ("inside", "float32", 100),
+                                             ("rows", "float16", 150)])
+def test_flash_where_on_whole_tiles(monkeypatch, where, dtype, seq):
+    """The Where's condition made a bit mask and applied on the whole score tile (one Cast,
+    Compares and Select) where its rows lie as far apart as the scores' (key blocks of a
+    multiple of 32 keys), row by row on the other tails (200 = 128 + 72 keys in fp16, 100 =
+    64 + 36 in fp32); a condition broadcast over the queries gets its bits once. The masks'
+    blocks are cast at once."""
+    mb = causal_attention_model(where=where, dtype=dtype, seq=seq)
+    _forced(monkeypatch, method="flash")
+    out, group, launch, source = _run(mb)
+    if where == "rows":
+        assert "if (keepPitch == pitch)" not in source
+        assert "AscendC::Compares(keepBits, keepH, static_cast<half>(0.0f), " \
+               "AscendC::CMPMODE::NE, curKv);" in source
+    else:
+        assert "if (keepPitch == pitch) {  // the Where on the whole tile" in source
+        assert "AscendC::CMPMODE::NE, curQ * pitch);" in source
+    if dtype == "float16":
+        assert "AscendC::Cast(maskF, maskT, AscendC::RoundMode::CAST_NONE, curKv);" in source
+    (ref,) = run_onnxruntime(mb.model(), mb.feeds)
+    np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
+                               **TOLERANCES["cube/" + dtype])
+    _check_counters(group, launch)
+
+
+def test_flash_kernels_print_only_declared_ascendc():
+    """The flash kernels' whole-tile calls (the half score tile's Cast, Brcb and the chunked
+    Div of the normalisation, the Where's Compares and Select on a whole tile, a broadcast
+    condition's bits once) exist in asc-devkit's dav_c220 headers with that arity."""
+    from ascendc_api import ARCH_OF_SOC, api_index, asc_devkit_root, check_use, uses_in
+    from printed_kernels import kernels_of
+    from tvm_ascend.codegen import kernel_source
+
+    folder, tried = asc_devkit_root()
+    if folder is None:
+        pytest.skip("no AscendC headers in: " + ", ".join(tried))
+    index = api_index(folder, ARCH_OF_SOC["Ascend910B1"])
+    sources = []
+    for mb in (causal_attention_model(where="gpt2", dtype="float16", seq=200),
+               causal_attention_model(where="rows", dtype="float16", seq=150),
+               attention_model(batch=1, seq=77, heads=2, dim=40, proj=False, dtype="float16")):
+        for kernel in kernels_of(mb.model(), B1, every_method=True):
+            if getattr(kernel.tiling.plan, "method", "") == "flash":
+                sources.append(kernel_source(kernel, B1))
+    assert len(sources) == 3
+    assert any("if (keepPitch == pitch)" in s for s in sources)
+    wrong = {str(u): check_use(u, index) for s in sources for u in uses_in(s)}
+    wrong = {u: r for u, r in wrong.items() if r and "MatmulType" not in u}
+    assert not wrong, wrong

@@ -333,6 +333,34 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         buf.line(f"AscendC::Select(row, keepBits, row, {fill}, "
                  "AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, curKv);")
 
+    def _where_tile(self, buf, keep_row: str) -> None:
+        """The flash kernel's Where on the score tile: a condition block of one row per query
+        whose rows are as far apart as the scores' (every key block but a tail not a multiple
+        of 32 keys) is made a bit mask and applied on the whole tile at once (three calls);
+        a block that broadcasts over the rows makes its bit mask once, applied row by row."""
+        s = self.shape
+        fill = "fillValue" if s.fill_param is not None else "FILL"
+        buf.line("AscendC::LocalTensor<half> keepH = keepHBuf.Get<half>();")
+        buf.line("AscendC::LocalTensor<uint8_t> keepBits = keepBitsBuf.Get<uint8_t>();")
+        select = ("AscendC::Select({0}, keepBits, {0}, " + fill +
+                  ", AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, {1});")
+        if s.keep.row_stride == 0:  # one row for every query: its bits once
+            buf.line("AscendC::Cast(keepH, keepT, AscendC::RoundMode::CAST_NONE, curKv);")
+            buf.line("AscendC::Compares(keepBits, keepH, static_cast<half>(0.0f), "
+                     "AscendC::CMPMODE::NE, curKv);")
+            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {  // the Where, row r"):
+                buf.line(select.format("s[r * pitch]", "curKv"))
+            return
+        with buf.indent("if (keepPitch == pitch) {  // the Where on the whole tile", None):
+            buf.line("AscendC::Cast(keepH, keepT, AscendC::RoundMode::CAST_NONE, curQ * pitch);")
+            buf.line("AscendC::Compares(keepBits, keepH, static_cast<half>(0.0f), "
+                     "AscendC::CMPMODE::NE, curQ * pitch);")
+            buf.line(select.format("s", "curQ * pitch"))
+        with buf.indent("} else {  // a tail block: row by row"):
+            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {"):
+                buf.line("AscendC::LocalTensor<float> row = s[r * pitch];")
+                self._where_row(buf, keep_row)
+
     def _by_chunks(self, buf, call: str) -> None:
         """``call`` (with ``c`` the first key and ``n`` the keys of a 64-float chunk) over the
         tile's rows at once, one chunk at a time: ``rb`` is the row pitch in 32-byte blocks."""
@@ -365,9 +393,7 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         if inside:
             add_mask()
         if keep_row is not None:
-            with buf.indent("for (uint32_t r = 0; r < curQ; ++r) {  // the Where, row r"):
-                buf.line("AscendC::LocalTensor<float> row = s[r * pitch];")
-                self._where_row(buf, keep_row)
+            self._where_tile(buf, keep_row)
         if mask_src is not None and not inside:
             add_mask()
         only = "AscendC::ReduceOrder::ORDER_ONLY_VALUE"
@@ -425,18 +451,29 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         s, t = self.shape, self.ctype
         full, rows = self._block_in(buf, s.mask, "mask", t, "C0", "the mask block")
         source = "maskT"
+        # the mask's rows (32-byte blocks of the tensors' type) lie as far apart as the float
+        # scores' (fp32; fp16 with half score tiles): the block at once, else row by row
+        at_once = self.plan.half_scores or self.elem == 4
+        count = f"{rows} * pitch" if full else "curKv"
         if self.elem == 2:
             buf.line("AscendC::LocalTensor<float> maskF = maskFBuf.Get<float>();")
-            with buf.indent(f"for (uint32_t r = 0; r < {rows}; ++r) {{"):
-                buf.line("AscendC::Cast(maskF[r * pitch], maskT[r * maskPitch], "
-                         "AscendC::RoundMode::CAST_NONE, curKv);")
+            if at_once:
+                buf.line(f"AscendC::Cast(maskF, maskT, AscendC::RoundMode::CAST_NONE, "
+                         f"{count});  // the block at once")
+            else:
+                with buf.indent(f"for (uint32_t r = 0; r < {rows}; ++r) {{"):
+                    buf.line("AscendC::Cast(maskF[r * pitch], maskT[r * maskPitch], "
+                             "AscendC::RoundMode::CAST_NONE, curKv);")
             source, pitch = "maskF", "pitch"
         else:
             pitch = "maskPitch"
         if s.mask_coef != 1.0:
-            with buf.indent(f"for (uint32_t r = 0; r < {rows}; ++r) {{"):
-                buf.line(f"AscendC::Muls({source}[r * {pitch}], {source}[r * {pitch}], "
-                         "MASK_COEF, curKv);")
+            if at_once:
+                buf.line(f"AscendC::Muls({source}, {source}, MASK_COEF, {count});")
+            else:
+                with buf.indent(f"for (uint32_t r = 0; r < {rows}; ++r) {{"):
+                    buf.line(f"AscendC::Muls({source}[r * {pitch}], {source}[r * {pitch}], "
+                             "MASK_COEF, curKv);")
         return f"{source}[r * {pitch}]" if full else source
 
     def emit_keep_in(self, buf) -> str:
