@@ -243,3 +243,35 @@ def test_each_rewritten_graph_builds_and_matches_onnxruntime_at_several_lengths(
         feeds = {"x": np.random.default_rng(length).standard_normal(shape).astype(np.float32)}
         got = lib.run(feeds)[0]
         assert_close(got, run_onnxruntime(model, feeds)[0], "float32")
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_the_report_lists_every_op_seq_keeps_on_the_host(libs, name):
+    """Nothing falls back silently: the report's dynamic section names each op kept on the
+    host because of seq, and says run-time tiling is not there to put it on the NPU."""
+    report = libs[name].fusion_report()
+    section = report["dynamic"]
+    assert section["symbolic_dims"]["seq"]["range"] == [2, 32]
+    assert section["runtime_tiling"] is False
+    assert "--dynamic_dims" in section["hint"]
+    listed = {o["var"] for o in section["host_ops"]}
+    assert all(o["dims"] == ["seq"] for o in section["host_ops"])
+    assert len(listed) > 50  # the layers' MatMuls, LayerNorms, Softmaxes, ...
+    assert {"relax.matmul", "relax.nn.softmax"} <= {o["op"] for o in section["host_ops"]}
+    assert listed <= {o["var"] for o in report["host_ops"]}
+
+
+def test_a_shape_value_cast_to_float_keeps_its_dtype():
+    """Only int64 values are followed: Cast(Shape(x)[0:1], float) of (2, s) stays a Cast (a
+    folded int64 Constant would change its dtype), its int64 input is folded."""
+    nodes = [helper.make_node("Shape", ["x"], ["b"], start=0, end=1),
+             helper.make_node("Cast", ["b"], ["bf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["x", "bf"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "s"])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "s"])])
+    out = resolve_symbolic(model, SEQ)
+    assert [n.op_type for n in out.graph.node] == ["Constant", "Cast", "Mul"]
+    onnx.checker.check_model(out, full_check=True)
+    feeds = {"x": np.ones((2, 3), np.float32)}
+    np.testing.assert_array_equal(run_onnxruntime(out, feeds)[0], run_onnxruntime(model,
+                                                                                   feeds)[0])

@@ -156,8 +156,8 @@ class _Values:
         self.shapes = shapes
         self.values: dict = {}
         for init in graph.initializer:
-            if init.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and \
-                    int(np.prod(init.dims)) <= 16:
+            # int64 only: every value followed is int64, so a folded one keeps its dtype
+            if init.data_type == onnx.TensorProto.INT64 and int(np.prod(init.dims)) <= 16:
                 self.values[init.name] = numpy_helper.to_array(init).astype(object)
 
     def get(self, name: str):
@@ -184,8 +184,7 @@ class _Values:
         op = node.op_type
         if op == "Constant":
             tensor = attrs.get("value")
-            if tensor is not None and tensor.data_type in (onnx.TensorProto.INT64,
-                                                           onnx.TensorProto.INT32):
+            if tensor is not None and tensor.data_type == onnx.TensorProto.INT64:
                 return numpy_helper.to_array(tensor).astype(object)
             return None
         if op == "Shape":
@@ -194,10 +193,10 @@ class _Values:
                 return None
             start, end = attrs.get("start", 0), attrs.get("end", len(shape))
             return np.array(list(shape)[start:end], dtype=object)
-        if any(v is None for v in ins if v is not None) or ins[0] is None:
+        if ins[0] is None:
             return None
         data = ins[0]
-        if op in ("Identity", "Cast"):
+        if op == "Identity" or (op == "Cast" and attrs.get("to") == onnx.TensorProto.INT64):
             return data
         if op == "Squeeze":
             axes = attrs.get("axes") or (list(ins[1]) if len(ins) > 1 and ins[1] is not None
