@@ -118,3 +118,64 @@ def test_hbm_and_l2_bytes_are_reported_apart():
         split[soc] = matmul["tiling"]["work"]["workspace_read_bytes"], matmul["l2_bytes"]
     assert split["Ascend910B1"][0] > 0 and split["Ascend910B1"][1] >= split["Ascend910B1"][0]
     assert split["Ascend310P3"][0] == 0
+
+
+# ---- the "dynamic" section (issue 20): nothing falls back to the host silently ---------------
+def _ranged_chain():
+    """x (2, s, 8) + b -> Relu -> * 3, with s given as a range: every op depends on s."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "k"], ["y"], name="mul")]
+    inits = [numpy_helper.from_array(np.full([8], -0.5, np.float32), "b"),
+             numpy_helper.from_array(np.array(3.0, np.float32), "k")]
+    graph = helper.make_graph(
+        nodes, "ranged", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "s", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "s", 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_ops_a_symbolic_dim_keeps_on_the_host_are_in_the_report_and_one_warning(caplog):
+    import logging
+
+    from conftest import assert_close, run_onnxruntime
+
+    model = _ranged_chain()
+    with caplog.at_level(logging.WARNING, logger="tvm_ascend"):
+        lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+            input_shape={"x": (2, "2~16", 8)}))
+    section = lib.fusion_report()["dynamic"]
+    assert section["symbolic_dims"] == {"s": {"range": [2, 16], "inputs": [["x", 1]],
+                                              "shapes": {"x": [2, -1, 8]}}}
+    assert [(o["node"], o["dims"]) for o in section["host_ops"]] == [
+        ("add", ["s"]), ("relu", ["s"]), ("mul", ["s"])]
+    assert section["npu_kernels"] == 0 and section["runtime_tiling"] is False
+    assert '--input_shape "x:2,-1,8" --input_format ND --dynamic_dims "2;9;16"' in \
+        section["hint"]
+    warnings = [r.getMessage() for r in caplog.records if "because a dimension is symbolic"
+                in r.getMessage()]
+    assert len(warnings) == 1
+    assert "3 op(s)" in warnings[0] and "s in 2~16" in warnings[0]
+    assert "add (add), relu (nn.relu), mul (multiply)" in warnings[0]
+    assert "--dynamic_dims" in warnings[0] and "run-time tiling is not implemented" in \
+        warnings[0]
+    for length in (2, 5, 16):  # still right, on the host
+        feeds = {"x": np.random.default_rng(length).standard_normal((2, length, 8))
+                 .astype(np.float32)}
+        assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
+
+
+def test_a_static_build_of_the_same_model_has_no_dynamic_section_and_no_warning(caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="tvm_ascend"):
+        lib = tvm_ascend.build(_ranged_chain(), config=tvm_ascend.CompileConfig(
+            input_shape={"x": (2, 5, 8)}))
+    report = lib.fusion_report()
+    assert "dynamic" not in report and report["npu_kernels"] == 1
+    assert not [r for r in caplog.records if "symbolic" in r.getMessage()]

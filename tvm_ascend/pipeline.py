@@ -30,6 +30,7 @@ from .errors import CodegenError, ToolchainError
 from .fallback import KernelFailure, compile_error_kernels, failure_of, policy_after
 from .frontend import config_gears, load_model, read_model
 from .partition.cost import GroupCost
+from .partition.dynamic_report import dynamic_section, warn_dynamic
 from .partition.grouping import node_graph, partition
 from .partition.policy import FusionPolicy, switches_of
 from .dumps import Dumper
@@ -246,6 +247,7 @@ def build(mod, target="ascend", params=None, config: CompileConfig | None = None
     dumps.kernels(built.module.kernel_sources())
     logger.info("built: %d NPU kernel(s), %d host group(s)", report["npu_kernels"],
                 report["host_groups"])
+    warn_dynamic(report)
     return built.module
 
 
@@ -337,6 +339,9 @@ def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str
         raise _failed(result, "schedule", errors)
     report = fusion_report(result, tilings, config, _nodes_before(imported))
     report["kernel_failures"] = [f.to_json() for f in earlier]
+    dynamic = dynamic_section(imported, result, report)
+    if dynamic is not None:  # ops a symbolic dimension keeps on the host: none silently
+        report["dynamic"] = dynamic
     names = _input_names(imported, scheduled)
     metadata = {"soc_version": soc.name, "report": report, "inputs": names,
                 "input_specs": _input_specs(scheduled, names),

@@ -24,6 +24,7 @@ from .. import ir_attrs
 from ..errors import ModelLoadError, UnsupportedOpError
 from .onnx_checks import check_model, node_name
 from .onnx_rewrites import rewrite_for_import
+from .onnx_symbolic import resolve_symbolic, symbolic_dims
 
 logger = logging.getLogger("tvm_ascend.frontend")
 
@@ -221,6 +222,8 @@ def load_model(model, input_shape=None, checked: bool = False) -> tvm.IRModule:
     shapes, bounds = _input_shapes(model, parse_input_shape(input_shape))
     # the model's node names, before a rewrite for TVM's importer adds nodes of its own
     names = [node_name(n, i) for i, n in enumerate(model.graph.node)]
+    # the exporters' Shape -> Gather -> Concat -> Reshape arithmetic over symbolic dimensions
+    model = resolve_symbolic(model, symbolic_dims(model, shapes, bounds))
     model = rewrite_for_import(_drop_empty_axes(model))
     mod, node_names = _import_with_node_names(model, shapes)
     _check_imported_ops(mod, node_names)

@@ -98,8 +98,9 @@ def _needs_rewrite(node, read: set, constants: set, empty: set) -> bool:
         return bool(node.input) and node.input[0] in empty
     if node.op_type == "LayerNormalization":
         return any(out and out in read for out in node.output[1:])
-    if node.op_type == "Expand":
-        return len(node.input) > 1 and node.input[1] not in constants
+    if node.op_type == "Expand":  # onnx_symbolic may have spelled the broadcast shape
+        resolved = any(p.key == "tvm_ascend.broadcast_resolved" for p in node.metadata_props)
+        return len(node.input) > 1 and node.input[1] not in constants and not resolved
     if node.op_type == "BatchNormalization":
         return any(a.name == "training_mode" and a.i == 1 for a in node.attribute)
     return False

@@ -1,0 +1,133 @@
+"""The fusion report's ``dynamic`` section: which ops a symbolic dimension keeps on the host.
+
+Kernels here are compiled for static shapes; run-time tiling (a host tiling function per
+kernel filling its tiling struct from the actual shape, as AscendC's TilingFunc does) is not
+implemented yet. So an op whose shape holds a symbolic dimension (``--input_shape
+"x:2,2~32"``, a ``-1`` or a ``dim_param`` left dynamic) runs on the host (TVM's llvm build),
+and nothing may fall back silently: the section lists every such op with its dimensions, and
+``warn_dynamic`` logs one warning naming them and the gear flags that would put them on the NPU
+(one static build per listed size: ``--dynamic_dims``, ``--dynamic_batch_size``).
+
+Section keys: ``symbolic_dims`` ({name: {"range": [lo, hi] or None, "inputs": [[input,
+axis], ...], "shapes": {input: its shape, -1 where symbolic}}}), ``host_ops`` ([{"node",
+"op", "var", "dims", "why"}]), ``npu_kernels``, ``runtime_tiling`` (False: not
+implemented), ``hint`` (the gear flags to use instead).
+
+Example
+-------
+>>> report["dynamic"]["host_ops"][0]                                        # doctest: +SKIP
+{'node': 'node_add_14', 'op': 'relax.add', 'var': 'lv29', 'dims': ['seq'], 'why': '...'}
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import tvm
+
+from .. import ir_attrs
+
+logger = logging.getLogger("tvm_ascend")
+
+MAX_NAMED = 8  # ops named in the warning; the section has them all
+
+
+def symbolic_inputs(imported: tvm.IRModule) -> dict:
+    """{dimension name: {"range": [lo, hi] or None, "inputs": [[input, axis], ...]}} of the
+    symbolic sizes of ``main``'s parameters."""
+    main = imported["main"]
+    attrs = main.attrs
+    ranges = json.loads(str(attrs[ir_attrs.DIM_RANGES])) if attrs and \
+        ir_attrs.DIM_RANGES in attrs else {}
+    names = [str(n) for n in attrs[ir_attrs.ONNX_INPUTS]] if attrs and \
+        ir_attrs.ONNX_INPUTS in attrs else [p.name for p in main.params]
+    dims: dict = {}
+    for name, param in zip(names, main.params):
+        for axis, dim in enumerate(_dims(param.ty)):
+            if isinstance(dim, tvm.tirx.Var):
+                entry = dims.setdefault(str(dim.name), {"range": ranges.get(str(dim.name)),
+                                                        "inputs": [], "shapes": {}})
+                entry["inputs"].append([name, axis])
+                entry["shapes"][name] = [int(d) if isinstance(d, tvm.tirx.IntImm) else -1
+                                         for d in _dims(param.ty)]
+    return dims
+
+
+def _dims(ty) -> list:
+    shape = getattr(ty, "shape", None)
+    values = getattr(shape, "values", None)
+    return list(values) if values is not None else []
+
+
+def _symbols_of(ty, names: set) -> list:
+    """The symbolic dimension names that ``ty``'s shape mentions."""
+    found = []
+    for dim in _dims(ty):
+        if isinstance(dim, (int, tvm.tirx.IntImm)):
+            continue
+        for word in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", str(dim)):
+            if word in names and word not in found:
+                found.append(word)
+    return found
+
+
+def dynamic_section(imported: tvm.IRModule, result, report: dict) -> dict | None:
+    """The report's ``dynamic`` section of one partition, or None for a static model."""
+    dims = symbolic_inputs(imported)
+    if not dims:
+        return None
+    names = set(dims)
+    symbolic = {}
+    for block in imported["main"].body.blocks:
+        for binding in block.bindings:
+            found = _symbols_of(getattr(binding.var, "ty", None), names)
+            for arg in getattr(binding.value, "args", ()):
+                found += [d for d in _symbols_of(getattr(arg, "ty", None), names)
+                          if d not in found]
+            if found:
+                symbolic[binding.var.name] = found
+    host_ops = [{"node": op.node, "op": op.op, "var": op.var, "dims": symbolic[op.var],
+                 "why": op.decision.reason}
+                for op in result.ops.values() if not op.decision.ok and op.var in symbolic]
+    return {"symbolic_dims": dims, "host_ops": host_ops,
+            "npu_kernels": report["npu_kernels"], "runtime_tiling": False,
+            "hint": gear_hint(dims)}
+
+
+def gear_hint(dims: dict) -> str:
+    """The ATC gear flags that would build these dimensions statically: one build per size,
+    here each range's ends and middle (an unbounded dimension: 1, 8, 64)."""
+    sizes = {}
+    for name, entry in dims.items():
+        low, high = entry["range"] or (None, None)
+        sizes[name] = [low, (low + high) // 2, high] if high else [1, 8, 64]
+    axes: dict = {}
+    shapes: dict = {}
+    for name, entry in dims.items():
+        for input_name, axis in entry["inputs"]:
+            axes.setdefault(input_name, {})[axis] = name
+            shapes[input_name] = entry["shapes"][input_name]
+    order = [axes[n][a] for n in axes for a in sorted(axes[n])]  # each -1, in input order
+    spelled = ";".join(f"{n}:" + ",".join(str(d) for d in shape) for n, shape in shapes.items())
+    gears = ";".join(",".join(str(sizes[name][k]) for name in order) for k in range(3))
+    return (f"to compile them for the NPU, build gears: --input_shape \"{spelled}\" "
+            f"--input_format ND --dynamic_dims \"{gears}\" (one value per -1, "
+            "one static build per gear), or --dynamic_batch_size where only the batch varies")
+
+
+def warn_dynamic(report: dict) -> None:
+    """One warning naming the ops kept on the host by a symbolic dimension (none is moved
+    there silently), with the gear flags that would compile them for the NPU."""
+    section = report.get("dynamic")
+    if not section or not section["host_ops"]:
+        return
+    ops = section["host_ops"]
+    named = ", ".join(f"{o['node'] or o['var']} ({o['op'].replace('relax.', '')})"
+                      for o in ops[:MAX_NAMED])
+    more = f" and {len(ops) - MAX_NAMED} more" if len(ops) > MAX_NAMED else ""
+    dims = ", ".join(f"{n} in {e['range'][0]}~{e['range'][1]}" if e["range"] else f"{n}"
+                     for n, e in section["symbolic_dims"].items())
+    logger.warning("%d op(s) kept on the host because a dimension is symbolic (%s; kernels "
+                   "are compiled for static shapes, run-time tiling is not implemented): "
+                   "%s%s; %s", len(ops), dims, named, more, section["hint"])
