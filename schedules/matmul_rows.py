@@ -57,6 +57,11 @@ L1_DEPTH = 2
 L0C_ELEM_BYTES = 4
 # Row slots after the program's own: the ReduceSum work tensor and the reduced value.
 EXTRA_SLOTS = 2
+# The tall form's workspace slots per core: panel i + 1 is computed into one while panel i is
+# read from the other.
+TALL_SLOTS = 2
+# Panels a core computes in the tall form that the partitioner estimates (the first the default).
+TALL_PANELS = (4, 3, 2)
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,10 @@ class MatmulRowsKnobs:
     # in base_m x <=256 base tiles) into the GM workspace and the row epilogue streams them
     # through the UB in chunks: B is read once a panel instead of once a 16-row tile
     tall: bool = False
+    # the tall form: panels a core computes (its rows cut so, where they balance): asynchronous
+    # in two workspace slots, panel i + 1 on the cube while panel i's epilogue runs; more
+    # panels overlap more of the cube but read B more often
+    panels: int = 4
 
 
 @dataclass(frozen=True)
@@ -95,9 +104,12 @@ class MatmulRowsPlan(TemplatePlan, template="matmul_rows"):
     of ``slot_bytes`` bytes an element. ``data_copy_pad``: the tiles move by DataCopyPad (the
     SoC has it), else by whole blocks and scalar tails.
 
-    ``chunk_m`` (the tall form, 910B): ``single_m x N`` panels computed by IterateAll in
-    ``base_m x base_n`` cube tiles into the core's ``panel_bytes`` of GM workspace, then read
-    back ``chunk_m`` rows at a time (rows ``align_n`` apart in the UB) for the epilogue.
+    ``chunk_m`` (the tall form, 910B): ``single_m x N`` panels computed by asynchronous
+    IterateAll (``IterateAll<false>`` + ``WaitIterateAll``) in ``base_m x base_n`` cube tiles
+    into two workspace slots of ``panel_bytes`` per core, panel i + 1 posted before panel i is
+    waited, then read back ``chunk_m`` rows at a time (rows ``align_n`` apart in the UB) for the
+    epilogue, the next chunk's copy issued before this one's epilogue where two fit the UB
+    (``prefetch``).
 
     ``overlapped`` (910B, where two C tiles and two of each streamed input fit the UB): the
     rounds are asynchronous as the matmul template's (``MatmulPlan``: ``Iterate<false>`` into
@@ -132,7 +144,8 @@ class MatmulRowsPlan(TemplatePlan, template="matmul_rows"):
 
     @property
     def panel_bytes(self) -> int:
-        """GM workspace of one core's panel in the tall form (``single_m`` rows of N)."""
+        """GM workspace of one panel slot in the tall form (``single_m`` rows of N); a core
+        has two (``TALL_SLOTS``)."""
         return self.single_m * self.shape.n * dtype_bytes(self.shape.dtype) if self.tall else 0
 
     # the matmul template's rounds and workspace slots, read from the same fields
@@ -279,8 +292,8 @@ class MatmulRowsSchedule(Template):
     @staticmethod
     def variants(func, soc) -> list[MatmulRowsKnobs]:
         """Knobs worth estimating beside the default (the partitioner keeps the fastest): on
-        910B the tall form, which reads B once per panel of rows."""
-        return [MatmulRowsKnobs()] + ([MatmulRowsKnobs(tall=True)]
+        910B the tall form, which reads B once per panel of rows, with 4, 3 or 2 panels a core."""
+        return [MatmulRowsKnobs()] + ([MatmulRowsKnobs(tall=True, panels=p) for p in TALL_PANELS]
                                       if soc.npu_arch == 2201 else [])
 
     @staticmethod
@@ -291,7 +304,8 @@ class MatmulRowsSchedule(Template):
         top = default.plan.max_base_m
         space = [MatmulRowsKnobs()]
         if soc.npu_arch == 2201:  # rounds of any size: fewer rounds, later fetches; tall
-            space += [MatmulRowsKnobs(round_tiles=0), MatmulRowsKnobs(tall=True)]
+            space += [MatmulRowsKnobs(round_tiles=0)] + \
+                [MatmulRowsKnobs(tall=True, panels=p) for p in TALL_PANELS]
         for cores in (None, max(1, soc.ai_cores // 2)):
             for base_m in (b for b in (16, 32, 64, 128) if b <= top):
                 knobs = MatmulRowsKnobs(base_m, cores)
@@ -483,30 +497,36 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
                   soc.ub_bytes, gm_read, gm_write, shape.n, work=work, plan=plan)
 
 
-def _panel_rows(shape: MatmulShape, base_m: int, cores: int) -> int:
+def _panel_rows(shape: MatmulShape, base_m: int, cores: int, panels: int = 1) -> int:
     """Rows of a tall panel: the multiple of ``base_m`` (16: the cube's last base tile of a
-    panel may be short) that gives the busiest core the fewest rows, the larger among equals
-    (B is read once a panel)."""
+    panel may be short) that gives each core ``panels`` panels where the rows allow it, then
+    the busiest core the fewest rows, the larger among equals (B is read once a panel)."""
     best = None
     for count in range(1, ceil_div(shape.m, base_m) + 1):
         size = round_up(ceil_div(shape.m, count), base_m)
         total = shape.batch * ceil_div(shape.m, size)
-        key = (ceil_div(total, min(cores, total)) * size, -size)
+        per_core = ceil_div(total, min(cores, total))
+        key = (per_core != panels, per_core * size, -size)
         if best is None or key < best[0]:
             best = (key, size)
     return best[1]
 
 
 def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
-    """The tall form: ``single_m x N`` panels by IterateAll into the GM workspace (cube tiles
-    of ``base_m`` rows by at most 256 columns, as the matmul template's), the row epilogue
-    over ``chunk_m``-row chunks of a panel read back into the UB (two of each queue where
-    they fit). Split chips only: a coupled chip's product reaches the UB on chip."""
+    """The tall form: ``single_m x N`` panels by asynchronous IterateAll into two GM workspace
+    slots a core (cube tiles of ``base_m`` rows by at most 256 columns, as the matmul
+    template's), ``knobs.panels`` a core where the rows allow, each posted before the last is
+    waited so its cube work overlaps the last one's epilogue; the row epilogue over
+    ``chunk_m``-row chunks of a panel read back into the UB (two of each queue where they fit:
+    the next chunk's copy then overlaps this one's epilogue). Split chips only: a coupled
+    chip's product reaches the UB on chip."""
     if soc.npu_arch != 2201:
         raise TilingError(f"the tall form goes through the GM workspace; {soc.name} is a "
                           "coupled chip (the product reaches the UB on chip)")
     if knobs.round_tiles is not None:
         raise TilingError("the tall form's panels are one IterateAll each: no round_tiles")
+    if knobs.panels < 1:
+        raise TilingError(f"panels={knobs.panels} must be >= 1")
     shape = _folded(group_shape)
     elem = dtype_bytes(shape.dtype)
     c0 = BLOCK_BYTES // elem
@@ -526,7 +546,7 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
         raise TilingError(f"base_m={base_m}: no 16-column float32 block fits L0C")
     base_n = round_up(ceil_div(shape.n, ceil_div(shape.n, widest)), FRACTAL)
     base_k = matmul_base_k(shape, base_m, base_n, soc, 1)
-    single_m = _panel_rows(shape, FRACTAL, cores)
+    single_m = _panel_rows(shape, FRACTAL, cores, knobs.panels)
     chunk_m = min(chunk_m, single_m)  # no larger than a panel
     total = shape.batch * ceil_div(shape.m, single_m)
     per_core = ceil_div(total, min(cores, total))
@@ -539,9 +559,11 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
     gm_write += exported * shape.n * elem
     round_trip = product_round_trip(shape, soc)
     chunks = ceil_div(single_m, chunk_m)
-    pipeline = (f"tall: IterateAll of {single_m}-row panels ({base_m}x{base_n} cube tiles) "
-                f"into the GM workspace, the row epilogue over {chunk_m}-row chunks"
-                + (", two of each in the UB" if buffers == 2 else ", one of each in the UB"))
+    pipeline = (f"tall: IterateAll<false> of {single_m}-row panels ({base_m}x{base_n} cube "
+                f"tiles, {per_core} a core) into two GM workspace slots, panel i + 1 on the cube "
+                f"during panel i's epilogue, the row epilogue over {chunk_m}-row chunks"
+                + (", two of each in the UB, the next chunk's copy during this one's epilogue"
+                   if buffers == 2 else ", one of each in the UB"))
     plan = MatmulRowsPlan(shape, group_shape, single_m, shape.n, base_m, base_n, base_k, top,
                           reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
                           l1_footprint(shape, base_m, base_n, base_k, reuse), row_n, slots,

@@ -10,7 +10,7 @@ import tvm_ascend
 from benchmarks.models.bert import bert_model, encoder_layer_model
 from tvm_ascend.frontend.onnx_loader import load_model
 from tvm_ascend.partition import region_search
-from tvm_ascend.partition.search import RegionSpace, beam_search, greedy_path
+from tvm_ascend.partition.search import Action, RegionSpace, beam_search, greedy_path, pruned
 from tvm_ascend.pipeline import _estimated_us, fusion_policy, plan_fusion
 
 
@@ -124,3 +124,41 @@ def test_search_width_is_checked():
     from tvm_ascend.errors import FusionConfigError
     with pytest.raises(FusionConfigError, match="search_width=0"):
         tvm_ascend.CompileConfig(search_width=0)
+
+
+def test_a_merge_that_loses_is_undone():
+    """Regression: a beam of one kept a losing merge. Every first merge loses (0 + 1 by 1 us,
+    2 + 3 and 3 + 4 by 3 us), so the beam keeps 0 + 1, the least bad, and then finds
+    2 + 3 + 4 (10 us better than split) behind it; the search returned 41 us with 0 + 1
+    merged. Undoing it (``pruned``: its group was never extended) gives 40 us."""
+    table = {frozenset({u}): 10.0 for u in range(5)}
+    table.update({frozenset({0, 1}): 21.0, frozenset({2, 3}): 23.0, frozenset({3, 4}): 23.0,
+                  frozenset({2, 3, 4}): 20.0})
+    space = _space(5, [(0, 1), (2, 3), (3, 4)], table)
+    best = beam_search(space, width=1)
+    assert best.cost == 40.0
+    assert best.groups == {frozenset({0}), frozenset({1}), frozenset({2, 3, 4})}
+    # the merge 2 + 3 lost alone but the group was extended: it stays, 0 + 1 does not
+    assert [sorted(a.key) for a in best.actions] == [[2, 3], [2, 3, 4]]
+    state = space._apply(space.initial(), Action((frozenset({0}), frozenset({1}))), 21.0)
+    assert pruned(space, state).cost == 50.0 and not pruned(space, state).actions
+
+
+def test_absorbed_groups_keep_their_notes_in_the_report():
+    """Regression: a kernel that took in a group formed by earlier merges dropped that group's
+    notes, so the fusion report said how only the last merge happened. The producer's notes
+    now come first, then the consumer's own."""
+    from tvm_ascend.decision import Decision
+    from tvm_ascend.partition.merge import Site, _absorb
+
+    def site(name, notes):
+        return Site(None, None, name, None, [], [], "r", Decision.yes(), merges=list(notes))
+
+    producer = site("p", ["merged a into p (est. 1 vs 2 us)"])
+    consumer = site("c", ["merged b into c (est. 3 vs 4 us)"])
+    consumer.merges.append("merged p by X (est. 5 vs 6 us)")
+    _absorb(producer, consumer, None, [])
+    assert consumer.merges == ["merged a into p (est. 1 vs 2 us)",
+                               "merged b into c (est. 3 vs 4 us)",
+                               "merged p by X (est. 5 vs 6 us)"]
+    assert consumer.name == "c__p"

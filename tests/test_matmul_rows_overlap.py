@@ -163,7 +163,9 @@ def test_tall_rows_match_onnx_and_the_short_kernel(monkeypatch, tmp_path, a_shap
     if knobs.cores == 4:  # several chunks a panel (the last core's panel 52 rows: a short one)
         assert plan["single_m"] > plan["chunk_m"]
     source = "".join(lib.kernel_sources().values())
-    assert "mm.IterateAll(wsGm);" in source and "Iterate<false>" not in source
+    # panels posted asynchronously into two slots, no asynchronous rounds of tiles
+    assert "mm.template IterateAll<false>(" in source and "mm.WaitIterateAll();" in source
+    assert "Iterate<false>()" not in source
     assert "CubeFormat::ND," in source  # C's type: the panel goes to GM
     np.testing.assert_allclose(np.asarray(lib.run(b.feeds)[0], np.float64),
                                np.asarray(short, np.float64), rtol=1e-6, atol=1e-6)
@@ -179,9 +181,11 @@ def test_tall_form_is_split_chip_only_and_reads_b_once_a_panel():
     _, short = MatmulRowsSchedule.schedule(func, B1)
     _, tall = MatmulRowsSchedule.schedule(func, B1, MatmulRowsKnobs(tall=True))
     assert MatmulRowsKnobs(tall=True) in MatmulRowsSchedule.variants(func, B1)
-    assert tall.plan.tall and tall.plan.base_n == 256 and tall.cores == 24
-    # B once per 352-row panel (A once per 256-column tile), against B once per 16 rows
+    assert tall.plan.tall and tall.plan.base_n == 256 and tall.tiles_per_core == 4
+    # B once per 96-row panel, four a core, and A once (a 96-row panel of A stays in L1 over
+    # its three 256-column tiles), against B once per 16 rows
     a_bytes, b_bytes = 8192 * 768 * 2, 768 * 768 * 2
-    assert tall.work.cube_operand_bytes == 3 * a_bytes + 24 * b_bytes
+    assert tall.total == -(-8192 // 96) == 86
+    assert tall.work.cube_operand_bytes == a_bytes + 86 * b_bytes
     assert short.work.cube_operand_bytes >= 8192 // 16 * b_bytes
     assert estimate_kernel(func, tall, B1).time_us < estimate_kernel(func, short, B1).time_us

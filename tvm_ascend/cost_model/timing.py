@@ -236,10 +236,16 @@ def _overlapped_cycles(stage_cycles: list[float], steps: int, round_tiles: int,
     Rounds repeat alike: three are simulated and the rest extrapolated.
 
     ``gated``: the AIV's scalar unit waits for each row's reductions, so the fetch of tile i
-    is issued only when tile i - 1's vector work is done. ``panel``: each round is one
-    synchronous ``IterateAll`` of a panel (the matmul-rows tall form): every fetch waits for
-    the whole round, and the next round starts when the client has issued its last chunk
-    (its vector work done).
+    is issued only when tile i - 1's vector work is done, and the next round's
+    ``Iterate<false>`` only when the last tile's vector work is done.
+
+    ``panel``: each round is one asynchronous ``IterateAll<false>`` of a panel into one of two
+    workspace slots (the matmul-rows tall form): every chunk's fetch waits for the whole round
+    (``WaitIterateAll``); panels 0 and 1 are posted at the start and panel r + 1 when the AIV
+    begins panel r, i.e. once panel r - 1's last chunk's vector work is done (gated), so the
+    AIC computes panel r + 1 during panel r's epilogue. With ``buffers`` >= 2 the kernel
+    issues chunk i + 1's copy before chunk i's epilogue (prefetch): a panel's second and later
+    fetches wait for the vector work two chunks back, not one.
 
     ``stage_cycles`` are totals over the ``steps`` tiles.
 
@@ -254,19 +260,31 @@ def _overlapped_cycles(stage_cycles: list[float], steps: int, round_tiles: int,
     rounds = -(-steps // tiles)
     aic_free = fetch_free = vec_free = out_free = 0.0
     outs: list[float] = []
+    vecs: list[float] = []  # each tile's vector work done
     ends = []
-    for _ in range(min(rounds, 3)):
-        start = max(aic_free, vec_free if panel else fetch_free)
+    posts = [0.0, 0.0]  # panel form: when each round's IterateAll<false> is posted
+    prefetch = panel and buffers >= 2
+    for r in range(min(rounds, 3)):
+        if panel:
+            start = max(aic_free, posts[r])
+        else:
+            start = max(aic_free, vec_free if gated else fetch_free)
         round_end = start + tiles * cube
         for i in range(tiles):
             ready = start + (i + 1) * cube \
                 if i < ASYNC_EVENT_FETCHES - 1 and not panel else round_end
             held = outs[-buffers] if len(outs) >= buffers else 0.0
-            fetch_free = max(ready, fetch_free, held, vec_free if gated else 0.0) + fetch
+            back = 2 if prefetch and i >= 1 else 1  # the tile whose vector work gates this fetch
+            gate = vecs[-back] if gated and len(vecs) >= back else 0.0
+            fetch_free = max(ready, fetch_free, held, gate) + fetch
             vec_free = max(fetch_free, vec_free) + vec
             out_free = max(vec_free, out_free) + out
             outs.append(out_free)
+            vecs.append(vec_free)
         aic_free = round_end
+        # the panel after next is posted when the AIV begins the next one, after this
+        # round's last vector work (the scalar unit waits for it where gated)
+        posts.append(vec_free if gated else fetch_free)
         ends.append(out_free)
     if rounds > len(ends):
         step = ends[-1] - ends[-2] if len(ends) >= 2 else ends[-1]

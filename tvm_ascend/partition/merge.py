@@ -234,6 +234,8 @@ def _merge_regions(sites, outside, policy, cost, matches, region) -> None:
             names = " and ".join(p.name for p in parts[:-1])
             how = "look-ahead: the pair alone tiles in no template; " if len(parts) == 3 else ""
             target = parts[-1]
+            # the absorbed groups' notes (their own earlier merges) come first
+            target.merges[:0] = [note for part in parts[:-1] for note in part.merges]
             target.merges.append(
                 f"merged {names} by {'+'.join(rules)} ({how}region search, beam width "
                 f"{policy.search_width} over {len(units)} kernels: est. {start_us:.2f} -> "
@@ -416,7 +418,8 @@ def _try_triple(producer: Site, consumer: Site, reader, policy, cost, matches) -
     except Exception:  # noqa: BLE001 - FuseTIR may refuse some combinations
         return False
     pair = Site(consumer.var, consumer.call, name, prim, external,
-                producer.members + consumer.members, consumer.rule, consumer.eligible)
+                producer.members + consumer.members, consumer.rule, consumer.eligible,
+                merges=producer.merges + consumer.merges)
     found = _candidate(pair, reader, policy, cost, matches)
     if isinstance(found, Decision):
         _also_refused(consumer, producer, f"; with its reader {reader.name} too: {found.reason}")
@@ -448,6 +451,9 @@ def _also_refused(consumer: Site, producer: Site, more: str) -> None:
 
 
 def _absorb(producer: Site, consumer: Site, prim, external) -> None:
+    """``consumer`` takes ``producer`` in; the producer's notes of its own earlier merges come
+    first in the consumer's (the report shows how the whole kernel formed)."""
+    consumer.merges[:0] = producer.merges
     consumer.members = producer.members + consumer.members
     consumer.prim, consumer.args = prim, external
     consumer.name = f"{consumer.name}__{producer.name}"[:60]

@@ -116,8 +116,31 @@ def greedy_path(space: RegionSpace) -> Partition:
         state = step
 
 
+def pruned(space: RegionSpace, state: Partition) -> Partition:
+    """``state`` with every merge that loses undone: an action whose group no later action
+    extended (it is a group of ``state``) and whose parts cost less apart. A narrow beam can
+    keep such a merge, taken while nothing better was in reach, on the path to an unrelated
+    gain (the beam never sees the gain without it); undoing it only lowers the cost. Repeated
+    until none loses (undoing one makes its parts groups, whose own merges are then
+    checked)."""
+    while True:
+        for i in range(len(state.actions) - 1, -1, -1):
+            action = state.actions[i]
+            if action.key not in state.groups:
+                continue  # a later action extended it: undoing it would undo that one too
+            apart = sum(space.cost(part) for part in action.parts)
+            cost = state.cost - space.cost(action.key) + apart
+            if round(cost, 9) < round(state.cost, 9):  # strictly cheaper: a tie keeps it
+                groups = state.groups.difference({action.key}) | set(action.parts)
+                state = Partition(groups, cost, state.actions[:i] + state.actions[i + 1:])
+                break
+        else:
+            return state
+
+
 def beam_search(space: RegionSpace, width: int = 4) -> Partition:
-    """The best partition found by a beam of ``width`` (never worse than ``greedy_path``)."""
+    """The best partition found by a beam of ``width`` (never worse than ``greedy_path``),
+    its losing merges undone (``pruned``)."""
     frontier = [space.initial()]
     best = min([frontier[0], greedy_path(space)], key=_rank)
     for _ in range(space.n - 1):
@@ -131,7 +154,7 @@ def beam_search(space: RegionSpace, width: int = 4) -> Partition:
             break
         frontier = sorted(children.values(), key=_rank)[:width]
         best = min([best, frontier[0]], key=_rank)
-    return best
+    return pruned(space, best)
 
 
-__all__ = ["Action", "Partition", "RegionSpace", "beam_search", "greedy_path"]
+__all__ = ["Action", "Partition", "RegionSpace", "beam_search", "greedy_path", "pruned"]

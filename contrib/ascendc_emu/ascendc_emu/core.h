@@ -187,6 +187,15 @@ struct GmWrite {
     int64_t blk;
 };
 
+/* A GM range an asynchronous IterateAll<false> writes (matmul_async.h): the AIC may still be
+ * writing it until the AIV's WaitIterateAll for it returns, so any access of the block to it
+ * before then is an error. */
+struct PendingGm {
+    uintptr_t b, e;
+    const void* owner;  // the Matmul object that posted it
+    int64_t panel;      // its index among the object's asynchronous IterateAll calls
+};
+
 /* Per-block state: one per block of a launch (thread_local while the block runs). */
 struct BlockCtx {
     std::string kernel = "<no launch>";
@@ -202,6 +211,7 @@ struct BlockCtx {
     int live[static_cast<int>(TPosition::MAX) + 1] = {};
     uint8_t flags[256][8] = {};
     std::vector<GmWrite> gm_writes;
+    std::vector<PendingGm> pending_gm;  // panels of asynchronous IterateAll calls not yet waited
     std::exception_ptr error;
     void* pipe = nullptr;  // current TPipe
     bool atomic_add = false;

@@ -54,9 +54,23 @@ inline void LocalAccessHook(Mem m, const char* api) {
     BlockCtx& c = Ctx();
     if (c.probing || c.xc != nullptr) CrossCoreLocalAccess(c, m, api);
 }
+/* An access of GM the AIC may still be writing: a panel of an IterateAll<false> that no
+ * WaitIterateAll has waited for yet (matmul_async.h). */
+[[noreturn, gnu::cold]] inline void PendingGmAccess(const PendingGm& g, uintptr_t b, uintptr_t e, bool write,
+                                                    const char* api) {
+    Fail(api, Cat(write ? "writes" : "reads", " GM bytes [", b - g.b, ", ", e - g.b, ") of panel ", g.panel,
+                  " of an asynchronous IterateAll<false> (", g.e - g.b, " B) before its WaitIterateAll: "
+                  "the AIC may still be writing it"));
+}
 inline void GmAccessHook(const void* p, uint64_t bytes, bool write, const char* api) {
     BlockCtx& c = Ctx();
     if (c.probing || c.xc != nullptr) CrossCoreGmAccess(c, p, bytes, write, api);
+    if (!c.pending_gm.empty() && bytes != 0) {
+        const uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + bytes;
+        for (const PendingGm& g : c.pending_gm) {
+            if (b < g.e && g.b < e) PendingGmAccess(g, b, e, write, api);
+        }
+    }
 }
 
 }  // namespace emu

@@ -646,24 +646,39 @@ class MatmulImpl {
     }
 
     /* The whole singleCore block to GM at its tile offsets (row stride orgN). */
+    /* Asynchronous (sync = false, MIX kernels of split chips): the call returns at once and the
+     * AIC writes the block meanwhile; with waitIterateAll = true, WaitIterateAll() later waits
+     * for it, and the block's bytes may be touched only after that (matmul_async.h). */
     template <bool sync = true>
     void IterateAll(const GlobalTensor<DstT>& gm, uint8_t enAtomic = 0, bool enSequentialWrite = false,
                     bool waitIterateAll = false, bool fakeMsg = false) {
-        const char* api = "Matmul::IterateAll";
-        (void)waitIterateAll;
+        const char* api = sync ? "Matmul::IterateAll" : "Matmul::IterateAll<false>";
         if (fakeMsg) return;
         if (enSequentialWrite) emu::Fail(api, "enSequentialWrite = true is not emulated for IterateAll");
         async_.Drained(api);
         async_.on = false;
         CheckOperands(api);
         s_.StartRound(api);
+        uintptr_t lo = 0, hi = 0;
+        if constexpr (!sync) {
+            // the block's bytes: its first row's start to its last row's end, rows orgN apart
+            const int stride = s_.OrgWidth(C_TYPE::format == CubeFormat::ND_ALIGN, sizeof(DstT));
+            lo = reinterpret_cast<uintptr_t>(gm.GetPhyAddr());
+            hi = lo + (uint64_t(s_.singleM - 1) * stride + s_.singleN) * sizeof(DstT);
+            panels_.CheckPost(api, enSequentialWrite, lo, hi);
+        }
         for (int64_t i = 0; i < int64_t(s_.mIter) * s_.nIter; ++i) {
             s_.PlaceTile(i);
             Compute(api);
             WriteGm(api, gm, enAtomic, false);
         }
         s_.tile = -1;
+        lastAllSync_ = sync;
+        if constexpr (!sync) panels_.Post(this, lo, hi, waitIterateAll);
     }
+    /* The event of the oldest IterateAll<false> (posted with waitIterateAll = true): its block
+     * is in GM when this returns. */
+    void WaitIterateAll() { panels_.Wait("Matmul::WaitIterateAll", this, lastAllSync_); }
 
     /* The current tile into a UB (or L1) tensor. Sequential write: the tile at element 0, rows
      * curN apart (ND) or rounded up to 32 bytes (ND_ALIGN, or doPad, whose padding is zero).
@@ -720,6 +735,7 @@ class MatmulImpl {
 
     void End() {
         async_.Drained("Matmul::End");
+        panels_.Drained("Matmul::End");
         async_.on = false;
         s_.tile = -1;
         s_.used = false;
@@ -942,6 +958,8 @@ class MatmulImpl {
     GlobalTensor<uint8_t> ws_;  // SetWorkspace
     int64_t wsBytes_ = 0;
     emu::AsyncRound async_;
+    emu::AsyncPanels panels_;   // IterateAll<false> calls not yet waited
+    bool lastAllSync_ = false;  // the last IterateAll was synchronous (WaitIterateAll asserts not)
 };
 
 template <class A_TYPE, class B_TYPE, class C_TYPE, class BIAS_TYPE = C_TYPE, const auto& MM_CFG = CFG_NORM,

@@ -10,11 +10,24 @@
  * slot whose bytes changed since it was produced (another object, core or copy wrote there), and
  * a new round or End() while slots of the last are unfetched (the AIC would overwrite them).
  *
- * Included by matmul.h after MatmulCore; MatmulImpl's IterateAsync and FetchAsync drive it.
+ * Asynchronous IterateAll (IterateAll<false>(gm, 0, false, waitIterateAll = true), then
+ * WaitIterateAll(), as matmul_client.h posts MMFUN_ITERATE_ALL without waiting and WaitEvent()s
+ * later): the AIC computes the whole singleCore block into `gm` while the AIV goes on; the AIV
+ * may read it only after the WaitIterateAll that answers that call (one event per call, waited in
+ * the order posted). The emulator writes the block at the call (AIC ahead) and, until its wait,
+ * fails every access of the block to those bytes (GmAccessHook), a second IterateAll<false> into
+ * bytes still pending (two panels in one workspace slot), a WaitIterateAll with no call to answer
+ * (or for a call posted without waitIterateAll: the server sends no event, the AIV would hang)
+ * and an End() with calls unwaited.
+ *
+ * Included by matmul.h after MatmulCore; MatmulImpl's IterateAsync, FetchAsync, IterateAllAsync
+ * and WaitIterateAll drive it.
  */
 #ifndef ASCENDC_EMU_MATMUL_ASYNC_H
 #define ASCENDC_EMU_MATMUL_ASYNC_H
 
+#include <algorithm>
+#include <deque>
 #include <vector>
 
 namespace AscendC {
@@ -141,6 +154,74 @@ struct AsyncRound {
         s.acc.resize(size_t(sl.m) * sl.n);
         for (size_t e = 0; e < s.acc.size(); ++e) s.acc[e] = ToF(v[e]);
         return bytes;
+    }
+};
+
+/* One Matmul object's asynchronous IterateAll calls not yet waited (oldest first); their GM
+ * ranges are also in the block's pending_gm, which the GM access hook checks. */
+struct AsyncPanels {
+    struct Posted {
+        uintptr_t b, e;
+        bool notifies;  // posted with waitIterateAll = true: the server sends its event
+        int64_t panel;
+    };
+    std::deque<Posted> posted;
+    int64_t count = 0;  // asynchronous IterateAll calls so far (the panel index of messages)
+
+    /* What an IterateAll<false> needs: a split chip's MIX kernel, sequential write off, and its
+     * panel [b, e) clear of every panel still pending in this block. */
+    void CheckPost(const char* api, bool sequential, uintptr_t b, uintptr_t e) const {
+        const SocProfile& soc = ActiveSoc();
+        if (soc.npu_arch != 2201) {
+            Fail(api, Cat("asynchronous IterateAll is for the MIX kernels of split chips (Atlas A2/A3: "
+                          "the AIC serves the AIV's messages); ", soc.name, " iterates synchronously"));
+        }
+        if (Global().kernel_mode.load() == static_cast<int>(KernelMode::AIC_MODE)) {
+            Fail(api, "an AIC_MODE (cube-only) kernel iterates synchronously only");
+        }
+        if (sequential) Fail(api, "enSequentialWrite = true is not emulated for IterateAll<false>");
+        for (const PendingGm& g : Ctx().pending_gm) {
+            if (b < g.e && g.b < e) {
+                Fail(api, Cat("its block overlaps bytes [", std::max(b, g.b) - g.b, ", ", std::min(e, g.e) - g.b,
+                              ") of panel ", g.panel, " of an earlier IterateAll<false> not yet waited "
+                              "(WaitIterateAll): the AIC would write both into one workspace slot"));
+            }
+        }
+    }
+    void Post(const void* owner, uintptr_t b, uintptr_t e, bool notifies) {
+        posted.push_back(Posted{b, e, notifies, count});
+        Ctx().pending_gm.push_back(PendingGm{b, e, owner, count});
+        ++count;
+    }
+    /* WaitIterateAll: the oldest call's event; its panel is readable from now on. */
+    void Wait(const char* api, const void* owner, bool lastWasSync) {
+        if (posted.empty()) {
+            Fail(api, lastWasSync ? "the last IterateAll was synchronous (the device asserts !isSyncGetC): "
+                                    "no asynchronous IterateAll to wait for"
+                                  : "no IterateAll<false> is pending: the AIV would wait forever for an "
+                                    "event the AIC never sends");
+        }
+        const Posted p = posted.front();
+        if (!p.notifies) {
+            Fail(api, Cat("panel ", p.panel, " was posted by IterateAll<false> with waitIterateAll = false: "
+                          "the server sends no event for it, so the AIV would wait forever"));
+        }
+        posted.pop_front();
+        std::vector<PendingGm>& g = Ctx().pending_gm;
+        for (size_t i = 0; i < g.size(); ++i) {
+            if (g[i].owner == owner && g[i].panel == p.panel) {
+                g.erase(g.begin() + static_cast<std::ptrdiff_t>(i));
+                break;
+            }
+        }
+    }
+    /* End(): every asynchronous IterateAll waited for. */
+    void Drained(const char* api) const {
+        if (!posted.empty()) {
+            Fail(api, Cat(posted.size(), " IterateAll<false> call(s) (panel ", posted.front().panel,
+                          " first) were never waited with WaitIterateAll: the AIC may still be "
+                          "writing their panels"));
+        }
     }
 };
 

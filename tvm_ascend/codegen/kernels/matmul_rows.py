@@ -23,7 +23,7 @@ True
 from __future__ import annotations
 
 from ...errors import CodegenError
-from ...schedules.matmul_rows import MatmulRowsPlan, row_slots
+from ...schedules.matmul_rows import TALL_SLOTS, MatmulRowsPlan, row_slots
 from ...schedules.analysis.row_program import RowAccessKind
 from ...schedules.analysis.tile_values import buffer_size, expr_key
 from ...schedules.analysis.tir_walk import expr_dtype
@@ -101,9 +101,9 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
         return self.tall or super().takes_user_workspace()
 
     def user_workspace_bytes(self) -> int:
-        """Every core's panel (tall) or asynchronous round slots."""
+        """Every core's two panel slots (tall) or asynchronous round slots."""
         if self.tall:
-            return self.tiling.cores * self.plan.panel_bytes
+            return self.tiling.cores * TALL_SLOTS * self.plan.panel_bytes
         return super().user_workspace_bytes()
 
     def emit_types(self, buf):
@@ -121,39 +121,107 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
             buf.line("uint32_t first = AscendC::GetBlockIdx() * tiling.tilesPerCore;")
             buf.line("uint32_t last = first + tiling.tilesPerCore;")
             buf.line("if (last > tiling.totalTiles) last = tiling.totalTiles;")
+            buf.line("if (first < last) Post(first, 0);")
             with buf.indent("for (uint32_t tile = first; tile < last; ++tile) {"):
-                buf.line("uint32_t mOff = tile * tiling.cube.singleCoreM;")
+                buf.line("uint32_t slot = (tile - first) % 2;")
+                # the next panel into the other slot before this one is waited: the AIC
+                # computes it while the AIV runs this panel's epilogue (that slot's last
+                # panel is all read by now: its chunks' copies were waited for)
+                buf.line("if (tile + 1 < last) Post(tile + 1, 1 - slot);")
+                buf.line("mm.WaitIterateAll();  // this panel is in its slot")
+                buf.line("uint64_t mOff = static_cast<uint64_t>(tile) * "
+                         "tiling.cube.singleCoreM;")
                 buf.line("uint32_t singleM = tiling.cube.M - mOff < tiling.cube.singleCoreM ? "
                          "tiling.cube.M - mOff : tiling.cube.singleCoreM;")
-                buf.line("mm.SetTail(singleM, tiling.cube.N);")
-                buf.line(f"mm.SetTensorA({self.a_name}Gm[static_cast<uint64_t>(mOff) * "
-                         "tiling.cube.Ka]);")
-                buf.line(f"mm.SetTensorB({self.b_name}Gm[0]);")
-                buf.line("mm.DisableBias();")
-                # the AIC computes the whole panel into this core's workspace (rows N apart)
-                # and the call returns when it is there; the AIV then streams it in chunks
-                buf.line("mm.IterateAll(wsGm);")
-                with buf.indent("for (uint32_t r0 = 0; r0 < singleM; r0 += CHUNK_M) {"):
-                    buf.line("Chunk(static_cast<uint64_t>(mOff) + r0, r0, singleM - r0 < CHUNK_M "
-                             "? singleM - r0 : CHUNK_M);")
+                buf.line("uint32_t chunks = (singleM + CHUNK_M - 1) / CHUNK_M;")
+                buf.line("Load(slot, mOff, 0, singleM < CHUNK_M ? singleM : CHUNK_M, 0);")
+                with buf.indent("for (uint32_t c = 0; c < chunks; ++c) {"):
+                    buf.line("uint32_t r0 = c * CHUNK_M;")
+                    buf.line("uint32_t curM = singleM - r0 < CHUNK_M ? singleM - r0 : CHUNK_M;")
+                    if self.prefetch:
+                        # the next chunk's copies before this chunk's epilogue (two UB
+                        # buffers): MTE2 runs under the vector work
+                        with buf.indent("if (c + 1 < chunks) {"):
+                            buf.line("uint32_t next = r0 + CHUNK_M;")
+                            buf.line("Load(slot, mOff, next, singleM - next < CHUNK_M ? "
+                                     "singleM - next : CHUNK_M, (c + 1) % 2);")
+                        buf.line("Finish(mOff + r0, curM, c % 2);")
+                    else:
+                        buf.line("Finish(mOff + r0, curM, 0);")
+                        with buf.indent("if (c + 1 < chunks) {"):
+                            buf.line("uint32_t next = r0 + CHUNK_M;")
+                            buf.line("Load(slot, mOff, next, singleM - next < CHUNK_M ? "
+                                     "singleM - next : CHUNK_M, 0);")
             buf.line("mm.End();")
+
+    @property
+    def prefetch(self) -> bool:
+        """The tall form with two UB buffers a queue: chunk i + 1 is copied in during chunk
+        i's epilogue."""
+        return self.tall and self.buffer_num >= 2
+
+    def _tall_inputs(self):
+        """(name, kind) of the streamed row inputs the tall form's Load copies in."""
+        return [(self.names[n], k) for n, k in self.program.inputs.items()
+                if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)]
 
     def emit_tile(self, buf):
         if not self.tall:
             super().emit_tile(buf)
             return
         t = self.ctype
-        with buf.indent("__aicore__ inline void Chunk(uint64_t rowOff, uint32_t panelRow, "
-                        "uint32_t curM) {"):
+        with buf.indent("__aicore__ inline void Post(uint32_t tile, uint32_t slot) {"):
+            buf.line("uint64_t mOff = static_cast<uint64_t>(tile) * tiling.cube.singleCoreM;")
+            buf.line("uint32_t singleM = tiling.cube.M - mOff < tiling.cube.singleCoreM ? "
+                     "tiling.cube.M - mOff : tiling.cube.singleCoreM;")
+            buf.line("mm.SetTail(singleM, tiling.cube.N);")
+            buf.line(f"mm.SetTensorA({self.a_name}Gm[mOff * tiling.cube.Ka]);")
+            buf.line(f"mm.SetTensorB({self.b_name}Gm[0]);")
+            buf.line("mm.DisableBias();")
+            # asynchronous: returns at once; the AIC writes the panel (rows N apart) into the
+            # slot and signals the WaitIterateAll that answers this call
+            buf.line("mm.template IterateAll<false>(wsGm[static_cast<uint64_t>(slot) * "
+                     "panelElems], 0, false, true);")
+        with buf.indent("__aicore__ inline void Load(uint32_t slot, uint64_t mOff, uint32_t r0, "
+                        "uint32_t curM, uint32_t b) {"):
             buf.line("uint32_t curN = tiling.cube.N, colOff = 0;")
             buf.line("uint32_t stride = (curN + C0 - 1) / C0 * C0;  // UB row pitch")
-            buf.line(f"AscendC::LocalTensor<{t}> cTile = outQue.AllocTensor<{t}>();")
-            buf.line("CopyTileIn(cTile, wsGm[static_cast<uint64_t>(panelRow) * tiling.cube.N], "
-                     "curM, curN, stride, tiling.cube.N);")
-            # the vector unit reads the chunk: wait for its copy
-            buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(0);")
-            buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(0);")
-            self.emit_epilogue(buf)
+            buf.line("uint64_t rowOff = mOff + r0;")
+            buf.line(f"cIn[b] = outQue.AllocTensor<{t}>();")
+            buf.line("CopyTileIn(cIn[b], wsGm[static_cast<uint64_t>(slot) * panelElems + "
+                     "static_cast<uint64_t>(r0) * tiling.cube.N], curM, curN, stride, "
+                     "tiling.cube.N);")
+            for n, kind in self._tall_inputs():
+                buf.line(f"{n}In[b] = {n}Que.AllocTensor<{t}>();")
+                if kind is RowAccessKind.ROWS:
+                    buf.line(f"CopyTileIn({n}In[b], {n}Gm[rowOff * tiling.cube.N + colOff], "
+                             "curM, curN, stride, tiling.cube.N);")
+                else:  # a broadcast mask: a slice per row
+                    name = next(p for p, q in self.names.items() if q == n)
+                    base = ScalarPrinter({self.program.row_var.name: "row"}).print(
+                        self.program.bases[name])
+                    with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
+                        buf.line("uint64_t row = rowOff + r;")
+                        buf.line(f"CopyGmToUb({n}In[b][r * stride], {n}Gm[{base} + colOff], "
+                                 "curN);")
+            # Finish's vector work waits for these copies on this buffer's event
+            buf.line("AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(b);")
+        with buf.indent("__aicore__ inline void Finish(uint64_t rowOff, uint32_t curM, "
+                        "uint32_t b) {"):
+            buf.line("uint32_t curN = tiling.cube.N, colOff = 0;")
+            buf.line("uint32_t stride = (curN + C0 - 1) / C0 * C0;  // UB row pitch")
+            buf.line("AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(b);")
+            buf.line(f"AscendC::LocalTensor<{t}> cTile = cIn[b];")
+            for n, _ in self._tall_inputs():
+                buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}In[b];")
+            for n in self.exported.values():
+                buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
+            with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
+                buf.line("uint64_t row = rowOff + r;")
+                self.emit_epilogue_row(buf)
+            for n, _ in self._tall_inputs():
+                buf.line(f"{n}Que.FreeTensor({n}Tile);")
+            self._emit_exported_out(buf)
             buf.line("outQue.EnQue(cTile);")
             buf.line(f"cTile = outQue.DeQue<{t}>();")
             buf.line(f"CopyTileOut({self.out_name}Gm[rowOff * tiling.cube.N + colOff], cTile, "
@@ -168,7 +236,13 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
     def emit_members(self, buf):
         super().emit_members(buf)
         if self.tall:
-            buf.line(f"AscendC::GlobalTensor<{self.ctype}> wsGm;  // this core's panel")
+            t = self.ctype
+            buf.line(f"AscendC::GlobalTensor<{t}> wsGm;  // this core's two panel slots")
+            buf.line("uint64_t panelElems = 0;  // a slot's elements")
+            n_buf = self.buffer_num
+            buf.line(f"AscendC::LocalTensor<{t}> cIn[{n_buf}];  // chunks copied in, by buffer")
+            for n, _ in self._tall_inputs():
+                buf.line(f"AscendC::LocalTensor<{t}> {n}In[{n_buf}];")
         for n in self.exported.values():
             buf.line(f"AscendC::TQue<AscendC::QuePosition::VECOUT, 1> {n}Que;")
 
@@ -181,16 +255,22 @@ class MatmulRowsKernelPrinter(MatmulKernelPrinter):
             buf.line(f"pipe->InitBuffer({n}Que, {self.buffer_num}, {self.tile_elems} * "
                      f"sizeof({self.ctype}));")
         if self.tall:
-            buf.line("uint64_t panelElems = static_cast<uint64_t>(tiling.cube.singleCoreM) * "
+            buf.line("panelElems = static_cast<uint64_t>(tiling.cube.singleCoreM) * "
                      "tiling.cube.N;")
             buf.line(f"wsGm.SetGlobalBuffer(reinterpret_cast<__gm__ {self.ctype}*>(userWorkspace)"
-                     " + AscendC::GetBlockIdx() * panelElems, panelElems);")
+                     f" + AscendC::GetBlockIdx() * {TALL_SLOTS} * panelElems, {TALL_SLOTS} * "
+                     "panelElems);")
 
     def emit_epilogue(self, buf):
         t = self.ctype
         for n in self.exported.values():
             buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
         super().emit_epilogue(buf)
+        self._emit_exported_out(buf)
+
+    def _emit_exported_out(self, buf):
+        """The exported rows' tiles to GM (before C's) and freed."""
+        t = self.ctype
         for n in self.exported.values():  # the exported rows go out first, C's after
             buf.line(f"{n}Que.EnQue({n}Tile);")
             buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
