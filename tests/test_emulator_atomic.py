@@ -39,7 +39,8 @@ def run(exe: Path, *args, soc: str | None = None, rc: int = 0) -> str:
         env["ASCENDC_EMU_SOC"] = soc
     proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, env=env,
                           timeout=120, check=False)
-    assert proc.returncode == rc, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == rc, \
+        f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
 

@@ -43,6 +43,7 @@ PRINTER_NAMES = frozenset("""
     top totalItems totalLength totalTiles totalUnits u unit unitEnd unitStart units unitsPerCore
     v vBase vBuf vRow valueBuf values w1 wFrac wRows whole work workBuf workspace ws wsElems wsGm
     bc chunk curRound panel panelElems panelRow rb roundOff
+    kIdx kOff kSlice kSplits singleK
 """.split())
 
 
