@@ -43,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import tvm
+from tvm.ir.expr import Expr
 
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
@@ -54,11 +55,14 @@ from .l2_reuse import l2_served, walk_distance
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import (ASYNC_EVENT_FETCHES, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
                      UB_RESERVED_BYTES)
-from .analysis.tir_walk import (cached_by_identity, load_buffer, product_loads,
+from .analysis.tir_walk import (BufferLoad, cached_by_identity, load_buffer, product_loads,
                                 reduce_iter_vars, root_blocks, schedule_blocks)
 from .template import Template, mark_core_loop
 
 MAX_BASE = 256  # 128 x 256 float32 accumulators fill a 910B L0C (128 KB)
+SPLIT_CHOICES = (2, 4, 8)  # split-K slice counts the tuner searches
+MIN_SLICE_K = 256  # the shortest K slice worth a split (4 K steps of 64: L1 still pipelines)
+STREAM_K_MIN_K = 3072  # CATLASS' stream-K threshold on K (cores < tiles < 8 cores)
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,10 @@ class MatmulKnobs:
     # rounds are asynchronous (each fetch then waits for its own tile, not the round), no
     # bound where synchronous; 0: no bound
     round_tiles: int | None = None
+    # split-K: K cut into this many base_k-aligned slices, each output tile's slices spread
+    # over the cores with the tiles (stream-K's balance where the cores take contiguous
+    # ranges of them), every slice adding into C atomically; None or 1: no split
+    k_splits: int | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,14 @@ class MatmulPlan(TemplatePlan, template="matmul"):
     overlapped: bool = False
     pipeline: str = ""
     stream_rows: bool = False
+    # split-K (``split_k``): K slices per output tile, the K extent of each (a multiple of
+    # base_k; the last one takes the rest), what a slice but the first multiplies its partial
+    # product by (the epilogue is ``split_scale * C + t``: the first slice runs it whole,
+    # adding t once), and why
+    k_splits: int = 1
+    k_slice: int = 0
+    split_scale: float = 1.0
+    split: str = ""
 
     @property
     def round_tiles(self) -> int:
@@ -225,6 +241,9 @@ class MatmulAnalysis:
     shape: MatmulShape
     program: object  # RowProgram | None
     prepared: tvm.tirx.PrimFunc
+    # the epilogue as ``scale * C + t`` (t free of C): (scale, "") where it is affine, else
+    # (None, why not); split-K needs it (``split_k``)
+    affine: tuple = (1.0, "")
 
 
 class MatmulSchedule(Template):
@@ -247,7 +266,8 @@ class MatmulSchedule(Template):
     def plan(analysis: MatmulAnalysis, soc, knobs: MatmulKnobs | None = None) -> Tiling:
         """The Tiling of the analysed group on ``soc``; ``knobs`` (MatmulKnobs) as the search
         chose, None for the defaults."""
-        return _plan(analysis.shape, analysis.program, soc, knobs or MatmulKnobs())
+        return _plan(analysis.shape, analysis.program, soc, knobs or MatmulKnobs(),
+                     analysis.affine)
 
     @staticmethod
     def apply(analysis: MatmulAnalysis, tiling: Tiling):
@@ -259,8 +279,10 @@ class MatmulSchedule(Template):
     def variants(func, soc) -> list[MatmulKnobs]:
         """Knobs worth estimating beside the default for every group (the partitioner keeps the
         fastest; ``plan`` may refuse one): twice the base tile along M or N (fewer
-        re-reads of the other operand where its K panel does not stay in L1), and on 910B the
-        1:2 mix (twice the vector units for a heavy epilogue, half the L1 each)."""
+        re-reads of the other operand where its K panel does not stay in L1), on 910B the
+        1:2 mix (twice the vector units for a heavy epilogue, half the L1 each), and split-K
+        in 2 up to ``suggested_splits`` slices where it finds the output tiles too few for the
+        cores (or a last wave unbalanced) and the epilogue is affine."""
         shape = matmul_shape(func)
         if shape is None:
             return [MatmulKnobs()]
@@ -272,14 +294,19 @@ class MatmulSchedule(Template):
             found.append(MatmulKnobs(base_m=base, base_n=2 * base))
         if soc.npu_arch == 2201:
             found.append(MatmulKnobs(aiv_ratio=2))
+        # split-K up to the suggested slices: more cores cost the launch more start-up (and
+        # C a zero fill), so fewer slices may be faster; the timing model judges
+        splits = suggested_splits(shape, soc)
+        if splits > 1 and _applies(func) and _analyse(func).affine[0] is not None:
+            found += [MatmulKnobs(k_splits=s) for s in SPLIT_CHOICES if s <= splits]
         return found
 
     @staticmethod
     def knob_space(func, soc) -> list[MatmulKnobs]:
         """Candidate knobs, the default first: base tiles of 32..128 (64 for float32) along
         M and N, plus the default's variants (``variants``), all or half the clients, on 910B
-        a 1:1 or 1:2 mix and rounds of any number of tiles. ``plan`` may refuse one
-        (TilingError)."""
+        a 1:1 or 1:2 mix and rounds of any number of tiles, and split-K in 2, 4 or 8 slices.
+        ``plan`` may refuse one (TilingError)."""
         shape = matmul_shape(func)
         if shape is None:
             return [MatmulKnobs()]
@@ -290,6 +317,9 @@ class MatmulSchedule(Template):
                                    if k != MatmulKnobs()]
         if soc.npu_arch == 2201:  # rounds of any size: fewer operand re-reads, later fetches
             space.append(MatmulKnobs(round_tiles=0))
+        for splits in SPLIT_CHOICES:  # split-K: more work items than output tiles
+            if MatmulKnobs(k_splits=splits) not in space:
+                space.append(MatmulKnobs(k_splits=splits))
         ratios = (None, 1, 2) if soc.npu_arch == 2201 else (None,)
         for ratio in ratios:
             for cores in (None, max(1, soc.ai_cores * (ratio or 1) // 2)):
@@ -323,8 +353,79 @@ def _analyse(func) -> MatmulAnalysis:
     sch = tvm.s_tir.Schedule(func)
     for block_rv in sch.get_child_blocks(sch.get_sblock("root"))[1:-1]:
         sch.compute_inline(block_rv)
-    return MatmulAnalysis(shape, epilogue_program(schedule_blocks(sch), func, shape),
-                          sch.mod["main"])
+    blocks = schedule_blocks(sch)
+    return MatmulAnalysis(shape, epilogue_program(blocks, func, shape), sch.mod["main"],
+                          epilogue_affine(blocks, shape))
+
+
+def epilogue_affine(blocks, shape: MatmulShape) -> tuple:
+    """(scale, "") where the epilogue (the blocks after the product, inlined into one) is
+    ``scale * C + t`` with a constant scale and t free of C; (None, why) where it is not.
+    Without an epilogue: (1.0, ""). Split-K sums the slices' outputs, so it needs the
+    epilogue's linear part on every slice and its offset once.
+
+    >>> epilogue_affine([product_block, bias_add_block], shape)        # doctest: +SKIP
+    (1.0, '')
+    """
+    if len(blocks) < 2:
+        return (1.0, "")
+    c_name = blocks[0].body.buffer.name
+    found = _affine(blocks[-1].body.value, c_name)
+    if found is None:
+        return (None, "the epilogue is not scale * C + t in the product C (an activation, or "
+                      "C times a tensor)")
+    if found == 0.0:
+        return (None, "the epilogue does not use the product")
+    return (float(found), "")
+
+
+def _constant(expr):
+    while isinstance(expr, tvm.tirx.Cast):
+        expr = expr.value
+    if isinstance(expr, (tvm.tirx.FloatImm, tvm.tirx.IntImm)):
+        return float(expr.value)
+    return None
+
+
+def _uses(expr, name: str) -> bool:
+    """Whether ``expr`` loads buffer ``name`` anywhere (TVM 0.27 has no expression visitor
+    in Python: the operands are walked by their fields)."""
+    if isinstance(expr, BufferLoad):
+        return load_buffer(expr).name == name or any(_uses(i, name) for i in expr.indices)
+    for field_name in ("a", "b", "value", "condition", "true_value", "false_value"):
+        child = getattr(expr, field_name, None)
+        if isinstance(child, Expr) and _uses(child, name):
+            return True
+    args = getattr(expr, "args", None)
+    return bool(args) and any(isinstance(x, Expr) and _uses(x, name) for x in args)
+
+
+def _affine(expr, c_name: str):
+    """The scale s of ``expr == s * C + t`` (t free of C; 0.0 where C is not used), or None
+    where ``expr`` is not affine in C with a constant s."""
+    if not _uses(expr, c_name):
+        return 0.0
+    if isinstance(expr, BufferLoad):
+        return 1.0
+    if isinstance(expr, tvm.tirx.Cast):  # a float cast (fp16 <-> fp32) keeps it linear
+        return _affine(expr.value, c_name) if "float" in str(expr.dtype) else None
+    if isinstance(expr, (tvm.tirx.Add, tvm.tirx.Sub)):
+        a, b = _affine(expr.a, c_name), _affine(expr.b, c_name)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(expr, tvm.tirx.Add) else a - b
+    if isinstance(expr, tvm.tirx.Mul):
+        for c_side, other in ((expr.a, expr.b), (expr.b, expr.a)):
+            value = _constant(other)
+            if value is not None:
+                inner = _affine(c_side, c_name)
+                return None if inner is None else inner * value
+        return None
+    if isinstance(expr, tvm.tirx.Div):
+        value = _constant(expr.b)
+        inner = _affine(expr.a, c_name)
+        return None if inner is None or not value else inner / value
+    return None
 
 
 def epilogue_program(blocks, func, shape: MatmulShape):
@@ -340,7 +441,68 @@ def epilogue_program(blocks, func, shape: MatmulShape):
     return program
 
 
-def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
+def suggested_splits(shape: MatmulShape, soc, base: int | None = None) -> int:
+    """K slices the partitioner tries for ``shape`` on ``soc`` (1: none), as CATLASS picks its
+    kernels: split-K where the output has fewer tiles than the AI cores (each tile cut into
+    as many slices as leave no core idle, each slice at least ``MIN_SLICE_K`` deep), stream-K
+    where ``cores < tiles < 8 x cores`` and K > ``STREAM_K_MIN_K`` (the slices that balance
+    the last wave best: the busiest core's tile work ``ceil(tiles x s / cores) / s`` least).
+    The timing model then judges the variant (zero fill, atomic writes).
+
+    BERT-base s128 QKV (128 x 768 x 768 fp16, 910B1): 6 tiles of 128 x 128 on 24 cores: 2
+    (768 / 4 = 192 < 256)."""
+    elem = dtype_bytes(shape.dtype)
+    base = base or (128 if elem == 2 else 64)
+    cores = soc.ai_cores
+    tiles = shape.batch * ceil_div(shape.m, min(base, round_up(shape.m, FRACTAL))) * \
+        ceil_div(shape.n, min(base, round_up(shape.n, FRACTAL)))
+    deep = [s for s in SPLIT_CHOICES if shape.k // s >= MIN_SLICE_K]
+    if tiles < cores:
+        fits = [s for s in deep if tiles * s <= cores]
+        return max(fits) if fits else 1
+    if cores < tiles < 8 * cores and shape.k > STREAM_K_MIN_K:
+        def load(s):
+            return ceil_div(tiles * s, cores) / s
+        best = min([1] + deep, key=lambda s: (load(s), s))
+        return best
+    return 1
+
+
+def split_k(shape: MatmulShape, soc, splits: int, base_k: int,
+            affine: tuple) -> tuple[int, int, float, str]:
+    """(slices, slice K, scale, why) of a split-K plan asked for ``splits`` slices: each
+    slice's K range starts at a multiple of ``base_k`` (whole K steps: the Matmul API reads
+    A and B at the slice's offset), the last takes the rest; TilingError where split-K
+    cannot be printed: an epilogue that is not affine (``epilogue_affine``: the slices'
+    outputs are summed, so each slice but the first applies only the scale, the first the
+    whole epilogue), or, on a SoC without DataCopyPad (310P, 910A), a row of C that is not a
+    whole number of 32-byte blocks: its tail is written element by element by the scalar
+    unit, which does not add atomically (atomic add is an MTE3/FIXPIPE mode)."""
+    if splits < 1:
+        raise TilingError(f"k_splits={splits} must be >= 1")
+    elem = dtype_bytes(shape.dtype)
+    scale, why = affine
+    if scale is None:
+        raise TilingError(f"k_splits={splits}: {why}; split-K sums the slices' outputs, so "
+                          "the epilogue must be scale * C + t")
+    if not soc.has_data_copy_pad and (shape.n * elem) % 32:
+        raise TilingError(f"k_splits={splits}: on {soc.name} a row of C ({shape.n} x {elem} B) "
+                          "ends in a partial 32-byte block written by the scalar unit, which "
+                          "cannot add atomically (no DataCopyPad)")
+    k_slice = round_up(ceil_div(shape.k, splits), base_k)
+    slices = ceil_div(shape.k, k_slice)
+    if slices < 2:
+        raise TilingError(f"k_splits={splits}: K={shape.k} is one K step of {base_k}; "
+                          "nothing to split")
+    offset = "" if scale == 1.0 else f", the others scale theirs by {scale:g}"
+    why = (f"split-K: {slices} slices of K={k_slice} (the last {shape.k - (slices - 1) * k_slice})"
+           f" per output tile, spread over the cores with the tiles; the launcher zeroes C, "
+           f"each slice adds its product atomically (the first runs the epilogue{offset})")
+    return slices, k_slice, scale, why
+
+
+def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs,
+          affine: tuple = (1.0, "")) -> Tiling:
     elem = dtype_bytes(shape.dtype)
     # temporaries may be wider than C (TOPI computes an fp16 erf in float32)
     slot_bytes = max([elem] + [dtype_bytes(d) for d in program_dtypes(program)]) \
@@ -386,10 +548,17 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
         raise TilingError(f"round_tiles={knobs.round_tiles} must be >= 0 (0: no bound)")
     most = knobs.round_tiles if knobs.round_tiles is not None else \
         (ASYNC_EVENT_FETCHES if overlapped else 0)
-    single_m, single_n = _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes,
-                                           most)
-    reuse = l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n)
-    total = shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n)
+    splits, k_slice, scale, split_why = (1, shape.k, 1.0, "") if (knobs.k_splits or 1) == 1 \
+        else split_k(shape, soc, knobs.k_splits, base_k, affine)
+    sliced = replace(shape, k=k_slice)  # a work item's product: one K slice of a tile
+    single_m, single_n = _balanced_singles(sliced, base_m, base_n, base_k, cores, l1_bytes,
+                                           most, splits)
+    reuse = l1_reuse(sliced, l1_bytes, base_m, base_n, base_k, single_m, single_n)
+    if splits > 1:  # the operands' bytes over every slice, the last one shorter
+        tail = replace(shape, k=shape.k - (splits - 1) * k_slice)
+        reuse = replace(reuse, operand_bytes=(splits - 1) * reuse.operand_bytes + operand_reads(
+            tail, base_m, base_n, base_k, single_m, single_n, reuse))
+    total = shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n) * splits
     per_core = ceil_div(total, min(cores, total))
     used = ceil_div(total, per_core)
     ub = ub_of(1, buffers, chunked)
@@ -398,23 +567,24 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs) -> Tiling:
     rows = epilogue_rows(program, min(base_m, single_m),
                          lambda r: ub_of(r, buffers, chunked) <= capacity)
     ub = ub_of(rows, buffers, chunked)
-    gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
-    round_trip = product_round_trip(shape, soc)  # workspace bytes: L2
+    gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse, splits)
+    round_trip = product_round_trip(shape, soc) * splits  # workspace bytes: L2
     plan = MatmulPlan(shape, single_m, single_n, base_m, base_n, base_k,
                       reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
                       l1_footprint(shape, base_m, base_n, base_k, reuse), align_n, slots,
                       slot_bytes, rows, bool(soc.has_data_copy_pad), overlapped, pipeline,
-                      chunked)
+                      chunked, splits, k_slice if splits > 1 else 0, scale, split_why)
     fill_rows = columns * min(rows, base_m, single_m) if rows > 1 else 0
     work = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, single_n, rows,
-                     fill_rows) + KernelWork(
+                     fill_rows, splits, program is not None and scale != 1.0) + KernelWork(
         cube_macs=shape.batch * round_up(shape.m, FRACTAL) * round_up(shape.n, FRACTAL)
         * round_up(shape.k, c0),
         workspace_read_bytes=round_trip, workspace_write_bytes=round_trip,
         scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n, single_m,
                                        single_n, used),
         aiv_ratio=ratio, round_tiles=plan.round_tiles if overlapped else 0,
-        extra_copy_calls=chunk_copies(plan, per_core, row_inputs))
+        extra_copy_calls=chunk_copies(plan, first_slices(total, per_core, splits), row_inputs),
+        zero_fill_bytes=shape.batch * shape.m * shape.n * elem if splits > 1 else 0)
     return Tiling("matmul", total, used, per_core, 1, per_core, buffers,
                   program.temp_slots if program else 0, ub, soc.ub_bytes, gm_read, gm_write,
                   shape.n, work=work, plan=plan)
@@ -509,9 +679,10 @@ def aiv_ratio(soc, knob: int | None = None) -> int:
 
 
 def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes,
-                      most_tiles: int = 0) -> tuple[int, int]:
+                      most_tiles: int = 0, splits: int = 1) -> tuple[int, int]:
     """(singleM, singleN): the per-core tile that gives the busiest core the least work,
-    among those of at most ``most_tiles`` base tiles (0: any).
+    among those of at most ``most_tiles`` base tiles (0: any). With split-K each tile is
+    ``splits`` work items (``shape``'s K is then one slice's).
 
     The cores take contiguous ranges of ``ceil(tiles / cores)`` tiles, so the busiest core
     computes that many ``singleM x singleN`` tiles. Among equal loads the one whose operands
@@ -532,7 +703,7 @@ def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes,
         for sn in choices(shape.n, base_n):
             if most_tiles and ceil_div(sm, base_m) * ceil_div(sn, base_n) > most_tiles:
                 continue  # base x base is always there: one tile
-            total = shape.batch * ceil_div(shape.m, sm) * ceil_div(shape.n, sn)
+            total = shape.batch * ceil_div(shape.m, sm) * ceil_div(shape.n, sn) * splits
             per_core = ceil_div(total, min(cores, total))
             work = per_core * min(sm, round_up(shape.m, FRACTAL)) * \
                 min(sn, round_up(shape.n, FRACTAL))
@@ -609,34 +780,54 @@ def l1_reuse(shape, l1_bytes, base_m, base_n, base_k, single_m, single_n,
     return replace(best[1], operand_bytes=best[0][0])
 
 
+def first_slices(total: int, per_core: int, splits: int) -> int:
+    """Work items of the busiest core that are a tile's first K slice (those run the
+    epilogue) where the cores take contiguous ranges of ``per_core`` of ``total`` items,
+    ``splits`` to a tile; every item without split-K.
+
+    >>> first_slices(12, 3, 4), first_slices(12, 5, 4)
+    (1, 2)
+    """
+    if splits <= 1:
+        return per_core
+    return max(len(range(ceil_div(start, splits) * splits, min(start + per_core, total), splits))
+               for start in range(0, total, per_core))
+
+
 def cube_work(shape, soc, reuse: L1Reuse, per_core: int, base_m: int, base_n: int,
               single_m: int, single_n: int, epilogue_rows: int = 1,
-              column_fill_rows: int = 0) -> KernelWork:
+              column_fill_rows: int = 0, splits: int = 1, scaled: bool = False) -> KernelWork:
     """The work of a matmul kernel's cube side and epilogue loop: the operand bytes and the
     re-reads L2 serves (A and B bytes read beyond each operand's size, by the one L2 rule of
     ``l2_reuse``: between two reads of an operand block a core reads its tile's whole
     block of the operand walked fastest and one panel of the other, and the working cores
-    do so at once: the distinct A and B blocks in flight), one step per base tile, and the epilogue's calls as the printer loops
-    (one per op per row of every base tile, or per ``epilogue_rows`` rows plus the column
-    fills that repeat a broadcast column over them)."""
+    do so at once: the distinct A and B blocks in flight), one step per base tile, and the
+    epilogue's calls as the printer loops (one per op per row of every base tile, or per
+    ``epilogue_rows`` rows plus the column fills that repeat a broadcast column over them). With split-K (``splits`` work items a
+    tile, each over one K slice) only a tile's first slice runs the epilogue; the others
+    issue one Muls a base tile where it scales C (``scaled``)."""
     elem = dtype_bytes(shape.dtype)
     unique = ((shape.batch if shape.a_batched else 1) * shape.m * shape.k
               + (shape.batch if shape.b_batched else 1) * shape.k * shape.n) * elem
     reads = reuse.operand_bytes
     m_blocks = (shape.batch if shape.a_batched else 1) * ceil_div(shape.m, single_m)
     n_blocks = (shape.batch if shape.b_batched else 1) * ceil_div(shape.n, single_n)
-    active = ceil_div(shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n),
-                      max(1, per_core))
+    items = shape.batch * ceil_div(shape.m, single_m) * ceil_div(shape.n, single_n) * splits
+    active = ceil_div(items, max(1, per_core))
+    epilogued = first_slices(items, per_core, splits)
     # a pass: each core's whole block of the operand walked fastest and one panel of the other
     fastest = (single_m, base_n) if reuse.iterate_order == 0 else (base_m, single_n)
-    distance = walk_distance([(min(active, m_blocks), fastest[0] * shape.k * elem),
-                              (min(active, n_blocks), fastest[1] * shape.k * elem)])
+    k_slice = ceil_div(shape.k, splits)
+    distance = walk_distance([(min(active, m_blocks * splits), fastest[0] * k_slice * elem),
+                              (min(active, n_blocks * splits), fastest[1] * k_slice * elem)])
     tiles = ceil_div(single_m, base_m) * ceil_div(single_n, base_n)
     if epilogue_rows == 1:
-        repeats, extra = single_m * ceil_div(single_n, base_n) * per_core, 0
+        repeats, extra = single_m * ceil_div(single_n, base_n) * epilogued, 0
     else:
         steps = ceil_div(min(base_m, single_m), epilogue_rows)
-        repeats, extra = steps * tiles * per_core, column_fill_rows * tiles * per_core
+        repeats, extra = steps * tiles * epilogued, column_fill_rows * tiles * epilogued
+    if scaled:
+        extra += tiles * (per_core - epilogued)
     return KernelWork(steps=max(1, per_core * tiles), vector_repeats=repeats,
                       extra_vector_calls=extra, cube_operand_bytes=reads,
                       l2_operand_bytes=l2_served(reads - unique, distance, soc))
@@ -673,15 +864,16 @@ def product_round_trip(shape, soc) -> int:
     return out if soc.npu_arch == 2201 else 0
 
 
-def matmul_traffic(shape, program, soc, cores, reuse: L1Reuse):
+def matmul_traffic(shape, program, soc, cores, reuse: L1Reuse, splits: int = 1):
     """GM bytes as the Matmul API moves them (emulator README): A and B as ``operand_reads``
     counted them for the L1 ``reuse`` (``l1_reuse`` keeps the count), the tile goes AIC ->
     GM -> UB on split chips, and the epilogue's inputs and the output are moved once (with
     or without DataCopyPad: a tail element read or written on the scalar unit counts its
-    bytes too)."""
+    bytes too). With split-K every one of the ``splits`` K slices writes (adds) the output
+    once, its product through the workspace; the epilogue's inputs are read once."""
     read = reuse.operand_bytes
-    out = shape.batch * shape.m * shape.n * dtype_bytes(shape.dtype)
-    round_trip = product_round_trip(shape, soc)
+    out = shape.batch * shape.m * shape.n * dtype_bytes(shape.dtype) * splits
+    round_trip = product_round_trip(shape, soc) * splits
     read += round_trip
     if program is not None:
         read += _epilogue_reads(program, shape, cores)

@@ -115,6 +115,9 @@ class KernelWork:
     writes (the score and product tiles; the rest, the probabilities, the AIV writes and the
     AIC reads back): the flash timing charges each to its side; 0 where not told apart.
 
+    ``zero_fill_bytes``: GM bytes the launcher zeroes before the launch (split-K's C, which
+    the slices add into atomically: aclrtMemsetAsync on the stream).
+
     ``a + b`` is the work of ``a`` then ``b`` in one kernel: counts add, the ratio and the
     counting flags are the kernel's own and must agree; ``KernelWork()`` is the zero.
 
@@ -144,6 +147,7 @@ class KernelWork:
     scalar_gated: bool = False
     attention_blocks: int = 0
     cube_workspace_bytes: int = 0
+    zero_fill_bytes: int = 0
 
     _KERNEL_OWN = ("aiv_ratio", "per_output_element", "img2col_prologue", "round_tiles",
                    "panel_chunks", "scalar_gated", "attention_blocks")

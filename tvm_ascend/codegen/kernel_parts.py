@@ -44,6 +44,7 @@ PRINTER_NAMES = frozenset("""
     v vBase vBuf vRow valueBuf values w1 wFrac wRows whole work workBuf workspace ws wsElems wsGm
     bc chunk curRound panel panelElems panelRow rb roundOff
     cIn next slot
+    kIdx kOff kSlice kSplits singleK
 """.split())
 
 

@@ -114,6 +114,11 @@ class KernelPrinter(abc.ABC):
         """GM bytes the kernel keeps in its own part of the workspace (``GetUserWorkspace``)."""
         return 0
 
+    def zero_outputs(self) -> bool:
+        """Whether the launcher zeroes the outputs before each launch (a kernel that adds
+        into them atomically: split-K); most kernels write every output byte."""
+        return False
+
     def gm_args(self) -> str:
         """``Init``'s GM parameters, one per kernel parameter."""
         return ", ".join(f"GM_ADDR {self.names[p.name]}" for p in self.params)

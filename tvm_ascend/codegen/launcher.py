@@ -29,6 +29,9 @@ def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None
                          f"{bits});")
                 buf.line(f"uint8_t* gm{index} = tvm_ascend_rt::ToGm(a{index}, "
                          f"{numel * dtype_bytes(dtype)}, {'false' if is_output else 'true'});")
+                if is_output and printer.zero_outputs():  # as aclrtMemset on the device
+                    buf.line(f"std::memset(gm{index}, 0, {numel * dtype_bytes(dtype)});  "
+                             "// the kernel adds into it atomically")
                 gm_names.append(f"gm{index}")
             printer.emit_tiling_init(buf, "tilingHost")
             buf.line("uint8_t* gmTiling = static_cast<uint8_t*>("
@@ -161,6 +164,18 @@ def _acl_prologue(buf: CodeBuffer, printer, buffers) -> None:
     buf.line('const char* failed = "";')
 
 
+def _acl_zero_outputs(buf: CodeBuffer, printer, buffers) -> None:
+    """A kernel that adds into its outputs atomically (split-K) gets them zeroed on the
+    stream before each launch: aclrtMemsetAsync (acl_rt.h), ordered before the kernel."""
+    if not printer.zero_outputs():
+        return
+    params = printer.kernel_params()
+    for index in range(len(params) - printer.n_outputs, len(params)):
+        dev, size = buffers[index][0], buffers[index][1]
+        _acl_try(buf, f"aclrtMemsetAsync({dev}, {size}, 0, {size}, stream)",
+                 f"aclrtMemsetAsync({params[index][0]})")
+
+
 def _acl_launch_line(symbol: str, block_dim: int, buffers) -> str:
     args = ", ".join(dev for dev, _, _ in buffers)
     return f"{symbol}<<<{block_dim}, nullptr, stream>>>({args});"
@@ -200,6 +215,7 @@ def emit_acl_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int,
                                  f"{size}, ACL_MEMCPY_HOST_TO_DEVICE)", f"aclrtMemcpy({name})")
                 _acl_try(buf, "aclrtMemcpy(devTiling, sizeof(tilingHost), &tilingHost, "
                          "sizeof(tilingHost), ACL_MEMCPY_HOST_TO_DEVICE)", "aclrtMemcpy(tiling)")
+                _acl_zero_outputs(buf, printer, buffers)
                 buf.line(_acl_launch_line(symbol, block_dim, buffers))
                 _acl_try(buf, "aclrtSynchronizeStream(stream)", f"aclrtSynchronizeStream({symbol})")
                 for index in range(first_out, len(params)):
@@ -238,11 +254,18 @@ def _emit_acl_timer(buf: CodeBuffer, symbol: str, printer, block_dim: int, buffe
                      "sizeof(tilingHost), ACL_MEMCPY_HOST_TO_DEVICE)", "aclrtMemcpy(tiling)")
             _acl_try(buf, "aclrtCreateEvent(&start)", "aclrtCreateEvent(start)")
             _acl_try(buf, "aclrtCreateEvent(&end)", "aclrtCreateEvent(end)")
+            _acl_zero_outputs(buf, printer, buffers)
             buf.line(launch + "  // warm-up: first-launch costs stay out of the mean")
             _acl_try(buf, "aclrtSynchronizeStream(stream)", "aclrtSynchronizeStream(warm-up)")
             _acl_try(buf, "aclrtRecordEvent(start, stream)", "aclrtRecordEvent(start)")
             with buf.indent("for (int64_t r = 0; r < repeats; ++r) {"):
+                if printer.zero_outputs():  # each launch adds into a zeroed C (timed too)
+                    with buf.indent("do {", "} while (false);"):
+                        _acl_zero_outputs(buf, printer, buffers)
+                    buf.line("if (status != ACL_SUCCESS) break;")
                 buf.line(launch)
+            if printer.zero_outputs():
+                buf.line("if (status != ACL_SUCCESS) break;  // a zeroing failed in the loop")
             _acl_try(buf, "aclrtRecordEvent(end, stream)", "aclrtRecordEvent(end)")
             _acl_try(buf, "aclrtSynchronizeEvent(end)", "aclrtSynchronizeEvent(end)")
             _acl_try(buf, "aclrtEventElapsedTime(&elapsedMs, start, end)",

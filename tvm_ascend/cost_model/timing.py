@@ -48,6 +48,8 @@ class KernelEstimate:
     ``"roofline"``/``"launch"``) that decided the time. ``submit_low_us`` / ``submit_high_us``:
     the host's submission of the launch, at the low and the high end of the measured range;
     not in ``time_us`` (the host submits ahead of the device: ``end_to_end_us``).
+    ``zero_fill_us``: the launcher's zeroing of an output the kernel adds into atomically
+    (split-K: aclrtMemsetAsync on the stream before the launch), in ``time_us``.
     """
 
     time_us: float
@@ -67,6 +69,7 @@ class KernelEstimate:
     estimated: bool = True
     submit_low_us: float = 0.0
     submit_high_us: float = 0.0
+    zero_fill_us: float = 0.0
 
     def to_json(self) -> dict:
         """A JSON-ready dict (every figure is labelled an estimate)."""
@@ -212,6 +215,20 @@ def l2_bytes(tiling) -> tuple[int, int]:
     work = tiling.work
     return (min(tiling.gm_read_bytes, work.workspace_read_bytes + work.l2_operand_bytes),
             min(tiling.gm_write_bytes, work.workspace_write_bytes))
+
+
+def zero_fill_us(nbytes: int, soc) -> float:
+    """The device's time to zero ``nbytes`` of GM before a launch (aclrtMemsetAsync, a task
+    of its own on the stream): a start-up (``startup_base_us``) and the bytes written at what
+    HBM streams. ESTIMATE: no measured figure for a memset task; 0 for no bytes.
+
+    >>> from tvm_ascend.soc import get_soc
+    >>> round(zero_fill_us(1300 * 1000, get_soc("Ascend910B2")), 2)   # 1.3 MB at 1.3 TB/s
+    2.0
+    """
+    if nbytes <= 0:
+        return 0.0
+    return soc.startup_base_us + nbytes / (soc.hbm_stream_gbps * 1e9) * 1e6
 
 
 def _pipeline_cycles(stage_cycles: list[float], steps: int, double_buffered: bool) -> float:
@@ -425,11 +442,13 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         bound = _PIPES[max(range(4), key=lambda i: busiest[i])] if core_us > 0 else "launch"
     else:
         bound = "roofline"
+    fill = zero_fill_us(plan.zero_fill_bytes, soc)
     return KernelEstimate(
-        kernel_us + launch, roofline, mte2 / clock * 1e6, vector / clock * 1e6,
+        kernel_us + launch + fill, roofline, mte2 / clock * 1e6, vector / clock * 1e6,
         cube / clock * 1e6, mte3 / clock * 1e6, launch, scalar_us=scalar / clock * 1e6,
         cores=cores, steps_per_core=steps, double_buffered=double, gm_bytes=read + write,
-        flops=2.0 * macs + work.weighted_ops, bound=bound, **_submit(soc))
+        flops=2.0 * macs + work.weighted_ops, bound=bound, **_submit(soc),
+        zero_fill_us=fill)
 
 
 def estimate_model(kernels, soc) -> float:

@@ -185,6 +185,7 @@ struct CrossCoreLaunch;  // cross_core.h: flags, clocks and the GM shadow of a M
 struct GmWrite {
     uintptr_t b, e;  // written byte range [b, e)
     int64_t blk;
+    bool atomic = false;  // an atomic add (SetAtomicAdd / enAtomic 1): commutes with other adds
 };
 
 /* A GM range an asynchronous IterateAll<false> writes (matmul_async.h): the AIC may still be
@@ -215,6 +216,7 @@ struct BlockCtx {
     std::exception_ptr error;
     void* pipe = nullptr;  // current TPipe
     bool atomic_add = false;
+    const char* atomic_type = nullptr;  // SetAtomicAdd<T>'s T (TypeName), nullptr: none
     std::vector<std::string> leaks;
     uint64_t vec_mask[2] = {~0ull, ~0ull};
     uint8_t* sys_workspace = nullptr;  // SetSysWorkspace (cube.h)
@@ -259,8 +261,9 @@ struct GmRegistry {
 GmRegistry& Gm();
 /* The allocation a pointer belongs to (it may lie in the guard zone past the end). */
 bool FindGmAllocation(const void* p, uintptr_t* begin, size_t* size);
-/* Remember a GM write of this block for the end-of-launch overlap check. */
-void RecordGmWrite(uintptr_t b, uintptr_t e);
+/* Remember a GM write of this block for the end-of-launch overlap check: `atomic` for an atomic
+ * add, which may overlap other blocks' atomic adds but not their plain writes. */
+void RecordGmWrite(uintptr_t b, uintptr_t e, bool atomic = false);
 
 }  // namespace emu
 

@@ -46,7 +46,8 @@ void SetCrossCoreRaceRange(const void* begin, size_t bytes);
 
 /* Hooks of the memory paths (cold: taken only in a probe or a cross-core launch). */
 [[gnu::cold]] void CrossCoreLocalAccess(BlockCtx& c, Mem m, const char* api);
-[[gnu::cold]] void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes, bool write, const char* api);
+[[gnu::cold]] void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes, bool write, const char* api,
+                                     bool atomic);
 /* REGIST_MATMUL_OBJ on an AIC: ends the probe (the AIC serves the Matmul API; AIV-only launch). */
 void CrossCoreMatmulServer();
 
@@ -62,9 +63,11 @@ inline void LocalAccessHook(Mem m, const char* api) {
                   " of an asynchronous IterateAll<false> (", g.e - g.b, " B) before its WaitIterateAll: "
                   "the AIC may still be writing it"));
 }
-inline void GmAccessHook(const void* p, uint64_t bytes, bool write, const char* api) {
+/* `atomic`: the write is an atomic add (MTE3 / FIX under SetAtomicAdd, enAtomic 1), which commutes
+ * with other contexts' atomic adds; a scalar SetValue never is (the atomic unit is on the MTE path). */
+inline void GmAccessHook(const void* p, uint64_t bytes, bool write, const char* api, bool atomic = false) {
     BlockCtx& c = Ctx();
-    if (c.probing || c.xc != nullptr) CrossCoreGmAccess(c, p, bytes, write, api);
+    if (c.probing || c.xc != nullptr) CrossCoreGmAccess(c, p, bytes, write, api, atomic);
     if (!c.pending_gm.empty() && bytes != 0) {
         const uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + bytes;
         for (const PendingGm& g : c.pending_gm) {

@@ -47,11 +47,18 @@ void CheckBurstParams(const char* api, uint32_t count, uint32_t len, uint32_t ma
 /* Write `bytes` to GM (plain or atomic add) and record the range for the overlap check. */
 template <typename T>
 inline void GmStore(uint8_t* gm, const uint8_t* src, uint64_t bytes, const char* api = "GM write") {
-    GmAccessHook(gm, bytes, true, api);
     BlockCtx& c = Ctx();
+    if (c.atomic_add && std::strcmp(c.atomic_type, TypeName<T>()) != 0) {
+        // the atomic unit adds in the type SetAtomicAdd<T> set: other bytes would be misread
+        Fail(api, Cat("writes ", TypeName<T>(), " while SetAtomicAdd<", c.atomic_type,
+                      "> is active: the device adds the bytes as ", c.atomic_type,
+                      " (call SetAtomicAdd<", TypeName<T>(), ">())"));
+    }
+    GmAccessHook(gm, bytes, true, api, c.atomic_add);
+    const uintptr_t b = reinterpret_cast<uintptr_t>(gm);
+    RecordGmWrite(b, b + bytes, c.atomic_add);
     if (!c.atomic_add) {
         std::memcpy(gm, src, bytes);
-        RecordGmWrite(reinterpret_cast<uintptr_t>(gm), reinterpret_cast<uintptr_t>(gm) + bytes);
         return;
     }
     std::lock_guard<std::mutex> lock(Gm().atomic_mu);
@@ -108,9 +115,45 @@ class TQueSync {
 template <HardEvent evt>
 inline TEventID TPipe::FetchEventID() { return FetchEventID(evt); }
 
+namespace emu {
+/* Whether SetAtomicAdd<T> exists on an architecture, as its kernel_operator_set_atomic_impl.h
+ * states: dav_c220 (910B) half, float, int16_t, int32_t, int8_t, bfloat16_t; dav_c100 (910A)
+ * half, float, int16_t, int32_t, int8_t; dav_m300 (310B) half, float, int16_t, int32_t;
+ * dav_m200 (310P) half, float, int16_t (int32_t and int8_t are "not supported"). */
 template <typename T>
-inline void SetAtomicAdd() { emu::Ctx().atomic_add = true; }
-inline void SetAtomicNone() { emu::Ctx().atomic_add = false; }
+inline const char* AtomicAddTypes(int npu_arch, bool* ok) {
+    const bool base = std::is_same<T, half>::value || std::is_same<T, float>::value ||
+                      std::is_same<T, int16_t>::value;
+    const bool s32 = std::is_same<T, int32_t>::value, s8 = std::is_same<T, int8_t>::value;
+    const bool bf16 = std::is_same<T, bfloat16_t>::value;
+    switch (npu_arch) {
+        case 2201: *ok = base || s32 || s8 || bf16; return "half, float, int16_t, int32_t, int8_t, bfloat16_t";
+        case 1001: *ok = base || s32 || s8; return "half, float, int16_t, int32_t, int8_t";
+        case 3002: *ok = base || s32; return "half, float, int16_t, int32_t";
+        default: *ok = base; return "half, float, int16_t";
+    }
+}
+}  // namespace emu
+
+/* Later DataCopy / Fixpipe writes to GM add to what is there, in T (the device's set_atomic_add and
+ * set_atomic_<T>): the type must be one the architecture's atomic unit takes. */
+template <typename T>
+inline void SetAtomicAdd() {
+    const emu::SocProfile& soc = emu::ActiveSoc();
+    bool ok = false;
+    const char* types = emu::AtomicAddTypes<T>(soc.npu_arch, &ok);
+    if (!ok) {
+        emu::Fail(emu::Cat("SetAtomicAdd<", emu::TypeName<T>(), ">"),
+                  emu::Cat("atomic add of ", emu::TypeName<T>(), " is not supported on ", soc.name, " (",
+                           soc.npu_arch, "): it takes ", types));
+    }
+    emu::Ctx().atomic_add = true;
+    emu::Ctx().atomic_type = emu::TypeName<T>();
+}
+inline void SetAtomicNone() {
+    emu::Ctx().atomic_add = false;
+    emu::Ctx().atomic_type = nullptr;
+}
 
 /* ---------------- DataCopy: count forms ---------------- */
 template <typename T>

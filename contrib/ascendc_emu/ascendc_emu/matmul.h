@@ -905,10 +905,8 @@ class MatmulImpl {
             uint8_t* p = gm.Check(at, uint64_t(n) * sizeof(DstT), api, "C");
             DstT* d = reinterpret_cast<DstT*>(p);
             for (int j = 0; j < n; ++j) emu::StoreC(d + j, s_.acc[size_t(i) * n + j], enAtomic);
-            if (!enAtomic) {
-                uintptr_t a = reinterpret_cast<uintptr_t>(p);
-                emu::RecordGmWrite(a, a + uint64_t(n) * sizeof(DstT));
-            }
+            uintptr_t a = reinterpret_cast<uintptr_t>(p);
+            emu::RecordGmWrite(a, a + uint64_t(n) * sizeof(DstT), enAtomic == 1);
         }
         ctx.c.gm_write_bytes += int64_t(m) * n * sizeof(DstT);
     }

@@ -156,18 +156,17 @@ ASCENDC_EMU_RT bool FindGmAllocation(const void* p, uintptr_t* begin, size_t* si
     return true;
 }
 
-ASCENDC_EMU_RT void RecordGmWrite(uintptr_t b, uintptr_t e) {
+ASCENDC_EMU_RT void RecordGmWrite(uintptr_t b, uintptr_t e, bool atomic) {
     BlockCtx& c = Ctx();
-    if (c.atomic_add) return;  // atomic accumulation may overlap by design
     if (!c.gm_writes.empty()) {
         GmWrite& last = c.gm_writes.back();
-        if (b <= last.e && e >= last.b) {
+        if (last.atomic == atomic && b <= last.e && e >= last.b) {
             last.b = b < last.b ? b : last.b;
             last.e = e > last.e ? e : last.e;
             return;
         }
     }
-    c.gm_writes.push_back(GmWrite{b, e, c.idx});
+    c.gm_writes.push_back(GmWrite{b, e, c.idx, atomic});
 }
 
 ASCENDC_EMU_RT std::string Describe(const BufferInfo& b) {

@@ -318,11 +318,11 @@ ASCENDC_EMU_RT void CrossCoreWait(int mode, pipe_t pipe, uint32_t flagId) {
     box.pop_front();
 }
 
-ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes, bool write, const char* api) {
+ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes, bool write, const char* api,
+                                     bool atomic) {
     if (c.probing) throw ProbeStop{c.core_queried ? ProbeStop::AIC_PROGRAM : ProbeStop::AIV_KERNEL};
     CrossCoreLaunch& L = *c.xc;
-    // atomic accumulation (SetAtomicAdd) commutes: such writes are left out, as by the overlap check
-    if (!L.race || bytes == 0 || (write && c.atomic_add)) return;
+    if (!L.race || bytes == 0) return;
     uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + bytes;
     if (L.range_e > L.range_b) {
         b = std::max(b, L.range_b);
@@ -330,7 +330,7 @@ ASCENDC_EMU_RT void CrossCoreGmAccess(BlockCtx& c, const void* p, uint64_t bytes
         if (b >= e) return;
     }
     std::lock_guard<std::mutex> lock(L.mu);
-    const std::string race = L.shadow.Access(c.xid, L.vc[c.xid], b, e, write, L.ctx);
+    const std::string race = L.shadow.Access(c.xid, L.vc[c.xid], b, e, write, L.ctx, write && atomic);
     if (!race.empty()) Fail(api, race);
 }
 

@@ -31,6 +31,9 @@ struct ShadowSeg {
     std::deque<Epoch> hist;  // the latest writes, hist.back() == w
     std::vector<Epoch> reads;  // latest read per context since the latest write
     std::vector<std::pair<int, uint32_t>> lastRead;  // per context: the version it read last
+    // atomic adds since the latest plain write, the latest per context: they commute with one
+    // another, but a plain access must be ordered after every one of them
+    std::vector<Epoch> adds;
     /* The write that made version v, or nullptr when it is forgotten (or v is not a version). */
     const Epoch* Version(uint32_t v) const {
         const uint32_t oldest = ver - static_cast<uint32_t>(hist.size()) + 1;
@@ -46,7 +49,7 @@ struct GmShadow {
     /* Records an access of [b, e) by context x whose clock is `mine`; returns the race it
      * makes ("" when none), naming the other context from `ctx`. */
     std::string Access(int x, const VClock& mine, uintptr_t b, uintptr_t e, bool write,
-                       const std::vector<BlockCtx*>& ctx);
+                       const std::vector<BlockCtx*>& ctx, bool atomic = false);
 };
 
 /* Is `e` ordered before the present of context x (whose clock is `mine`)? */
@@ -96,11 +99,21 @@ ASCENDC_EMU_RT std::vector<std::map<uintptr_t, ShadowSeg>::iterator> GmShadow::R
 }
 
 ASCENDC_EMU_RT std::string GmShadow::Access(int x, const VClock& mine, uintptr_t b, uintptr_t e, bool write,
-                                          const std::vector<BlockCtx*>& ctx) {
+                                          const std::vector<BlockCtx*>& ctx, bool atomic) {
     const Epoch now{x, mine[x], false};
     for (auto it : Range(b, e)) {
         ShadowSeg& s = it->second;
         auto where = [&it, &s]() { return GmWhere(it->first, s.e); };
+        if (!atomic) {
+            // a plain read or write must come after every other context's atomic add
+            for (const Epoch& add : s.adds) {
+                if (Ordered(mine, x, add)) continue;
+                return Cat(where(), " are atomically added to by ", CtxName(*ctx[add.x]), " and ",
+                           write ? "written" : "read", " by this context (", write ? "a plain write" : "a plain read",
+                           ") with no cross-core flag ordering the two: atomic adds commute only with "
+                           "one another");
+            }
+        }
         if (!write) {
             uint32_t last = 0;  // the version this context read last
             for (const auto& lr : s.lastRead) if (lr.first == x) last = lr.second;
@@ -146,8 +159,18 @@ ASCENDC_EMU_RT std::string GmShadow::Access(int x, const VClock& mine, uintptr_t
         }
         if (!Ordered(mine, x, s.w)) {
             return Cat(where(), " are written by this context and by ", CtxName(*ctx[s.w.x]),
+                       atomic ? " (a plain write, this an atomic add)" : "",
                        " with no cross-core flag ordering the two writes");
         }
+        if (atomic) {  // the plain write it adds to stays the version readers synchronise with
+            bool found = false;
+            for (Epoch& old : s.adds) {
+                if (old.x == x) { old = now; found = true; }
+            }
+            if (!found) s.adds.push_back(now);
+            continue;
+        }
+        s.adds.clear();
         s.w = now;
         ++s.ver;
         s.hist.push_back(now);

@@ -140,15 +140,21 @@ ASCENDC_EMU_RT void Merge(Counters& t, const Counters& b) {
     t.peak_l0c_bytes = std::max(t.peak_l0c_bytes, b.peak_l0c_bytes);
 }
 
-/* Overlapping GM writes from different blocks of one launch (atomic-add writes excluded). */
+/* Overlapping GM writes from different blocks of one launch. Atomic adds commute, so two blocks
+ * may add to the same bytes (split-K's partial sums); a plain write overlapping another block's
+ * write of either kind is flagged (the result depends on the blocks' order). The sweep keeps,
+ * per kind, the interval reaching furthest so far. */
 ASCENDC_EMU_RT std::string FindWriteOverlap(BlockCtx* blocks, int64_t n) {
     std::vector<GmWrite> all;
     for (int64_t i = 0; i < n; ++i) all.insert(all.end(), blocks[i].gm_writes.begin(), blocks[i].gm_writes.end());
     std::sort(all.begin(), all.end(), [](const GmWrite& x, const GmWrite& y) { return x.b < y.b; });
-    size_t far = 0;  // index of the interval reaching furthest so far
-    for (size_t i = 1; i < all.size(); ++i) {
-        if (all[i].b < all[far].e && all[i].blk != all[far].blk) {
-            uintptr_t lo = all[i].b, hi = std::min(all[i].e, all[far].e);
+    long far[2] = {-1, -1};  // per kind (0 plain, 1 atomic): the interval reaching furthest so far
+    for (size_t i = 0; i < all.size(); ++i) {
+        for (int kind = 0; kind < 2; ++kind) {
+            if (far[kind] < 0 || (kind == 1 && all[i].atomic)) continue;  // atomic adds commute
+            const GmWrite& o = all[size_t(far[kind])];
+            if (!(all[i].b < o.e && all[i].blk != o.blk)) continue;
+            uintptr_t lo = all[i].b, hi = std::min(all[i].e, o.e);
             uintptr_t base = 0;
             size_t size = 0;
             std::string where;
@@ -157,11 +163,19 @@ ASCENDC_EMU_RT std::string FindWriteOverlap(BlockCtx* blocks, int64_t n) {
             } else {
                 where = Cat("bytes [", Hex{lo}, ", ", Hex{hi}, ")");
             }
-            int64_t a = std::min(all[i].blk, all[far].blk), b = std::max(all[i].blk, all[far].blk);
+            int64_t a = std::min(all[i].blk, o.blk), b = std::max(all[i].blk, o.blk);
+            if (all[i].atomic || o.atomic) {
+                const int64_t plain = all[i].atomic ? o.blk : all[i].blk;
+                return Cat("blocks ", a, "/", n, " and ", b, "/", n, " both write ", where, ": block ", plain,
+                           " with a plain write, the other with an atomic add (the plain write is lost "
+                           "or overwrites the sum, by the blocks' order; zero the output before the "
+                           "launch and add from every block)");
+            }
             return Cat("blocks ", a, "/", n, " and ", b, "/", n, " both write ", where,
                        " (overlapping GM writes from different blocks; use SetAtomicAdd if intended)");
         }
-        if (all[i].e > all[far].e) far = i;
+        const int mine = all[i].atomic ? 1 : 0;
+        if (far[mine] < 0 || all[i].e > all[size_t(far[mine])].e) far[mine] = long(i);
     }
     return "";
 }

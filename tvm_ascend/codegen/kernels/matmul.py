@@ -23,6 +23,13 @@ residual is copied in a chunk of ``epilogue_rows`` rows per epilogue step (its q
 two chunks), not as a whole tile. Elsewhere each tile is computed and fetched in
 step (``Iterate`` / ``GetTensorC<true>``), single-buffered.
 
+Where the plan splits K (``k_splits`` > 1) the cores' work items are K slices of the tiles
+(``kSplits`` a tile, ``kSlice`` deep): each sets the Matmul object's tail K and its A and B at
+the slice's offset, and copies its tile out under ``SetAtomicAdd<T>`` into the C the launcher
+zeroed (``zero_outputs``); only a tile's first slice runs the epilogue (which is affine, so
+its offset is added once), the others scale their partial product by the plan's
+``split_scale`` where it is not 1.
+
 Example
 -------
 >>> printer = MatmulKernelPrinter("k0", scheduled_func, tiling)         # doctest: +SKIP
@@ -115,6 +122,15 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         return self.tiling.cores * self.plan.workspace_bytes if self.overlapped else 0
 
     @property
+    def k_splits(self) -> int:
+        """K slices of every output tile (``MatmulPlan.k_splits``; 1 for other plans)."""
+        return self.plan.k_splits if isinstance(self.plan, MatmulPlan) else 1
+
+    def zero_outputs(self) -> bool:
+        """Split-K adds every slice into C atomically: the launcher zeroes C first."""
+        return self.k_splits > 1
+
+    @property
     def stream_rows(self) -> bool:
         """Whether the row inputs (a residual) move in chunks of ``rows`` rows, double-
         buffered, instead of whole base tiles (``MatmulPlan.stream_rows``)."""
@@ -159,6 +175,9 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             buf.line("uint32_t tilesN;       // singleCoreN tiles along N")
             buf.line("uint32_t tilesPerCore;")
             buf.line("uint32_t totalTiles;")
+            if self.k_splits > 1:
+                buf.line("uint32_t kSplits;       // K slices of a tile (split-K)")
+                buf.line("uint32_t kSlice;        // K of a slice (the last takes the rest)")
         gm = "AscendC::TPosition::GM"
         buf.line(f"using AType = matmul::MatmulType<{gm}, CubeFormat::ND, {t}>;")
         buf.line(f"using CType = matmul::MatmulType<{self.c_type_args}, {t}>;")
@@ -220,7 +239,16 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             buf.line("uint32_t first = AscendC::GetBlockIdx() * tiling.tilesPerCore;")
             buf.line("uint32_t last = first + tiling.tilesPerCore;")
             buf.line("if (last > tiling.totalTiles) last = tiling.totalTiles;")
-            with buf.indent("for (uint32_t tile = first; tile < last; ++tile) {"):
+            split = self.k_splits > 1
+            loop = "for (uint32_t item = first; item < last; ++item) {" if split else \
+                "for (uint32_t tile = first; tile < last; ++tile) {"
+            with buf.indent(loop):
+                if split:  # a work item: one K slice of one tile
+                    buf.line("uint32_t tile = item / tiling.kSplits, kIdx = item % "
+                             "tiling.kSplits;")
+                    buf.line("uint32_t kOff = kIdx * tiling.kSlice;")
+                    buf.line("uint32_t singleK = tiling.cube.Ka - kOff < tiling.kSlice ? "
+                             "tiling.cube.Ka - kOff : tiling.kSlice;")
                 buf.line("uint32_t b = tile / (tiling.tilesM * tiling.tilesN);")
                 buf.line("uint32_t rest = tile % (tiling.tilesM * tiling.tilesN);")
                 buf.line("uint32_t mOff = rest % tiling.tilesM * tiling.cube.singleCoreM;")
@@ -229,11 +257,14 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                          "tiling.cube.M - mOff : tiling.cube.singleCoreM;")
                 buf.line("uint32_t singleN = tiling.cube.N - nOff < tiling.cube.singleCoreN ? "
                          "tiling.cube.N - nOff : tiling.cube.singleCoreN;")
-                buf.line("mm.SetTail(singleM, singleN);")
+                k_a = " + kOff" if split else ""
+                k_b = " + static_cast<uint64_t>(kOff) * tiling.cube.N" if split else ""
+                buf.line("mm.SetTail(singleM, singleN, singleK);" if split else
+                         "mm.SetTail(singleM, singleN);")
                 buf.line(f"mm.SetTensorA({self.a_name}Gm[static_cast<uint64_t>(b) * {a_batch} "
-                         "+ static_cast<uint64_t>(mOff) * tiling.cube.Ka]);")
-                buf.line(f"mm.SetTensorB({self.b_name}Gm[static_cast<uint64_t>(b) * {b_batch} "
-                         "+ nOff]);")
+                         f"+ static_cast<uint64_t>(mOff) * tiling.cube.Ka{k_a}]);")
+                buf.line(f"mm.SetTensorB({self.b_name}Gm[static_cast<uint64_t>(b) * {b_batch}"
+                         f"{k_b} + nOff]);")
                 buf.line("mm.DisableBias();")
                 buf.line("uint32_t round = 0;")
                 if self.overlapped:
@@ -243,13 +274,16 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                 else:
                     loop = "while (mm.Iterate()) {"
                 with buf.indent(loop):
-                    buf.line("Tile(b, mOff, nOff, singleM, singleN, round++);")
+                    buf.line("Tile(b, mOff, nOff, singleM, singleN, round++" +
+                             (", kIdx);" if split else ");"))
             buf.line("mm.End();")
 
     def emit_tile(self, buf):
         t = self.ctype
+        split = self.k_splits > 1
+        k_param = ", uint32_t kIdx" if split else ""
         with buf.indent("__aicore__ inline void Tile(uint32_t b, uint32_t mOff, uint32_t nOff, "
-                        "uint32_t singleM, uint32_t singleN, uint32_t round) {"):
+                        f"uint32_t singleM, uint32_t singleN, uint32_t round{k_param}) {{"):
             if self.plan.iterate_order == 0:
                 buf.line("uint32_t roundM = (singleM + tiling.cube.baseM - 1) / "
                          "tiling.cube.baseM;")
@@ -271,12 +305,27 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             buf.line(f"AscendC::LocalTensor<{t}> cTile = outQue.AllocTensor<{t}>();")
             sync = "false" if self.overlapped else "true"
             buf.line(f"mm.template GetTensorC<{sync}, true>(cTile, 0, true, curM, curN);")
-            if self.program is not None:
+            if self.program is not None and split:
+                # the epilogue is scale * C + t: its offset once (the first slice), its
+                # scale on every slice
+                with buf.indent("if (kIdx == 0) {", None):
+                    self.emit_epilogue(buf)
+                if self.plan.split_scale != 1.0:
+                    with buf.indent("} else {", "}"):
+                        buf.line(f"AscendC::Muls(cTile, cTile, static_cast<{t}>("
+                                 f"{self.plan.split_scale!r}), curM * stride);")
+                else:
+                    buf.line("}")
+            elif self.program is not None:
                 self.emit_epilogue(buf)
             buf.line("outQue.EnQue(cTile);")
             buf.line(f"cTile = outQue.DeQue<{t}>();")
+            if split:  # the slices add into the C the launcher zeroed
+                buf.line(f"AscendC::SetAtomicAdd<{t}>();")
             buf.line(f"CopyTileOut({self.out_name}Gm[rowOff * tiling.cube.N + colOff], cTile, "
                      "curM, curN, stride, tiling.cube.N);")
+            if split:
+                buf.line("AscendC::SetAtomicNone();")
             buf.line("outQue.FreeTensor(cTile);")
 
     def emit_epilogue(self, buf):
@@ -424,6 +473,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         emit_field_assignments(buf, self.symbol, var, "uint32_t", {
             "batch": s.batch, "tilesM": -(-s.m // p.single_m),
             "tilesN": -(-s.n // p.single_n), "tilesPerCore": t.block_len,
-            "totalTiles": t.total})
+            "totalTiles": t.total,
+            **({"kSplits": p.k_splits, "kSlice": p.k_slice} if self.k_splits > 1 else {})})
 
 
