@@ -289,3 +289,60 @@ def repeated_key_scores_model(batch=2, heads=4, kv_heads=2, seq=16, dim=16, dtyp
     mb.output(mb.node("Add", [scores, mask]), [batch, heads, seq, seq])
     return mb
 
+
+def llama_attention_model(batch=2, seq=16, heads=4, kv_heads=2, dim=16, dtype="float32",
+                          seed=7):
+    """A LLaMA-style attention block as PyTorch's exporters write it: Q, K, V projections of
+    one input, the head Reshape/Transpose, rotary embedding (``x * cos + rotate_half(x) *
+    sin``, rotate_half a Concat of the negated upper half and the lower half), repeat_kv on K
+    and V (Unsqueeze, Expand, Reshape), K's transpose, the scaled, masked softmax, the heads
+    joined again and the output projection. Returns (builder, names), ``names`` the ONNX
+    nodes of K's head transpose, K's rotary Add and K's transpose for the scores."""
+    mb = ModelBuilder(dtype, seed=seed)
+    hidden = heads * dim
+    x = mb.input("x", [batch, seq, hidden])
+    mask = mb.input("mask", [batch, 1, seq, seq])
+    mb.feeds["mask"] = np.where(mb.rng.random(mb.feeds["mask"].shape) < 0.2, -10000.0,
+                                0.0).astype(mb.np_dtype)
+    angles = np.arange(seq)[:, None] * (1e-2 ** (np.arange(dim) % (dim // 2) / (dim // 2)))
+    cos = mb.const(np.cos(angles)[None, None], "cos")
+    sin = mb.const(np.sin(angles)[None, None], "sin")
+    names = {}
+
+    def heads_of(n_heads, stem):
+        w = mb.const(mb.rng.standard_normal((hidden, n_heads * dim)) / np.sqrt(hidden), stem)
+        shaped = mb.node("Reshape", [mb.node("MatMul", [x, w]),
+                                     mb.int_const([batch, seq, n_heads, dim], "shape")])
+        out = mb.node("Transpose", [shaped], perm=[0, 2, 1, 3])
+        names[f"{stem}_heads"] = out
+        return out
+
+    def half(t, start, end):
+        return mb.node("Slice", [t, mb.int_const([start]), mb.int_const([end]),
+                                 mb.int_const([3])])
+
+    def rotary(t, stem):
+        rotated = mb.node("Concat", [mb.node("Neg", [half(t, dim // 2, dim)]),
+                                     half(t, 0, dim // 2)], axis=-1)
+        out = mb.node("Add", [mb.node("Mul", [t, cos]), mb.node("Mul", [rotated, sin])])
+        names[f"{stem}_rotary"] = out
+        return out
+
+    def repeat_kv(t):
+        t = mb.node("Unsqueeze", [t, mb.int_const([2])])
+        t = mb.node("Expand", [t, mb.int_const([batch, kv_heads, heads // kv_heads, seq, dim],
+                                               "shape")])
+        return mb.node("Reshape", [t, mb.int_const([batch, heads, seq, dim], "shape")])
+
+    q = rotary(heads_of(heads, "q"), "q")
+    k = repeat_kv(rotary(heads_of(kv_heads, "k"), "k"))
+    v = repeat_kv(heads_of(kv_heads, "v"))
+    k_t = names["k_t"] = mb.node("Transpose", [k], perm=[0, 1, 3, 2])
+    scores = mb.node("Mul", [mb.node("MatMul", [q, k_t]),
+                             mb.const(np.array(1.0 / np.sqrt(dim)), "scale")])
+    probs = mb.node("Softmax", [mb.node("Add", [scores, mask])], axis=-1)
+    out = mb.node("Transpose", [mb.node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+    out = mb.node("Reshape", [out, mb.int_const([batch, seq, hidden], "shape")])
+    w_o = mb.const(mb.rng.standard_normal((hidden, hidden)) / np.sqrt(hidden), "wo")
+    mb.output(mb.node("MatMul", [out, w_o]), [batch, seq, hidden])
+    return mb, names

@@ -3,14 +3,18 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tvm_ascend
 from benchmarks.models.bert import bert_model, encoder_layer_model
+from conftest import assert_close, run_onnxruntime
+from onnx_models import llama_attention_model
 from tvm_ascend.frontend.onnx_loader import load_model
 from tvm_ascend.partition import region_search
-from tvm_ascend.partition.search import Action, RegionSpace, beam_search, greedy_path, pruned
+from tvm_ascend.partition.search import (Action, RegionSpace, beam_search, greedy_path, pruned,
+                                         refine)
 from tvm_ascend.pipeline import _estimated_us, fusion_policy, plan_fusion
 
 
@@ -44,6 +48,35 @@ def test_ties_go_to_fewer_kernels_and_worse_merges_are_not_kept():
     assert beam_search(_space(2, [(0, 1)], table)).groups == {frozenset({0, 1})}
     table[frozenset({0, 1})] = 10.5
     assert beam_search(_space(2, [(0, 1)], table)).cost == 10.0
+
+
+def _replayed(space, actions) -> frozenset:
+    """The groups the actions make from every unit apart, each action's parts existing
+    groups when it is applied (as merge.py applies them)."""
+    groups = {frozenset({u}) for u in range(space.n)}
+    for action in actions:
+        assert set(action.parts) <= groups, action
+        groups = (groups - set(action.parts)) | {action.key}
+    return frozenset(groups)
+
+
+def test_a_unit_moved_across_a_kernel_boundary_unblocks_the_merge_the_beam_lost():
+    """Regression (issue 19, corpus LLaMA): head transpose (0) -> rotary (1) -> K^T copy (2)
+    -> attention (3). The copy merges into the rotary first (the cheapest pair, and first in
+    greedy order), which blocks the transpose + rotary kernel (two copies around the rotary
+    tile nowhere); a beam too narrow for the layer kept no partition with the copy in the
+    attention. Moving the copy to the attention and merging again finds it."""
+    table = {frozenset({u}): 5.0 for u in range(4)}
+    table.update({frozenset({1, 2}): 6.0, frozenset({0, 1}): 6.0, frozenset({2, 3}): 6.5})
+    space = _space(4, [(1, 2), (0, 1), (2, 3)], table)
+    stuck = greedy_path(space)
+    assert stuck.groups == {frozenset({0}), frozenset({1, 2}), frozenset({3})}
+    best = refine(space, stuck)
+    assert best.groups == {frozenset({0, 1}), frozenset({2, 3})} and best.cost == 12.5
+    assert _replayed(space, best.actions) == best.groups
+    assert beam_search(space, width=1).groups == best.groups  # the beam ends with it
+    # a move that does not pay is not kept
+    assert refine(space, best) == best
 
 
 def _reachable(space):
@@ -81,6 +114,9 @@ def test_beam_is_never_worse_than_greedy_and_wide_beams_are_exact(region, width)
     assert abs(best.cost - sum(table[g] for g in best.groups)) < 1e-6
     exhaustive = min(s.cost for s in _reachable(space))
     assert beam_search(space, width=64).cost <= exhaustive + 1e-9
+    # the refined partition is one the recorded actions build, each action a tiled group
+    assert _replayed(space, best.actions) == best.groups
+    assert all(a.key in table for a in best.actions)
 
 
 def _plan(model, **config):
@@ -162,3 +198,26 @@ def test_absorbed_groups_keep_their_notes_in_the_report():
                                "merged b into c (est. 3 vs 4 us)",
                                "merged p by X (est. 5 vs 6 us)"]
     assert consumer.name == "c__p"
+
+
+@pytest.mark.parametrize("soc,dtype", [("Ascend910B1", "float32"), ("Ascend310P3", "float16")])
+def test_llama_k_transposes_into_attention_so_its_head_transpose_joins_its_rotary(soc, dtype):
+    """Regression (issue 19, corpus LLaMA at aggressive: 10 kernels per layer, 9 now): K's
+    transpose for the scores merged into K's rotary kernel, so K's head Reshape/Transpose
+    stayed a copy kernel of its own. At beam width 2 this block's region search lost the
+    other partition as the corpus layer's width-4 search did; the refinement after the beam
+    puts the K^T copy into the attention kernel (which reads K with strides) and the head
+    transpose into the rotary: QKV, Q rotary, K rotary, the mask's row repeat, attention,
+    the heads joined, the output projection."""
+    builder, names = llama_attention_model(dtype=dtype)
+    model = builder.model()
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        fusion_level="aggressive", soc_version=soc, search_width=2))
+    assert_close(lib.run(builder.feeds)[0], run_onnxruntime(model, builder.feeds)[0],
+                 "cube/" + dtype)
+    report = lib.fusion_report()
+    assert report["kernels"] == {"ascend": 7, "host": 0}
+    (k_kernel,) = [g for g in report["groups"] if names["k_rotary"] in g["nodes"]]
+    assert names["k_heads"] in k_kernel["nodes"] and k_kernel["on_npu"]
+    attention = [g for g in report["groups"] if "AttentionFusion" in g["rules"]]
+    assert len(attention) == 1 and names["k_t"] in attention[0]["nodes"]

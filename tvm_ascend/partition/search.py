@@ -11,7 +11,10 @@ Why a search: merging greedily in program order decides each pair before the til
 cost model have seen what it blocks (a MatMul taking a bias Add may then be unable to take the
 residual LayerNorm it would have fused with whole). The beam keeps the ``width`` best partitions
 at each depth, including ones that are momentarily worse, and the greedy path is scored beside
-it, so the result is never worse than greedy merging under the same estimates.
+it, so the result is never worse than greedy merging under the same estimates. The beam's best
+is then refined (``refine``): a unit moved across a kernel boundary, the region merged greedily
+again, kept where that ranks better; a narrow beam over a long layer otherwise keeps only the
+orders of its other merges and loses a partition one early, equally cheap merge blocks.
 
 Example
 -------
@@ -105,10 +108,11 @@ def _rank(state: Partition) -> tuple:
     return (round(state.cost, 9), len(state.groups))
 
 
-def greedy_path(space: RegionSpace) -> Partition:
+def greedy_path(space: RegionSpace, start: Partition | None = None) -> Partition:
     """Merge the first action (greedy order) that is no slower, until none is: what a
-    pairwise greedy merger does, scored with the same estimates."""
-    state = space.initial()
+    pairwise greedy merger does, scored with the same estimates (from ``start``, else from
+    every unit apart)."""
+    state = space.initial() if start is None else start
     while True:
         step = next((c for c in space.children(state) if _rank(c) <= _rank(state)), None)
         if step is None:
@@ -140,7 +144,8 @@ def pruned(space: RegionSpace, state: Partition) -> Partition:
 
 def beam_search(space: RegionSpace, width: int = 4) -> Partition:
     """The best partition found by a beam of ``width`` (never worse than ``greedy_path``),
-    its losing merges undone (``pruned``)."""
+    refined by moving units across kernels (``refine``), its losing merges undone
+    (``pruned``)."""
     frontier = [space.initial()]
     best = min([frontier[0], greedy_path(space)], key=_rank)
     for _ in range(space.n - 1):
@@ -154,7 +159,109 @@ def beam_search(space: RegionSpace, width: int = 4) -> Partition:
             break
         frontier = sorted(children.values(), key=_rank)[:width]
         best = min([best, frontier[0]], key=_rank)
-    return pruned(space, best)
+    # pruned before refine (a cleaner start) and after it (a moved unit can leave a merge that
+    # no longer pays)
+    return pruned(space, refine(space, pruned(space, best)))
 
 
-__all__ = ["Action", "Partition", "RegionSpace", "beam_search", "greedy_path", "pruned"]
+def _owner(state: Partition) -> dict:
+    return {u: g for g in state.groups for u in g}
+
+
+def _components(space: RegionSpace, units: frozenset) -> list:
+    """The connected pieces of ``units`` under the region's edges."""
+    pieces, left = [], set(units)
+    while left:
+        todo, piece = [left.pop()], set()
+        while todo:
+            unit = todo.pop()
+            piece.add(unit)
+            for p, c in space.edges:
+                for a, b in ((p, c), (c, p)):
+                    if a == unit and b in left:
+                        left.discard(b)
+                        todo.append(b)
+        pieces.append(frozenset(piece))
+    return pieces
+
+
+def _build(space: RegionSpace, units: frozenset):
+    """(cost, actions) forming ``units`` as one group from its single units, by merges along
+    its own edges (a pair, or the look-ahead's three) each of which tiles; None when the
+    greedy order finds none."""
+    state = Partition(frozenset(frozenset({u}) for u in units),
+                      sum(space.cost(frozenset({u})) for u in units))
+    while len(state.groups) > 1:
+        owner, step = _owner(state), None
+        for producer, consumer in space.edges:
+            if producer not in units or consumer not in units:
+                continue
+            gp, gc = owner[producer], owner[consumer]
+            if gp is gc:
+                continue
+            merged = space.cost(gp | gc, (gp, gc))
+            if merged is not None:
+                step = space._apply(state, Action((gp, gc)), merged)
+                break
+            readers = {owner[c] for p, c in space.edges
+                       if p in gc and c in units and owner[c] is not gc}
+            if len(readers) == 1 and next(iter(readers)) is not gp:
+                (gr,) = readers
+                merged = space.cost(gp | gc | gr, (gp, gc, gr))
+                if merged is not None:
+                    step = space._apply(state, Action((gp, gc, gr)), merged)
+                    break
+        if step is None:
+            return None
+        state = step
+    return state.cost, state.actions
+
+
+def _moved(space: RegionSpace, state: Partition, unit: int, target: frozenset):
+    """``state`` with ``unit`` taken out of its group into ``target`` (both rebuilt), or None
+    where a rebuilt group tiles in no template."""
+    source = state.group_of(unit)
+    groups = [target | {unit}] + _components(space, source - {unit})
+    built = [_build(space, g) for g in groups]
+    if any(b is None for b in built):
+        return None
+    keep = [g for g in state.groups if g is not source and g is not target]
+    actions = tuple(a for a in state.actions if any(a.key <= g for g in keep))
+    cost = sum(space.cost(g) for g in keep) + sum(b[0] for b in built)
+    return Partition(frozenset(keep) | frozenset(groups), cost,
+                     actions + sum((b[1] for b in built), ()))
+
+
+def refine(space: RegionSpace, state: Partition) -> Partition:
+    """Local search from ``state``: move one unit across a kernel boundary (into the group it
+    feeds or the one feeding it), merge greedily from there, and keep the result where it
+    ranks better; until no move does.
+
+    Why: a beam ranks partial partitions, so a cheap early merge can crowd out of it the
+    partition a later merge needs (LLaMA's K^T copy merged into K's rotary kernel is as cheap
+    as into the attention kernel, but only the latter lets K's head transpose join the rotary;
+    a beam of 4 loses it among the orders of the layer's other merges). Never worse than
+    ``state``: a move is kept only when the result ranks strictly better."""
+    improved = True
+    while improved:
+        improved = False
+        owner = _owner(state)
+        for producer, consumer in space.edges:
+            gp, gc = owner[producer], owner[consumer]
+            if gp is gc:
+                continue
+            for unit, source, target in ((producer, gp, gc), (consumer, gc, gp)):
+                if len(source) == 1:
+                    continue  # moving a lone unit is a merge: the search has weighed it
+                moved = _moved(space, state, unit, target)
+                if moved is not None:
+                    moved = greedy_path(space, moved)
+                    if _rank(moved) < _rank(state):
+                        state, improved = moved, True
+                        break
+            if improved:
+                break
+    return state
+
+
+__all__ = ["Action", "Partition", "RegionSpace", "beam_search", "greedy_path", "pruned", "refine"]
