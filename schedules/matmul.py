@@ -63,6 +63,7 @@ MAX_BASE = 256  # 128 x 256 float32 accumulators fill a 910B L0C (128 KB)
 SPLIT_CHOICES = (2, 4, 8)  # split-K slice counts the tuner searches
 MIN_SLICE_K = 256  # the shortest K slice worth a split (4 K steps of 64: L1 still pipelines)
 STREAM_K_MIN_K = 3072  # CATLASS' stream-K threshold on K (cores < tiles < 8 cores)
+FLIGHT_STEPS = 256  # steps of the walk blocks_in_flight looks at (the rest scaled from them)
 
 
 @dataclass(frozen=True)
@@ -794,6 +795,48 @@ def first_slices(total: int, per_core: int, splits: int) -> int:
                for start in range(0, total, per_core))
 
 
+def blocks_in_flight(shape, single_m: int, single_n: int, per_core: int,
+                     splits: int = 1) -> tuple[int, int, int, int]:
+    """(A blocks, B blocks, shared A reads, shared B reads) of the kernel's walk: the most
+    distinct row blocks of A and column panels of B the working cores read at once, and over
+    the whole walk how many of the tiles' block reads another core makes of the same block in
+    the same step (the cores start together and stream K alike, so those are fetched once and
+    served by L2 to the others, whatever the reuse distance). Core c runs work item
+    ``c x per_core + i`` at its step i; an item is one K slice of a tile (``splits`` a tile);
+    tiles are numbered M fastest within a batch. ``min(cores, blocks)`` of each over-counts
+    where the cores' ranges line up: 8 cores with a column of 8 tiles each read one A block
+    (all eight of them at once) and 8 B panels, not 8 and 8.
+
+    >>> from types import SimpleNamespace as S
+    >>> shape = S(batch=1, m=512, n=512, a_batched=False, b_batched=False)
+    >>> blocks_in_flight(shape, 128, 128, 4)   # 16 tiles, 4 cores: a column each
+    (1, 4, 12, 0)
+    """
+    tiles_m, tiles_n = ceil_div(shape.m, single_m), ceil_div(shape.n, single_n)
+    total = shape.batch * tiles_m * tiles_n * splits
+    per_core = max(1, per_core)
+    cores = ceil_div(total, per_core)
+    most_a = most_b = shared_a = shared_b = 0
+    sampled = min(per_core, total, FLIGHT_STEPS)  # the walk repeats: sample its first steps
+    for step in range(sampled):
+        a_seen, b_seen = set(), set()
+        readers = 0
+        for core in range(cores):
+            item = core * per_core + step
+            if item >= total:
+                continue
+            readers += 1
+            tile, k_idx = divmod(item, splits)
+            batch, rest = divmod(tile, tiles_m * tiles_n)
+            a_seen.add((batch if shape.a_batched else 0, rest % tiles_m, k_idx))
+            b_seen.add((batch if shape.b_batched else 0, rest // tiles_m, k_idx))
+        most_a, most_b = max(most_a, len(a_seen)), max(most_b, len(b_seen))
+        shared_a += readers - len(a_seen)
+        shared_b += readers - len(b_seen)
+    scale = min(per_core, total) / max(1, sampled)
+    return most_a, most_b, int(shared_a * scale), int(shared_b * scale)
+
+
 def cube_work(shape, soc, reuse: L1Reuse, per_core: int, base_m: int, base_n: int,
               single_m: int, single_n: int, epilogue_rows: int = 1,
               column_fill_rows: int = 0, splits: int = 1, scaled: bool = False) -> KernelWork:
@@ -803,9 +846,11 @@ def cube_work(shape, soc, reuse: L1Reuse, per_core: int, base_m: int, base_n: in
     block of the operand walked fastest and one panel of the other, and the working cores
     do so at once: the distinct A and B blocks in flight), one step per base tile, and the
     epilogue's calls as the printer loops (one per op per row of every base tile, or per
-    ``epilogue_rows`` rows plus the column fills that repeat a broadcast column over them). With split-K (``splits`` work items a
-    tile, each over one K slice) only a tile's first slice runs the epilogue; the others
-    issue one Muls a base tile where it scales C (``scaled``)."""
+    ``epilogue_rows`` rows plus the column fills that repeat a broadcast column over them).
+    The blocks in flight and the reads cores share in a step are the walk's own
+    (``blocks_in_flight``). With split-K (``splits`` work items a tile, each over one K
+    slice) only a tile's first slice runs the epilogue; the others issue one Muls a base
+    tile where it scales C (``scaled``)."""
     elem = dtype_bytes(shape.dtype)
     unique = ((shape.batch if shape.a_batched else 1) * shape.m * shape.k
               + (shape.batch if shape.b_batched else 1) * shape.k * shape.n) * elem
@@ -818,8 +863,13 @@ def cube_work(shape, soc, reuse: L1Reuse, per_core: int, base_m: int, base_n: in
     # a pass: each core's whole block of the operand walked fastest and one panel of the other
     fastest = (single_m, base_n) if reuse.iterate_order == 0 else (base_m, single_n)
     k_slice = ceil_div(shape.k, splits)
-    distance = walk_distance([(min(active, m_blocks * splits), fastest[0] * k_slice * elem),
-                              (min(active, n_blocks * splits), fastest[1] * k_slice * elem)])
+    in_a, in_b, shared_a, shared_b = blocks_in_flight(shape, single_m, single_n, per_core,
+                                                      splits)
+    distance = walk_distance([(min(active, m_blocks * splits, in_a), fastest[0] * k_slice * elem),
+                              (min(active, n_blocks * splits, in_b), fastest[1] * k_slice * elem)])
+    # a block several cores read in one step comes from HBM once: the others' reads of it
+    # (one pass each: a lower bound) are L2 hits even where the walk's distance exceeds L2
+    concurrent = (shared_a * single_m + shared_b * single_n) * k_slice * elem
     tiles = ceil_div(single_m, base_m) * ceil_div(single_n, base_n)
     if epilogue_rows == 1:
         repeats, extra = single_m * ceil_div(single_n, base_n) * epilogued, 0
@@ -830,7 +880,8 @@ def cube_work(shape, soc, reuse: L1Reuse, per_core: int, base_m: int, base_n: in
         extra += tiles * (per_core - epilogued)
     return KernelWork(steps=max(1, per_core * tiles), vector_repeats=repeats,
                       extra_vector_calls=extra, cube_operand_bytes=reads,
-                      l2_operand_bytes=l2_served(reads - unique, distance, soc))
+                      l2_operand_bytes=max(l2_served(reads - unique, distance, soc),
+                                           min(reads - unique, concurrent)))
 
 
 def _base_tiles(shape, base_m, base_n, single_m, single_n) -> list[tuple[int, int]]:

@@ -69,8 +69,10 @@ def test_reuse_distance_decides_what_l2_serves():
     """A 7680^3 GEMM's operands (236 MB) exceed the 192 MB L2, but its walk's reuse distance
     does not: its re-reads are L2 hits. On a 96 MB L2 (910B4) it depends on the rounds: the
     default asynchronous rounds of at most 14 base tiles walk small blocks, whose re-reads
-    still fit; one round a core (``round_tiles=0``: the distinct blocks in flight on a 6 x 4
-    core grid, 126 MB) misses and every byte is HBM traffic."""
+    still fit; one round a core (``round_tiles=0``: each of the 20 cores a 384-row block of A
+    against all of B, 120 MB in flight) misses, so A's re-reads are HBM traffic, but the
+    cores read each B panel together: 19 of every 20 reads of B are L2 hits
+    (``blocks_in_flight``)."""
     model = calibration.matmul_model(7680, 7680, 7680)
     tiling, _, _ = _planned(model, "Ascend910B2")
     unique = 2 * 7680 * 7680 * 2
@@ -80,7 +82,8 @@ def test_reuse_distance_decides_what_l2_serves():
     assert small.work.l2_operand_bytes == small.work.cube_operand_bytes - unique
     _, whole = template_by_name("matmul").schedule(
         prim, get_soc("Ascend910B4"), knobs_from_json("matmul", {"round_tiles": 0}))
-    assert whole.work.round_tiles > 14 and whole.work.l2_operand_bytes == 0
+    assert whole.work.round_tiles > 14 and whole.plan.single_n == 7680
+    assert whole.work.l2_operand_bytes == (whole.cores - 1) * 7680 * 7680 * 2
 
 
 def test_attention_rereads_are_l2_hits_by_the_same_rule():

@@ -50,6 +50,9 @@ class KernelEstimate:
     not in ``time_us`` (the host submits ahead of the device: ``end_to_end_us``).
     ``zero_fill_us``: the launcher's zeroing of an output the kernel adds into atomically
     (split-K: aclrtMemsetAsync on the stream before the launch), in ``time_us``.
+    ``hbm_bytes`` / ``l2_bytes``: of ``gm_bytes``, those charged at HBM's rate and those L2
+    serves (``l2_bytes``: workspace round trips, operand re-reads within L2's reach or shared
+    by cores in flight); they add up to ``gm_bytes``.
     """
 
     time_us: float
@@ -70,6 +73,8 @@ class KernelEstimate:
     submit_low_us: float = 0.0
     submit_high_us: float = 0.0
     zero_fill_us: float = 0.0
+    hbm_bytes: int = 0
+    l2_bytes: int = 0
 
     def to_json(self) -> dict:
         """A JSON-ready dict (every figure is labelled an estimate)."""
@@ -193,7 +198,7 @@ def estimate_launch(gm_bytes: float, flops: float, soc, dtype_bytes: int = 2
     bound = "launch" if roofline == 0 else ("mte2" if mem_us >= cube_us else "cube")
     return KernelEstimate(roofline + launch, roofline, mem_us, 0.0, cube_us, 0.0, launch,
                           cores=soc.ai_cores, gm_bytes=int(gm_bytes), flops=float(flops),
-                          bound=bound, **_submit(soc))
+                          bound=bound, **_submit(soc), hbm_bytes=int(gm_bytes))
 
 
 def l2_bytes(tiling) -> tuple[int, int]:
@@ -448,7 +453,7 @@ def estimate_kernel(prim_func, tiling, soc, work: VectorWork | None = None) -> K
         cube / clock * 1e6, mte3 / clock * 1e6, launch, scalar_us=scalar / clock * 1e6,
         cores=cores, steps_per_core=steps, double_buffered=double, gm_bytes=read + write,
         flops=2.0 * macs + work.weighted_ops, bound=bound, **_submit(soc),
-        zero_fill_us=fill)
+        zero_fill_us=fill, hbm_bytes=read + write - served, l2_bytes=served)
 
 
 def estimate_model(kernels, soc) -> float:
