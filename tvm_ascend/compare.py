@@ -23,6 +23,9 @@ from .config import CompileConfig
 from .errors import ModelLoadError
 from .frontend.gears import config_gears
 
+# Where CANN installs put ATC, relative to the toolkit root (ASCEND_HOME_PATH), first match wins.
+ATC_CANDIDATES = ("bin/atc", "compiler/bin/atc", "atc/bin/atc")
+
 VARIANTS = {
     "off": dict(fusion_level="off"),
     "atc_style": dict(rule_set="atc_style"),
@@ -235,6 +238,32 @@ def _group_errors(model, report, feeds, cfg) -> list:
     return sorted(rows, key=lambda row: -row[4])
 
 
+def find_atc(environ=None) -> tuple:
+    """A real ATC: (its path, "") when one is on PATH or under the CANN toolkit root
+    (``ASCEND_HOME_PATH`` / ``ASCEND_TOOLKIT_HOME``), else (None, a one-line reason).
+
+    Example
+    -------
+    >>> find_atc({"PATH": ""})
+    (None, 'real atc: not installed (not on PATH; ASCEND_HOME_PATH is not set)')
+    """
+    import os
+    import shutil
+    from pathlib import Path
+
+    env = os.environ if environ is None else environ
+    found = shutil.which("atc", path=env.get("PATH", ""))
+    if found:
+        return found, ""
+    home = env.get("ASCEND_HOME_PATH") or env.get("ASCEND_TOOLKIT_HOME")
+    for relative in ATC_CANDIDATES if home else ():
+        candidate = Path(home) / relative
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate), ""
+    where = f"none under {home}" if home else "ASCEND_HOME_PATH is not set"
+    return None, f"real atc: not installed (not on PATH; {where})"
+
+
 def format_comparison(results: list[VariantResult], source: str) -> str:
     """The comparison as plain-text tables (latencies are labelled estimates)."""
     width = max([14] + [len(r.name) + 2 for r in results])  # gears: "<variant> [<gear>]"
@@ -260,4 +289,4 @@ def format_comparison(results: list[VariantResult], source: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["VARIANTS", "VariantResult", "compare_model", "format_comparison", "random_inputs"]
+__all__ = ["VARIANTS", "VariantResult", "compare_model", "find_atc", "format_comparison", "random_inputs"]
