@@ -62,6 +62,8 @@ EXTRA_SLOTS = 2
 TALL_SLOTS = 2
 # Panels a core computes in the tall form that the partitioner estimates (the first the default).
 TALL_PANELS = (4, 3, 2)
+# The tall form's smallest UB chunk, where 16 rows do not fit twice (rows of 32-byte blocks).
+HALF_CHUNK = 8
 
 
 @dataclass(frozen=True)
@@ -498,8 +500,8 @@ def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Til
 
 
 def _panel_rows(shape: MatmulShape, base_m: int, cores: int, panels: int = 1) -> int:
-    """Rows of a tall panel: the multiple of ``base_m`` (16: the cube's last base tile of a
-    panel may be short) that gives each core ``panels`` panels where the rows allow it, then
+    """Rows of a tall panel: the multiple of ``base_m`` (8 in the tall form: the cube's last
+    base tile of a panel may be short) that gives each core ``panels`` panels where the rows allow it, then
     the busiest core the fewest rows, the larger among equals (B is read once a panel)."""
     best = None
     for count in range(1, ceil_div(shape.m, base_m) + 1):
@@ -533,6 +535,11 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
     row_n = round_up(shape.n, FRACTAL)
     top = _max_base_m(program, shape, soc, l0c=False)
     double = _max_base_m_or_zero(program, shape, soc)
+    if not double and ub_bytes(program, shape.n, elem, HALF_CHUNK, 2) <= \
+            soc.ub_bytes - UB_RESERVED_BYTES:
+        # 16 rows do not fit twice but 8 do: half chunks keep the next chunk's copy under
+        # this one's epilogue (a UB chunk is rows only, no cube fractal)
+        double = HALF_CHUNK
     buffers = 2 if double else 1
     chunk_m = min(double or top, 128 if elem == 2 else 64, round_up(shape.m, FRACTAL))
     cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
@@ -546,7 +553,9 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
         raise TilingError(f"base_m={base_m}: no 16-column float32 block fits L0C")
     base_n = round_up(ceil_div(shape.n, ceil_div(shape.n, widest)), FRACTAL)
     base_k = matmul_base_k(shape, base_m, base_n, soc, 1)
-    single_m = _panel_rows(shape, FRACTAL, cores, knobs.panels)
+    # panels in 8-row steps (a panel's last cube tile is padded to 16 rows, which the MACs
+    # count): 16-row steps left cores idle (4096 rows: 96-row panels, 22 of 24 cores)
+    single_m = _panel_rows(shape, HALF_CHUNK, cores, knobs.panels)
     chunk_m = min(chunk_m, single_m)  # no larger than a panel
     total = shape.batch * ceil_div(shape.m, single_m)
     per_core = ceil_div(total, min(cores, total))
@@ -572,8 +581,8 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
     # the AIV's steps are the chunks, a row of the epilogue a call
     work = dataclasses.replace(cube, steps=per_core * chunks,
                                vector_repeats=per_core * single_m) + KernelWork(
-        cube_macs=shape.batch * round_up(shape.m, FRACTAL) * round_up(shape.n, FRACTAL)
-        * round_up(shape.k, c0),
+        cube_macs=shape.batch * sum(round_up(m, FRACTAL) for m in pieces(shape.m, single_m))
+        * round_up(shape.n, FRACTAL) * round_up(shape.k, c0),
         workspace_read_bytes=round_trip, workspace_write_bytes=round_trip,
         panel_chunks=chunks, scalar_gated=True)
     return Tiling("matmul_rows", total, used, per_core, 1, per_core, buffers,

@@ -39,18 +39,19 @@ def _one_group_config(tmp_path, model):
     return tvm_ascend.CompileConfig(fusion_plan_file=str(plan_file))
 
 
-@pytest.mark.parametrize("a_shape,n,dtype,norm,knobs,prefetch", [
+@pytest.mark.parametrize("a_shape,n,dtype,norm,knobs,half", [
     # RMSNorm fp16, M = 900 over 3 panels a core (the last core's short), N = 300: two
     # 160-column cube tiles, 32-row cube tiles (a panel's last one short)
-    ((3, 300, 40), 300, "float16", "rms", MatmulRowsKnobs(tall=True, base_m=32, panels=3), True),
+    ((3, 300, 40), 300, "float16", "rms", MatmulRowsKnobs(tall=True, base_m=32, panels=3), False),
     # LayerNormalization fp32, N = 200 on 4 cores, 2 panels each: several chunks a panel
-    ((2, 170, 48), 200, "float32", "op", MatmulRowsKnobs(tall=True, cores=4, panels=2), True),
-    # fp32 rows of 1000 (+ residual): one UB chunk of each queue only, so no prefetch; row
-    # tails (70 rows), N not a multiple of the 256-column cube tile
-    ((70, 32), 1000, "float32", "op", MatmulRowsKnobs(tall=True, cores=3, panels=2), False),
+    ((2, 170, 48), 200, "float32", "op", MatmulRowsKnobs(tall=True, cores=4, panels=2), False),
+    # fp32 rows of 1000 (+ residual): 16 rows do not fit the UB twice, 8 do: half chunks,
+    # still prefetched; 70 rows in 8-row panel steps (24-row panels, a 22-row tail), N not a
+    # multiple of the 256-column cube tile
+    ((70, 32), 1000, "float32", "op", MatmulRowsKnobs(tall=True, cores=3, panels=2), True),
 ])
 def test_tall_panels_match_onnx_with_the_plans_counters(monkeypatch, tmp_path, a_shape, n,
-                                                        dtype, norm, knobs, prefetch):
+                                                        dtype, norm, knobs, half):
     b = _linear_norm(a_shape, n, dtype, norm)
     config = _one_group_config(tmp_path, b.model())
     _force_knobs(monkeypatch, knobs)
@@ -58,14 +59,14 @@ def test_tall_panels_match_onnx_with_the_plans_counters(monkeypatch, tmp_path, a
     plan = tiling["plan"]
     assert plan["chunk_m"] > 0 and "IterateAll<false>" in plan["pipeline"]
     assert tiling["cores"] >= 2 and tiling["tiles_per_core"] == knobs.panels
-    assert (tiling["buffer_num"] == 2) == prefetch
+    assert tiling["buffer_num"] == 2 and (plan["chunk_m"] == 8) == half
     source = "".join(lib.kernel_sources().values())
     for line in ("if (tile + 1 < last) Post(tile + 1, 1 - slot);", "mm.WaitIterateAll();",
                  "mm.template IterateAll<false>(wsGm[static_cast<uint64_t>(slot) * panelElems], "
-                 "0, false, true);", f"+ AscendC::GetBlockIdx() * {TALL_SLOTS} * panelElems"):
+                 "0, false, true);", f"+ AscendC::GetBlockIdx() * {TALL_SLOTS} * panelElems",
+                 # the next chunk's copies before this chunk's epilogue
+                 "Finish(mOff + r0, curM, c % 2);"):
         assert line in source, line
-    # the next chunk's copies before this chunk's epilogue only with two UB buffers
-    assert ("Finish(mOff + r0, curM, c % 2);" in source) == prefetch
 
 
 def test_panels_knob_cuts_each_cores_rows():
@@ -80,6 +81,7 @@ def test_panels_knob_cuts_each_cores_rows():
         sched, t = MatmulRowsSchedule.schedule(func, B1, MatmulRowsKnobs(tall=True,
                                                                          panels=panels))
         assert t.tiles_per_core == panels and t.work.panel_chunks == -(-t.plan.single_m // 16)
+        assert t.plan.single_m % 8 == 0 and t.cores >= 22
         # B once a panel; A once, or once per 256-column cube tile where a panel of A
         # outgrows L1
         a_reads = (t.work.cube_operand_bytes - t.total * b_bytes) / (8192 * 768 * 2)
