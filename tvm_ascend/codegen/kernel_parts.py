@@ -42,7 +42,7 @@ PRINTER_NAMES = frozenset("""
     tap taps tile tileLength tileRows tiles tilesM tilesN tilesPerCore tiling tilingData tmpBuf
     top totalItems totalLength totalTiles totalUnits u unit unitEnd unitStart units unitsPerCore
     v vBase vBuf vRow valueBuf values w1 wFrac wRows whole work workBuf workspace ws wsElems wsGm
-    bc chunk curRound panel panelElems panelRow rb roundOff
+    bc chunk curRound panel panelElems panelRow rb roundOff diag kvEnd
 """.split())
 
 
