@@ -96,7 +96,10 @@ def choose_template(func, soc):
         return None, None, None, Decision.no(
             "no schedule template fits (" + "; ".join(reasons) + ")", closest[0] if closest else "")
     _, _, best, analysis, tiling = min(fits, key=lambda fit: fit[:2])
-    return best, analysis, tiling, Decision.yes(f"{best.name} template tiles it on {soc.name}")
+    # what the analysis found that the report should say (attention: a causal mask's skip)
+    note = getattr(analysis, "report_note", "")
+    return best, analysis, tiling, Decision.yes(
+        f"{best.name} template tiles it on {soc.name}" + (f"; {note}" if note else ""))
 
 
 def _one_line(err) -> str:

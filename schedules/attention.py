@@ -30,7 +30,11 @@ of up to 13 key blocks per asynchronous Matmul round, computed by the AIC while 
 units run the softmax of the ones before, and that softmax on whole tiles (``AttentionPlan``):
 the mask's blocks and the Where's condition too (row by row only on a condition tail whose
 rows lie apart from the scores'), the rows divided by their sums once at the end.
-Its bytes are the staged kernel's; ``cost_model.attention_timing`` times it.
+Its bytes are the staged kernel's; ``cost_model.attention_timing`` times it. Where the
+partitioner found the Where's condition (or the additive mask) to be a causal constant
+(``CausalOperand``, partition/causal.py) and skipping is exact (``causal_skip``), the flash
+kernel visits per query block only the keys its rows see and masks only the diagonal blocks
+(``CausalSkip``; its bytes, MACs and calls counted block by block, ``key_blocks``).
 
 K and V are read once per query block (``seq_q / base_q`` times in all): the FlashAttention
 I/O bound, Theta(S^2 d^2 / M) for on-chip memory M. Keeping a head's K and V resident in L1
@@ -44,7 +48,8 @@ from dataclasses import dataclass
 
 import tvm
 
-from tvm_ascend.decision import Decision
+from tvm_ascend.decision import CausalOperand, Decision, causal_facts_from_json
+from tvm_ascend.ir_attrs import CAUSAL
 from tvm_ascend.errors import TilingError
 
 from .analysis.attention_shape import AttentionShape, _NotAttention, attention_shape
@@ -59,6 +64,32 @@ SCORE_BYTES = 4  # scores, probabilities' statistics and the output accumulator 
 # fp16 attention on a split chip: the AIC's score tiles go through the workspace in half (its
 # FIXPIPE rounds them), the AIV casts them to float for the softmax (running max / sum in float)
 HALF_SCORE_BYTES = 2
+
+
+# a Where's fill or an additive mask's masked value at most this: exp(fill - row max) is 0 in
+# float wherever the row's maximum is a score above fill + 104 (as partition/causal.py reads)
+CAUSAL_FILL_AT_MOST = -1e4
+
+
+@dataclass(frozen=True)
+class CausalSkip:
+    """The flash kernel's key blocks of a causal attention: query ``i`` sees key ``j`` iff
+    ``j <= i + offset``, by the Where's condition (``role`` "keep") or the additive mask
+    ("mask"), a constant the partitioner checked (``CausalOperand``). Per query block the
+    kernel visits the keys up to its last row's last visible one; the blocks every row sees
+    whole skip the condition's (mask's) load and its vector work, the diagonal ones keep it."""
+
+    role: str
+    offset: int
+
+    def visible_keys(self, q_off: int, rows: int, seq_kv: int) -> int:
+        """Keys the query block of ``rows`` rows from ``q_off`` visits (a prefix)."""
+        return min(seq_kv, q_off + rows + self.offset)
+
+    def needs_mask(self, q_off: int, kv_off: int, kv: int) -> bool:
+        """Whether the key block of ``kv`` keys from ``kv_off`` hides a key from some row of
+        the query block from ``q_off`` (its first row sees the fewest)."""
+        return kv_off + kv > q_off + 1 + self.offset
 
 
 @dataclass(frozen=True)
@@ -113,6 +144,7 @@ class AttentionPlan(TemplatePlan, template="attention"):
     method: str = "staged"
     round_blocks: int = 0
     score_bytes: int = SCORE_BYTES
+    causal: CausalSkip | None = None  # flash only: the key blocks a causal mask lets it skip
 
     @property
     def half_scores(self) -> bool:
@@ -141,6 +173,64 @@ class AttentionAnalysis:
 
     shape: AttentionShape
     prepared: tvm.tirx.PrimFunc
+    causal: CausalSkip | None = None
+    causal_note: str = ""  # why the causal fact is (not) used, for the fusion report
+
+    @property
+    def report_note(self) -> str:
+        """What the fusion report says of this analysis (``choose_template``)."""
+        return self.causal_note
+
+
+def _facts_of(func) -> tuple[tuple[CausalOperand, ...], dict]:
+    """The partitioner's ``CausalOperand`` facts on ``func`` (``ir_attrs.CAUSAL``) and the
+    values of its call's one-element constants, by parameter."""
+    attrs = getattr(func, "attrs", None)
+    if not attrs or CAUSAL not in attrs:
+        return (), {}
+    return causal_facts_from_json(str(attrs[CAUSAL]))
+
+
+def causal_skip(func, shape: AttentionShape) -> tuple[CausalSkip | None, str]:
+    """(the key blocks the flash kernel may skip, why or why not): where the Where's
+    condition or the additive mask is a causal constant (a partitioner's fact) read as
+    ``[row, col]`` itself, and skipping is exact: nothing else can hide a row's every
+    visible key (which would leave the row's softmax over the fill values of every key),
+    and the masked value underflows exp against any visible score."""
+    causal, scalars = _facts_of(func)
+    facts = {f.param: f for f in causal}
+    for role, op in (("keep", shape.keep), ("mask", shape.mask)):
+        fact = facts.get(op.param) if op is not None else None
+        if fact is None:
+            continue
+        what = "condition" if role == "keep" else "additive mask"
+        if fact.additive != (role == "mask"):
+            return None, ""
+        if any(op.batch_coefs) or op.base or op.col_stride != 1 or op.row_stride != fact.width:
+            return None, (f"the causal {what} {op.param} is read through another index map "
+                          "than its own rows: every key block visited")
+        other = shape.mask if role == "keep" else shape.keep
+        if other is not None:
+            return None, (f"the causal {what} {op.param} (j <= i + {fact.offset}) is not the "
+                          f"only mask: {other.param} could hide a row's every visible key, "
+                          "whose softmax would then take the skipped keys too; every key "
+                          "block visited")
+        if role == "mask":
+            masked = fact.masked_below * shape.mask_coef
+        elif shape.fill_param is None:
+            masked = shape.fill
+        else:  # a parameter times FILL: known where the call passes a constant
+            value = scalars.get(shape.fill_param)
+            masked = None if value is None else value * shape.fill
+        if masked is None or masked > CAUSAL_FILL_AT_MOST or \
+                (role == "mask" and shape.mask_coef <= 0):
+            return None, (f"the causal {what} {op.param} masks to a value not known to be "
+                          f"<= {CAUSAL_FILL_AT_MOST:g}: every key block visited")
+        return CausalSkip(role, fact.offset), (
+            f"causal {what} {op.param} (constant, key j <= query i + {fact.offset}): the "
+            "flash kernel (method 'flash') visits only the key blocks a query block sees and "
+            "masks only the diagonal ones")
+    return None, ""
 
 
 @cached_by_identity
@@ -185,13 +275,14 @@ class AttentionSchedule(Template):
         decision = _applies(func)
         if not decision:
             raise TilingError(f"attention template does not apply: {decision.reason}")
-        return AttentionAnalysis(_shape_or_reason(func), func)
+        shape = _shape_or_reason(func)
+        return AttentionAnalysis(shape, func, *causal_skip(func, shape))
 
     @staticmethod
     def plan(analysis: AttentionAnalysis, soc, knobs: AttentionKnobs | None = None) -> Tiling:
         """Blocks, cores, UB and GM traffic of the analysed attention on ``soc``; ``knobs``
         (AttentionKnobs) as the search chose, None for the defaults."""
-        return plan_attention(analysis.shape, soc, knobs or AttentionKnobs())
+        return plan_attention(analysis.shape, soc, knobs or AttentionKnobs(), analysis.causal)
 
     @staticmethod
     def apply(analysis: AttentionAnalysis, tiling: Tiling):
@@ -270,8 +361,23 @@ def ub_layout(shape, base_q: int, base_kv: int, flash: bool = False) -> dict:
     return {k: round_up(v, 32) for k, v in layout.items()}
 
 
-def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
-    """Blocks, cores, UB and the exact GM traffic of the kernel for ``shape`` on ``soc``."""
+def key_blocks(shape, base_q: int, base_kv: int, causal: CausalSkip | None = None) -> list:
+    """The kernel's key blocks, per query block: (first query, rows, [(first key, keys,
+    masked)]); every block of ``seq_kv`` keys, masked, without ``causal``; with it the keys the
+    query block sees, ``masked`` only where some row of it has a key hidden."""
+    blocks = []
+    for q_off, q in zip(range(0, shape.seq_q, base_q), pieces(shape.seq_q, base_q)):
+        seen = causal.visible_keys(q_off, q, shape.seq_kv) if causal else shape.seq_kv
+        keys = [(kv_off, kv, causal is None or causal.needs_mask(q_off, kv_off, kv))
+                for kv_off, kv in zip(range(0, seen, base_kv), pieces(seen, base_kv))]
+        blocks.append((q_off, q, keys))
+    return blocks
+
+
+def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs,
+                   causal: CausalSkip | None = None) -> Tiling:
+    """Blocks, cores, UB and the exact GM traffic of the kernel for ``shape`` on ``soc``;
+    ``causal`` (``AttentionAnalysis.causal``): the flash kernel's key blocks skipped."""
     e = dtype_bytes(shape.dtype)
     c0 = 32 // e
     for name in ("base_q", "base_kv"):
@@ -289,6 +395,7 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
                           f"workspace of a split chip (910B); {soc.name} is a coupled chip, "
                           "whose tiles stay on chip: use the staged kernel")
     clients = 2 if flash else 1  # AIVs per AIC
+    causal = causal if flash else None  # the staged kernel visits every key block
     base_q = min(knobs.base_q or 64, round_up(shape.seq_q, FRACTAL))
     base_kv = min(knobs.base_kv or (128 if e == 2 else 64), round_up(shape.seq_kv, FRACTAL))
     d16 = round_up(shape.head_dim, FRACTAL)
@@ -314,7 +421,8 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     # the score tiles cross the workspace in the tensors' half on split chips (fp16 in,
     # fp16 scores: CANN's fused attention does the same); the softmax itself runs in float
     score_bytes = HALF_SCORE_BYTES if e == 2 and soc.npu_arch == 2201 else SCORE_BYTES
-    traffic = _traffic(shape, soc, base_q, base_kv, base_k_qk, score_bytes)
+    schedule = key_blocks(shape, base_q, base_kv, causal)
+    traffic = _traffic(shape, soc, schedule, base_k_qk, score_bytes, causal)
     if shape.fill_param is not None:  # the Where's fill: read once per core
         traffic["tensor_read_bytes"] += used * e
     kv_blocks = ceil_div(shape.seq_kv, base_kv)
@@ -322,7 +430,8 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     round_blocks = min(kv_blocks, ASYNC_EVENT_FETCHES - 1) if flash else 0
     plan = AttentionPlan(shape, base_q, base_kv, base_k_qk, d16, blocks_q, tuple(layout.items()),
                          traffic["tensor_read_bytes"], traffic["tensor_write_bytes"],
-                         bool(soc.has_data_copy_pad), method, round_blocks, score_bytes)
+                         bool(soc.has_data_copy_pad), method, round_blocks, score_bytes,
+                         causal)
     # every query block reads the whole of its head's K and V (and its Q rows once per score
     # tile): the re-reads past Q + K + V (+ mask) are L2 hits when what the working cores
     # read in one pass fits in L2 (l2_reuse): a query block each, K and V of the heads in
@@ -332,7 +441,7 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
     kv_bytes = 2 * shape.seq_kv * shape.head_dim * e
     heads = min(used, shape.batch)
     distance = walk_distance([(heads, kv_bytes), (used, max(0, pass_bytes - kv_bytes))])
-    l2_hits = l2_served(traffic["tensor_read_bytes"] - unique, distance, soc)
+    l2_hits = l2_served(max(0, traffic["tensor_read_bytes"] - unique), distance, soc)
     # the flash kernel's timing tells the AIC's operand loads (Q, K, V blocks) from the AIV's
     operand = traffic["operand_bytes"] if flash else 0
     work = KernelWork(steps=per_core, vector_repeats=min(per_core, total),
@@ -342,18 +451,30 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs) -> Tiling:
                       workspace_read_bytes=traffic["workspace_read_bytes"],
                       workspace_write_bytes=traffic["workspace_write_bytes"],
                       scalar_elems=_scalar_tails(shape, soc, base_q, base_kv),
-                      extra_vector_calls=per_core * _flash_vector_calls(
-                          shape, base_q, base_kv, score_bytes) if flash else 0,
+                      extra_vector_calls=_busiest_core_calls(
+                          shape, schedule, base_q, per_core, score_bytes, causal)
+                      if flash else 0,
                       aiv_ratio=clients, round_tiles=round_blocks,
-                      attention_blocks=kv_blocks if flash else 0)
+                      attention_blocks=ceil_div(sum(len(keys) for _, _, keys in schedule),
+                                                blocks_q) if flash else 0)
     return Tiling("attention", total, used, per_core, 1, per_core, 1, 0, ub, soc.ub_bytes,
                   traffic["tensor_read_bytes"] + traffic["workspace_read_bytes"],
                   traffic["tensor_write_bytes"] + traffic["workspace_write_bytes"],
                   shape.head_dim, work=work, plan=plan)
 
 
-def _flash_vector_calls(shape, base_q: int, base_kv: int,
-                        score_bytes: int = SCORE_BYTES) -> int:
+def _busiest_core_calls(shape, schedule, base_q: int, per_core: int, score_bytes: int,
+                        causal: CausalSkip | None) -> int:
+    """Vector calls of the core whose ``per_core`` contiguous items issue the most (items
+    run batch*head by batch*head, ``schedule``'s query blocks in turn)."""
+    per_item = [_flash_vector_calls(shape, base_q, keys, score_bytes, causal)
+                for _, _, keys in schedule]
+    calls = [per_item[i % len(per_item)] for i in range(shape.batch * len(per_item))]
+    return max(sum(calls[i:i + per_core]) for i in range(0, len(calls), per_core))
+
+
+def _flash_vector_calls(shape, base_q: int, keys: list, score_bytes: int = SCORE_BYTES,
+                        causal: CausalSkip | None = None) -> int:
     """Vector calls the flash kernel issues for one item of ``base_q`` rows, as printed
     (codegen/kernels/attention.py ``emit_tile_softmax``): per key block the whole-tile ops
     (one per 64-float chunk of a row where chunked; the half score tile's cast), the mask's
@@ -366,14 +487,15 @@ def _flash_vector_calls(shape, base_q: int, base_kv: int,
     calls = 3 + 1 + d_chunks  # Duplicates; Brcb of the sums, the divide
     if e == 2:
         calls += 1 if round_up(shape.head_dim, 8) == round_up(shape.head_dim, 16) else rows
-    for kv in pieces(shape.seq_kv, base_kv):
+    for _, kv, masked in keys:
         chunks = ceil_div(kv, 64)
         block = (1 if shape.scale != 1.0 else 0) + 2 * (2 * chunks - 1) + 4 + 2 * chunks + 3
         block += 1 if score_bytes == HALF_SCORE_BYTES else 0  # the half tile to float
         block += (1 if e == 2 else 0) + 1 + d_chunks + 1  # P cast; Brcb, rescale, add
-        if shape.mask is not None:  # the block's cast and coefficient at once
+        if shape.mask is not None and (masked or causal.role != "mask"):
+            # the block's cast and coefficient at once
             block += chunks + (1 if e == 2 else 0) + (1 if shape.mask_coef != 1.0 else 0)
-        if shape.keep is not None:
+        if shape.keep is not None and (masked or causal.role != "keep"):
             if shape.keep.row_stride == 0:  # its bits once, selected row by row
                 block += 2 + rows
             else:  # the whole tile where the condition's rows are the scores' pitch
@@ -413,7 +535,8 @@ def _scalar_tails(shape, soc, base_q, base_kv) -> int:
     return shape.batch * tails
 
 
-def _traffic(shape, soc, base_q, base_kv, base_k_qk, score_bytes=SCORE_BYTES) -> dict:
+def _traffic(shape, soc, schedule, base_k_qk, score_bytes=SCORE_BYTES,
+             causal: CausalSkip | None = None) -> dict:
     """GM bytes as the kernel moves them (emulator README, "Cube"): per score tile, Q's rows
     and K's block over the head dim; the mask block; V's block; the output rows once. On 2201
     the score tile (``score_bytes`` an element) and the float product tile go AIC ->
@@ -423,13 +546,14 @@ def _traffic(shape, soc, base_q, base_kv, base_k_qk, score_bytes=SCORE_BYTES) ->
     c0 = 32 // e
     split = soc.npu_arch == 2201
     t_read = w_read = w_write = macs = operand = cube_ws = 0
-    for q in pieces(shape.seq_q, base_q):
-        for kv in pieces(shape.seq_kv, base_kv):
+    for _, q, keys in schedule:
+        for _, kv, masked in keys:
             t_read += (q + kv) * shape.head_dim * e + kv * shape.head_dim * e
             operand += (q + kv) * shape.head_dim * e + kv * shape.head_dim * e
-            if shape.mask is not None:
+            if shape.mask is not None and (masked or causal.role != "mask"):
                 t_read += (1 if shape.mask.row_stride == 0 else q) * kv * e
-            if shape.keep is not None:  # the Where's bool condition, a byte an element
+            if shape.keep is not None and (masked or causal.role != "keep"):
+                # the Where's bool condition, a byte an element
                 t_read += (1 if shape.keep.row_stride == 0 else q) * kv
             macs += round_up(q, FRACTAL) * round_up(kv, FRACTAL) * sum(
                 round_up(k, c0) for k in pieces(shape.head_dim, base_k_qk))

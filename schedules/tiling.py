@@ -108,7 +108,8 @@ class KernelWork:
     ``extra_copy_calls``: GM -> UB copies the busiest core issues beyond one a step (a
     residual streamed in chunks of rows: one a chunk), each paying the MTE latency.
 
-    ``attention_blocks``: key blocks per work item of the pipelined (flash) attention kernel,
+    ``attention_blocks``: key blocks per work item (their mean, rounded up, where a causal
+    mask lets items skip some) of the pipelined (flash) attention kernel,
     whose score tiles come in asynchronous rounds of ``round_tiles`` and whose P @ V products
     are synchronous calls on the AIC the two clients share (``cost_model.attention_timing``);
     0 elsewhere. ``cube_workspace_bytes``: of the workspace bytes written, those the cube core

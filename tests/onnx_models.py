@@ -234,16 +234,33 @@ def add_conv(b: ModelBuilder, case, index: int) -> str:
 
 
 def causal_attention_model(batch=2, heads=2, seq=40, dim=16, dtype="float32", where="gpt2",
-                           seed=3):
+                           seed=3, keep=None):
     """Attention with a Where on a bool condition before the softmax. ``where``: "gpt2"
     (GPT-2's TorchScript export: Where(causal, S / sqrt(d), lowest) + padding mask),
     "inside" (Where(causal, S / sqrt(d) + mask, lowest)), "rows" (a [b, 1, 1, s] bool keep
-    mask, broadcast over the queries, filled with a constant)."""
+    mask, broadcast over the queries, filled with a constant), "causal" (GPT-2's Where
+    without a padding mask), "additive" (no Where: S / sqrt(d) + a constant [1, 1, s, s]
+    mask, 0 where kept, the lowest float elsewhere). ``keep``: the [s, s] bool constant in
+    place of the lower triangle ("causal", "additive")."""
     mb = ModelBuilder(dtype, seed=seed)
     q, k_t, v = (mb.input(n, shape) for n, shape in (("q", [batch, heads, seq, dim]),
                                                       ("kt", [batch, heads, dim, seq]),
                                                       ("v", [batch, heads, seq, dim])))
     lowest = np.finfo(mb.np_dtype).min
+    tri = np.tril(np.ones((seq, seq), bool)) if keep is None else keep
+    scores = mb.node("Div", [mb.node("MatMul", [q, k_t]), mb.const(np.array(np.sqrt(dim)), "d")])
+    if where in ("causal", "additive"):
+        if where == "causal":
+            name = mb.name("keep")
+            mb.inits.append(numpy_helper.from_array(tri[None, None], name))
+            scores = mb.node("Where", [name, scores,
+                                       mb.const(np.array(lowest), "lowest")])
+        else:
+            scores = mb.node("Add", [scores, mb.const(
+                np.where(tri, 0.0, lowest).astype(mb.np_dtype)[None, None], "causal")])
+        probs = mb.node("Softmax", [scores], axis=-1)
+        mb.output(mb.node("MatMul", [probs, v]), [batch, heads, seq, dim])
+        return mb
     mask = mb.input("mask", [batch, 1, 1, seq])
     mb.feeds["mask"] = np.where(mb.rng.random(mb.feeds["mask"].shape) < 0.2, lowest,
                                 0.0).astype(mb.np_dtype)
@@ -252,9 +269,8 @@ def causal_attention_model(batch=2, heads=2, seq=40, dim=16, dtype="float32", wh
         values = mb.rng.random((batch, 1, 1, seq)) < 0.7
         values[..., 0] = True  # every query keeps a key
     else:
-        values = np.tril(np.ones((seq, seq), bool))[None, None]
+        values = tri[None, None]
     mb.inits.append(numpy_helper.from_array(values, keep))
-    scores = mb.node("Div", [mb.node("MatMul", [q, k_t]), mb.const(np.array(np.sqrt(dim)), "d")])
     if where == "inside":
         scores = mb.node("Add", [scores, mask])
     fill = mb.const(np.array(lowest), "lowest") if where != "rows" else \

@@ -17,7 +17,8 @@ from onnx_models import causal_attention_model
 from tvm_ascend.cost_model import estimate_kernel
 from tvm_ascend.cost_model.attention_timing import FlashBlockCycles, flash_attention_cycles
 from tvm_ascend.schedules import AttentionSchedule
-from tvm_ascend.schedules.attention import AttentionKnobs, plan_attention
+from tvm_ascend.partition.causal import causal_fact
+from tvm_ascend.schedules.attention import AttentionKnobs, key_blocks, plan_attention
 from tvm_ascend.schedules.tiling import pieces
 from tvm_ascend.soc import get_soc
 
@@ -29,7 +30,8 @@ def _forced(monkeypatch, **overrides):
     partitioner would otherwise keep the faster estimate)."""
     def plan(analysis, soc, knobs=None):
         return plan_attention(analysis.shape, soc,
-                              dataclasses.replace(knobs or AttentionKnobs(), **overrides))
+                              dataclasses.replace(knobs or AttentionKnobs(), **overrides),
+                              analysis.causal)
     monkeypatch.setattr(AttentionSchedule, "plan", staticmethod(plan))
 
 
@@ -273,12 +275,119 @@ def test_flash_kernels_print_only_declared_ascendc():
     sources = []
     for mb in (causal_attention_model(where="gpt2", dtype="float16", seq=200),
                causal_attention_model(where="rows", dtype="float16", seq=150),
+               causal_attention_model(where="causal", dtype="float16", seq=200),
                attention_model(batch=1, seq=77, heads=2, dim=40, proj=False, dtype="float16")):
         for kernel in kernels_of(mb.model(), B1, every_method=True):
             if getattr(kernel.tiling.plan, "method", "") == "flash":
                 sources.append(kernel_source(kernel, B1))
-    assert len(sources) == 3
+    assert len(sources) == 4
     assert any("if (keepPitch == pitch)" in s for s in sources)
+    assert any("if (diag) {" in s for s in sources)  # a causal constant's skip
     wrong = {str(u): check_use(u, index) for s in sources for u in uses_in(s)}
     wrong = {u: r for u, r in wrong.items() if r and "MatmulType" not in u}
     assert not wrong, wrong
+
+
+def _numpy_causal(feeds, dim, keep):
+    """softmax(where(keep, Q K^T / sqrt(d), -inf)) V in float64 (``causal_attention_model``
+    without a padding mask; every row keeps a key)."""
+    q, k_t, v = (feeds[n].astype(np.float64) for n in ("q", "kt", "v"))
+    scores = np.where(keep, q @ k_t / np.sqrt(dim), -np.inf)
+    probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (probs / probs.sum(axis=-1, keepdims=True)) @ v
+
+
+def _partitioned_attention(model):
+    """The attention group's PrimFunc as the partitioner hands it down (with its facts about
+    the call's constants, which ``fused_prim_func`` does not see)."""
+    from tvm_ascend import ir_attrs
+    result = tvm_ascend.partition_for_ascend(
+        model, tvm_ascend.CompileConfig(fusion_level="aggressive", soc_version=B1.name))
+    (prim,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
+               if f.attrs and f.attrs.get("Codegen") == "ascend" and
+               AttentionSchedule.applies(f.attrs[ir_attrs.PRIM_FUNC])]
+    return prim
+
+
+@pytest.mark.parametrize("where,dtype,seq", [("causal", "float16", 77),
+                                             ("causal", "float16", 200),
+                                             ("additive", "float32", 200),
+                                             ("causal", "float16", 513)])
+def test_flash_skips_the_key_blocks_a_causal_constant_hides(monkeypatch, where, dtype, seq):
+    """A Where's condition (or an additive mask) that is a lower-triangular constant, found
+    by the partitioner from its values: per query block the flash kernel visits only the keys
+    up to its last row's diagonal, and the blocks every row sees whole skip the mask's load
+    and work (diagonal blocks keep it). Bytes and MACs equal the emulator's, fewer than with
+    every block visited; the fusion report says why; odd lengths, several clients."""
+    mb = causal_attention_model(where=where, dtype=dtype, seq=seq, batch=1, heads=3, dim=64)
+    _forced(monkeypatch, method="flash")
+    out, group, launch, source = _run(mb)
+    tiling, plan = group["tiling"], group["tiling"]["plan"]
+    role = "keep" if where == "causal" else "mask"
+    assert plan["causal"] == {"role": role, "offset": 0} and tiling["cores"] > 2
+    assert "key j <= query i + 0" in group["reason"] and "visits only the key blocks" in \
+        group["reason"]
+    assert "bool diag = kvOff + curKv > qOff + 1 + CAUSAL_OFFSET;" in source
+    assert "if (diag) {  // the diagonal block: its mask" in source
+    keep = np.tri(seq, seq, 0, dtype=bool)
+    np.testing.assert_allclose(out.astype(np.float64), _numpy_causal(mb.feeds, 64, keep),
+                               **TOLERANCES["cube/" + dtype])
+    _check_counters(group, launch)
+    # against every key block visited (the plan without the fact): fewer bytes and MACs
+    analysis = AttentionSchedule.analyse(_partitioned_attention(mb.model()))
+    assert analysis.causal is not None
+    full = plan_attention(analysis.shape, B1, AttentionKnobs(method="flash"))
+    skip = plan_attention(analysis.shape, B1, AttentionKnobs(method="flash"), analysis.causal)
+    assert skip.gm_read_bytes == tiling["gm_read_bytes"]
+    assert skip.work.cube_macs < full.work.cube_macs and \
+        skip.gm_read_bytes < full.gm_read_bytes
+    # the busiest client's calls (at 77 keys its last query block sees every key)
+    assert skip.work.extra_vector_calls <= full.work.extra_vector_calls
+    blocks = key_blocks(analysis.shape, skip.plan.base_q, skip.plan.base_kv, analysis.causal)
+    # the first query block sees its own rows' keys only; a block seen whole is unmasked
+    assert sum(kv for _, kv, _ in blocks[0][2]) == min(seq, skip.plan.base_q)
+    assert all(not masked for q_off, _, keys in blocks for kv_off, kv, masked in keys
+               if kv_off + kv <= q_off + 1)
+    # the staged kernel visits every block
+    staged = plan_attention(analysis.shape, B1, AttentionKnobs(), analysis.causal)
+    assert staged.plan.causal is None
+
+
+def test_only_a_lower_triangle_of_constants_is_causal(monkeypatch):
+    """The fact comes from the values: a random bool constant, a triangle with one element
+    changed, a float mask with a kept value that is not 0 or a masked one above -1e4 are no
+    facts; an offset is read off. A random constant condition builds without the skip and
+    matches numpy; GPT-2's condition beside a padding mask is not used (the report says
+    why: the padding could hide a row's every visible key)."""
+    rng = np.random.default_rng(0)
+    tri = np.tri(40, 40, 0, dtype=bool)
+    assert causal_fact("c", tri[None, None]).offset == 0
+    assert causal_fact("c", np.tri(40, 48, 3, dtype=bool)).offset == 3
+    changed = tri.copy()
+    changed[30, 2] = False
+    random = rng.random((40, 40)) < 0.5
+    random[:, 0] = True  # every row keeps a key
+    assert causal_fact("c", changed) is None and causal_fact("c", random) is None
+    assert causal_fact("c", np.stack([tri, tri])) is None  # a leading axis of 2
+    additive = np.where(tri, 0.0, -1e9).astype(np.float32)
+    assert causal_fact("c", additive).additive
+    assert causal_fact("c", np.where(tri, 0.0, -5.0).astype(np.float32)) is None
+    assert causal_fact("c", np.where(tri, 0.5, -1e9).astype(np.float32)) is None
+
+    mb = causal_attention_model(where="causal", dtype="float16", seq=200, batch=1, heads=3,
+                                dim=64, keep=np.tri(200, 200, 0, dtype=bool) | (
+                                    rng.random((200, 200)) < 0.1))
+    keep = mb.feeds and [t for t in mb.inits if t.name.startswith("keep")][0]
+    _forced(monkeypatch, method="flash")
+    out, group, launch, source = _run(mb)
+    assert group["tiling"]["plan"]["causal"] is None and "bool diag" not in source
+    from onnx import numpy_helper
+    np.testing.assert_allclose(out.astype(np.float64),
+                               _numpy_causal(mb.feeds, 64, numpy_helper.to_array(keep)[0, 0]),
+                               **TOLERANCES["cube/float16"])
+    _check_counters(group, launch)
+
+    gpt2 = causal_attention_model(where="gpt2", dtype="float16", seq=200)
+    _, group, _, source = _run(gpt2)
+    assert group["tiling"]["plan"]["causal"] is None and "bool diag" not in source
+    assert "is not the only mask" in group["reason"]

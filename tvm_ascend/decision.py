@@ -1,6 +1,7 @@
 """Decisions that explain themselves (XLA's FusionDecision): never a bare bool."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 
@@ -27,3 +28,44 @@ class Decision:
     @staticmethod
     def no(reason: str, summary: str = "") -> "Decision":
         return Decision(False, reason, summary)
+
+
+@dataclass(frozen=True)
+class CausalOperand:
+    """A fact the partitioner found in a group's call: parameter ``param`` is bound to a
+    constant whose last two axes ``[i, j]`` (``width`` columns a row; its leading axes of
+    extent 1) keep key ``j`` for query ``i`` iff ``j <= i + offset``: a bool condition true
+    there (a Where's keep), or an additive mask 0 there and at most ``masked_below``
+    elsewhere. Found from the constant's values, not from the ops' names; the attention
+    template uses it to visit only the key blocks a query block sees."""
+
+    param: str
+    offset: int
+    width: int
+    additive: bool = False
+    masked_below: float = 0.0  # additive masks: the largest value of a masked element
+
+    def to_json(self) -> list:
+        """The fact as the IR attribute ``ir_attrs.CAUSAL`` holds it (one list per operand)."""
+        return [self.param, self.offset, self.width, int(self.additive), self.masked_below]
+
+    @staticmethod
+    def from_json(values) -> "CausalOperand":
+        """The fact back from ``to_json``'s list (as an IR attribute returns it)."""
+        param, offset, width, additive, below = values
+        return CausalOperand(str(param), int(offset), int(width), bool(int(additive)),
+                             float(below))
+
+
+def causal_facts_json(facts: list[CausalOperand], scalars: dict[str, float]) -> str:
+    """The IR attribute ``ir_attrs.CAUSAL``: the call's causal facts and the values of its
+    one-element float constants (a Where's fill), by parameter."""
+    return json.dumps({"causal": [f.to_json() for f in facts],
+                       "scalars": sorted(scalars.items())})
+
+
+def causal_facts_from_json(text: str) -> tuple[tuple[CausalOperand, ...], dict[str, float]]:
+    """``causal_facts_json``'s facts and scalars back."""
+    found = json.loads(text)
+    return (tuple(CausalOperand.from_json(v) for v in found["causal"]),
+            {str(name): float(value) for name, value in found["scalars"]})

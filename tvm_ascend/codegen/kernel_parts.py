@@ -45,6 +45,7 @@ PRINTER_NAMES = frozenset("""
     bc chunk curRound panel panelElems panelRow rb roundOff
     cIn next slot
     kIdx kOff kSlice kSplits singleK
+    diag kvEnd
 """.split())
 
 

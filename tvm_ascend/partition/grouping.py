@@ -29,6 +29,7 @@ from ..decision import Decision
 from ..errors import FusionConfigError
 from ..kernel_record import KernelRecord
 from ..schedules import supports
+from .causal import with_causal_facts
 from .cost import GroupCost, host_estimate, tir_flops
 from .legalize import impl_mode_of, legalize_map
 from .export import export_shared
@@ -597,6 +598,8 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
     for site in sites:
         if site.absorbed_into is not None:
             continue
+        # the call's causal constants, a fact on the PrimFunc the plan and kernel share
+        site = dataclasses.replace(site, prim=with_causal_facts(site.prim, site.args))
         decision, plan = site.eligible, None
         free = is_view_only(m.op for m in site.members)
         if free and decision.ok:

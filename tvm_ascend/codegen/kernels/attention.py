@@ -19,6 +19,8 @@ computed and fetched in step on a 1:1 mix.
 """
 from __future__ import annotations
 
+import contextlib
+
 from ...errors import CodegenError
 from ...schedules.attention import AttentionPlan
 from ...schedules.analysis.tile_values import buffer_size
@@ -101,6 +103,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                   "C0": 32 // self.elem}
         if p.flash:  # keys whose score tiles one asynchronous round computes
             consts["ROUND_KV"] = p.round_blocks * p.base_kv
+        if p.causal is not None:  # query i sees key j iff j <= i + CAUSAL_OFFSET
+            consts["CAUSAL_OFFSET"] = p.causal.offset
         for name, value in consts.items():
             buf.line(f"constexpr uint32_t {name} = {value};")
         buf.line(f"constexpr float SCALE = {s.scale!r}f;")
@@ -178,7 +182,12 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             call = (f"KeyBlock(qBase + static_cast<uint64_t>(qOff) * {s.q.row_stride}, "
                     f"kBase, vBase, {mask}{keep}qOff, curQ, kvOff, curKv);")
             if self.plan.flash:
-                self.emit_rounds(buf, call)
+                end = "SEQ_KV"
+                if self.plan.causal is not None:  # the keys this query block's last row sees
+                    buf.line("uint32_t kvEnd = qOff + curQ + CAUSAL_OFFSET < SEQ_KV ? "
+                             "qOff + curQ + CAUSAL_OFFSET : SEQ_KV;  // the later ones hidden")
+                    end = "kvEnd"
+                self.emit_rounds(buf, call, end)
             else:
                 with buf.indent("for (uint32_t kvOff = 0; kvOff < SEQ_KV; kvOff += BASE_KV) {"):
                     buf.line("uint32_t curKv = SEQ_KV - kvOff < BASE_KV ? SEQ_KV - kvOff : "
@@ -232,13 +241,13 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         buf.line(f"qk.SetTensorB({self._n(k)}Gm[kBase + static_cast<uint64_t>({kv_at}) * "
                  f"{k.row_stride}]{', true' if s.k_transposed else ''});")
 
-    def emit_rounds(self, buf, call: str) -> None:
-        """The flash plan's key loop: per round, one asynchronous ``qk`` round of the score
-        tiles of ROUND_KV keys (the AIC runs ahead into the workspace), then each key block
-        in turn (its tile fetched by ``KeyBlock``)."""
+    def emit_rounds(self, buf, call: str, end: str = "SEQ_KV") -> None:
+        """The flash plan's key loop over the keys before ``end``: per round, one
+        asynchronous ``qk`` round of the score tiles of ROUND_KV keys (the AIC runs ahead into
+        the workspace), then each key block in turn (its tile fetched by ``KeyBlock``)."""
         s = self.shape
-        with buf.indent("for (uint32_t roundOff = 0; roundOff < SEQ_KV; roundOff += ROUND_KV) {"):
-            buf.line("uint32_t curRound = SEQ_KV - roundOff < ROUND_KV ? SEQ_KV - roundOff : "
+        with buf.indent(f"for (uint32_t roundOff = 0; roundOff < {end}; roundOff += ROUND_KV) {{"):
+            buf.line(f"uint32_t curRound = {end} - roundOff < ROUND_KV ? {end} - roundOff : "
                      "ROUND_KV;")
             self._qk_operands(buf, f"qBase + static_cast<uint64_t>(qOff) * {s.q.row_stride}",
                               "roundOff", "curRound")
@@ -270,6 +279,9 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("AscendC::LocalTensor<float> rowMax = stat, rowSum = stat[STAT], "
                      "shift = stat[2 * STAT], blockSum = stat[3 * STAT], red = stat[4 * STAT];")
             buf.line("AscendC::LocalTensor<float> work = workBuf.Get<float>();")
+            if self.plan.causal is not None:  # a key hidden from some row of the block
+                buf.line("bool diag = kvOff + curKv > qOff + 1 + CAUSAL_OFFSET;  // else every "
+                         "row sees the whole block: no mask work")
             mask_row = self.emit_mask_in(buf) if s.mask is not None else None
             keep_row = self.emit_keep_in(buf) if s.keep is not None else None
             # the half score tile lands in pBuf (free until the probabilities), then to float
@@ -391,11 +403,14 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             self._by_chunks(buf, f"AscendC::Add(s[c], s[c], {name}[c], n, curQ, "
                                  f"{rep.format(blk, rstride)});")
         if inside:
-            add_mask()
+            with self._guard(buf, "mask"):
+                add_mask()
         if keep_row is not None:
-            self._where_tile(buf, keep_row)
+            with self._guard(buf, "keep"):
+                self._where_tile(buf, keep_row)
         if mask_src is not None and not inside:
-            add_mask()
+            with self._guard(buf, "mask"):
+                add_mask()
         only = "AscendC::ReduceOrder::ORDER_ONLY_VALUE"
         buf.line("uint64_t n0 = curKv < 64 ? curKv : 64;")
         buf.line(f"AscendC::WholeReduceMax(red, s, n0, curQ, 1, 1, rb, {only});")
@@ -449,6 +464,15 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         """Load this key block of the mask (one row when it broadcasts over rows); returns the
         expression of row r's float mask inside the loop."""
         s, t = self.shape, self.ctype
+        self._block_decls(buf, "mask", t, "C0")
+        if self.elem == 2:
+            buf.line("AscendC::LocalTensor<float> maskF = maskFBuf.Get<float>();")
+        with self._guard(buf, "mask"):
+            return self._mask_block(buf)
+
+    def _mask_block(self, buf) -> str:
+        """``emit_mask_in``'s copy of the block and its cast and coefficient."""
+        s, t = self.shape, self.ctype
         full, rows = self._block_in(buf, s.mask, "mask", t, "C0", "the mask block")
         source = "maskT"
         # the mask's rows (32-byte blocks of the tensors' type) lie as far apart as the float
@@ -456,7 +480,6 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         at_once = self.plan.half_scores or self.elem == 4
         count = f"{rows} * pitch" if full else "curKv"
         if self.elem == 2:
-            buf.line("AscendC::LocalTensor<float> maskF = maskFBuf.Get<float>();")
             if at_once:
                 buf.line(f"AscendC::Cast(maskF, maskT, AscendC::RoundMode::CAST_NONE, "
                          f"{count});  // the block at once")
@@ -479,9 +502,19 @@ class AttentionKernelPrinter(CubeKernelPrinter):
     def emit_keep_in(self, buf) -> str:
         """Load this key block of the Where's bool condition (a byte an element; one row when
         it broadcasts over rows); returns the expression of row r's bytes inside the loop."""
-        full, _ = self._block_in(buf, self.shape.keep, "keep", "uint8_t", "32",
-                                 "the condition block")
+        self._block_decls(buf, "keep", "uint8_t", "32")
+        with self._guard(buf, "keep"):
+            full, _ = self._block_in(buf, self.shape.keep, "keep", "uint8_t", "32",
+                                     "the condition block")
         return "keepT[r * keepPitch]" if full else "keepT"
+
+    @staticmethod
+    def _block_decls(buf, role: str, ctype: str, per_block: str) -> None:
+        """``<role>T`` and its row pitch ``<role>Pitch``, declared ahead of a causal guard
+        (``_guard``) so that the guarded load and the guarded use both see them."""
+        buf.line(f"AscendC::LocalTensor<{ctype}> {role}T = {role}Buf.Get<{ctype}>();")
+        buf.line(f"uint32_t {role}Pitch = (curKv + {per_block} - 1) / {per_block} * "
+                 f"{per_block};")
 
     def _block_in(self, buf, op, role: str, ctype: str, per_block: str, what: str):
         """Copy this key block of ``op`` (rows of queries, or one row when it broadcasts) into
@@ -489,15 +522,19 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         returns (one row per query, the rows expression)."""
         full = op.row_stride != 0
         rows = "curQ" if full else "1"
-        buf.line(f"AscendC::LocalTensor<{ctype}> {role}T = {role}Buf.Get<{ctype}>();")
-        buf.line(f"uint32_t {role}Pitch = (curKv + {per_block} - 1) / {per_block} * "
-                 f"{per_block};")
         at = f"{role}Base + kvOff" + (f" + static_cast<uint64_t>(qOff) * {op.row_stride}"
                                       if full else "")
         buf.line(f"CopyTileIn({role}T, {self._n(op)}Gm[{at}], {rows}, curKv, {role}Pitch, "
                  f"{op.row_stride if full else 'curKv'});")
         _sync(buf, "MTE2_V", f"{what} is in the UB")
         return full, rows
+
+    def _guard(self, buf, role: str):
+        """``if (diag) {`` around the ``role`` operand's work where the causal plan lets the
+        blocks every row sees whole skip it (``AttentionPlan.causal``); else nothing."""
+        if self.plan.causal is None or self.plan.causal.role != role:
+            return contextlib.nullcontext()
+        return buf.indent("if (diag) {  // the diagonal block: its mask")
 
     def emit_members(self, buf):
         buf.line("TilingData tiling;")
