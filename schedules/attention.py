@@ -48,8 +48,8 @@ from dataclasses import dataclass
 
 import tvm
 
+from tvm_ascend.decision import CAUSAL_ATTR as CAUSAL
 from tvm_ascend.decision import CausalOperand, Decision, causal_facts_from_json
-from tvm_ascend.ir_attrs import CAUSAL
 from tvm_ascend.errors import TilingError
 
 from .analysis.attention_shape import AttentionShape, _NotAttention, attention_shape

@@ -30,6 +30,12 @@ class Decision:
         return Decision(False, reason, summary)
 
 
+# The IR attribute on a group's PrimFunc that carries ``causal_facts_json`` (partition/causal.py
+# writes it, the attention template reads it). Kept here, beside the fact it holds, because the
+# templates may import only the ground modules; ``ir_attrs.CAUSAL`` is this key.
+CAUSAL_ATTR = "ascend.causal_operands"
+
+
 @dataclass(frozen=True)
 class CausalOperand:
     """A fact the partitioner found in a group's call: parameter ``param`` is bound to a

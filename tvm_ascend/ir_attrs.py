@@ -1,5 +1,7 @@
 """Attribute keys by which one stage hands its decisions to the next (data passed down)."""
 
+from .decision import CAUSAL_ATTR
+
 ONNX_NODES = "ascend.onnx_nodes"   # on main: binding var -> ONNX node name (frontend)
 ONNX_NODE_COUNT = "ascend.onnx_node_count"  # on main: nodes of the ONNX graph (frontend)
 KERNEL = "ascend.kernel"           # on a Codegen function: KernelRecord JSON (kernel_record.py):
@@ -17,5 +19,5 @@ FOLDED_BATCH_NORM = "ascend.folded_batch_norm"  # on main: convs that took a Bat
 PREPARE_REWRITES = "ascend.prepare_rewrites"  # on main: JSON records of prepare rewrites (prepare)
 OP_IMPL_MODE = "ascend.op_select_implmode"  # on main: "high_performance" when float16
 # normalisations keep float16 arithmetic (prepare: precision.py; partition/legalize.py reads it)
-CAUSAL = "ascend.causal_operands"  # on a group's PrimFunc: JSON list of CausalOperand facts
+CAUSAL = CAUSAL_ATTR  # on a group's PrimFunc: JSON list of CausalOperand facts
 # (decision.py) about the constants its call passes (partition/causal.py; schedules read it)
