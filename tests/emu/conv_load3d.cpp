@@ -13,6 +13,7 @@
 //  - rule CASE: one device-rule violation per case (error text checked by the test).
 #include "kernel_operator.h"  // first, so builds can use a precompiled header
 #include "tikicpulib.h"
+#include "sample_host.h"  // ReadFile, WriteFile, PrintStats
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -413,20 +414,6 @@ static void RuleCase(GM_ADDR x) {
 extern "C" __global__ __aicore__ void load3d_rules(GM_ADDR x) { RuleCase(x); }
 
 // ------------------------------------------------------------------ host
-static bool ReadFile(const std::string& path, void* buf, size_t bytes) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return false;
-    size_t got = std::fread(buf, 1, bytes, f);
-    std::fclose(f);
-    return got == bytes;
-}
-static void WriteFile(const std::string& path, const void* buf, size_t bytes) {
-    if (FILE* f = std::fopen(path.c_str(), "wb")) {
-        std::fwrite(buf, 1, bytes, f);
-        std::fclose(f);
-    }
-}
-static void PrintStats() { std::printf("STATS %s\n", AscendC::emu::ToJson(AscendC::emu::LastLaunch()).c_str()); }
 
 static int RunRule(const std::string& which) {
     g_case = which;

@@ -19,6 +19,7 @@
 //   prints "STATS <json>"; exit 3 and "DEVICE_RULE_ERROR <msg>" on a broken rule.
 #include "kernel_operator.h"  // first, so builds can use a precompiled header
 #include "tikicpulib.h"
+#include "sample_host.h"  // ReadFile, WriteFile, PrintStats
 
 #include <cstdio>
 #include <cstdlib>
@@ -297,20 +298,6 @@ extern "C" __global__ __aicore__ void ident(GM_ADDR buf, int32_t aivOnly) {
     }
 }
 
-static bool ReadFile(const std::string& path, void* buf, size_t bytes) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return false;
-    size_t got = std::fread(buf, 1, bytes, f);
-    std::fclose(f);
-    return got == bytes;
-}
-static void WriteFile(const std::string& path, const void* buf, size_t bytes) {
-    if (FILE* f = std::fopen(path.c_str(), "wb")) {
-        std::fwrite(buf, 1, bytes, f);
-        std::fclose(f);
-    }
-}
-static void PrintStats() { std::printf("STATS %s\n", AscendC::emu::ToJson(AscendC::emu::LastLaunch()).c_str()); }
 
 static int RunPingPong(int argc, char** argv) {
     if (argc != 7) return 2;

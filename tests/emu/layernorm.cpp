@@ -6,6 +6,7 @@
 //   reads <dir>/x.bin, gamma.bin, beta.bin; writes <dir>/y.bin; prints "STATS <json>".
 #include "kernel_operator.h"  // first, so builds can use a precompiled header
 #include "tikicpulib.h"
+#include "sample_host.h"  // ReadFile, WriteFile, PrintStats
 
 #include <cmath>
 #include <cstdio>
@@ -116,20 +117,6 @@ extern "C" __global__ __aicore__ void layernorm_custom(GM_ADDR x, GM_ADDR gamma,
 }
 
 // ------------------------------------------------------------------ host
-static bool ReadFile(const std::string& path, void* buf, size_t bytes) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return false;
-    size_t got = std::fread(buf, 1, bytes, f);
-    std::fclose(f);
-    return got == bytes;
-}
-static bool WriteFile(const std::string& path, const void* buf, size_t bytes) {
-    FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr) return false;
-    size_t put = std::fwrite(buf, 1, bytes, f);
-    std::fclose(f);
-    return put == bytes;
-}
 
 int main(int argc, char** argv) {
     if (argc != 6) {

@@ -20,6 +20,7 @@
 #include "kernel_operator.h"  // first, so builds can use a precompiled header
 #include "lib/matmul_intf.h"
 #include "tikicpulib.h"
+#include "sample_host.h"  // ReadFile, WriteFile, PrintStats
 
 #include <cstdio>
 #include <cstdlib>
@@ -551,20 +552,6 @@ static const std::map<std::string, std::function<void(GM_ADDR, GM_ADDR, GM_ADDR)
 extern "C" __global__ __aicore__ void cube_rules(GM_ADDR a, GM_ADDR b, GM_ADDR c) { RuleCases().at(g_case)(a, b, c); }
 
 // ------------------------------------------------------------------ host
-static bool ReadFile(const std::string& path, void* buf, size_t bytes) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return false;
-    size_t got = std::fread(buf, 1, bytes, f);
-    std::fclose(f);
-    return got == bytes;
-}
-static void WriteFile(const std::string& path, const void* buf, size_t bytes) {
-    if (FILE* f = std::fopen(path.c_str(), "wb")) {
-        std::fwrite(buf, 1, bytes, f);
-        std::fclose(f);
-    }
-}
-static void PrintStats() { std::printf("STATS %s\n", AscendC::emu::ToJson(AscendC::emu::LastLaunch()).c_str()); }
 
 static int RunRules(const std::string& which) {
     g_case = which;

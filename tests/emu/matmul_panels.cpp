@@ -17,6 +17,7 @@
 #include "kernel_operator.h"  // first, so builds can use a precompiled header
 #include "lib/matmul_intf.h"
 #include "tikicpulib.h"
+#include "sample_host.h"  // ReadFile, WriteFile, PrintStats
 
 #include <cstdio>
 #include <cstdlib>
@@ -120,13 +121,6 @@ extern "C" __global__ __aicore__ void matmul_panels(GM_ADDR a, GM_ADDR b, GM_ADD
     k.Process();
 }
 
-static bool ReadFile(const std::string& path, void* buf, size_t bytes) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return false;
-    size_t got = std::fread(buf, 1, bytes, f);
-    std::fclose(f);
-    return got == bytes;
-}
 
 int main(int argc, char** argv) {
     if (argc != 8) {

@@ -7,6 +7,7 @@
 //                          a few integer types (a build check of the API surface)
 #include "kernel_operator.h"  // first, so builds can use a precompiled header
 #include "tikicpulib.h"
+#include "sample_host.h"  // ReadFile, WriteFile, PrintStats
 
 #include <cstdio>
 #include <functional>
@@ -219,13 +220,6 @@ extern "C" __global__ __aicore__ void api_smoke_kernel() {
     f16.SetValue(1, static_cast<half>(2.0f));
 }
 
-static bool ReadFile(const std::string& path, void* buf, size_t bytes) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return false;
-    size_t got = std::fread(buf, 1, bytes, f);
-    std::fclose(f);
-    return got == bytes;
-}
 
 int main(int argc, char** argv) {
     if (argc != 3) {
