@@ -376,6 +376,8 @@ def _dynamic_batch(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.slow  # 42 s of four builds; the default run keeps the other gear tests and the
+# fuzzer's geared cases, and -m slow adds the whole ResNet-50 below
 def test_resnet_batch_gears_each_equal_their_static_build():
     """ResNet-50's structure (v1.5 bottlenecks, BatchNorm folded, MaxPool, Gemm head), width
     8, one block per stage and 32x32 images to stay fast: each gear of "1,8,32" prints the
