@@ -132,7 +132,9 @@ def _runs_like_onnxruntime(library):
                  run_onnxruntime(onnx.load(str(DEMO)), {"x": x})[0], "float32")
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("how", [
+    pytest.param("SIGINT", marks=pytest.mark.slow),  # the handler SIGTERM runs too (default)
+    "SIGTERM", "SIGKILL"])
 def test_a_compile_stopped_during_gxx_leaves_nothing_in_the_output_folder(tmp_path, how):
     """A build killed during g++ left a 0-byte hidden '.m.so.<random>.so' beside --output, and
     Ctrl-C printed a traceback; now g++ writes into a staging folder under the cache, Ctrl-C
