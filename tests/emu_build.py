@@ -4,6 +4,7 @@ linked."""
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import shutil
 import subprocess
@@ -40,3 +41,13 @@ def split_build(src: Path, out: Path, name: str) -> Path:
     assert not warnings, f"compiler warnings: {warnings}"
     cxx([str(out / f"{name}.o"), str(out / "runtime.o"), "-o", str(out / name)])
     return out / name
+
+
+def stats_of(out: str) -> dict:
+    """The launch statistics a test program prints as ``STATS <json>`` (sample_host.h)."""
+    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("STATS "))[6:])
+
+
+def error_of(out: str) -> str:
+    """The device-rule message a test program prints as ``DEVICE_RULE_ERROR <text>``."""
+    return next(ln for ln in out.splitlines() if ln.startswith("DEVICE_RULE_ERROR "))[18:]

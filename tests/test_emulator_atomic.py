@@ -9,7 +9,6 @@ tests/emu/atomic.cpp holds the kernels (its header says what each variant does).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emu_build import ROOT, split_build
+from emu_build import ROOT, error_of, split_build, stats_of
 
 SRC = ROOT / "tests" / "emu" / "atomic.cpp"
 BYTES = 64  # tests/emu/atomic.cpp's kBytes: what one block copies
@@ -42,14 +41,6 @@ def run(exe: Path, *args, soc: str | None = None, rc: int = 0) -> str:
     assert proc.returncode == rc, \
         f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
-
-
-def stats_of(out: str) -> dict:
-    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("STATS "))[6:])
-
-
-def error_of(out: str) -> str:
-    return next(ln for ln in out.splitlines() if ln.startswith("DEVICE_RULE_ERROR "))[18:]
 
 
 def copy(exe, tmp_path, dtype: str, variant: int, blocks: int, soc: str | None = None,

@@ -10,7 +10,6 @@ the model.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emu_build import ROOT, split_build
+from emu_build import ROOT, error_of, split_build, stats_of
 
 SRC = ROOT / "tests" / "emu" / "cross_core.cpp"
 M, N, K = 32, 32, 64
@@ -42,14 +41,6 @@ def run(exe: Path, *args, env: dict | None = None, rc: int = 0) -> str:
                           env=full_env, timeout=120, check=False)
     assert proc.returncode == rc, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
-
-
-def stats_of(out: str) -> dict:
-    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("STATS "))[6:])
-
-
-def error_of(out: str) -> str:
-    return next(ln for ln in out.splitlines() if ln.startswith("DEVICE_RULE_ERROR "))[18:]
 
 
 def pingpong_inputs(tmp_path: Path, groups: int, tiles: int, seed: int = 0) -> np.ndarray:

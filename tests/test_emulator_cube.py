@@ -8,7 +8,6 @@ and each test runs it and compares with numpy, checks the counters against the d
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emu_build import ROOT, split_build
+from emu_build import ROOT, error_of, split_build, stats_of
 
 SRC = ROOT / "tests" / "emu" / "matmul.cpp"
 
@@ -49,14 +48,6 @@ def run(exe: Path, *args, env: dict | None = None, rc: int = 0) -> str:
         f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     )
     return proc.stdout
-
-
-def stats_of(out: str) -> dict:
-    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("STATS "))[6:])
-
-
-def error_of(out: str) -> str:
-    return next(ln for ln in out.splitlines() if ln.startswith("DEVICE_RULE_ERROR "))[18:]
 
 
 def _to_bf16_bits(x: np.ndarray) -> np.ndarray:

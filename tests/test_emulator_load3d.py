@@ -9,7 +9,6 @@ and cube MACs of every block), and each rule's error text is checked.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emu_build import ROOT, split_build
+from emu_build import ROOT, error_of, split_build, stats_of
 from tvm_ascend.schedules.conv2d.load3d import load3d_plan
 from tvm_ascend.schedules.conv2d.shape import ConvShape
 from tvm_ascend.soc import get_soc
@@ -40,10 +39,6 @@ def run(exe: Path, *args, soc: str = "Ascend910B1", rc: int = 0) -> str:
     return proc.stdout
 
 
-def stats_of(out: str) -> dict:
-    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("STATS "))[6:])
-
-
 def counts_of(st: dict) -> list[dict]:
     """Per block, the counters the Load3D plan predicts."""
     return [{"gm_read_bytes": b["gm_read_bytes"], "gm_write_bytes": b["gm_write_bytes"],
@@ -57,10 +52,6 @@ def planned(plan, blocks: int, io: str) -> list[dict]:
     """The plan's per-block counts the emulator also counts (it has no per-call count)."""
     keys = ("gm_read_bytes", "gm_write_bytes", "cube_macs", "trans5hd_instrs", "gather_elems")
     return [{key: b[key] for key in keys} for b in plan.block_counts(blocks, io)]
-
-
-def error_of(out: str) -> str:
-    return next(ln for ln in out.splitlines() if ln.startswith("DEVICE_RULE_ERROR "))[18:]
 
 
 class Conv:
