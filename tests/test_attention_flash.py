@@ -369,6 +369,8 @@ def test_only_a_lower_triangle_of_constants_is_causal(monkeypatch):
     random[:, 0] = True  # every row keeps a key
     assert causal_fact("c", changed) is None and causal_fact("c", random) is None
     assert causal_fact("c", np.stack([tri, tri])) is None  # a leading axis of 2
+    # a weight: rejected on its first row, before any whole-plane work
+    assert causal_fact("w", rng.standard_normal((64, 96)).astype(np.float32)) is None
     additive = np.where(tri, 0.0, -1e9).astype(np.float32)
     assert causal_fact("c", additive).additive
     assert causal_fact("c", np.where(tri, 0.0, -5.0).astype(np.float32)) is None

@@ -29,6 +29,18 @@ def causal_fact(param: str, values: np.ndarray) -> CausalOperand | None:
         return None
     rows, cols = values.shape[-2:]
     plane = values.reshape(rows, cols)
+    # Every constant of every group comes here (weights too, up to an LM head's 10^8 values):
+    # row 0 alone must already be a prefix of kept keys, which rejects a weight before the
+    # whole-plane comparisons below make their temporaries.
+    if plane.dtype == np.bool_:
+        first = plane[0]
+    elif np.issubdtype(plane.dtype, np.floating):
+        first = plane[0] == 0
+    else:
+        return None
+    seen = int(np.count_nonzero(first))
+    if seen == 0 or seen == cols or not first[:seen].all():
+        return None
     if plane.dtype == np.bool_:
         kept, additive, below = plane, False, 0.0
     elif np.issubdtype(plane.dtype, np.floating):
