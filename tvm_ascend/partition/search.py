@@ -62,11 +62,23 @@ class RegionSpace:
     edges: list
     evaluate: object
     _costs: dict = field(default_factory=dict)
+    _neighbours: dict | None = None
 
     def cost(self, key: frozenset, parts=()) -> float | None:
         if key not in self._costs:
             self._costs[key] = self.evaluate(key, *parts)
         return self._costs[key]
+
+    def neighbours(self, unit: int) -> frozenset:
+        """The units joined to ``unit`` by an edge, either way (built once per region: the
+        local search asks for them on every move)."""
+        if self._neighbours is None:
+            links = {u: set() for u in range(self.n)}
+            for p, c in self.edges:
+                links[p].add(c)
+                links[c].add(p)
+            self._neighbours = {u: frozenset(v) for u, v in links.items()}
+        return self._neighbours[unit]
 
     def initial(self) -> Partition:
         groups = frozenset(frozenset({u}) for u in range(self.n))
@@ -176,11 +188,9 @@ def _components(space: RegionSpace, units: frozenset) -> list:
         while todo:
             unit = todo.pop()
             piece.add(unit)
-            for p, c in space.edges:
-                for a, b in ((p, c), (c, p)):
-                    if a == unit and b in left:
-                        left.discard(b)
-                        todo.append(b)
+            for b in space.neighbours(unit) & left:
+                left.discard(b)
+                todo.append(b)
         pieces.append(frozenset(piece))
     return pieces
 
