@@ -23,8 +23,8 @@ The model is the corpus's tiny GPT-2 (2 layers, hidden 64, 4 heads, 32 positions
 by ``torch.onnx.export(..., dynamo=True)`` with the sequence dimension dynamic
 (``tests/corpus/dynamic``; no torch is needed to run this). Outputs are checked against
 onnxruntime at every length. Every time printed comes from the project's timing model: an
-ESTIMATE, not a measurement (there is no NPU here). At the small size the tutorial took
-35 s of wall time on a loaded 2-core machine with a cold compile cache.
+ESTIMATE, not a measurement (there is no NPU here). On a loaded 2-core machine: small 41 s
+wall in the test run (cold compile cache), default 26 s with a warm one.
 """
 from __future__ import annotations
 
