@@ -92,7 +92,7 @@ def test_dynamic_export_imports_with_seq_symbolic_end_to_end(name):
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
 def test_without_the_symbolic_pass_the_import_fails_as_issue_20_saw(name, monkeypatch):
     """The regression: with onnx_symbolic bypassed, both exports fail to import again."""
-    monkeypatch.setattr(onnx_loader, "resolve_symbolic", lambda model, dims: model)
+    monkeypatch.setattr(onnx_loader, "resolve_symbolic", lambda model, dims, fixed=None: model)
     row = ROWS[name]
     with pytest.raises(ModelLoadError, match="ShapeExpr|known shape|no attribute 'value'"):
         load_model(str(DYNAMIC / row["file"]), _shape_with_range(row))
@@ -228,6 +228,33 @@ def test_what_cannot_be_resolved_is_left_as_the_model_has_it():
     ranged = _range_model()
     assert resolve_symbolic(ranged, {"s": SymbolicDim("s", "x", 1, 1, None)}) is ranged
     assert resolve_symbolic(ranged, {}) is ranged
+
+
+def test_a_symbolic_axis_given_a_size_folds_its_shape_arithmetic_to_constants():
+    """x declared (2, s) but imported at (2, 8), as a gear is: Range(0, 8, 1) is a constant."""
+    out = resolve_symbolic(_range_model(), {}, {"x": {1: 8}})
+    assert not any(n.op_type in ("Range", "Shape") for n in out.graph.node)
+    (pos,) = [n for n in out.graph.node if "pos" in n.output]
+    assert pos.op_type == "Constant"
+    np.testing.assert_array_equal(numpy_helper.to_array(pos.attribute[0].t), np.arange(8))
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_dynamic_export_imports_at_a_static_length_as_a_gear_does(name, monkeypatch):
+    """The regression (found by tutorials/04): a dynamo export with seq declared symbolic,
+    imported at a static length (one gear of --dynamic_dims, or input_shape (2, 8)), failed
+    at its Expand ("cannot handle ShapeExpr inputs"): its shape arithmetic was only resolved
+    for symbolic imports. Now the length folds it to constants."""
+    path = str(DYNAMIC / ROWS[name]["file"])
+    static = {"input_ids": (2, 8), "attention_mask": (2, 8)}
+    main = load_model(path, static)["main"]
+    dims = lambda ty: [int(d) for d in ty.shape]  # noqa: E731
+    assert dims(main.params[0].ty) == [2, 8]
+    outs = main.ret_ty.fields if hasattr(main.ret_ty, "fields") else [main.ret_ty]
+    assert dims(outs[0]) == [2, 8, 64]
+    monkeypatch.setattr(onnx_loader, "_fixed_symbolic_axes", lambda model, shapes: {})
+    with pytest.raises(ModelLoadError, match="ShapeExpr"):
+        load_model(path, static)
 
 
 @pytest.mark.parametrize("make", [_range_model, _expand_model, _reshape_model],

@@ -31,7 +31,7 @@ from .fallback import KernelFailure, compile_error_kernels, failure_of, policy_a
 from .frontend import config_gears, load_model, read_model
 from .partition.cost import GroupCost
 from .partition.dynamic_report import dynamic_section, warn_dynamic
-from .partition.grouping import node_graph, partition
+from .partition.grouping import check_plan_formed, node_graph, partition
 from .partition.policy import FusionPolicy, switches_of
 from .dumps import Dumper
 from .partition.report import fusion_report
@@ -70,8 +70,11 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
     fold = "BatchNormFolding" in policy.rules
     cost = cost or GroupCost(soc)
     prepared = prepare(imported, params, fold, precision)
-    result = partition(prepared, soc, policy=policy, cost=cost)
-    if "HorizontalFusion" not in policy.rules:
+    horizontal = "HorizontalFusion" in policy.rules
+    # with alternatives, an imported plan is checked against the one kept: the unmerged one
+    # cannot form a plan's merged Q/K/V group, which is no reason to warn when another does
+    result = partition(prepared, soc, policy=policy, cost=cost, check_plan=not horizontal)
+    if not horizontal:
         return result
     merged_mod, merged = merge_parallel_matmuls(prepared)
     # elementwise merges are a second alternative on top of the MatMul one: a bad one (e.g. bias
@@ -79,13 +82,14 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
     both_mod, elementwise = merge_parallel_elementwise(merged_mod)
     alternatives = [(result, "none", 0)]
     if merged:
-        alternatives.append((partition(merged_mod, soc, policy=policy, cost=cost), "matmul",
-                             merged))
+        alternatives.append((partition(merged_mod, soc, policy=policy, cost=cost,
+                                       check_plan=False), "matmul", merged))
     if elementwise:
-        alternatives.append((partition(both_mod, soc, policy=policy, cost=cost),
+        alternatives.append((partition(both_mod, soc, policy=policy, cost=cost,
+                                       check_plan=False),
                              "matmul+elementwise" if merged else "elementwise", elementwise))
     if len(alternatives) == 1:
-        return result
+        return _plan_checked(result, policy)
     estimates = [_estimated_us(alt) for alt, _, _ in alternatives]
     best = min(range(len(alternatives)), key=lambda i: (estimates[i], i))
     keep = alternatives[best][0]
@@ -104,7 +108,15 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
                        "reason": _horizontal_reason(names, estimates, ends, best, soc)}
     logger.info("HorizontalFusion: %d MatMul + %d elementwise group(s); %s", merged,
                 elementwise, keep.horizontal["reason"])
-    return keep
+    return _plan_checked(keep, policy)
+
+
+def _plan_checked(result, policy: FusionPolicy):
+    """``result``, once every group of the policy's imported plan is found in it (a pinned one
+    missing is an error, any other a warning: ``check_plan_formed``)."""
+    if policy.plan is not None:
+        check_plan_formed(result, policy.plan)
+    return result
 
 
 def precision_of(config: CompileConfig) -> tuple:

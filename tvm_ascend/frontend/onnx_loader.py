@@ -166,6 +166,20 @@ def _input_shapes(model, shape_dict: dict) -> tuple[dict, dict]:
     return shapes, bounds
 
 
+def _fixed_symbolic_axes(model, shapes: dict) -> dict:
+    """``{input: {axis: size}}``: the axes the model declares symbolic (a dim_param) that this
+    import is given a static size for, e.g. a dynamic export built as ATC-style gears."""
+    if not any(node.op_type == "Shape" for node in model.graph.node):
+        return {}  # no shape arithmetic to fold: spare the copy and the shape inference
+    fixed = {}
+    for value in model.graph.input:
+        declared = value.type.tensor_type.shape.dim
+        for axis, size in enumerate(shapes.get(value.name, ())):
+            if isinstance(size, int) and axis < len(declared) and declared[axis].dim_param:
+                fixed.setdefault(value.name, {})[axis] = size
+    return fixed
+
+
 def _check_shape_names(model, shape_dict: dict, inputs: list[str]) -> None:
     unknown = [name for name in shape_dict if name not in inputs]
     if unknown:
@@ -223,7 +237,8 @@ def load_model(model, input_shape=None, checked: bool = False) -> tvm.IRModule:
     # the model's node names, before a rewrite for TVM's importer adds nodes of its own
     names = [node_name(n, i) for i, n in enumerate(model.graph.node)]
     # the exporters' Shape -> Gather -> Concat -> Reshape arithmetic over symbolic dimensions
-    model = resolve_symbolic(model, symbolic_dims(model, shapes, bounds))
+    model = resolve_symbolic(model, symbolic_dims(model, shapes, bounds),
+                             _fixed_symbolic_axes(model, shapes))
     model = rewrite_for_import(_drop_empty_axes(model))
     mod, node_names = _import_with_node_names(model, shapes)
     _check_imported_ops(mod, node_names)

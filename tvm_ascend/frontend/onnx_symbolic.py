@@ -71,13 +71,17 @@ def symbolic_dims(model: onnx.ModelProto, shapes: dict, bounds: dict) -> dict:
     return dims
 
 
-def resolve_symbolic(model: onnx.ModelProto, dims: dict) -> onnx.ModelProto:
+def resolve_symbolic(model: onnx.ModelProto, dims: dict, fixed: dict | None = None,
+                     again: bool = True) -> onnx.ModelProto:
     """``model`` with its shape arithmetic over ``dims`` resolved (a copy; ``model`` is left
-    as it is). A model with no symbolic dimension, or nothing to resolve, is returned as is."""
-    if not dims:
+    as it is). ``fixed`` (``{input: {axis: size}}``) names the axes the model declares
+    symbolic but the import is given a size for (a gear, a static ``input_shape``): their
+    shape arithmetic folds to constants, which TVM's importer needs where an ``Expand`` reads
+    it. A model with nothing to resolve is returned as is."""
+    if not dims and not fixed:
         return model
     graph = model.graph
-    shapes = _inferred_shapes(model, dims)
+    shapes = _inferred_shapes(model, dims, fixed or {})
     values = _Values(graph, shapes)
     out_nodes, changed = [], 0
     for index, node in enumerate(graph.node):
@@ -110,6 +114,10 @@ def resolve_symbolic(model: onnx.ModelProto, dims: dict) -> onnx.ModelProto:
                       for out, value in consts]
     del result.graph.node[:]
     result.graph.node.extend(constant_nodes + kept)
+    if fixed and again and any(n.op_type == "Range" for n in model.graph.node):
+        # a Range made constant gives the tensors after it static shapes that ONNX's
+        # inference could not see before: once more, to fold the Shape ops that read them
+        result = resolve_symbolic(result, dims, fixed, again=False)
     logger.info("symbolic dims %s: %d node(s) rewritten, %d shape value(s) made constant",
                 ", ".join(f"{d.name} in {d.low}~{d.high}" for d in dims.values()), changed,
                 len(consts))
@@ -117,15 +125,20 @@ def resolve_symbolic(model: onnx.ModelProto, dims: dict) -> onnx.ModelProto:
 
 
 # ---- shapes of intermediate tensors ------------------------------------------------------------
-def _inferred_shapes(model: onnx.ModelProto, dims: dict) -> dict:
+def _inferred_shapes(model: onnx.ModelProto, dims: dict, fixed: dict) -> dict:
     """name -> tuple of int / symbol name / None, from ONNX's shape inference with the
-    graph inputs' symbolic dimensions named as ``dims`` names them."""
+    graph inputs' symbolic dimensions named as ``dims`` names them and sized as ``fixed``."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     for dim in dims.values():
         for value in probe.graph.input:
             if value.name == dim.input:
                 value.type.tensor_type.shape.dim[dim.axis].dim_param = dim.name
+    for value in probe.graph.input:
+        for axis, size in fixed.get(value.name, {}).items():
+            value.type.tensor_type.shape.dim[axis].dim_value = size  # clears the dim_param
+    if fixed:  # the exporter's value_info spells the symbol: inference keeps what it finds
+        del probe.graph.value_info[:]
     try:
         inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True)
     except Exception:  # noqa: BLE001 - without shapes, only graph inputs are known
@@ -278,6 +291,12 @@ def _scalar_of(values: _Values, name: str):
 def _range(node, name: str, values: _Values, dims: dict):
     """Range(0, s, 1), s a bounded dimension symbol: a Slice of 0..hi-1 ending at s."""
     start, limit, delta = (_scalar_of(values, i) for i in node.input[:3])
+    if all(isinstance(v, (int, np.integer)) for v in (start, limit, delta)) and delta:
+        # every bound known (a symbolic axis given a size): the range is a constant
+        table = numpy_helper.from_array(np.arange(start, limit, delta, dtype=np.int64),
+                                        node.output[0])
+        return [helper.make_node("Constant", [], list(node.output), name=f"{name}/resolved",
+                                 value=table)]
     if start != 0 or delta != 1 or not isinstance(limit, str) or limit not in dims:
         return None
     dim = dims[limit]

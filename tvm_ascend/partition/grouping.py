@@ -379,8 +379,8 @@ def _codegen_function(prim_gv, prim_func, args, out_ty, symbol, group_json, plan
 
 
 def partition(mod: tvm.IRModule, soc, fuse: bool = True,
-              policy: FusionPolicy | None = None, cost: GroupCost | None = None
-              ) -> PartitionResult:
+              policy: FusionPolicy | None = None, cost: GroupCost | None = None,
+              check_plan: bool = True) -> PartitionResult:
     """Group ``mod``'s operators and mark the NPU groups for the ``ascend`` codegen.
 
     Parameters
@@ -397,6 +397,9 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True,
         The plans and estimates to ask (a new one for ``soc`` when none is given); a caller
         that partitions several variants of one model passes one, so each PrimFunc is planned
         once.
+    check_plan : bool
+        Check that every group of the policy's imported plan formed (``check_plan_formed``).
+        A caller that partitions alternatives and keeps one checks the one it keeps.
 
     Example
     -------
@@ -420,7 +423,10 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True,
         if not new:
             break
         untileable.update(new)
-    return _offload(fused, ops, by_callee, members, split, soc, policy, matches, cost)
+    result = _offload(fused, ops, by_callee, members, split, soc, policy, matches, cost)
+    if policy.plan is not None and check_plan:
+        check_plan_formed(result, policy.plan)
+    return result
 
 
 def _untileable_groups(fused, by_callee, members, cost) -> dict[str, str]:
@@ -546,7 +552,7 @@ def _builtin_site(binding, info: OpInfo) -> Site:
                 decision)
 
 
-def _check_plan(result: PartitionResult, plan) -> None:
+def check_plan_formed(result: PartitionResult, plan) -> None:
     """Every group of an imported plan formed; a pinned one that did not is an error, any other
     a warning (the rules on, or a template, refused it: the reasons are quoted)."""
     formed = {frozenset(k for m in g.members for k in m.plan_keys) for g in result.groups}
@@ -656,8 +662,6 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
     # The fused PrimFuncs now live inside the codegen functions' attributes; drop the copies.
     out = relax.transform.DeadCodeElimination(["main"])(builder.get())
     result = PartitionResult(out, list(groups.values()), ops, edges, matches, policy)
-    if policy.plan is not None:
-        _check_plan(result, policy.plan)
     logger.info("partition: %d NPU kernel(s), %d host group(s)", len(result.npu_groups),
                 len(result.groups) - len(result.npu_groups))
     return result
