@@ -102,6 +102,7 @@ def test_side_by_side_per_rule_and_per_op(model, report):
     assert matmul["ours"] == {"match_times": 1, "effect_times": 1}
     # ATC's UB passes have no rule of ours under those names; our softmax rule is not in ATC's
     assert rules[("TbeEltwiseFusionPass", None)]["ours"] is None
+    assert not any(row.get("narrower") for row in table["rules"])
     softmax = rules[(None, "SoftmaxFusion")]
     assert softmax["atc"] is None and softmax["atc_names"] == ["SoftmaxFusionPass"]
     # per op: the MatMul group is the same; the Softmax, Mul and Sub are grouped differently
@@ -273,3 +274,22 @@ def test_compare_command_without_atc_says_so_in_one_line(tmp_path, capsys, monke
     assert reason.startswith("real atc: not installed") and lines[-1] == reason
     assert sum("real atc" in line for line in lines) == 1
     assert not any("side by side" in line for line in lines)
+
+
+def test_a_narrower_atc_pass_is_said_to_be_one_case_of_our_rule(model, report):
+    """ATC's ConvConcatFusionPass fuses only a Conv's output into a Concat; our
+    DataMovementFusion, which carries that name for switch files, is any data move: the row
+    says the two counts are of different things."""
+    from tvm_ascend.partition.atc_result import AtcRun
+
+    run = AtcRun({"ub_fusion": {"ConvConcatFusionPass": {"match_times": 1, "effect_times": 1,
+                                                         "repository_hit_times": 0}}},
+                 [], "fusion_result.json", "ge_onnx_00001_graph_0_Build.pbtxt")
+    table = side_by_side(run, report, model)
+    (row,) = [r for r in table["rules"] if r["atc_name"] == "ConvConcatFusionPass"]
+    assert row["rule"] == "DataMovementFusion" and row["narrower"]
+    assert "ConvConcatFusionPass" in format_side_by_side(table)
+    assert "one case of this rule" in format_side_by_side(table)
+    # no ATC op holds any ONNX op here: each is said to be missing from ATC's graph
+    assert all(not row["same"] for row in table["ops"])
+    assert "not in ATC's graph" in format_side_by_side(table)
