@@ -216,8 +216,12 @@ def test_atc_on_path_is_found_and_run(tmp_path, monkeypatch, model, report):
     for key, value in _environ(tmp_path).items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    table = atc_side(model, CONFIG, report=report)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    table = atc_side(str(path), CONFIG, report=report)
     assert table["ops_alike"] == 3 and table["tvm_ascend"]["kernels"] == len(report["groups"])
+    # a model file goes to atc as it is (not re-serialized: external weights stay valid)
+    assert f"arg --model={path}" in (tmp_path / "atc.log").read_text().splitlines()
 
 
 def _without_atc(monkeypatch) -> None:

@@ -9,6 +9,10 @@ own reason where we fuse what ATC keeps apart, the refusal on the edge between o
 (``report["unfused_edges"]``) where ATC fuses what we keep apart. ATC gives no reasons
 (``fusion_result.json`` has counts only), so the reasons are ours and the rule names ATC's.
 
+ONNX ops are matched by node name: ATC's ONNX parser names each GE op after its ONNX node, and
+the fusion report names an unnamed node ``<op type>_<index>``, which ATC may not; such ops are
+shown as missing from ATC's graph rather than matched by guess.
+
 Example
 -------
 >>> from tvm_ascend.atc_compare import side_by_side, format_side_by_side

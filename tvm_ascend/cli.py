@@ -284,7 +284,8 @@ def _compare_parser(sub) -> None:
     p.add_argument("--atc", nargs="?", const=True, default=None, metavar="DIR",
                    help="side by side with a real ATC: alone, run the atc on PATH (or under "
                    "ASCEND_HOME_PATH) with the same flags; with DIR, read a recorded ATC run "
-                   "(its fusion_result.json and ge_onnx_*.pbtxt graph dump)")
+                   "(its fusion_result.json and ge_onnx_*.pbtxt graph dump); with the path of "
+                   "an atc, run that one")
     p.add_argument("--atc_timeout", type=float, default=None,
                    help="seconds the real atc may run (default 1800)")
     p.add_argument("--json", default=None, metavar="FILE",

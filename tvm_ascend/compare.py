@@ -6,6 +6,10 @@ onnxruntime (or the fusion-off build when onnxruntime is not installed), the err
 every fused group: each group's output tensor is made a model output for that check, so the
 group that introduces an error is named, not just the model that shows it.
 
+With ``atc`` (``--atc``) it also puts a real ATC run of the model beside the build, per fusion
+rule and per ONNX op (``atc_side``; the run is ``atc_run.py``, the files' reader
+``partition/atc_result.py``, the table ``atc_compare.py``).
+
 Example
 -------
 >>> from tvm_ascend.compare import compare_model
@@ -176,7 +180,7 @@ def compare_model(model, config: CompileConfig | None = None, variants=None, see
     from .pipeline import build
 
     config = config or CompileConfig()
-    model = _onnx(model)
+    given, model = model, _onnx(model)  # a path goes to atc as it is (external weights stay)
     spec = config_gears(config)
     shapes = [(None, config.input_shape)] if spec is None else \
         [(gear, gear.shapes) for gear in spec.gears]
@@ -200,7 +204,7 @@ def compare_model(model, config: CompileConfig | None = None, variants=None, see
         return results, cases[0][3]
     # the variant built with the config as given, if one is, stands for it beside ATC
     same = next((report for cfg, report in reports if cfg == config), None)
-    return results, cases[0][3], atc_side(model, config, atc, atc_timeout_s, same)
+    return results, cases[0][3], atc_side(given, config, atc, atc_timeout_s, same)
 
 
 def atc_side(model, config: CompileConfig, atc=True, timeout_s: float | None = None,
@@ -219,7 +223,7 @@ def atc_side(model, config: CompileConfig, atc=True, timeout_s: float | None = N
     from .partition.atc_result import AtcRun, read_atc_output
     from .pipeline import build
 
-    model = _onnx(model)
+    given, model = model, _onnx(model)
     if isinstance(atc, AtcRun):
         run = atc
     elif atc is not True and Path(atc).is_dir():
@@ -228,7 +232,7 @@ def atc_side(model, config: CompileConfig, atc=True, timeout_s: float | None = N
         path, reason = find_atc() if atc is True else (str(atc), "")
         if path is None:
             return reason  # before any build: nothing to put beside it
-        run = run_atc(model, config, path, timeout_s or DEFAULT_TIMEOUT_S)
+        run = run_atc(given, config, path, timeout_s or DEFAULT_TIMEOUT_S)
     if report is None:
         report = build(model, config=config).fusion_report()
     if "groups" not in report:  # geared: the first gear's partition stands for the model's
