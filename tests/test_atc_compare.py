@@ -118,6 +118,7 @@ def test_side_by_side_per_rule_and_per_op(model, report):
     assert group["reason"] in ops["softmax"]["why"][0]
     text = format_side_by_side(table)
     assert "3 of 6 ONNX op(s) grouped alike" in text
+    assert "tvm-ascend 2 kernel(s) (fusion level conservative, rule set tvm_ascend)" in text
     assert "scaleshift (Sub, TbeEltwiseFusionPass) = [scale, shift]" in text
     assert "MatMulBiasAddFusionPass" in text and "(no tvm-ascend rule of this name)" in text
 

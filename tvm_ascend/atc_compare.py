@@ -137,7 +137,9 @@ def side_by_side(run: AtcRun, report: dict, model) -> dict:
     ops = op_rows(run, report, model)
     return {"atc": {"fusion_result": run.fusion_result_path, "graph_dump": run.graph_path,
                     "ops": len(run.ops)},
-            "tvm_ascend": {"kernels": len(report["groups"])},
+            "tvm_ascend": {"kernels": len(report["groups"]),
+                           "fusion_level": report.get("fusion_level"),
+                           "rule_set": report.get("rule_set")},
             "rules": rule_rows(run, report), "ops": ops,
             "ops_alike": sum(row["same"] for row in ops)}
 
@@ -150,21 +152,22 @@ def format_side_by_side(table: dict) -> str:
     """The side-by-side as plain text: the rules table, then each ONNX op grouped differently."""
     from pathlib import Path
 
-    atc = table["atc"]
+    atc, ours = table["atc"], table["tvm_ascend"]
     lines = [f"side by side with real ATC ({Path(atc['fusion_result']).name}, "
              f"{Path(atc['graph_dump']).name}; rule names are ATC's, reasons tvm-ascend's): "
-             f"ATC {atc['ops']} op(s), tvm-ascend {table['tvm_ascend']['kernels']} kernel(s)",
-             f"  {'ATC pass':<34}{'section':<14}{'ATC m/e':>9}  {'tvm-ascend rule':<28}"
+             f"ATC {atc['ops']} op(s), tvm-ascend {ours['kernels']} kernel(s) (fusion level "
+             f"{ours['fusion_level']}, rule set {ours['rule_set']})",
+             f"  {'ATC pass':<34}{'section':<14}{'ATC m/e':>9}  {'tvm-ascend rule':<34}"
              f"{'m/e':>7}"]
     for row in table["rules"]:
-        ours = row["rule"] or "(no tvm-ascend rule of this name)"
+        rule = row["rule"] or "(no tvm-ascend rule of this name)"
         note = "  (ATC's pass is one case of this rule)" if row.get("narrower") else ""
         if row["atc_name"] is None:
             names = ", ".join(row["atc_names"])
             note = f"  (ATC's name for it, {names}, is not in its result)" if names else \
                 "  (no ATC counterpart)"
         lines.append(f"  {row['atc_name'] or '-':<34}{row['section'] or '-':<14}"
-                     f"{_pair(row['atc']):>9}  {ours:<34}{_pair(row['ours']):>7}{note}")
+                     f"{_pair(row['atc']):>9}  {rule:<34}{_pair(row['ours']):>7}{note}")
     ops = table["ops"]
     lines.append("  (m/e: match_times/effect_times; - where the rule did not match)")
     lines.append(f"per op: {table['ops_alike']} of {len(ops)} ONNX op(s) grouped alike"
@@ -173,12 +176,12 @@ def format_side_by_side(table: dict) -> str:
         if row["same"]:
             continue
         passes = "".join(f", {p}" for p in row["atc_passes"])
-        atc = f"{row['atc_op']} ({row['atc_type']}{passes}) = [{', '.join(row['atc_members'])}]" \
+        held = f"{row['atc_op']} ({row['atc_type']}{passes}) = [{', '.join(row['atc_members'])}]" \
             if row["atc_op"] else "not in ATC's graph"
-        ours = f"{row['group']} {row['rule']} = [{', '.join(row['members'])}]" \
+        group = f"{row['group']} {row['rule']} = [{', '.join(row['members'])}]" \
             if row["group"] else "in no kernel"
-        lines += [f"  {row['op']} ({row['type']})", f"    ATC:        {atc}",
-                  f"    tvm-ascend: {ours}"]
+        lines += [f"  {row['op']} ({row['type']})", f"    ATC:        {held}",
+                  f"    tvm-ascend: {group}"]
         lines += [f"    why: {why}" for why in row["why"]]
     return "\n".join(lines)
 
