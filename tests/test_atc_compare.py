@@ -212,6 +212,22 @@ def test_a_hanging_atc_is_stopped_at_its_timeout(tmp_path, model):
     assert not any(temp_root.iterdir())
 
 
+def test_an_interrupt_stops_atc_and_leaves_nothing(tmp_path, model):
+    """Ctrl-C while ATC builds: ATC and what it started are stopped, the folder removed, and
+    the interrupt goes on to the caller."""
+    atc = _fake_atc(tmp_path, 'echo $$ > "$FAKE_ATC_LOG.pid"\nkill -INT $PPID\nsleep 30\n')
+    temp_root = tmp_path / "tmp"
+    temp_root.mkdir()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_atc(model, CONFIG, str(atc), environ=_environ(tmp_path), temp_root=str(temp_root))
+    assert time.monotonic() - start < 5
+    assert not any(temp_root.iterdir())
+    pid = int((tmp_path / "atc.log.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the script is gone (killed and reaped)
+
+
 def test_atc_on_path_is_found_and_run(tmp_path, monkeypatch, model, report):
     _fake_atc(tmp_path, WRITE_RECORDING)
     for key, value in _environ(tmp_path).items():
