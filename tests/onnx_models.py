@@ -362,3 +362,29 @@ def llama_attention_model(batch=2, seq=16, heads=4, kv_heads=2, dim=16, dtype="f
     w_o = mb.const(mb.rng.standard_normal((hidden, hidden)) / np.sqrt(hidden), "wo")
     mb.output(mb.node("MatMul", [out, w_o]), [batch, seq, hidden])
     return mb, names
+
+
+def atc_recording_model() -> onnx.ModelProto:
+    """The model of the recorded ATC run in tests/fixtures/atc_recording/matmul_softmax:
+    x[32, 64] -> MatMul -> Add(bias) -> Relu -> Softmax -> Mul(scale) -> Sub(one). Its node
+    names are the ones the recording's original op names refer to."""
+    rng = np.random.default_rng(0)
+
+    def init(value, name):
+        return numpy_helper.from_array(np.asarray(value, np.float32), name)
+
+    inits = [init(rng.standard_normal((64, 48)) * 0.1, "w"), init(rng.standard_normal(48), "bias"),
+             init([0.5], "scale"), init(1.0, "one")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"], name="matmul"),
+             helper.make_node("Add", ["mm", "bias"], ["b"], name="add_bias"),
+             helper.make_node("Relu", ["b"], ["r"], name="relu"),
+             helper.make_node("Softmax", ["r"], ["p"], name="softmax", axis=-1),
+             helper.make_node("Mul", ["p", "scale"], ["s"], name="scale"),
+             helper.make_node("Sub", ["s", "one"], ["y"], name="shift")]
+    graph = helper.make_graph(
+        nodes, "atc_demo", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 48])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

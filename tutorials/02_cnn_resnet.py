@@ -30,7 +30,8 @@ import numpy as np
 
 import tvm_ascend
 from tvm_ascend import CompileConfig
-from tvm_ascend.compare import find_atc
+from tvm_ascend.atc_compare import format_side_by_side
+from tvm_ascend.compare import atc_side, find_atc
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -107,10 +108,15 @@ def main() -> None:
     # these Conv-BN-ReLU-Add chains. Tutorial 03 (a transformer) is where they part.
     print(f"(est. us: ESTIMATES from the timing model on {SOC}, not measured; "
           f"aggressive / ATC-style = {ours['est_us'] / atc['est_us']:.2f})")
+    # The real ATC, when one is installed: built with the same flags in a temporary folder,
+    # its fusion_result.json and graph dump read back, per rule and per op beside this build
+    # (`tvm-ascend compare --atc` prints the same). Without one, a line says so.
     path, reason = find_atc()
-    print(reason or f"real atc: found at {path}; run it with --model=<this model> "
-          f"--framework=5 --soc_version={SOC} for its side (`tvm-ascend compare --atc`, "
-          "issue 21, will read its fusion_result.json)")
+    if path is None:
+        print(reason)
+    else:
+        config = CompileConfig(fusion_level="aggressive", soc_version=SOC)
+        print(format_side_by_side(atc_side(model, config, path, report=lib.fusion_report())))
     # A published plain-ATC figure, where the calibration table has one (another size and SoC
     # than this build: the full model at batch 64, 224x224, fp16 on 310P3).
     row = next(r for r in json.loads((ROOT / "benchmarks/calibration.json").read_text())["rows"]

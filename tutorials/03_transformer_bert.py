@@ -26,7 +26,8 @@ import sys
 
 import tvm_ascend
 from tvm_ascend import CompileConfig
-from tvm_ascend.compare import compare_model, find_atc, format_comparison
+from tvm_ascend.atc_compare import format_side_by_side
+from tvm_ascend.compare import atc_side, compare_model, find_atc, format_comparison
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -75,10 +76,14 @@ def main() -> None:
     print(f"\nATC-style: {atc.launches} launches, est. {atc.est_latency_us:.1f} us; "
           f"aggressive: {ours.launches} launches, est. {ours.est_latency_us:.1f} us "
           f"({atc.est_latency_us / ours.est_latency_us:.2f}x, an ESTIMATE)")
+    # The real ATC, when one is installed: the same flags, its fusion_result.json and graph
+    # dump read back; where its ops and our groups differ, our reason (`compare --atc`).
     path, reason = find_atc()
-    print(reason or f"real atc: found at {path}; run it with --model=<this model> "
-          f"--framework=5 --soc_version={SOC} for its side (`tvm-ascend compare --atc`, "
-          "issue 21, will read its fusion_result.json)")
+    if path is None:
+        print(reason)
+    else:
+        print(format_side_by_side(atc_side(model, config.replace(fusion_level="aggressive"),
+                                           path, report=lib.fusion_report())))
 
 
 if __name__ == "__main__":

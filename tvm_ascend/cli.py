@@ -9,6 +9,7 @@ Example
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -278,10 +279,22 @@ def _compare_parser(sub) -> None:
                    help="comma-separated subset of off, atc_style, conservative, aggressive")
     p.add_argument("--no_groups", action="store_true", help="skip the per-group error check")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--fusion_switch_file", default=None,
+                   help="ATC switch file, given to every variant and to the real atc")
+    p.add_argument("--atc", nargs="?", const=True, default=None, metavar="DIR",
+                   help="side by side with a real ATC: alone, run the atc on PATH (or under "
+                   "ASCEND_HOME_PATH) with the same flags; with DIR, read a recorded ATC run "
+                   "(its fusion_result.json and ge_onnx_*.pbtxt graph dump); with the path of "
+                   "an atc, run that one")
+    p.add_argument("--atc_timeout", type=float, default=None,
+                   help="seconds the real atc may run (default 1800)")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="also write the comparison (variants and the ATC side-by-side) as JSON")
     _gear_flags(p)
 
 
 def _run_compare(args) -> int:
+    from .atc_compare import format_side_by_side
     from .compare import VARIANTS, compare_model, format_comparison
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -290,11 +303,38 @@ def _run_compare(args) -> int:
         raise FusionConfigError(f"--variants: unknown {unknown}; choose from "
                                 f"{', '.join(VARIANTS)}")
     config = CompileConfig(soc_version=args.soc_version, precision_mode=args.precision_mode,
+                           fusion_switch_file=args.fusion_switch_file,
                            input_shape=_shapes(args), **_gears(args)).with_env()
-    results, source = compare_model(args.model, config, variants, args.seed,
-                                    groups=not args.no_groups)
+    found = compare_model(args.model, config, variants, args.seed, groups=not args.no_groups,
+                          atc=args.atc, atc_timeout_s=args.atc_timeout)
+    results, source = found[:2]
     print(format_comparison(results, source))
+    side = found[2] if len(found) > 2 else None
+    if side is not None:
+        print()
+        print(side if isinstance(side, str) else format_side_by_side(side))
+    if args.json:
+        _write_json(args.json, {"reference": source,
+                                "variants": [dataclasses.asdict(r) for r in results],
+                                "atc": {"skipped": side} if isinstance(side, str) else side})
+        print(f"written: {args.json}")
     return 0
+
+
+def _write_json(path: str, document: dict) -> None:
+    """``document`` to ``path`` whole or not at all (a temporary file renamed over it)."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(document, handle, indent=1, default=str)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _profile_parser(sub) -> None:

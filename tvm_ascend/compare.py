@@ -6,6 +6,10 @@ onnxruntime (or the fusion-off build when onnxruntime is not installed), the err
 every fused group: each group's output tensor is made a model output for that check, so the
 group that introduces an error is named, not just the model that shows it.
 
+With ``atc`` (``--atc``) it also puts a real ATC run of the model beside the build, per fusion
+rule and per ONNX op (``atc_side``; the run is ``atc_run.py``, the files' reader
+``partition/atc_result.py``, the table ``atc_compare.py``).
+
 Example
 -------
 >>> from tvm_ascend.compare import compare_model
@@ -158,19 +162,25 @@ def _reference(model, feeds, fallback_config):
 
 
 def compare_model(model, config: CompileConfig | None = None, variants=None, seed: int = 0,
-                  groups: bool = True) -> tuple[list[VariantResult], str]:
+                  groups: bool = True, atc=None, atc_timeout_s: float | None = None) -> tuple:
     """Build ``model`` once per variant and measure its outputs' and fused groups' errors.
 
     With gears (``config.dynamic_batch_size`` ...) each variant is one geared library, and
     each of its gears is a row (``"<variant> [<gear>]"``), run on inputs of that gear's shapes
     and measured with that gear's section of the report.
 
-    Returns (one VariantResult per variant and gear, the name of the reference).
+    ``atc`` adds the side-by-side with a real ATC (``atc_side``): ``True`` finds ``atc`` and
+    runs it with ``config``'s flags; a folder is a recorded ATC run (its
+    ``fusion_result.json`` and ``ge_onnx_*.pbtxt`` dump); another path is the ``atc`` to run.
+
+    Returns (one VariantResult per variant and gear, the name of the reference), and with
+    ``atc`` a third item: the side-by-side (a dict, ``atc_compare.side_by_side``) or, when no
+    ``atc`` is installed, the one line that says so.
     """
     from .pipeline import build
 
     config = config or CompileConfig()
-    model = _onnx(model)
+    given, model = model, _onnx(model)  # a path goes to atc as it is (external weights stay)
     spec = config_gears(config)
     shapes = [(None, config.input_shape)] if spec is None else \
         [(gear, gear.shapes) for gear in spec.gears]
@@ -178,18 +188,56 @@ def compare_model(model, config: CompileConfig | None = None, variants=None, see
     for gear, shape in shapes:
         feeds = random_inputs(model, shape, seed)
         cases.append((gear, feeds) + _reference(model, feeds, _static(config, shape)))
-    results = []
+    results, reports = [], []  # (config, report): configs hold dicts, so no dict keys
     for name in variants or VARIANTS:
         cfg = config.replace(**VARIANTS[name])
         lib = build(model, config=cfg)
         report = lib.fusion_report()
+        reports.append((cfg, report))
         for gear, feeds, reference, _ in cases:
             section = report if gear is None else report["gears"][gear.index]
             label = name if gear is None else f"{name} [{gear.label}]"
             static = cfg if gear is None else _static(cfg, gear.shapes)
             results.append(_variant_result(label, model, lib.run(feeds), section, reference,
                                            (feeds, static) if groups else None))
-    return results, cases[0][3]
+    if atc is None or atc is False:
+        return results, cases[0][3]
+    # the variant built with the config as given, if one is, stands for it beside ATC
+    same = next((report for cfg, report in reports if cfg == config), None)
+    return results, cases[0][3], atc_side(given, config, atc, atc_timeout_s, same)
+
+
+def atc_side(model, config: CompileConfig, atc=True, timeout_s: float | None = None,
+             report: dict | None = None):
+    """The side-by-side of a real ATC build of ``model`` and tvm-ascend's build with ``config``
+    (a dict, ``atc_compare.side_by_side``), or the one line saying no ``atc`` is installed.
+
+    ``atc``: ``True`` (find it: ``find_atc``), the path of an ``atc`` to run, a folder holding
+    a recorded ATC run, or a ``partition.atc_result.AtcRun``. ``report`` is the fusion report
+    of ``config``'s build when the caller has it (else ``model`` is built here).
+    """
+    from pathlib import Path
+
+    from .atc_compare import side_by_side
+    from .atc_run import DEFAULT_TIMEOUT_S, run_atc
+    from .partition.atc_result import AtcRun, read_atc_output
+    from .pipeline import build
+
+    given, model = model, _onnx(model)
+    if isinstance(atc, AtcRun):
+        run = atc
+    elif atc is not True and Path(atc).is_dir():
+        run = read_atc_output(atc)
+    else:
+        path, reason = find_atc() if atc is True else (str(atc), "")
+        if path is None:
+            return reason  # before any build: nothing to put beside it
+        run = run_atc(given, config, path, timeout_s or DEFAULT_TIMEOUT_S)
+    if report is None:
+        report = build(model, config=config).fusion_report()
+    if "groups" not in report:  # geared: the first gear's partition stands for the model's
+        report = report["gears"][0]
+    return side_by_side(run, report, model)
 
 
 def _static(config: CompileConfig, shapes) -> CompileConfig:
@@ -289,4 +337,5 @@ def format_comparison(results: list[VariantResult], source: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["VARIANTS", "VariantResult", "compare_model", "find_atc", "format_comparison", "random_inputs"]
+__all__ = ["VARIANTS", "VariantResult", "atc_side", "compare_model", "find_atc",
+           "format_comparison", "random_inputs"]

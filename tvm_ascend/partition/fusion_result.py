@@ -39,6 +39,7 @@ _SECTION_KEYS = {"GraphFusion": "graph_fusion", "UBFusion": "ub_fusion"}
 _NARROWER_ATC_PASSES = frozenset({
     "ConvConcatFusionPass",  # a Conv's output into a Concat; DataMovementFusion is any move
 })
+NARROWER_ATC_PASSES = _NARROWER_ATC_PASSES  # the side-by-side with a real ATC says so too
 
 
 def result_name(rule) -> str:
