@@ -3,6 +3,8 @@ served from the cache; anything that changes the result changes the key."""
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,11 +24,32 @@ from make_demo import make_demo_model  # noqa: E402
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """A fresh cache folder with the build cache on (conftest turns it off for other tests)."""
+def cold_cache(tmp_path, monkeypatch):
+    """An empty cache folder with the build cache on (conftest turns it off for other tests):
+    the emulator runtime and the precompiled unit headers are built in it on first use."""
     monkeypatch.setenv("TVM_ASCEND_BUILD_CACHE", "1")
     monkeypatch.setenv("TVM_ASCEND_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A cache folder with no builds in it but the session's toolchain artifacts (runtime
+    object, unit headers and their records) copied in: these tests are about cached builds,
+    and building the artifacts again per test cost ~15 s each on 2 cores. Tests of the
+    artifacts themselves take ``cold_cache``."""
+    from tvm_ascend.runtime.toolchain import emulator_runtime_object, unit_header
+
+    warm = Path(os.environ["TVM_ASCEND_CACHE_DIR"])  # conftest's private session cache
+    emulator_runtime_object("Ascend910B1", warm)
+    unit_header("Ascend910B1", warm)
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    for artifact in warm.glob("ascendc_*"):
+        shutil.copy2(artifact, folder / artifact.name)
+    monkeypatch.setenv("TVM_ASCEND_BUILD_CACHE", "1")
+    monkeypatch.setenv("TVM_ASCEND_CACHE_DIR", str(folder))
+    return folder
 
 
 def _feeds(model):
@@ -204,19 +227,19 @@ def test_a_runtime_the_linker_rejects_is_rebuilt(cache, tmp_path, caplog):
     assert any("linker rejected" in r.getMessage() for r in caplog.records)
 
 
-def test_the_units_headers_are_precompiled_once_and_checked(cache, caplog, monkeypatch):
+def test_the_units_headers_are_precompiled_once_and_checked(cold_cache, caplog, monkeypatch):
     """The headers every unit includes are precompiled once per SoC into the cache and named
     by ``-include``; a damaged precompiled form is built again (with a warning), and a build
     meanwhile still matches onnxruntime."""
     from tvm_ascend.runtime import toolchain
 
-    header = toolchain.unit_header("Ascend910B1", cache)
+    header = toolchain.unit_header("Ascend910B1", cold_cache)
     compiled = header.with_name(header.name + ".gch")
     assert header.read_text().startswith('#include "kernel_operator.h"') and compiled.exists()
-    options = toolchain.emulator_compile_options("Ascend910B1", cache)
+    options = toolchain.emulator_compile_options("Ascend910B1", cold_cache)
     assert options[options.index("-include") + 1] == str(header)
     stamp = compiled.stat().st_mtime_ns
-    assert toolchain.unit_header("Ascend910B1", cache) == header
+    assert toolchain.unit_header("Ascend910B1", cold_cache) == header
     assert compiled.stat().st_mtime_ns == stamp  # reused, not built again
     compiled.write_bytes(compiled.read_bytes()[:4096])
     monkeypatch.setattr(toolchain, "_SOUND", set())  # as a new process finds it
@@ -230,7 +253,7 @@ def test_the_units_headers_are_precompiled_once_and_checked(cache, caplog, monke
     assert compiled.stat().st_size > 4096
 
 
-def test_a_unit_builds_without_its_precompiled_headers(cache, caplog, monkeypatch):
+def test_a_unit_builds_without_its_precompiled_headers(cold_cache, caplog, monkeypatch):
     """Precompiling the headers is a speed-up, never a requirement: where it fails, the
     warning says so and the unit parses the headers itself."""
     from tvm_ascend.errors import ToolchainError
@@ -242,7 +265,7 @@ def test_a_unit_builds_without_its_precompiled_headers(cache, caplog, monkeypatc
 
     monkeypatch.setattr(toolchain, "_compile_header", broken)
     caplog.set_level(logging.WARNING, logger="tvm_ascend")
-    assert "-include" not in toolchain.emulator_compile_options("Ascend910B1", cache)
+    assert "-include" not in toolchain.emulator_compile_options("Ascend910B1", cold_cache)
     assert any("out of memory" in r.getMessage() for r in caplog.records)
     model = make_demo_model(seed=7)
     feeds = _feeds(model)
