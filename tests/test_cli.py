@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import onnx
 import pytest
 
 from onnx_models import ModelBuilder, add_chain
+from tvm_ascend.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,6 +23,16 @@ REPO = Path(__file__).resolve().parents[1]
 def _cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "tvm_ascend.cli", *args], capture_output=True,
                           text=True, timeout=600, cwd=cwd)
+
+
+def _cli_here(*args):
+    """``main(args)`` in this process, as ``_cli`` gives it: for the error paths, which print
+    their message and return 2 before any build, so a new interpreter (~4 s of imports each)
+    buys nothing; an exception escaping ``main`` (a traceback) fails the test."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_compile_demo_model(tmp_path):
@@ -300,7 +312,7 @@ def test_malformed_or_unknown_input_shape_names_the_input_and_lists_the_inputs(t
              "nope:1,2": "names 'nope', which is not an input of the model",
              "x1:4,4": "did you mean x0?"}
     for text, message in cases.items():
-        done = _cli("compile", "--model", str(path), "--output", str(tmp_path / "bad.so"),
+        done = _cli_here("compile", "--model", str(path), "--output", str(tmp_path / "bad.so"),
                     "--input_shape", text)
         assert done.returncode == 2, (text, done.stderr)
         assert message in done.stderr, (text, done.stderr)
@@ -319,7 +331,7 @@ def test_typos_in_node_flags_and_a_text_tuning_database_are_errors_naming_the_fl
                             "(did you mean add_bias?)"),
                            (("--tuning_database", str(notes)), f"tuning database {notes} "
                             "holds no tuning records")):
-        done = _cli("compile", "--model", demo, "--output", str(tmp_path / "bad.so"), *flags)
+        done = _cli_here("compile", "--model", demo, "--output", str(tmp_path / "bad.so"), *flags)
         assert done.returncode == 2 and message in done.stderr, (flags, done.stderr)
         assert "Traceback" not in done.stderr and not (tmp_path / "bad.so").exists()
 
@@ -327,7 +339,7 @@ def test_typos_in_node_flags_and_a_text_tuning_database_are_errors_naming_the_fl
 def test_a_bad_soc_version_lists_the_valid_ones(tmp_path):
     from tvm_ascend.soc import soc_profiles
 
-    done = _cli("compile", "--model", str(REPO / "examples" / "demo.onnx"), "--output",
+    done = _cli_here("compile", "--model", str(REPO / "examples" / "demo.onnx"), "--output",
                 str(tmp_path / "b.so"), "--soc_version", "Ascend910Z")
     assert done.returncode == 2 and "unknown --soc_version 'Ascend910Z'; known: " in done.stderr
     assert all(name in done.stderr for name in soc_profiles())
