@@ -27,6 +27,7 @@ import tvm
 from tvm import relax
 
 from ..decision import Decision
+from .dim_bounds import carry_bounds
 from .region_search import find_regions, search_region
 from .rules import anchor_rule, group_rules
 
@@ -122,7 +123,7 @@ def _fuse(producer: Site, consumer: Site, name: str, export: bool = False):
         bb.emit_func_output(bb.emit(relax.Call(merged_gv, params)))
     fused = relax.transform.FuseTIR()(bb.get())
     prim = next(f for gv, f in fused.functions.items() if gv.name_hint == name)
-    return prim, external
+    return carry_bounds(prim, producer.prim, consumer.prim), external
 
 
 def distinct_args(prim, args: list, out_ty, name: str) -> tuple:
@@ -156,7 +157,8 @@ def distinct_args(prim, args: list, out_ty, name: str) -> tuple:
     with bb.function("main", params):
         bb.emit_func_output(bb.emit(relax.Call(wrapper, params)))
     fused = relax.transform.FuseTIR()(bb.get())
-    return next(f for gv, f in fused.functions.items() if gv.name_hint == name), distinct
+    made = next(f for gv, f in fused.functions.items() if gv.name_hint == name)
+    return carry_bounds(made, prim), distinct
 
 
 def merge_sites(sites: list[Site], main, policy, cost, matches) -> list[Site]:
