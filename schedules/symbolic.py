@@ -97,7 +97,8 @@ def dim_bounds(func: tirx.PrimFunc) -> dict:
     attrs = func.attrs
     if not attrs or DIM_BOUNDS_ATTR not in attrs:
         return {}
-    return {str(k): (int(v[0]), int(v[1])) for k, v in json.loads(str(attrs[DIM_BOUNDS_ATTR])).items()}
+    ranges = json.loads(str(attrs[DIM_BOUNDS_ATTR]))
+    return {str(k): (int(v[0]), int(v[1])) for k, v in ranges.items()}
 
 
 def shape_spec(func: tirx.PrimFunc) -> ShapeSpec:

@@ -121,23 +121,26 @@ def test_hbm_and_l2_bytes_are_reported_apart():
 
 
 # ---- the "dynamic" section (issue 20): nothing falls back to the host silently ---------------
-def _ranged_chain(softmax: bool = False):
+def _ranged_chain(reduce_s: bool = False):
     """x (2, s, 8) + b -> Relu -> * 3, with s given as a range: every op depends on s;
-    ``softmax``: then a Softmax over the last axis (a row reduction: static shapes only)."""
+    ``reduce_s``: then a ReduceMax over s (axis 1; only last-axis reductions over symbolic
+    rows are tiled at run time), y of shape (2, 1, 8)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"),
              helper.make_node("Relu", ["a"], ["r"], name="relu"),
              helper.make_node("Mul", ["r", "k"], ["y"], name="mul")]
-    if softmax:
-        nodes[-1].output[0] = "m"
-        nodes.append(helper.make_node("Softmax", ["m"], ["y"], name="softmax", axis=-1))
     inits = [numpy_helper.from_array(np.full([8], -0.5, np.float32), "b"),
              numpy_helper.from_array(np.array(3.0, np.float32), "k")]
+    if reduce_s:
+        nodes[-1].output[0] = "m"
+        nodes.append(helper.make_node("ReduceMax", ["m"], ["y"], name="reducemax", axes=[1],
+                                      keepdims=1))
+    out = [2, 1, 8] if reduce_s else [2, "s", 8]
     graph = helper.make_graph(
         nodes, "ranged", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "s", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "s", 8])], inits)
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -145,24 +148,23 @@ def _ranged_chain(softmax: bool = False):
 
 
 def test_ops_a_symbolic_dim_keeps_on_the_host_are_in_the_report_and_one_warning(caplog):
-    """The elementwise chain over s is one kernel tiled at run time; the Softmax after it (row
-    reductions are compiled for static shapes) stays on the host, named in the section and in
-    one warning, never silently."""
+    """The elementwise chain over s is one kernel tiled at run time; the ReduceMax over s after
+    it stays on the host, named in the section and in one warning, never silently."""
     import logging
 
     from conftest import assert_close, run_onnxruntime
 
-    model = _ranged_chain(softmax=True)
+    model = _ranged_chain(reduce_s=True)
     with caplog.at_level(logging.WARNING, logger="tvm_ascend"):
         lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
             input_shape={"x": (2, "2~16", 8)}))
     section = lib.fusion_report()["dynamic"]
     assert section["symbolic_dims"] == {"s": {"range": [2, 16], "inputs": [["x", 1]],
                                               "shapes": {"x": [2, -1, 8]}}}
-    assert [(o["node"], o["dims"]) for o in section["host_ops"]] == [("softmax", ["s"])]
+    assert [(o["node"], o["dims"]) for o in section["host_ops"]] == [("reducemax", ["s"])]
     assert section["npu_kernels"] == 1
     (kernel,) = section["runtime_tiling"]["kernels"]
-    assert kernel["template"] == "elementwise" and kernel["dims"] == ["s"]
+    assert kernel["dims"] == ["s"]  # row_reduce: the bias is a column it keeps in the UB
     assert [r["sizes"] for r in kernel["range_us"]] == [{"s": 2}, {"s": 9}, {"s": 16}]
     assert '--input_shape "x:2,-1,8" --input_format ND --dynamic_dims "2;9;16"' in \
         section["hint"]
@@ -170,9 +172,9 @@ def test_ops_a_symbolic_dim_keeps_on_the_host_are_in_the_report_and_one_warning(
                 in r.getMessage()]
     assert len(warnings) == 1
     assert "1 op(s)" in warnings[0] and "s in 2~16" in warnings[0]
-    assert "softmax (nn.softmax)" in warnings[0]
-    assert "--dynamic_dims" in warnings[0] and "run-time tiling covers elementwise kernels " \
-        "only, 1 of this build's kernels use it" in warnings[0]
+    assert "reducemax (max)" in warnings[0]
+    assert "--dynamic_dims" in warnings[0] and "run-time tiling covers elementwise and " \
+        "row_reduce kernels only, 1 of this build's kernels use it" in warnings[0]
     for length in (2, 5, 16):  # right on both sides
         feeds = {"x": np.random.default_rng(length).standard_normal((2, length, 8))
                  .astype(np.float32)}

@@ -1,6 +1,7 @@
-"""Run-time tiling of elementwise kernels over symbolic dimensions (issue 20, item 2).
+"""Run-time tiling of vector kernels over symbolic dimensions (issue 20, item 2).
 
-A group whose shapes hold a dimension given as a range (``x: (2, "1~3000", 5)``) is compiled
+Elementwise groups and row reductions over symbolic rows (here x * 0.5 -> Softmax over rows
+of 24) whose shapes hold a dimension given as a range (``x: (2, "1~3000", 5)``) are compiled
 once: its UB tiles are sized for the range's upper bound, its printed kernel reads every
 extent from the tiling struct, and its host tiling function fills that struct per call from
 the arguments' shapes (cached by shape). Checked here on both SoCs at the lower end (1), a
@@ -14,6 +15,7 @@ without a range) name what is at fault, and the op stays on the host with that r
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -56,12 +58,42 @@ def _chain(bias_shape=(WIDTH,), dims=(2, "s", WIDTH)):
     return model
 
 
-@pytest.fixture(scope="module", params=SOCS)
+ROW_COLS = 24  # the Softmax's rows: static length, symbolic count
+
+
+def _scaled_softmax():
+    """Softmax(x * 0.5) over the last axis of x (2, s, 24): rows of static length."""
+    import onnx
+
+    nodes = [helper.make_node("Mul", ["x", "k"], ["m"], name="scale"),
+             helper.make_node("Softmax", ["m"], ["y"], name="softmax", axis=-1)]
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "k")]
+    dims = [2, "s", ROW_COLS]
+    graph = helper.make_graph(
+        nodes, "ranged_softmax", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+# kind -> (model, inner width, range's upper bound, lengths: lower end, tails, upper bound);
+# the elementwise chain adds a scalar: with a bias per column the row template takes it
+# (a column it keeps in the UB beats the elementwise template's scalar gather)
+KINDS = {"elementwise": (lambda: _chain(bias_shape=(1,)), WIDTH, HIGH, LENGTHS),
+         "row_reduce": (_scaled_softmax, ROW_COLS, 700, (1, 7, 351, 700))}
+
+
+@pytest.fixture(scope="module", params=[(soc, kind) for kind in KINDS for soc in SOCS],
+                ids=lambda p: f"{p[1]}-{p[0]}")
 def built(request):
-    model = _chain()
+    soc, kind = request.param
+    make, width, high, _ = KINDS[kind]
+    model = make()
     lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
-        soc_version=request.param, input_shape={"x": (2, f"{LOW}~{HIGH}", WIDTH)}))
-    return request.param, model, lib
+        soc_version=soc, input_shape={"x": (2, f"{LOW}~{high}", width)}))
+    return soc, model, lib
 
 
 def _kernel(lib) -> tuple[str, Tiling]:
@@ -69,73 +101,93 @@ def _kernel(lib) -> tuple[str, Tiling]:
     return group["kernel"], Tiling.from_dict(group["tiling"])
 
 
-def test_the_whole_chain_is_one_kernel_tiled_at_run_time(built):
+def _kind(lib) -> tuple:
+    """(model kind, width, upper bound, lengths) of a build of this file."""
+    template = _kernel(lib)[1].template
+    return (template, *KINDS[template][1:])
+
+
+def _struct(call: Tiling) -> dict:
+    """What the host tiling function of ``call``'s kernel fills in, from the Python plan."""
+    if call.template == "row_reduce":
+        return {"rows": call.total, "blockRows": call.block_len, "tileRows": call.tile_len,
+                "cols": call.cols, "blockDim": call.cores}
+    return {"totalLength": call.total, "blockLength": call.block_len,
+            "tileLength": call.tile_len, "blockDim": call.cores}
+
+
+def test_the_whole_group_is_one_kernel_tiled_at_run_time(built):
     soc, _, lib = built
+    kind, width, high, _ = _kind(lib)
     report = lib.fusion_report()
     assert report["npu_kernels"] == 1 and report["host_groups"] == 0
     section = report["dynamic"]
     assert section["host_ops"] == []
-    assert section["runtime_tiling"]["templates"] == ["elementwise"]
+    assert section["runtime_tiling"]["templates"] == ["elementwise", "row_reduce"]
     (kernel,) = section["runtime_tiling"]["kernels"]
-    assert kernel["dims"] == ["s"] and kernel["template"] == "elementwise"
+    assert kernel["dims"] == ["s"] and kernel["template"] == kind
     # estimated at the range's ends and midpoint; the group's estimate is their mean
     sizes = [r["sizes"]["s"] for r in kernel["range_us"]]
-    assert sizes == [LOW, (LOW + HIGH) // 2, HIGH]
+    assert sizes == [LOW, (LOW + high) // 2, high]
     times = [r["time_us"] for r in kernel["range_us"]]
     assert times[0] < times[1] < times[2]
     (group,) = report["groups"]
     assert group["estimate"]["time_us"] == pytest.approx(sum(times) / 3, abs=2e-3)
     # planned at the upper bound: UB tiles sized for it, on this SoC
     name, tiling = _kernel(lib)
-    assert tiling.total == 2 * HIGH * WIDTH and tiling.ub_bytes <= tiling.ub_capacity
-    assert tiling.plan.runtime.tile_cap == tiling.tile_len
-    assert get_soc(soc).name == lib.soc_version
+    assert tiling.total == 2 * high * (width if kind == "elementwise" else 1)
+    assert tiling.ub_bytes <= tiling.ub_capacity and get_soc(soc).name == lib.soc_version
+    cap = tiling.plan.runtime.tile_cap if kind == "elementwise" else tiling.plan.runtime.rows_cap
+    assert cap == tiling.tile_len
 
 
 def test_the_printed_kernel_reads_every_extent_from_its_tiling_struct(built):
     _, _, lib = built
     name, tiling = _kernel(lib)
+    _, _, high, _ = _kind(lib)
     source = lib.kernel_sources()[name]
-    for field in ("totalLength", "blockLength", "tileLength"):
-        assert f"tiling.{field}" in source or f"= tiling.{field};" in source, field
-    # no size that depends on s is a constant of the kernel: not the bound's total, block or
-    # tile (the UB's queues are sized from tileLength), nor s itself
-    for constant in (tiling.total, tiling.block_len, tiling.tile_len, HIGH):
-        assert str(constant) not in source.split("class Kernel", 1)[1], constant
+    fields = [f for f in _struct(tiling) if f != "blockDim"]
+    for field in fields:
+        assert f"tiling.{field}" in source, field
+    # no size that depends on s is a constant of the kernel: not the bound's total or block
+    # (the UB's queues are sized from the tile field), nor s's bound itself
+    body = source.split("class Kernel", 1)[1]
+    for constant in (tiling.total, tiling.block_len, high):
+        assert not re.search(rf"\b{constant}\b", body), constant
 
 
-@pytest.mark.parametrize("length", LENGTHS)
-def test_each_length_matches_onnxruntime_and_its_plan(built, length):
+@pytest.mark.parametrize("which", range(4))
+def test_each_length_matches_onnxruntime_and_its_plan(built, which):
     _, model, lib = built
+    kind, width, _, lengths = _kind(lib)
+    length = lengths[which]
     name, tiling = _kernel(lib)
     lib.profile()  # reset the counters
-    feeds = {"x": np.random.default_rng(length).standard_normal((2, length, WIDTH))
+    feeds = {"x": np.random.default_rng(length).standard_normal((2, length, width))
              .astype(np.float32)}
     (out,) = lib.run(feeds)
-    assert out.shape == (2, length, WIDTH)
+    assert out.shape == (2, length, width)
     assert_close(out, run_onnxruntime(model, feeds)[0], "float32")
     (launch,) = lib.profile()
     call = tiling_at(tiling, {"s": length})
-    assert call.total == 2 * length * WIDTH and call.tile_len <= tiling.tile_len
+    assert call.total == 2 * length * (width if kind == "elementwise" else 1)
+    assert call.tile_len <= tiling.tile_len
     assert launch["block_dim"] == call.cores
     assert launch["gm_read_bytes"] == call.gm_read_bytes
-    assert launch["gm_write_bytes"] == call.gm_write_bytes == call.total * 4
+    assert launch["gm_write_bytes"] == call.gm_write_bytes == 2 * length * width * 4
     assert launch["peak_ub_bytes"] == call.ub_bytes <= tiling.ub_bytes
     assert launch["warnings"] == []
-    assert lib.kernel_tiling(name, length) == {
-        "totalLength": call.total, "blockLength": call.block_len,
-        "tileLength": call.tile_len, "blockDim": call.cores}
+    assert lib.kernel_tiling(name, length) == _struct(call)
 
 
 def test_the_host_tiling_function_equals_the_plan_over_the_range(built):
     _, _, lib = built
     name, tiling = _kernel(lib)
-    for length in [*range(1, 80), 255, 256, 257, 1024, 1499, 2047, 2999, HIGH]:
+    _, _, high, _ = _kind(lib)
+    for length in [*range(1, 80), 255, 256, 257, 511, high // 2, high - 1, high]:
         call = tiling_at(tiling, {"s": length})
-        assert lib.kernel_tiling(name, length) == {
-            "totalLength": call.total, "blockLength": call.block_len,
-            "tileLength": call.tile_len, "blockDim": call.cores}, length
-    at_bound = tiling_at(tiling, {"s": HIGH})
+        assert lib.kernel_tiling(name, length) == _struct(call), length
+    at_bound = tiling_at(tiling, {"s": high})
     assert (at_bound.cores, at_bound.block_len, at_bound.tile_len, at_bound.ub_bytes) == \
         (tiling.cores, tiling.block_len, tiling.tile_len, tiling.ub_bytes)
 
@@ -143,11 +195,12 @@ def test_the_host_tiling_function_equals_the_plan_over_the_range(built):
 def test_a_length_outside_the_range_is_an_error_naming_it(built):
     _, _, lib = built
     name, _ = _kernel(lib)
-    with pytest.raises(Exception, match=r"symbolic dimension s = 3001 .* outside its range "
-                                        r"1~3000"):
-        lib.kernel_tiling(name, HIGH + 1)
+    _, width, high, _ = _kind(lib)
+    with pytest.raises(Exception, match=rf"symbolic dimension s = {high + 1} .* outside its "
+                                        rf"range 1~{high}"):
+        lib.kernel_tiling(name, high + 1)
     with pytest.raises(Exception, match="x"):
-        lib.run({"x": np.zeros((2, HIGH + 1, WIDTH), np.float32)})
+        lib.run({"x": np.zeros((2, high + 1, width), np.float32)})
 
 
 # ---- the template alone: what it takes and what it refuses ------------------------------------

@@ -1,15 +1,16 @@
 """The fusion report's ``dynamic`` section: what a symbolic dimension does to the build.
 
 A group over symbolic dimensions with a range (``--input_shape "x:2,1~64,8"``) that the
-elementwise template takes is compiled once for the whole range and tiled at run time: its
+elementwise template takes, or the row template with rows of a static length, is compiled
+once for the whole range and tiled at run time: its
 kernel gets a host tiling function (as AscendC's TilingFunc) that fills its tiling struct
 from each call's shape (``codegen/tiling_func.py``), its UB tiles are sized for the range's
 upper bound, and the partitioner estimated it at the range's ends and midpoint
-(``partition/cost.py``). Every other op whose shape holds a symbolic dimension (row
-reductions such as Softmax and LayerNorm, matmuls, attention, data movement) still runs on
-the host (TVM's llvm build), and nothing may fall back silently: the section lists every
-such op with its dimensions, and ``warn_dynamic`` logs one warning naming them and the gear
-flags that would put them on the NPU (one static build per listed size: ``--dynamic_dims``,
+(``partition/cost.py``). Every other op whose shape holds a symbolic dimension (matmuls,
+attention, data movement, a reduction over a symbolic axis) still runs on the host (TVM's
+llvm build), and nothing may fall back silently: the section lists every such op with its
+dimensions, and ``warn_dynamic`` logs one warning naming them and the gear flags that would
+put them on the NPU (one static build per listed size: ``--dynamic_dims``,
 ``--dynamic_batch_size``).
 
 Section keys: ``symbolic_dims`` ({name: {"range": [lo, hi] or None, "inputs": [[input,
@@ -42,7 +43,7 @@ MAX_NAMED = 8  # ops named in the warning; the section has them all
 # the templates whose kernels tile at run time (schedules/runtime_tiling.py); the partition
 # stage may not import the templates' registry for the report alone, so it is named here and
 # tests/test_runtime_tiling.py holds it equal to that registry
-RUNTIME_TILED_TEMPLATES = ("elementwise",)
+RUNTIME_TILED_TEMPLATES = ("elementwise", "row_reduce")
 
 
 def symbolic_inputs(imported: tvm.IRModule) -> dict:

@@ -59,9 +59,11 @@ class Site:
 
 
 def _bytes_of(ty) -> int:
+    """Bytes of a tensor type; a symbolic dimension counts 1 (the report's bytes saved are
+    then per unit of it: its size is only known per call)."""
     size = tvm.runtime.DataType(str(ty.dtype)).bits // 8
     for dim in ty.shape.values:
-        size *= int(dim)
+        size *= int(dim) if isinstance(dim, (int, tvm.tirx.IntImm)) else 1
     return size
 
 
