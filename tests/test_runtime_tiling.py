@@ -203,6 +203,18 @@ def test_a_length_outside_the_range_is_an_error_naming_it(built):
         lib.run({"x": np.zeros((2, high + 1, width), np.float32)})
 
 
+def test_an_exported_library_loads_back_with_its_tiling_functions(built, tmp_path):
+    _, model, lib = built
+    name, tiling = _kernel(lib)
+    _, width, high, lengths = _kind(lib)
+    again = tvm_ascend.load(lib.export_library(tmp_path / "model.so"))
+    for length in (lengths[1], high):
+        feeds = {"x": np.random.default_rng(length).standard_normal((2, length, width))
+                 .astype(np.float32)}
+        assert_close(again.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
+        assert again.kernel_tiling(name, length) == _struct(tiling_at(tiling, {"s": length}))
+
+
 # ---- the template alone: what it takes and what it refuses ------------------------------------
 def _fused_prim(model, shape, bounds):
     mod = load_model(model, input_shape={"x": shape})
