@@ -39,7 +39,7 @@ def numel_expr(shape: tuple, dims: dict) -> str:
 
 
 def _emit_tiling_for(buf: CodeBuffer, symbol: str, printer, spec) -> None:
-    """``Launch`` (tiling struct + blockDim), ``ComputeTiling`` (the printer's arithmetic)
+    """``LaunchTiling`` (tiling struct + blockDim), ``ComputeTiling`` (the printer's arithmetic)
     and ``TilingFor`` (the same, cached by the dimensions' values)."""
     impl = f"{symbol}_impl"
     n = len(spec.dims)
