@@ -14,6 +14,7 @@ from .matmul import MatmulKnobs, MatmulSchedule
 from .matmul_rows import MatmulRowsKnobs, MatmulRowsSchedule
 from .pool2d import Pool2dKnobs, Pool2dSchedule
 from .row_reduce import RowReduceKnobs, RowReduceSchedule
+from .runtime_tiling import is_runtime_tiled, tiling_at
 from .tiling import Tiling
 from .analysis.tile_values import AccessKind, classify_load, plan_tile_values
 
@@ -46,7 +47,8 @@ __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "Matm
            "Pool2dSchedule", "Pool2dKnobs",
            "Tiling", "AccessKind", "classify_load",
            "plan_tile_values", "TEMPLATES", "plan_template", "choose_template",
-           "select_template", "template_by_name", "knobs_from_json", "supports"]
+           "select_template", "template_by_name", "knobs_from_json", "supports",
+           "tiling_at", "is_runtime_tiled"]
 
 
 def plan_template(func, soc):

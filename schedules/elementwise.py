@@ -14,9 +14,11 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from tvm_ascend.decision import Decision
@@ -28,6 +30,7 @@ from .analysis.tir_walk import expr_dtype, first_block_realize, param_buffers, r
 from .tiling import ceil_div, dtype_bytes, knob_grid, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan,
                      Tiling, UB_RESERVED_BYTES)
+from .symbolic import ShapeSpec, shape_spec, specialize
 from .template import Template
 
 RESIDENT_GATHER_MAX_BYTES = 16384  # broadcast sources up to this size stay in the UB per core
@@ -54,6 +57,33 @@ class ElementwisePlan(TemplatePlan, template="elementwise"):
 
     slot_bytes: int
     resident_inputs: tuple[str, ...] = ()
+    runtime: "ElementwiseRuntime | None" = None  # symbolic shapes: tiled per call
+
+
+@dataclass(frozen=True)
+class ElementwiseRuntime:
+    """How a kernel over symbolic shapes is tiled per call (``tiling_at``; the host tiling
+    function printed by ``codegen/tiling_func.py`` does the same arithmetic in C++).
+
+    ``shapes``: the parameters' shapes and the symbolic dimensions; the output's elements are
+    the last parameter's. ``tile_cap``: the tile the UB buffers were sized for at the range's
+    upper bound (no call's tile is longer); ``align`` / ``max_cores``: as the static plan's.
+    What a call moves, per output element and per core (``tiling_at``'s GM bytes):
+    ``read_per_elem``, ``read_per_core``, ``write_per_elem``; its UB bytes: ``tile_bytes``
+    (bytes per element of each queue's tile), ``resident_bytes``; ``gathers``: inputs
+    gathered element by element on the scalar unit.
+    """
+
+    shapes: ShapeSpec
+    tile_cap: int
+    align: int
+    max_cores: int
+    read_per_elem: int
+    read_per_core: int
+    write_per_elem: int
+    tile_bytes: tuple[int, ...]
+    resident_bytes: int
+    gathers: int
 
 
 @dataclass(frozen=True)
@@ -70,6 +100,10 @@ class ElementwiseAnalysis:
     total: int
     values: object
     out_dtype: str
+    # symbolic shapes: ``prepared``/``total``/``values`` are those at the range's upper bound,
+    # ``symbolic`` the prepared function over the symbols (what ``apply`` splits)
+    shapes: ShapeSpec = ShapeSpec()
+    symbolic: tirx.PrimFunc | None = None
 
 
 class ElementwiseSchedule(Template):
@@ -101,45 +135,37 @@ class ElementwiseSchedule(Template):
 
     @classmethod
     def analyse(cls, func: tirx.PrimFunc) -> ElementwiseAnalysis:
-        """Inline the group into its output block, fuse its loops, classify its loads."""
+        """Inline the group into its output block, fuse its loops, classify its loads. A
+        function over symbolic dimensions is analysed at its range's upper bound, after
+        checking that it reads its inputs the same way at the ends and the midpoint
+        (``_symbolic_analysis``)."""
         decision = cls.applies(func)
         if not decision:
             raise TilingError(f"elementwise template does not apply: {decision.reason}")
-        sch = tvm.s_tir.Schedule(func)
-        blocks = sch.get_child_blocks(sch.get_sblock("root"))
-        for block_rv in blocks[:-1]:
-            sch.compute_inline(block_rv)
-        loops = sch.get_loops(blocks[-1])
-        flat_loop = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-        loop = sch.get(flat_loop)
-        total = int(loop.extent)
-        flat = tirx.Var("flat", "int64")
-        realize = first_block_realize(loop)
-        bindings = {iv.var: value for iv, value in zip(realize.block.iter_vars,
-                                                       realize.iter_values)}
-        bindings[loop.loop_var] = flat
-        analyzer = make_analyzer(flat, total, bindings)
-        store = realize.block.body
-        values = plan_tile_values(store.value,
-                                  lambda ld: classify_load(ld, analyzer, flat, total))
-        return ElementwiseAnalysis(sch.mod["main"], total, values, str(store.buffer.dtype))
+        spec = shape_spec(func)
+        if spec.symbolic:
+            return _symbolic_analysis(cls, func, spec)
+        return _static_analysis(func)
 
     @classmethod
     def plan(cls, analysis: ElementwiseAnalysis, soc,
              knobs: ElementwiseKnobs | None = None) -> Tiling:
         """The Tiling of the analysed group on ``soc`` (TilingError where ``knobs`` do not
-        fit)."""
+        fit); over symbolic dimensions, the one at the range's upper bound, its plan telling
+        how each call tiles (``ElementwiseRuntime``)."""
         return _plan(analysis, soc, knobs or ElementwiseKnobs())
 
     @classmethod
     def apply(cls, analysis: ElementwiseAnalysis, tiling: Tiling) -> tirx.PrimFunc:
         """The flat loop split into ``[cores, tiles_per_core, tile_len]``, the core loop
-        annotated."""
-        sch = tvm.s_tir.Schedule(analysis.prepared)
+        annotated (over symbolic dimensions the core loop's extent is what remains: the
+        printed kernel reads its sizes from the tiling struct, never from these loops)."""
+        symbolic = analysis.symbolic is not None
+        sch = tvm.s_tir.Schedule(analysis.symbolic if symbolic else analysis.prepared)
         (out_block,) = sch.get_child_blocks(sch.get_sblock("root"))
         (flat_loop,) = sch.get_loops(out_block)
-        core, _, _ = sch.split(flat_loop, [tiling.cores, tiling.tiles_per_core,
-                                           tiling.tile_len])
+        factors = [None if symbolic else tiling.cores, tiling.tiles_per_core, tiling.tile_len]
+        core, _, _ = sch.split(flat_loop, factors)
         sch.annotate(core, CORE_LOOP_ANNOTATION, 1)
         return sch.mod["main"]
 
@@ -156,6 +182,72 @@ class ElementwiseSchedule(Template):
         tiles = [None] + sorted({default.tile_len // d // 128 * 128 for d in (2, 4, 8, 16)
                                  if default.tile_len // d >= 128}, reverse=True)
         return knob_grid(ElementwiseKnobs, soc.vector_blocks, cores, tiles)
+
+
+def _inline_and_fuse(func: tirx.PrimFunc):
+    """(schedule, flat loop): every block inlined into the output block, its loops fused."""
+    sch = tvm.s_tir.Schedule(func)
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    for block_rv in blocks[:-1]:
+        sch.compute_inline(block_rv)
+    loops = sch.get_loops(blocks[-1])
+    return sch, (sch.fuse(*loops) if len(loops) > 1 else loops[0])
+
+
+def _static_analysis(func: tirx.PrimFunc) -> ElementwiseAnalysis:
+    sch, flat_loop = _inline_and_fuse(func)
+    loop = sch.get(flat_loop)
+    total = int(loop.extent)
+    flat = tirx.Var("flat", "int64")
+    realize = first_block_realize(loop)
+    bindings = {iv.var: value for iv, value in zip(realize.block.iter_vars,
+                                                   realize.iter_values)}
+    bindings[loop.loop_var] = flat
+    analyzer = make_analyzer(flat, total, bindings)
+    store = realize.block.body
+    values = plan_tile_values(store.value,
+                              lambda ld: classify_load(ld, analyzer, flat, total))
+    return ElementwiseAnalysis(sch.mod["main"], total, values, str(store.buffer.dtype))
+
+
+def _symbolic_analysis(cls, func: tirx.PrimFunc, spec: ShapeSpec) -> ElementwiseAnalysis:
+    """The analysis at the range's upper bound of a function over symbolic dimensions, once
+    the kernel printed from it is known to be right at every size of the range: each input
+    is read the same way at the lower end, the midpoint and the upper end (a whole tensor
+    along the output, one scalar at the same place, or a gather at the same offsets of a
+    tensor of static shape); a read whose place depends on a dimension (a (2, 1, 8) operand
+    broadcast over (2, s, 8)) is refused, naming the input."""
+    names = [p.name for p in func.params]
+    out_shape = spec.shapes[names.index(param_buffers(func)[1][0].name)]
+    points = spec.samples()
+    ends = [_static_analysis(specialize(func, point)) for point in points]
+    high = ends[-1]
+    reads = list(high.values.accesses.values())
+    for point, other in zip(points, ends):
+        theirs = list(other.values.accesses.values())
+        if other.values.n_slots != high.values.n_slots or len(theirs) != len(reads):
+            raise TilingError(f"the elementwise program differs at {point} and at "
+                              f"{spec.high()}; run-time tiling needs one program")
+        for mine, their in zip(reads, theirs):
+            shape = spec.shapes[names.index(mine.buffer.name)]
+            where = f"input {mine.buffer.name} (shape {', '.join(shape)})"
+            if mine.kind is not their.kind:
+                raise TilingError(f"{where} is read as {their.kind.name} at {point} and "
+                                  f"as {mine.kind.name} at {spec.high()}")
+            if mine.kind is AccessKind.FULL:
+                if shape != out_shape:
+                    raise TilingError(f"{where} is streamed along an output of shape "
+                                      f"{', '.join(out_shape)}")
+                continue
+            if not all(entry.isdigit() for entry in shape):
+                raise TilingError(f"{where} is broadcast and its shape holds a symbolic "
+                                  "dimension; run-time tiling streams those only whole")
+            if not tvm_ffi.structural_equal(mine.offset, their.offset, map_free_vars=True):
+                raise TilingError(f"{where} is read at an offset that depends on the "
+                                  f"symbolic dimensions ({their.offset} at {point}, "
+                                  f"{mine.offset} at {spec.high()}); not tiled at run time")
+    sch, _ = _inline_and_fuse(func)
+    return dataclasses.replace(high, shapes=spec, symbolic=sch.mod["main"])
 
 
 @dataclass(frozen=True)
@@ -235,6 +327,18 @@ def _max_tile(fp: _Footprint, soc, buffer_num: int, knobs) -> tuple[int, int]:
     return max_tile, align
 
 
+def _tiles(total: int, align: int, max_tile: int, max_cores: int) -> tuple:
+    """(cores, block_len, tile_len, tiles_per_core) of ``total`` elements: as many cores as
+    have ``align`` elements each (at most ``max_cores``), tiles of at most ``max_tile``. The
+    host tiling function of a symbolic kernel runs the same arithmetic (tiling_func.py)."""
+    cores = max(1, min(max_cores, ceil_div(total, align)))
+    per_core = round_up(ceil_div(total, cores), align)
+    tile_len = min(max_tile, per_core)
+    tiles_per_core = ceil_div(per_core, tile_len)
+    block_len = tiles_per_core * tile_len
+    return ceil_div(total, block_len), block_len, tile_len, tiles_per_core
+
+
 def _plan(analysis: ElementwiseAnalysis, soc, knobs: ElementwiseKnobs) -> Tiling:
     total, plan = analysis.total, analysis.values
     fp = _footprint(plan, analysis.out_dtype)
@@ -243,20 +347,56 @@ def _plan(analysis: ElementwiseAnalysis, soc, knobs: ElementwiseKnobs) -> Tiling
                           f"{soc.name} allows {soc.max_live_buffers_per_position} per position")
     buffer_num = 2 if knobs.double_buffer else 1
     max_tile, align = _max_tile(fp, soc, buffer_num, knobs)
-    cores = knobs.cores or soc.vector_blocks
-    cores = max(1, min(cores, soc.vector_blocks, ceil_div(total, align)))
-    per_core = round_up(ceil_div(total, cores), align)
-    tile_len = min(max_tile, per_core)
-    tiles_per_core = ceil_div(per_core, tile_len)
-    block_len = tiles_per_core * tile_len
-    cores = ceil_div(total, block_len)
-    gathered = sum(total for a in plan.accesses.values() if a.kind is AccessKind.GATHER)
+    max_cores = min(knobs.cores or soc.vector_blocks, soc.vector_blocks)
+    cores, block_len, tile_len, tiles_per_core = _tiles(total, align, max_tile, max_cores)
+    runtime = None
+    if analysis.shapes.symbolic:
+        # per element of the output: FULL and gathered inputs; per core: scalars, residents
+        per_elem = _gm_read_bytes(plan, 1, 0)
+        runtime = ElementwiseRuntime(
+            analysis.shapes, tile_len, align, max_cores, per_elem,
+            _gm_read_bytes(plan, 0, 1), fp.out_bytes, (*fp.streamed, fp.out_bytes),
+            fp.resident_bytes, sum(a.kind is AccessKind.GATHER for a in plan.accesses.values()))
+    return _tiling(total, cores, block_len, tile_len, tiles_per_core, buffer_num, fp, soc,
+                   _gm_read_bytes(plan, total, cores), _gathered(plan) * total,
+                   ElementwisePlan(fp.slot_bytes, _resident_inputs(plan), runtime))
+
+
+def _gathered(plan) -> int:
+    return sum(a.kind is AccessKind.GATHER for a in plan.accesses.values())
+
+
+def _tiling(total, cores, block_len, tile_len, tiles_per_core, buffer_num, fp, soc, read_bytes,
+            gathered, plan) -> Tiling:
     return Tiling("elementwise", total, cores, block_len, tile_len, tiles_per_core, buffer_num,
-                  plan.n_slots, fp.ub_bytes(tile_len, buffer_num), soc.ub_bytes,
-                  _gm_read_bytes(plan, total, cores), total * fp.out_bytes,
+                  fp.slots, fp.ub_bytes(tile_len, buffer_num), soc.ub_bytes,
+                  read_bytes, total * fp.out_bytes,
                   work=KernelWork(steps=tiles_per_core, vector_repeats=tiles_per_core,
                                   scalar_elems=gathered, per_output_element=True),
-                  plan=ElementwisePlan(fp.slot_bytes, _resident_inputs(plan)))
+                  plan=plan)
+
+
+def elementwise_tiling_at(tiling: Tiling, values: dict) -> Tiling:
+    """The Tiling one call of a symbolic elementwise kernel runs with, at the dimensions'
+    ``values`` ({name: size}, each in its range): what its host tiling function fills in."""
+    rt = tiling.plan.runtime
+    spec = rt.shapes
+    total = spec.numel(len(spec.shapes) - 1, spec.values(**values))
+    cores, block_len, tile_len, tiles_per_core = _tiles(total, rt.align, rt.tile_cap,
+                                                        rt.max_cores)
+    fp = _Footprint(rt.tile_bytes[:-1], rt.tile_bytes[-1], tiling.temp_buffers,
+                    tiling.plan.slot_bytes, rt.resident_bytes)
+    return _tiling(total, cores, block_len, tile_len, tiles_per_core, tiling.buffer_num, fp,
+                   _Capacity(tiling.ub_capacity), total * rt.read_per_elem + cores *
+                   rt.read_per_core, rt.gathers * total,
+                   dataclasses.replace(tiling.plan, runtime=None))  # this call's, static
+
+
+@dataclass(frozen=True)
+class _Capacity:
+    """What ``_tiling`` reads of a SoC: its UB size (a call's tiling keeps the plan's)."""
+
+    ub_bytes: int
 
 
 def _resident_inputs(plan) -> tuple:

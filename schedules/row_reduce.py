@@ -19,10 +19,12 @@ read of the row from GM. Rows that fit keep the one-pass kernel.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 
 from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
@@ -36,6 +38,7 @@ from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Kernel
                      Tiling, UB_RESERVED_BYTES)
 from .analysis.tir_walk import (cached_by_identity, param_buffers, reduce_iter_vars, reducer_of,
                                 root_blocks, schedule_blocks)
+from .symbolic import ShapeSpec, shape_spec, specialize
 from .template import Template
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
@@ -121,6 +124,7 @@ class RowReduceAnalysis:
     program: RowProgram
     rows: int
     cols: int
+    shapes: ShapeSpec = ShapeSpec()  # symbolic dimensions: the others are at the upper bound
 
 
 class RowReduceSchedule(Template):
@@ -132,8 +136,10 @@ class RowReduceSchedule(Template):
     @staticmethod
     def applies(func) -> Decision:
         """Decision: every block a single store over rows of the first reduction's length (or
-        rows of the output without one), computed in a vector dtype, one output."""
-        return _legal(func)
+        rows of the output without one), computed in a vector dtype, one output (over
+        symbolic dimensions: so at the range's upper bound)."""
+        spec = shape_spec(func)
+        return _legal(specialize(func, spec.high()) if spec.symbolic else func)
 
     @classmethod
     def analyse(cls, func) -> RowReduceAnalysis:
@@ -142,25 +148,11 @@ class RowReduceSchedule(Template):
         decision = cls.applies(func)
         if not decision:
             raise TilingError(f"row-reduce template does not apply: {decision.reason}")
-        rows, cols = _row_shape(func)
-        sch = tvm.s_tir.Schedule(func)
-        inline_row_blocks(sch, rows, cols)
-        out_rv = sch.get_child_blocks(sch.get_sblock("root"))[-1]
-        out_block = sch.get(out_rv)
-        extents = [int(iv.dom.extent) for iv in out_block.iter_vars if int(iv.iter_type) == 0]
-        loops = sch.get_loops(out_rv)
-        if reduce_iter_vars(out_block):
-            loops = loops[:-1]  # the reduction loop stays inside the row
-        row_loops = loops[:-1] if is_full_row_block(extents, rows, cols) else loops
-        if len(row_loops) > 1:
-            sch.fuse(*row_loops)  # the outermost loop from here on: apply splits it
-        elif not row_loops:
-            # a reduction to one value has no row loop to split; refused with the IndexError
-            # that indexing the empty list always raised here, so the fusion reports that
-            # quote it stay as they were (a sentence instead is a change of its own)
-            raise IndexError("list index out of range")
-        program = row_program(schedule_blocks(sch), func, rows, cols)
-        return RowReduceAnalysis(sch.mod["main"], program, rows, cols)
+        spec = shape_spec(func)
+        if spec.symbolic:
+            return _symbolic_rows(func, spec)
+        return _static_rows(func)
+
 
     @classmethod
     def plan(cls, analysis: RowReduceAnalysis, soc,
@@ -177,8 +169,11 @@ class RowReduceSchedule(Template):
         >>> tiling.plan.chunked.passes.count   # max, sum of exp, output
         3
         """
-        return _plan(analysis.program, soc, analysis.rows, analysis.cols,
-                     knobs or RowReduceKnobs())
+        tiling = _plan(analysis.program, soc, analysis.rows, analysis.cols,
+                       knobs or RowReduceKnobs())
+        if analysis.shapes.symbolic:
+            tiling = _with_runtime(analysis, tiling, knobs or RowReduceKnobs(), soc)
+        return tiling
 
     @classmethod
     def apply(cls, analysis: RowReduceAnalysis, tiling: Tiling):
@@ -220,6 +215,55 @@ class RowReduceSchedule(Template):
                         if knobs not in space:
                             space.append(knobs)
         return space
+
+
+def _static_rows(func) -> RowReduceAnalysis:
+    rows, cols = _row_shape(func)
+    sch = tvm.s_tir.Schedule(func)
+    inline_row_blocks(sch, rows, cols)
+    out_rv = sch.get_child_blocks(sch.get_sblock("root"))[-1]
+    out_block = sch.get(out_rv)
+    extents = [int(iv.dom.extent) for iv in out_block.iter_vars if int(iv.iter_type) == 0]
+    loops = sch.get_loops(out_rv)
+    if reduce_iter_vars(out_block):
+        loops = loops[:-1]  # the reduction loop stays inside the row
+    row_loops = loops[:-1] if is_full_row_block(extents, rows, cols) else loops
+    if len(row_loops) > 1:
+        sch.fuse(*row_loops)  # the outermost loop from here on: apply splits it
+    elif not row_loops:
+        # a reduction to one value has no row loop to split; refused with the IndexError
+        # that indexing the empty list always raised here, so the fusion reports that
+        # quote it stay as they were (a sentence instead is a change of its own)
+        raise IndexError("list index out of range")
+    program = row_program(schedule_blocks(sch), func, rows, cols)
+    return RowReduceAnalysis(sch.mod["main"], program, rows, cols)
+
+
+def _symbolic_rows(func, spec: ShapeSpec) -> RowReduceAnalysis:
+    """The analysis at the range's upper bound of a row function over symbolic dimensions,
+    once its row program is known to be the same at the lower end, the midpoint and the
+    upper end: rows of one static length, every input read the same way at the same offsets
+    of row ``row`` (the printed kernel then serves every size; its row counts come from the
+    tiling struct). Its ``prepared`` function is the one at the upper bound: the printer
+    reads the program's structure from it, the launcher the sizes from the call."""
+    points = spec.samples()
+    ends = [_static_rows(specialize(func, point)) for point in points]
+    high = ends[-1]
+    for point, other in zip(points, ends):
+        if other.cols != high.cols:
+            raise TilingError(f"rows are {other.cols} long at {point} and {high.cols} at "
+                              f"{spec.high()}: run-time tiling takes rows of one static length")
+        mine, theirs = high.program, other.program
+        if mine.inputs != theirs.inputs or mine.temp_slots != theirs.temp_slots or \
+                mine.out_full != theirs.out_full:
+            raise TilingError(f"the row program differs at {point} and at {spec.high()}; "
+                              "run-time tiling needs one program")
+        for name, base in mine.bases.items():
+            if not tvm_ffi.structural_equal(base, theirs.bases[name], map_free_vars=True):
+                raise TilingError(f"input {name}'s row offset depends on the symbolic "
+                                  f"dimensions ({theirs.bases[name]} at {point}, {base} at "
+                                  f"{spec.high()}); not tiled at run time")
+    return dataclasses.replace(high, shapes=spec)
 
 
 def inline_row_blocks(sch, rows: int, cols: int) -> None:
@@ -310,18 +354,62 @@ def _plan(program: RowProgram, soc, rows: int, cols: int, knobs: RowReduceKnobs)
             raise TilingError(f"rows_per_tile={knobs.rows_per_tile} must be in 1..{max_rows} "
                               f"on {soc.name}")
         max_rows = knobs.rows_per_tile
-    cores = max(1, min(knobs.cores or soc.vector_blocks, soc.vector_blocks, rows))
-    per_core = ceil_div(rows, cores)
-    rows_per_tile = min(max_rows, per_core)
-    tiles_per_core = ceil_div(per_core, rows_per_tile)
-    block_rows = tiles_per_core * rows_per_tile
-    cores = ceil_div(rows, block_rows)
+    cores, block_rows, rows_per_tile, tiles_per_core = _row_tiles(
+        rows, max_rows, min(knobs.cores or soc.vector_blocks, soc.vector_blocks))
     write = (rows * cols if program.out_full else rows) * dtype_bytes(program.out_buffer.dtype)
     return Tiling("row_reduce", rows, cores, block_rows, rows_per_tile, tiles_per_core, nbuf,
                   program.temp_slots, _footprint(program, rows_per_tile, nbuf), soc.ub_bytes,
                   _row_reads(program, rows, cols, cores), write, cols,
                   work=KernelWork(steps=tiles_per_core, vector_repeats=min(block_rows, rows)),
                   plan=RowReducePlan(*row_layout(program)))
+
+
+def _row_tiles(rows: int, max_rows: int, max_cores: int) -> tuple:
+    """(cores, block_rows, rows_per_tile, tiles_per_core) of ``rows`` rows (what ``_plan``
+    and the host tiling function of a symbolic kernel compute)."""
+    cores = max(1, min(max_cores, rows))
+    per_core = ceil_div(rows, cores)
+    rows_per_tile = min(max_rows, per_core)
+    tiles_per_core = ceil_div(per_core, rows_per_tile)
+    block_rows = tiles_per_core * rows_per_tile
+    return ceil_div(rows, block_rows), block_rows, rows_per_tile, tiles_per_core
+
+
+def _with_runtime(analysis: RowReduceAnalysis, tiling: Tiling, knobs, soc) -> Tiling:
+    """The upper bound's Tiling with the plan of each call (``RowReduceRuntime``)."""
+    program, cols = analysis.program, analysis.cols
+    if tiling.plan.chunked is not None:
+        raise TilingError(f"rows of {cols} elements do not fit the UB whole; multi-pass rows "
+                          "are not tiled at run time yet")
+    nbuf = tiling.buffer_num
+    one, two = _footprint(program, 1, nbuf), _footprint(program, 2, nbuf)
+    if _footprint(program, tiling.tile_len, nbuf) != one + (tiling.tile_len - 1) * (two - one):
+        raise TilingError("the row kernel's UB footprint is not affine in its rows a tile; "
+                          "not tiled at run time")
+    out_cols = cols if program.out_full else 1
+    write_row = out_cols * dtype_bytes(program.out_buffer.dtype)
+    runtime = RowReduceRuntime(
+        analysis.shapes, tiling.tile_len, min(knobs.cores or soc.vector_blocks,
+                                              soc.vector_blocks),
+        out_cols, _row_reads(program, 1, cols, 0), _row_reads(program, 0, cols, 1), write_row,
+        one, two - one)
+    return dataclasses.replace(tiling, plan=dataclasses.replace(tiling.plan, runtime=runtime))
+
+
+def row_reduce_tiling_at(tiling: Tiling, values: dict) -> Tiling:
+    """The Tiling one call of a symbolic row kernel runs with at ``values`` ({name: size})."""
+    rt = tiling.plan.runtime
+    spec = rt.shapes
+    rows = spec.numel(len(spec.shapes) - 1, spec.values(**values)) // rt.out_cols
+    cores, block_rows, rows_per_tile, tiles_per_core = _row_tiles(rows, rt.rows_cap,
+                                                                  rt.max_cores)
+    return Tiling("row_reduce", rows, cores, block_rows, rows_per_tile, tiles_per_core,
+                  tiling.buffer_num, tiling.temp_buffers,
+                  rt.ub_one_row + (rows_per_tile - 1) * rt.ub_per_row, tiling.ub_capacity,
+                  rows * rt.read_per_row + cores * rt.read_per_core, rows * rt.write_per_row,
+                  tiling.cols, work=KernelWork(steps=tiles_per_core,
+                                               vector_repeats=min(block_rows, rows)),
+                  plan=dataclasses.replace(tiling.plan, runtime=None))
 
 
 def _row_reads(program: RowProgram, rows, cols, cores) -> int:
@@ -395,6 +483,26 @@ class RowReducePlan(TemplatePlan, template="row_reduce"):
     row_stride: int
     slot_bytes: int
     chunked: RowChunks | None = None
+    runtime: "RowReduceRuntime | None" = None  # symbolic rows: tiled per call
+
+
+@dataclass(frozen=True)
+class RowReduceRuntime:
+    """How a row kernel over symbolic rows is tiled per call (``row_reduce_tiling_at``; its
+    host tiling function does the same in C++): ``rows_cap`` rows a tile at most (what the UB
+    was sized for at the upper bound), ``max_cores``; a call's rows are the output's elements
+    over ``out_cols``. GM bytes per row and per core, UB bytes of a one-row tile and per
+    further row (the footprint is affine in the rows of a tile)."""
+
+    shapes: ShapeSpec
+    rows_cap: int
+    max_cores: int
+    out_cols: int
+    read_per_row: int
+    read_per_core: int
+    write_per_row: int
+    ub_one_row: int
+    ub_per_row: int
 
 
 def row_passes(program: RowProgram) -> RowPasses:

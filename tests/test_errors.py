@@ -44,8 +44,9 @@ def test_bad_config_values():
 
 
 def test_dynamic_dimension_runs_on_the_host_with_a_warning(caplog):
-    """A dynamic dimension is not an error: ops depending on it stay on the host (any size
-    runs), a warning names the dimension, and a static --input_shape brings the NPU back."""
+    """A dynamic dimension is not an error: without a range, ops depending on it stay on the
+    host (any size runs) with a reason naming the dimension, a warning names it too; a range
+    puts the group on the NPU, tiled at run time, and so does a static --input_shape."""
     from onnx import TensorProto, helper
 
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "y"], ["z"])]
@@ -59,7 +60,8 @@ def test_dynamic_dimension_runs_on_the_host_with_a_warning(caplog):
     assert "'x' dimension 0 (n) is dynamic" in caplog.text and "--input_shape" in caplog.text
     report = lib.fusion_report()
     assert report["kernels"]["ascend"] == 0
-    assert all("dynamic shape" in g["reason"] for g in report["groups"])
+    assert all("symbolic dimension n (parameter" in g["reason"] and "has no range" in
+               g["reason"] for g in report["groups"])
     rng = np.random.default_rng(0)
     for rows in (3, 7):
         x, y = (rng.standard_normal((rows, 4)).astype(np.float32) for _ in range(2))
@@ -67,7 +69,11 @@ def test_dynamic_dimension_runs_on_the_host_with_a_warning(caplog):
                                    rtol=1e-6)
     ranged = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
         input_shape={"x": ("1~8", 4), "y": ("1~8", 4)}))
-    assert ranged.fusion_report()["kernels"]["ascend"] == 0
+    assert ranged.fusion_report()["kernels"]["ascend"] == 1
+    for rows in (1, 8):
+        x, y = (rng.standard_normal((rows, 4)).astype(np.float32) for _ in range(2))
+        np.testing.assert_allclose(ranged.run({"x": x, "y": y})[0], np.maximum(x, 0) + y,
+                                   rtol=1e-6)
     cfg = tvm_ascend.CompileConfig(input_shape={"x": (3, 4), "y": (3, 4)})
     lib = tvm_ascend.build(model, config=cfg)
     assert lib.fusion_report()["npu_kernels"] == 1

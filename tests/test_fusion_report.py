@@ -121,8 +121,10 @@ def test_hbm_and_l2_bytes_are_reported_apart():
 
 
 # ---- the "dynamic" section (issue 20): nothing falls back to the host silently ---------------
-def _ranged_chain():
-    """x (2, s, 8) + b -> Relu -> * 3, with s given as a range: every op depends on s."""
+def _ranged_chain(reduce_s: bool = False):
+    """x (2, s, 8) + b -> Relu -> * 3, with s given as a range: every op depends on s;
+    ``reduce_s``: then a ReduceMax over s (axis 1; only last-axis reductions over symbolic
+    rows are tiled at run time), y of shape (2, 1, 8)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -131,9 +133,14 @@ def _ranged_chain():
              helper.make_node("Mul", ["r", "k"], ["y"], name="mul")]
     inits = [numpy_helper.from_array(np.full([8], -0.5, np.float32), "b"),
              numpy_helper.from_array(np.array(3.0, np.float32), "k")]
+    if reduce_s:
+        nodes[-1].output[0] = "m"
+        nodes.append(helper.make_node("ReduceMax", ["m"], ["y"], name="reducemax", axes=[1],
+                                      keepdims=1))
+    out = [2, 1, 8] if reduce_s else [2, "s", 8]
     graph = helper.make_graph(
         nodes, "ranged", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "s", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "s", 8])], inits)
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -141,30 +148,34 @@ def _ranged_chain():
 
 
 def test_ops_a_symbolic_dim_keeps_on_the_host_are_in_the_report_and_one_warning(caplog):
+    """The elementwise chain over s is one kernel tiled at run time; the ReduceMax over s after
+    it stays on the host, named in the section and in one warning, never silently."""
     import logging
 
     from conftest import assert_close, run_onnxruntime
 
-    model = _ranged_chain()
+    model = _ranged_chain(reduce_s=True)
     with caplog.at_level(logging.WARNING, logger="tvm_ascend"):
         lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
             input_shape={"x": (2, "2~16", 8)}))
     section = lib.fusion_report()["dynamic"]
     assert section["symbolic_dims"] == {"s": {"range": [2, 16], "inputs": [["x", 1]],
                                               "shapes": {"x": [2, -1, 8]}}}
-    assert [(o["node"], o["dims"]) for o in section["host_ops"]] == [
-        ("add", ["s"]), ("relu", ["s"]), ("mul", ["s"])]
-    assert section["npu_kernels"] == 0 and section["runtime_tiling"] is False
+    assert [(o["node"], o["dims"]) for o in section["host_ops"]] == [("reducemax", ["s"])]
+    assert section["npu_kernels"] == 1
+    (kernel,) = section["runtime_tiling"]["kernels"]
+    assert kernel["dims"] == ["s"]  # row_reduce: the bias is a column it keeps in the UB
+    assert [r["sizes"] for r in kernel["range_us"]] == [{"s": 2}, {"s": 9}, {"s": 16}]
     assert '--input_shape "x:2,-1,8" --input_format ND --dynamic_dims "2;9;16"' in \
         section["hint"]
     warnings = [r.getMessage() for r in caplog.records if "because a dimension is symbolic"
                 in r.getMessage()]
     assert len(warnings) == 1
-    assert "3 op(s)" in warnings[0] and "s in 2~16" in warnings[0]
-    assert "add (add), relu (nn.relu), mul (multiply)" in warnings[0]
-    assert "--dynamic_dims" in warnings[0] and "run-time tiling is not implemented" in \
-        warnings[0]
-    for length in (2, 5, 16):  # still right, on the host
+    assert "1 op(s)" in warnings[0] and "s in 2~16" in warnings[0]
+    assert "reducemax (max)" in warnings[0]
+    assert "--dynamic_dims" in warnings[0] and "run-time tiling covers elementwise and " \
+        "row_reduce kernels only, 1 of this build's kernels use it" in warnings[0]
+    for length in (2, 5, 16):  # right on both sides
         feeds = {"x": np.random.default_rng(length).standard_normal((2, length, 8))
                  .astype(np.float32)}
         assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")

@@ -9,8 +9,9 @@ inputs" where the Expand rewrite met a Shape; "Reshape expects the input tensor 
 shape" once past it: ``Range(0, seq, 1)`` got a length of its own that no op could prove equal
 to ``seq``). Small hand-made graphs check each rewrite alone.
 
-The ops that depend on ``seq`` run on the host today (run-time tiling is not implemented: see
-the README's "Symbolic dimensions and run-time tiling"); the report says so (test_fusion_report).
+Elementwise groups over ``seq`` are tiled at run time (tests/test_runtime_tiling.py); the other
+ops that depend on it run on the host (see the README's "Symbolic dimensions and run-time
+tiling"), and the report says so (test_fusion_report).
 """
 from __future__ import annotations
 
@@ -275,11 +276,14 @@ def test_each_rewritten_graph_builds_and_matches_onnxruntime_at_several_lengths(
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
 def test_the_report_lists_every_op_seq_keeps_on_the_host(libs, name):
     """Nothing falls back silently: the report's dynamic section names each op kept on the
-    host because of seq, and says run-time tiling is not there to put it on the NPU."""
+    host because of seq (matmuls, softmax over seq keys: static shapes only) and which
+    kernels are tiled at run time instead (elementwise and row ones)."""
     report = libs[name].fusion_report()
     section = report["dynamic"]
     assert section["symbolic_dims"]["seq"]["range"] == [2, 32]
-    assert section["runtime_tiling"] is False
+    assert section["runtime_tiling"]["templates"] == ["elementwise", "row_reduce"]
+    assert all(k["template"] in ("elementwise", "row_reduce") and k["dims"] == ["seq"]
+               for k in section["runtime_tiling"]["kernels"])
     assert "--dynamic_dims" in section["hint"]
     listed = {o["var"] for o in section["host_ops"]}
     assert all(o["dims"] == ["seq"] for o in section["host_ops"])

@@ -75,3 +75,10 @@ def causal_facts_from_json(text: str) -> tuple[tuple[CausalOperand, ...], dict[s
     found = json.loads(text)
     return (tuple(CausalOperand.from_json(v) for v in found["causal"]),
             {str(name): float(value) for name, value in found["scalars"]})
+
+
+# The IR attribute on a group's PrimFunc that carries the ranges of its symbolic dimensions,
+# JSON {name: [lo, hi]} (partition/grouping.py copies them from main's ``ir_attrs.DIM_RANGES``;
+# the templates plan over them). Kept here, beside CAUSAL_ATTR, for the same reason: the
+# templates may import only the ground modules; ``ir_attrs.DIM_BOUNDS`` is this key.
+DIM_BOUNDS_ATTR = "ascend.dim_bounds"

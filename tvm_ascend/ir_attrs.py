@@ -1,6 +1,6 @@
 """Attribute keys by which one stage hands its decisions to the next (data passed down)."""
 
-from .decision import CAUSAL_ATTR
+from .decision import CAUSAL_ATTR, DIM_BOUNDS_ATTR
 
 ONNX_NODES = "ascend.onnx_nodes"   # on main: binding var -> ONNX node name (frontend)
 ONNX_NODE_COUNT = "ascend.onnx_node_count"  # on main: nodes of the ONNX graph (frontend)
@@ -21,3 +21,5 @@ OP_IMPL_MODE = "ascend.op_select_implmode"  # on main: "high_performance" when f
 # normalisations keep float16 arithmetic (prepare: precision.py; partition/legalize.py reads it)
 CAUSAL = CAUSAL_ATTR  # on a group's PrimFunc: JSON list of CausalOperand facts
 # (decision.py) about the constants its call passes (partition/causal.py; schedules read it)
+DIM_BOUNDS = DIM_BOUNDS_ATTR  # on a group's PrimFunc with symbolic shapes: JSON {dimension
+# name: [lo, hi]} of the ranges its symbolic dimensions take (partition; templates plan over it)

@@ -18,6 +18,7 @@ from ..kernel_record import record_of
 from ..schedules.tiling import Tiling
 from ..soc import get_soc
 from .ascendc_printer import PrintedUnit, ScheduledKernel, translation_unit
+from .tiling_func import runtime_exports
 
 logger = logging.getLogger("tvm_ascend.codegen")
 
@@ -54,7 +55,8 @@ def unit_module(kernels, soc, metadata: dict) -> tuple[object, PrintedUnit]:
     unit = translation_unit(kernels, soc, metadata)
     logger.info("printed %d AscendC kernel(s) for %s", len(kernels), soc.name)
     create = tvm.get_global_func("runtime.CSourceModuleCreate")
-    return create(unit.code, "cc", [k.symbol for k in kernels] + FIXED_EXPORTS, []), unit
+    exports = [name for k in kernels for name in [k.symbol, *runtime_exports(k)]]
+    return create(unit.code, "cc", exports + FIXED_EXPORTS, []), unit
 
 
 def ascend_codegen(funcs, options, constant_names):

@@ -46,6 +46,7 @@ PRINTER_NAMES = frozenset("""
     cIn next slot
     kIdx kOff kSlice kSplits singleK
     diag kvEnd
+    align block blockDim cores dims found perCore tileCap tilingHost total
 """.split())
 
 

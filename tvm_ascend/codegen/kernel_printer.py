@@ -134,8 +134,29 @@ class KernelPrinter(abc.ABC):
 
     def kernel_params(self) -> list:
         """(name, dtype, element count) of each GM parameter, in entry order (outputs last:
-        ``n_outputs`` of them)."""
+        ``n_outputs`` of them); a kernel tiled at run time counts them at the range's upper
+        bound (its launcher counts each call's from the arguments' shapes)."""
+        spec = self.shape_spec()
+        if spec is not None:
+            high = spec.high()
+            return [(self.names[p.name], str(p.dtype), spec.numel(i, high))
+                    for i, p in enumerate(self.params)]
         return [(self.names[p.name], str(p.dtype), buffer_size(p)) for p in self.params]
+
+    def shape_spec(self):
+        """The ``ShapeSpec`` (schedules/symbolic.py) of a kernel whose plan tiles it at run
+        time (symbolic dimensions), None for a static kernel."""
+        runtime = getattr(self.tiling.plan, "runtime", None)
+        return runtime.shapes if runtime is not None else None
+
+    def emit_tiling_body(self, buf: CodeBuffer, dims: dict) -> None:
+        """The host tiling function's arithmetic (codegen/tiling_func.py): set ``out.tiling``'s
+        fields and ``out.blockDim`` from the dimensions (``dims``: {name: C++ expression}).
+        Only printers of templates that plan over symbolic dimensions define it."""
+        from ..errors import CodegenError
+
+        raise CodegenError(f"{self.symbol}: the {self.tiling.template} printer has no host "
+                           "tiling function; its template does not tile symbolic shapes")
 
 
 @dataclass(frozen=True)

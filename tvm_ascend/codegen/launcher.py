@@ -11,11 +11,16 @@ from ..errors import CodegenError
 from .code_buffer import CodeBuffer
 from .cpp_types import dtype_bytes
 from .templates import CHECK_ARG
+from .tiling_func import emit_runtime_launcher
 
 
 def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None:
     """Print the host launcher of ``symbol`` for the kernel ``printer`` (a
-    ``kernel_printer.KernelPrinter``) printed."""
+    ``kernel_printer.KernelPrinter``) printed; a kernel tiled at run time gets the one of
+    ``tiling_func.py`` (sizes from the arguments' shapes, its host tiling function)."""
+    if printer.shape_spec() is not None:
+        emit_runtime_launcher(buf, symbol, printer)
+        return
     params = printer.kernel_params()  # (name, dtype, numel), outputs last
     first_out = len(params) - printer.n_outputs
     args = ", ".join(f"tvm::ffi::TensorView a{i}" for i in range(len(params)))
@@ -196,6 +201,9 @@ def emit_acl_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int,
     >>> "k0<<<8, nullptr, stream>>>" in buf.text()                    # doctest: +SKIP
     True
     """
+    if printer.shape_spec() is not None:
+        raise CodegenError(f"{symbol}: a kernel tiled at run time (symbolic dimensions) has "
+                           "no ACL launcher yet; only the emulator build runs it")
     params = printer.kernel_params()  # (name, dtype, numel), outputs last
     first_out = len(params) - printer.n_outputs
     buffers = _acl_buffers(printer)

@@ -253,6 +253,7 @@ HOST_RUNTIME = """\
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/container/tensor.h>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>

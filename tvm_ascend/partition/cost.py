@@ -37,7 +37,9 @@ from ..cost_model.planner_model import TIMING_ONLY, PlannerRanking
 from ..cost_model.timing import device_startup_us, estimate_kernel, estimate_launch
 from ..decision import Decision
 from ..errors import TilingError
-from ..schedules import choose_template, knobs_from_json, template_by_name
+from ..schedules import (choose_template, is_runtime_tiled, knobs_from_json, template_by_name,
+                         tiling_at)
+from ..schedules.symbolic import specialize
 from ..schedules.analysis.tir_walk import walk
 
 logger = logging.getLogger("tvm_ascend.partition")
@@ -62,6 +64,9 @@ class KernelPlan:
     prim: object = field(default=None, compare=False, repr=False)  # the PrimFunc it was made for
     # the template's analysis of ``prim``: other knobs plan from it, the kept plan applies it
     analysis: object = field(default=None, compare=False, repr=False)
+    # a kernel tiled at run time: ((sizes, estimate in us), ...) at its range's ends and
+    # midpoint, whose mean is ``time_us``; () for a static kernel
+    range_us: tuple = field(default=(), compare=False)
 
     @property
     def ok(self) -> bool:
@@ -224,6 +229,8 @@ class GroupCost:
 
     def _with_estimate(self, plan: KernelPlan, prim) -> KernelPlan:
         tiling = plan.tiling
+        if is_runtime_tiled(tiling):
+            return self._over_range(plan, prim)
         try:
             est = estimate_kernel(prim, tiling, self.soc)
             return dataclasses.replace(plan, time_us=est.time_us, roofline_us=est.roofline_us,
@@ -237,6 +244,30 @@ class GroupCost:
         startup = device_startup_us(self.soc, 1, 1)
         return dataclasses.replace(plan, time_us=roofline + startup,
                                    roofline_us=roofline, source="GM-bytes roofline")
+
+
+    def _over_range(self, plan: KernelPlan, prim) -> KernelPlan:
+        """A kernel tiled at run time, estimated at its range's lower end, midpoint and upper
+        end (the function and the call's tiling at each): its time is their mean, each kept
+        in ``range_us`` for the report; the plan must tile at every one of them."""
+        spec = tiling_spec(plan.tiling)
+        samples = []
+        for point in spec.samples():
+            at = tiling_at(plan.tiling, point)
+            est = self._with_estimate(dataclasses.replace(plan, tiling=at),
+                                      specialize(prim, point))
+            samples.append((point, est))
+        mean = sum(e.time_us for _, e in samples) / len(samples)
+        roofline = sum(e.roofline_us for _, e in samples) / len(samples)
+        return dataclasses.replace(
+            plan, time_us=mean, roofline_us=roofline,
+            source=f"{samples[-1][1].source}, mean over the range's ends and midpoint",
+            range_us=tuple((dict(point), round(e.time_us, 3)) for point, e in samples))
+
+
+def tiling_spec(tiling):
+    """The ``ShapeSpec`` of a kernel tiled at run time."""
+    return tiling.plan.runtime.shapes
 
 
 def _knob_values(template, knobs) -> dict:

@@ -1,22 +1,31 @@
-"""The fusion report's ``dynamic`` section: which ops a symbolic dimension keeps on the host.
+"""The fusion report's ``dynamic`` section: what a symbolic dimension does to the build.
 
-Kernels here are compiled for static shapes; run-time tiling (a host tiling function per
-kernel filling its tiling struct from the actual shape, as AscendC's TilingFunc does) is not
-implemented yet. So an op whose shape holds a symbolic dimension (``--input_shape
-"x:2,2~32"``, a ``-1`` or a ``dim_param`` left dynamic) runs on the host (TVM's llvm build),
-and nothing may fall back silently: the section lists every such op with its dimensions, and
-``warn_dynamic`` logs one warning naming them and the gear flags that would put them on the NPU
-(one static build per listed size: ``--dynamic_dims``, ``--dynamic_batch_size``).
+A group over symbolic dimensions with a range (``--input_shape "x:2,1~64,8"``) that the
+elementwise template takes, or the row template with rows of a static length, is compiled
+once for the whole range and tiled at run time: its
+kernel gets a host tiling function (as AscendC's TilingFunc) that fills its tiling struct
+from each call's shape (``codegen/tiling_func.py``), its UB tiles are sized for the range's
+upper bound, and the partitioner estimated it at the range's ends and midpoint
+(``partition/cost.py``). Every other op whose shape holds a symbolic dimension (matmuls,
+attention, data movement, a reduction over a symbolic axis) still runs on the host (TVM's
+llvm build), and nothing may fall back silently: the section lists every such op with its
+dimensions, and ``warn_dynamic`` logs one warning naming them and the gear flags that would
+put them on the NPU (one static build per listed size: ``--dynamic_dims``,
+``--dynamic_batch_size``).
 
 Section keys: ``symbolic_dims`` ({name: {"range": [lo, hi] or None, "inputs": [[input,
 axis], ...], "shapes": {input: its shape, -1 where symbolic}}}), ``host_ops`` ([{"node",
-"op", "var", "dims", "why"}]), ``npu_kernels``, ``runtime_tiling`` (False: not
-implemented), ``hint`` (the gear flags to use instead).
+"op", "var", "dims", "why"}]), ``npu_kernels``, ``runtime_tiling`` ({"templates": the
+templates that tile at run time, "kernels": [{"kernel", "template", "dims", "range_us":
+[{"sizes", "time_us"}, ...]}]: this build's kernels tiled at run time, each estimated at its
+range's lower end, midpoint and upper end}), ``hint`` (the gear flags for the host ops).
 
 Example
 -------
 >>> report["dynamic"]["host_ops"][0]                                        # doctest: +SKIP
-{'node': 'node_add_14', 'op': 'relax.add', 'var': 'lv29', 'dims': ['seq'], 'why': '...'}
+{'node': 'node_softmax_3', 'op': 'relax.nn.softmax', 'var': 'lv29', 'dims': ['seq'], ...}
+>>> report["dynamic"]["runtime_tiling"]["kernels"][0]["range_us"][0]        # doctest: +SKIP
+{'sizes': {'seq': 1}, 'time_us': 3.2}
 """
 from __future__ import annotations
 
@@ -31,6 +40,10 @@ from .. import ir_attrs
 logger = logging.getLogger("tvm_ascend")
 
 MAX_NAMED = 8  # ops named in the warning; the section has them all
+# the templates whose kernels tile at run time (schedules/runtime_tiling.py); the partition
+# stage may not import the templates' registry for the report alone, so it is named here and
+# tests/test_runtime_tiling.py holds it equal to that registry
+RUNTIME_TILED_TEMPLATES = ("elementwise", "row_reduce")
 
 
 def symbolic_inputs(imported: tvm.IRModule) -> dict:
@@ -91,8 +104,24 @@ def dynamic_section(imported: tvm.IRModule, result, report: dict) -> dict | None
                  "why": op.decision.reason}
                 for op in result.ops.values() if not op.decision.ok and op.var in symbolic]
     return {"symbolic_dims": dims, "host_ops": host_ops,
-            "npu_kernels": report["npu_kernels"], "runtime_tiling": False,
+            "npu_kernels": report["npu_kernels"],
+            "runtime_tiling": {"templates": list(RUNTIME_TILED_TEMPLATES),
+                               "kernels": runtime_kernels(report, names)},
             "hint": gear_hint(dims)}
+
+
+def runtime_kernels(report: dict, names: set) -> list[dict]:
+    """The report's kernels tiled at run time: kernel, template, the symbolic dimensions its
+    plan reads, and its estimates at the range's ends and midpoint."""
+    kernels = []
+    for group in report["groups"]:
+        runtime = ((group.get("tiling") or {}).get("plan") or {}).get("runtime")
+        if not group["on_npu"] or not runtime:
+            continue
+        dims = [d["name"] for d in runtime["shapes"]["dims"] if d["name"] in names]
+        kernels.append({"kernel": group["kernel"], "template": group["tiling"]["template"],
+                        "dims": dims, "range_us": group["estimate"].get("range_us", [])})
+    return kernels
 
 
 def gear_hint(dims: dict) -> str:
@@ -128,6 +157,8 @@ def warn_dynamic(report: dict) -> None:
     more = f" and {len(ops) - MAX_NAMED} more" if len(ops) > MAX_NAMED else ""
     dims = ", ".join(f"{n} in {e['range'][0]}~{e['range'][1]}" if e["range"] else f"{n}"
                      for n, e in section["symbolic_dims"].items())
-    logger.warning("%d op(s) kept on the host because a dimension is symbolic (%s; kernels "
-                   "are compiled for static shapes, run-time tiling is not implemented): "
-                   "%s%s; %s", len(ops), dims, named, more, section["hint"])
+    tiled = len(section["runtime_tiling"]["kernels"])
+    logger.warning("%d op(s) kept on the host because a dimension is symbolic (%s; run-time "
+                   "tiling covers %s kernels only, %d of this build's kernels use it): "
+                   "%s%s; %s", len(ops), dims, " and ".join(RUNTIME_TILED_TEMPLATES), tiled,
+                   named, more, section["hint"])

@@ -33,6 +33,7 @@ from .causal import with_causal_facts
 from .cost import GroupCost, host_estimate, tir_flops
 from .legalize import impl_mode_of, legalize_map
 from .export import export_shared
+from .dim_bounds import main_ranges, with_dim_bounds
 from .merge import Site, distinct_args, merge_sites, unfused_edges
 from .policy import FusionPolicy
 from .rules import anchor_rule, group_rules
@@ -418,7 +419,8 @@ def partition(mod: tvm.IRModule, soc, fuse: bool = True,
     untileable: dict[str, str] = {}
     for _ in range(4):
         fused, members, split = _fuse_ops(lowered, by_callee, policy, matches, untileable)
-        fused = relax.transform.FuseTIR()(fused)
+        # symbolic dimensions' ranges on each PrimFunc: the templates plan over them
+        fused = with_dim_bounds(relax.transform.FuseTIR()(fused), main_ranges(mod))
         new = _untileable_groups(fused, by_callee, members, cost)
         if not new:
             break
@@ -630,6 +632,8 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
             if plan is not None and plan.ok else \
             host_estimate(_io_bytes(site), soc, tir_flops(site.prim) if site.prim is not None
                           else 0.0)
+        if plan is not None and plan.ok and plan.range_us:  # tiled at run time
+            estimate["range_us"] = [{"sizes": sizes, "time_us": us} for sizes, us in plan.range_us]
         group = KernelGroup(site.name, symbol, site.members, decision.ok,
                             rule_of(site.members, site.recomputed, bool(site.exports)), reason,
                             gm_bytes_saved=_kept_on_chip(site.members, site.exported_ops)

@@ -27,6 +27,7 @@ import tvm
 from tvm import relax
 
 from ..decision import Decision
+from .dim_bounds import carry_bounds
 from .region_search import find_regions, search_region
 from .rules import anchor_rule, group_rules
 
@@ -58,9 +59,11 @@ class Site:
 
 
 def _bytes_of(ty) -> int:
+    """Bytes of a tensor type; a symbolic dimension counts 1 (the report's bytes saved are
+    then per unit of it: its size is only known per call)."""
     size = tvm.runtime.DataType(str(ty.dtype)).bits // 8
     for dim in ty.shape.values:
-        size *= int(dim)
+        size *= int(dim) if isinstance(dim, (int, tvm.tirx.IntImm)) else 1
     return size
 
 
@@ -122,7 +125,7 @@ def _fuse(producer: Site, consumer: Site, name: str, export: bool = False):
         bb.emit_func_output(bb.emit(relax.Call(merged_gv, params)))
     fused = relax.transform.FuseTIR()(bb.get())
     prim = next(f for gv, f in fused.functions.items() if gv.name_hint == name)
-    return prim, external
+    return carry_bounds(prim, producer.prim, consumer.prim), external
 
 
 def distinct_args(prim, args: list, out_ty, name: str) -> tuple:
@@ -156,7 +159,8 @@ def distinct_args(prim, args: list, out_ty, name: str) -> tuple:
     with bb.function("main", params):
         bb.emit_func_output(bb.emit(relax.Call(wrapper, params)))
     fused = relax.transform.FuseTIR()(bb.get())
-    return next(f for gv, f in fused.functions.items() if gv.name_hint == name), distinct
+    made = next(f for gv, f in fused.functions.items() if gv.name_hint == name)
+    return carry_bounds(made, prim), distinct
 
 
 def merge_sites(sites: list[Site], main, policy, cost, matches) -> list[Site]:

@@ -306,6 +306,29 @@ class AscendModule:
         after them (one ``main`` here; runtime/gears.py picks a gear's)."""
         return "main", self._weights
 
+    def kernel_tiling(self, kernel: str, *sizes: int) -> dict:
+        """The tiling struct's fields and blockDim that the host tiling function of
+        ``kernel`` (a kernel tiled at run time: symbolic dimensions) fills for the symbolic
+        dimensions' ``sizes``, in the order its plan names them; a size outside its range is
+        a ValueError naming the kernel, the dimension and the range.
+
+        Example
+        -------
+        >>> lib.kernel_tiling("ascend_k0_fused_add", 7)                  # doctest: +SKIP
+        {'totalLength': 112, 'blockLength': 8, 'tileLength': 8, 'blockDim': 14}
+        """
+        from ..codegen.tiling_func import TILING_SUFFIX
+
+        self._ensure_loaded()
+        try:
+            function = self._lib.get_function(kernel + TILING_SUFFIX, query_imports=True)
+        except AttributeError:
+            function = None
+        if function is None:
+            raise ValueError(f"kernel {kernel!r} has no host tiling function (it is not a "
+                             "kernel tiled at run time, or not in this library)")
+        return json.loads(str(function(*[int(s) for s in sizes])))
+
     def profile(self, reset: bool = True, output=None) -> list[dict]:
         """Emulator counters of each kernel launch since the last reset (GM bytes, vector ops).
 

@@ -14,11 +14,13 @@ from ...errors import CodegenError
 from ...schedules.analysis.tile_values import (AccessKind, buffer_size, classify_load, expr_key,
                                      make_analyzer, plan_tile_values)
 from ...schedules.analysis.tir_walk import expr_dtype, first_block_realize, param_buffers
+from ...schedules.symbolic import specialize
 from ..cpp_types import cpp_type
 from ..kernel_parts import TilingField, ident
 from ..kernel_printer import ELEMENT_SHARE, TileLoop, VectorKernelPrinter
 from ..scalar_printer import ScalarPrinter
 from ..tile_program import TileProgramPrinter
+from ..tiling_func import numel_expr
 from ..vector_emitters import Operand
 
 
@@ -55,11 +57,15 @@ class ElementwiseKernelPrinter(VectorKernelPrinter):
 
     # ---- analysis of the scheduled TIR -------------------------------------------------------
     def _analyse(self) -> None:
-        core_loop = self._core_loop(self.func.body)
+        spec = self.shape_spec()
+        # over symbolic dimensions: the program at the range's upper bound, which the
+        # template checked reads every input as at the other sizes (sizes: tiling struct)
+        func = specialize(self.func, spec.high()) if spec is not None else self.func
+        core_loop = self._core_loop(func.body)
         realize = first_block_realize(core_loop)
         store = realize.block.body
         self.flat = tirx.Var("f", "int64")
-        inputs, outputs = param_buffers(self.func)
+        inputs, outputs = param_buffers(func)
         self.out_buffer = outputs[0]
         bindings = {iv.var: value for iv, value in zip(realize.block.iter_vars,
                                                         realize.iter_values)}
@@ -223,6 +229,25 @@ class ElementwiseKernelPrinter(VectorKernelPrinter):
         if self.tiling.temp_buffers:
             buf.line("AscendC::TBuf<AscendC::TPosition::VECCALC> tmpBuf;")
         self.emit_share_members(buf, "tileLength")
+
+    def emit_tiling_body(self, buf, dims: dict) -> None:
+        """``ElementwiseSchedule``'s ``_tiles`` in C++ (``elementwise_tiling_at`` in Python):
+        cores of at least ``align`` elements, tiles of at most the ones the UB was sized for."""
+        rt = self.tiling.plan.runtime
+        out_shape = rt.shapes.shapes[-1]
+        buf.line(f"uint64_t total = static_cast<uint64_t>({numel_expr(out_shape, dims)});")
+        buf.line(f"const uint64_t align = {rt.align};  // elements of one 32-byte block")
+        buf.line(f"const uint64_t tileCap = {rt.tile_cap};  // the UB tiles' size at the bound")
+        buf.line("uint64_t cores = (total + align - 1) / align;")
+        buf.line(f"if (cores > {rt.max_cores}) cores = {rt.max_cores};")
+        buf.line("if (cores < 1) cores = 1;")
+        buf.line("uint64_t perCore = ((total + cores - 1) / cores + align - 1) / align * align;")
+        buf.line("uint64_t tile = perCore < tileCap ? perCore : tileCap;")
+        buf.line("uint64_t block = (perCore + tile - 1) / tile * tile;")
+        buf.line("out.tiling.totalLength = total;")
+        buf.line("out.tiling.blockLength = block;")
+        buf.line("out.tiling.tileLength = static_cast<uint32_t>(tile);")
+        buf.line("out.blockDim = static_cast<int64_t>((total + block - 1) / block);")
 
     def tiling_fields(self) -> list[TilingField]:
         t = self.tiling

@@ -20,6 +20,7 @@ from ...schedules.analysis.row_program import RowAccessKind, input_dtypes, row_p
 from ...schedules.row_reduce import CHUNK_STREAMED
 from ...schedules.analysis.tile_values import buffer_size, expr_key
 from ...schedules.analysis.tir_walk import SBlock, expr_dtype, walk
+from ..tiling_func import numel_expr
 from ..cpp_types import cpp_type
 from ..kernel_parts import TilingField, emit_resident_columns, ident
 from ..kernel_printer import RowKernelPrinter
@@ -92,6 +93,10 @@ class RowReduceKernelPrinter(RowKernelPrinter):
         # one element stride, and a row slot holds the widest value
         self.stride, self.slot_bytes = tiling.plan.row_stride, tiling.plan.slot_bytes
         self.in_dtypes = input_dtypes(self.program)
+
+    def emit_tiling_body(self, buf, dims: dict) -> None:
+        """The host tiling function of a kernel over symbolic rows (tiling_func.py)."""
+        emit_row_tiling_body(buf, self.tiling, dims)
 
     def _ctype(self, name: str) -> str:
         """C++ element type of GM input ``name``."""
@@ -310,6 +315,24 @@ class RowReduceKernelPrinter(RowKernelPrinter):
 ACCUMULATE = {"sum": "c0 == 0 ? part : {acc} + part",
               "max": "(c0 == 0 || part > {acc}) ? part : {acc}",
               "min": "(c0 == 0 || part < {acc}) ? part : {acc}"}
+
+
+def emit_row_tiling_body(buf, tiling, dims: dict) -> None:
+    """``row_reduce_tiling_at`` in C++: a call's rows split over at most ``max_cores`` cores,
+    tiles of at most the rows the UB was sized for at the range's upper bound."""
+    rt = tiling.plan.runtime
+    total = numel_expr(rt.shapes.shapes[-1], dims)
+    buf.line(f"uint64_t total = static_cast<uint64_t>({total}) / {rt.out_cols};  // rows")
+    buf.line(f"uint64_t cores = total < {rt.max_cores} ? total : {rt.max_cores};")
+    buf.line("if (cores < 1) cores = 1;")
+    buf.line("uint64_t perCore = (total + cores - 1) / cores;")
+    buf.line(f"uint64_t tile = perCore < {rt.rows_cap} ? perCore : {rt.rows_cap};")
+    buf.line("uint64_t block = (perCore + tile - 1) / tile * tile;")
+    buf.line("out.tiling.rows = total;")
+    buf.line("out.tiling.blockRows = block;")
+    buf.line("out.tiling.tileRows = static_cast<uint32_t>(tile);")
+    buf.line(f"out.tiling.cols = {tiling.cols};")
+    buf.line("out.blockDim = static_cast<int64_t>((total + block - 1) / block);")
 
 
 class ChunkedRowKernelPrinter(RowReduceKernelPrinter):

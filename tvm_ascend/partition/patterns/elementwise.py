@@ -1,7 +1,7 @@
 """Elementwise and broadcast operators (one vector instruction or a short sequence each)."""
 from __future__ import annotations
 
-from tvm import relax
+from tvm import relax, tirx
 from tvm.relax.dpl.pattern import is_op, wildcard
 
 from ...decision import Decision
@@ -54,6 +54,17 @@ def static_shape(ty) -> bool:
         return all(isinstance(int(dim), int) for dim in shape.values)
     except (TypeError, AttributeError):
         return False
+
+
+def whole_dims_shape(ty) -> bool:
+    """Whether every entry of ``ty``'s shape is a constant or a whole symbolic dimension
+    (``(2, s, 8)``, not ``(2, s * 2)``): what run-time tiling takes (schedules/symbolic.py;
+    the template refuses a dimension without a range, naming it)."""
+    shape = getattr(ty, "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None:
+        return False
+    return all(isinstance(dim, (tirx.IntImm, tirx.Var)) for dim in values)
 
 
 def _operand_dtypes(name: str, out_dtype: str, arg_dtypes: list) -> Decision:
@@ -111,17 +122,18 @@ def check_elementwise_call(call) -> Decision:
     if not decision:
         return decision
     for ty in types:
-        if not static_shape(ty):
+        if not whole_dims_shape(ty):
             return Decision.no(f"{short_op_name(name)} has a dynamic shape {ty.shape}; give static "
-                               "shapes with --input_shape")
+                               "shapes (or ranges of whole dimensions) with --input_shape")
     if name == "relax.power":
         exponent = types[1]
-        if any(int(d) != 1 for d in exponent.shape.values):
+        if any(not isinstance(d, tirx.IntImm) or int(d) != 1 for d in exponent.shape.values):
             return Decision.no("power with a tensor exponent has no Ascend kernel yet (only a "
                                "constant scalar exponent); it runs on the host")
-    if not static_shape(out):
+    if not whole_dims_shape(out):
         return Decision.no(f"{short_op_name(name)} has a dynamic output shape; give --input_shape")
-    return Decision.yes(f"{short_op_name(name)} on {out.dtype}: vector unit")
+    tiled = "" if static_shape(out) else " (symbolic shape: tiled at run time)"
+    return Decision.yes(f"{short_op_name(name)} on {out.dtype}: vector unit{tiled}")
 
 
 def _registry_check(context) -> bool:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from tvm.relax.dpl.pattern import is_op, wildcard
 
 from ...decision import Decision
-from .elementwise import SUPPORTED_DTYPES, short_op_name, static_shape, tensor_type_of
+from tvm import tirx
+
+from .elementwise import (SUPPORTED_DTYPES, short_op_name, static_shape, tensor_type_of,
+                          whole_dims_shape)
 
 # relax op -> (operands, name of the axis attribute)
 REDUCTION_OPS = {
@@ -40,13 +43,22 @@ def check_reduction_call(call) -> Decision | None:
     if name not in REDUCTION_OPS:
         return None
     data = tensor_type_of(call.args[0])
-    if data is None or data.dtype not in SUPPORTED_DTYPES or not static_shape(data):
+    if data is None or data.dtype not in SUPPORTED_DTYPES or not whole_dims_shape(data):
         return Decision.no(f"{short_op_name(name)} needs a static {' or '.join(SUPPORTED_DTYPES)} "
                            "input; it runs on the host")
     rank = len(data.shape.values)
     axes = _axes(call, REDUCTION_OPS[name][1])
+    last = data.shape.values[-1] if rank else None
     if axes is not None and sorted(a % rank for a in axes) == [rank - 1]:
-        return Decision.yes(f"{short_op_name(name)} over the last axis: row-reduce kernel")
+        if not static_shape(data) and not isinstance(last, tirx.IntImm):
+            return Decision.no(f"{short_op_name(name)} reduces a symbolic axis ({last}); run-time "
+                               "tiling takes symbolic rows of static length only, so it runs on "
+                               "the host")
+        tiled = "" if static_shape(data) else " (symbolic rows: tiled at run time)"
+        return Decision.yes(f"{short_op_name(name)} over the last axis: row-reduce kernel{tiled}")
+    if not static_shape(data):
+        return Decision.no(f"{short_op_name(name)} over axes {axes} of a symbolic shape: only "
+                           "last-axis reductions are tiled at run time; it runs on the host")
     if axes is not None and name in AXIS_REDUCTION_OPS and _adjacent_not_last(axes, rank):
         return Decision.yes(f"{short_op_name(name)} over axes {axes}: axis-reduce kernel")
     return Decision.no(f"{short_op_name(name)} over axes {axes}: the row-reduce kernel reduces the "

@@ -1,0 +1,65 @@
+"""The ranges of symbolic dimensions, put on each group's PrimFunc for the templates.
+
+The frontend records the ranges given with ``--input_shape "x:2,1~64"`` on ``main``
+(``ir_attrs.DIM_RANGES``); a template plans a kernel over symbolic shapes from its PrimFunc
+alone, so every PrimFunc whose parameters hold a symbolic dimension carries the ranges of the
+dimensions it uses (``ir_attrs.DIM_BOUNDS``). TVM's FuseTIR does not keep attributes, so the
+merges copy them onto the PrimFuncs they make (``carry_bounds``).
+
+Example
+-------
+>>> lowered = with_dim_bounds(lowered, main_ranges(mod))          # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import json
+
+import tvm
+from tvm import tirx
+
+from .. import ir_attrs
+
+
+def main_ranges(mod: tvm.IRModule) -> dict:
+    """{dimension name: [lo, hi]} that the frontend recorded on ``main`` (none: {})."""
+    attrs = mod["main"].attrs
+    if not attrs or ir_attrs.DIM_RANGES not in attrs:
+        return {}
+    return json.loads(str(attrs[ir_attrs.DIM_RANGES]))
+
+
+def _symbols(prim: tirx.PrimFunc) -> list[str]:
+    names = []
+    for param in prim.params:
+        for dim in getattr(param, "shape", ()):
+            if isinstance(dim, tirx.Var) and str(dim.name) not in names:
+                names.append(str(dim.name))
+    return names
+
+
+def bounded(prim: tirx.PrimFunc, ranges: dict) -> tirx.PrimFunc:
+    """``prim`` with the ranges of the symbolic dimensions its parameters hold (those the
+    ranges name; a dimension without one is left for the template to refuse, naming it)."""
+    used = {name: ranges[name] for name in _symbols(prim) if name in ranges}
+    if not used:
+        return prim
+    return prim.with_attr(ir_attrs.DIM_BOUNDS, json.dumps(used, sort_keys=True))
+
+
+def with_dim_bounds(mod: tvm.IRModule, ranges: dict) -> tvm.IRModule:
+    """``mod`` with every PrimFunc over symbolic dimensions ``bounded``."""
+    if not ranges:
+        return mod
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, tirx.PrimFunc):
+            mod[gv] = bounded(func, ranges)
+    return mod
+
+
+def carry_bounds(prim: tirx.PrimFunc, *sources) -> tirx.PrimFunc:
+    """``prim`` (made by FuseTIR from ``sources``) with the ranges the sources carried."""
+    ranges: dict = {}
+    for source in sources:
+        if source is not None and source.attrs and ir_attrs.DIM_BOUNDS in source.attrs:
+            ranges.update(json.loads(str(source.attrs[ir_attrs.DIM_BOUNDS])))
+    return bounded(prim, ranges) if ranges else prim
