@@ -54,9 +54,10 @@ def _uses(func) -> dict:
 class _Match:
     """One attention over repeated K and V, as found: the vars it reads and what it removes."""
 
-    def __init__(self, q, k, v, groups, chain, softmax_axis, removed):
+    def __init__(self, q, k, v, groups, chain, softmax_axis, removed, casts=()):
         self.q, self.k, self.v, self.groups = q, k, v, groups
         self.chain = chain            # [(binding of the op, index of the scores operand)]
+        self.casts = list(casts)      # dtypes the probabilities are cast to, in order
         self.softmax_axis = softmax_axis
         self.removed = removed        # bindings whose ONNX nodes the new bindings take over
 
@@ -105,13 +106,20 @@ class _Finder:
             return None
         probs, v_rep = value.args
         v = self.repeat(v_rep)
+        # Casts of the probabilities before the PV matmul (TorchScript's float16 export casts
+        # them to float32 and back): elementwise, so they are re-emitted on the grouped rows
+        casts, cast_bindings = [], []
+        while call_name(self.values.get(probs)) == "relax.astype" and self._single(probs):
+            casts.append(str(self.values[probs].attrs.dtype))
+            cast_bindings.append(self.binding_of[probs])
+            probs = self.values[probs].args[0]
         soft = self.values.get(probs)
         if v is None or call_name(soft) != "relax.nn.softmax" or not self._single(probs):
             return None
         rank = len(static_dims(probs.ty) or [])
         if rank != 4 or int(soft.attrs.axis) % rank != 3:
             return None
-        chain, removed = [], [self.binding_of[probs]]
+        chain, removed = [], [*cast_bindings, self.binding_of[probs]]
         current = soft.args[0]
         while call_name(self.values.get(current)) in ELEMENTWISE_OPS:
             op = self.values[current]
@@ -136,7 +144,8 @@ class _Finder:
         if k is None or k[1] != v[1] or static_dims(q.ty) != static_dims(v_rep.ty):
             return None
         removed += [self.binding_of[k_t], *k[2], *v[2], binding]
-        return _Match(q, k[0], v[0], v[1], chain[::-1], int(soft.attrs.axis), removed)
+        return _Match(q, k[0], v[0], v[1], chain[::-1], int(soft.attrs.axis), removed,
+                      casts[::-1])
 
 
 @mutator
@@ -198,6 +207,8 @@ class _GroupedQueryRewriter(PyExprMutator, RecordedRewrite):
                     for i, a in enumerate(op.args)]
             scores = self._emit(relax.Call(op.op, args, op.attrs), key)
         probs = self._emit(relax.op.nn.softmax(scores, axis=-1), key)
+        for dtype in match.casts:
+            probs = self._emit(relax.op.astype(probs, dtype), key)
         out = self._emit(relax.op.matmul(probs, self.visit_expr(match.v)), key)
         out = self._emit(relax.op.reshape(out, [b, heads, seq, depth]), key)
         self.nodes.pop("__gqa")
