@@ -260,9 +260,11 @@ def test_a_concat_without_negated_pieces_is_left_alone():
     assert not _records(report, "NegatedConcatAsSign")
 
 
-def _gqa_attention(b, heads: int, kv_heads: int, seq: int, depth: int, mask_heads: int = 1):
+def _gqa_attention(b, heads: int, kv_heads: int, seq: int, depth: int, mask_heads: int = 1,
+                   casts: tuple = ()):
     """LLaMA's attention with grouped KV heads: K and V repeated (Unsqueeze, Expand, Reshape:
-    repeat_kv), scores scaled, a mask [2, mask_heads, S, S] added, Softmax, times V."""
+    repeat_kv), scores scaled, a mask [2, mask_heads, S, S] added, Softmax, the probabilities
+    cast to each ONNX dtype of ``casts`` in turn, times V."""
     g = heads // kv_heads
     q = b.input("q", (2, heads, seq, depth))
 
@@ -277,17 +279,26 @@ def _gqa_attention(b, heads: int, kv_heads: int, seq: int, depth: int, mask_head
                             b.const(np.asarray(depth ** -0.5))])
     mask = b.input("mask", (2, mask_heads, seq, seq))
     probs = b.node("Softmax", [b.node("Add", [scores, mask])], axis=-1)
+    for to in casts:
+        probs = b.node("Cast", [probs], to=to)
     out = b.node("MatMul", [probs, v])
     b.output(out, (2, heads, seq, depth))
     return out
 
 
+def _broadcasts(report) -> dict:
+    """group id -> shapes of its broadcast_to ops, for the groups that have one."""
+    found = {g["id"]: [o["shape"] for o in g["ops"] if o["op"] == "relax.broadcast_to"]
+             for g in report["groups"]}
+    return {gid: shapes for gid, shapes in found.items() if shapes}
+
+
 @pytest.mark.parametrize("soc,dtype", [("Ascend910B1", "float32"), ("Ascend310P3", "float16")])
 def test_grouped_query_attention_reads_k_and_v_without_repeating_them(soc, dtype):
     """Regression (issue 19, corpus LLaMA): repeat_kv was a copy kernel per layer for V (and
-    kept K's transpose out of its rotary kernel). The query heads of each KV head are now rows
-    of one attention over the KV heads; the mask's rows are repeated once for them. 4 query
-    heads over 2 KV heads, 19 positions (tails)."""
+    kept K's transpose out of its rotary kernel). The query heads of each KV head now share its
+    K and V along a group axis that the attention kernel reads with stride 0; the mask gains
+    the group axis as a view. 4 query heads over 2 KV heads, 19 positions (tails)."""
     b = ModelBuilder(dtype, seed=5)
     _gqa_attention(b, 4, 2, 19, 16)
     lib, report = _build(b, fusion_level="aggressive", soc_version=soc)
@@ -295,12 +306,27 @@ def test_grouped_query_attention_reads_k_and_v_without_repeating_them(soc, dtype
     assert record["applied"] and "repeated 2x" in record["reason"]
     attention = [g for g in report["groups"] if "AttentionFusion" in g["rules"]]
     assert len(attention) == 1 and attention[0]["on_npu"]
-    # K and V are read as they are: the only broadcast left is the mask's row repeat
-    repeats = [g for g in report["groups"] if any(o["op"] == "relax.broadcast_to"
-                                                  for o in g["ops"])]
-    assert len(repeats) == 1 and [o["shape"] for o in repeats[0]["ops"]
-                                  if o["op"] == "relax.broadcast_to"] == [[2, 1, 2, 19, 19]]
+    # K and V are read as they are: their broadcasts along the group axis are strides of the
+    # attention kernel, and no kernel repeats them (nor the mask)
+    assert _broadcasts(report) == {attention[0]["id"]: [[2, 2, 2, 19, 16]] * 2}
     assert report["kernels"]["host"] == 0
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+def test_grouped_query_attention_matches_through_the_casts_after_the_softmax(soc):
+    """Regression (issue 19, corpus LLaMA TorchScript op18 float16: 10 kernels per layer on
+    910B1, 9 now): the export casts the probabilities to float32 and back before P @ V, and
+    the match stopped at the Casts, so K and V were repeated. The Casts are re-emitted on the
+    grouped rows; K and V are read as they are."""
+    b = ModelBuilder("float16", seed=5)
+    _gqa_attention(b, 4, 2, 19, 16, casts=(TensorProto.FLOAT, TensorProto.FLOAT16))
+    _, report = _build(b, fusion_level="aggressive", soc_version=soc)
+    (record,) = _records(report, "GroupedQueryAttention").values()
+    assert record["applied"] and "repeated 2x" in record["reason"]
+    attention = [g for g in report["groups"] if "AttentionFusion" in g["rules"]]
+    assert len(attention) == 1 and attention[0]["on_npu"]
+    assert sum(o["op"] == "relax.astype" for o in attention[0]["ops"]) == 2
+    assert _broadcasts(report) == {attention[0]["id"]: [[2, 2, 2, 19, 16]] * 2}
 
 
 def test_grouped_query_attention_with_a_mask_per_query_head_is_left_with_the_reason():

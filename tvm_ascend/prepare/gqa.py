@@ -4,19 +4,25 @@ LLaMA-style decoders with fewer KV heads than query heads (``num_key_value_heads
 and V ``g = H / Hkv`` times before attention (``repeat_kv``: Unsqueeze, Expand, Reshape), a
 data-movement kernel per layer for V (and a broadcast inside K's rotary kernel that keeps K's
 transpose a kernel of its own). Query head ``h`` reads KV head ``h // g``, so the ``g`` query
-heads of one KV head are contiguous: ``Q`` viewed as ``[B, Hkv, g * S, D]`` (a reshape, no
-copy) attends to the ``Hkv`` heads of K and V as they are::
+heads of one KV head are contiguous: ``Q`` viewed as ``[B, Hkv, g, S, D]`` (a reshape, no
+copy) attends to K and V broadcast along a group axis (``expand_dims`` + ``broadcast_to``,
+which the attention kernel reads as a stride-0 index map, so nothing is copied)::
 
     scores = matmul(Q, permute(repeat(K)))      [B, H, S, S]
     out    = matmul(softmax(f(scores)), repeat(V))
       ->
-    scores = matmul(reshape(Q, [B, Hkv, g*S, D]), permute(K))      [B, Hkv, g*S, S]
-    out    = reshape(matmul(softmax(f'(scores)), V), [B, H, S, D])
+    scores = matmul(reshape(Q, [B, Hkv, g, S, D]), permute(bcast(K)))   [B, Hkv, g, S, S]
+    out    = reshape(matmul(softmax(f'(scores)), bcast(V)), [B, H, S, D])
+
+The group stays an axis of its own (not ``g * S`` rows of one head) so the attention's output
+``[B, Hkv, g, S, D]`` is an affine map of the heads' join after it (Transpose, Reshape to
+``[B, S, H * D]``): the join stays inside the attention kernel. K's transpose comes after its
+broadcast, so the kernel writing K (its rotary) keeps K's layout and K's head transpose.
 
 ``f`` is the chain of elementwise ops between the scores and the Softmax (the scale, the mask
-Add); an operand of it with one row per query position (the mask, ``[B, 1, S, S]``) is repeated
-``g`` times along its rows (once per model: the layers share the mask), one with a single row
-or a scalar is left as it is. The arithmetic is the same, element for element.
+Add); an operand of it with a head axis of 1 (the mask, ``[B, 1, S, S]``) gains the group axis
+as a unit axis (a reshape, once per model: the layers share the mask); one of rank 2 or less
+broadcasts as it is. The arithmetic is the same, element for element.
 
 Each rewrite leaves a record (``GroupedQueryAttention``) in the fusion report's
 ``prepare_rewrites``; an attention that repeats K and V but does not fit the pattern (an
@@ -28,7 +34,6 @@ Example
 """
 from __future__ import annotations
 
-import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
@@ -38,7 +43,6 @@ from ..partition.patterns.elementwise import ELEMENTWISE_OPS
 from .relax_rewrite import (RecordedRewrite, bindings, call_name, const_value, static_dims)
 
 GROUPED_QUERY_ATTENTION = "GroupedQueryAttention"
-_TILE = "repeat its rows"  # a side operand with one row per query position
 
 
 def _uses(func) -> dict:
@@ -54,9 +58,10 @@ def _uses(func) -> dict:
 class _Match:
     """One attention over repeated K and V, as found: the vars it reads and what it removes."""
 
-    def __init__(self, q, k, v, groups, chain, softmax_axis, removed):
+    def __init__(self, q, k, v, groups, chain, softmax_axis, removed, casts=()):
         self.q, self.k, self.v, self.groups = q, k, v, groups
         self.chain = chain            # [(binding of the op, index of the scores operand)]
+        self.casts = list(casts)      # dtypes the probabilities are cast to, in order
         self.softmax_axis = softmax_axis
         self.removed = removed        # bindings whose ONNX nodes the new bindings take over
 
@@ -105,13 +110,20 @@ class _Finder:
             return None
         probs, v_rep = value.args
         v = self.repeat(v_rep)
+        # Casts of the probabilities before the PV matmul (TorchScript's float16 export casts
+        # them to float32 and back): elementwise, so they are re-emitted on the grouped rows
+        casts, cast_bindings = [], []
+        while call_name(self.values.get(probs)) == "relax.astype" and self._single(probs):
+            casts.append(str(self.values[probs].attrs.dtype))
+            cast_bindings.append(self.binding_of[probs])
+            probs = self.values[probs].args[0]
         soft = self.values.get(probs)
         if v is None or call_name(soft) != "relax.nn.softmax" or not self._single(probs):
             return None
         rank = len(static_dims(probs.ty) or [])
         if rank != 4 or int(soft.attrs.axis) % rank != 3:
             return None
-        chain, removed = [], [self.binding_of[probs]]
+        chain, removed = [], [*cast_bindings, self.binding_of[probs]]
         current = soft.args[0]
         while call_name(self.values.get(current)) in ELEMENTWISE_OPS:
             op = self.values[current]
@@ -136,7 +148,8 @@ class _Finder:
         if k is None or k[1] != v[1] or static_dims(q.ty) != static_dims(v_rep.ty):
             return None
         removed += [self.binding_of[k_t], *k[2], *v[2], binding]
-        return _Match(q, k[0], v[0], v[1], chain[::-1], int(soft.attrs.axis), removed)
+        return _Match(q, k[0], v[0], v[1], chain[::-1], int(soft.attrs.axis), removed,
+                      casts[::-1])
 
 
 @mutator
@@ -149,7 +162,7 @@ class _GroupedQueryRewriter(PyExprMutator, RecordedRewrite):
         super().__init__(mod)
         self._setup(func, "gqa")
         self.finder = _Finder(func)
-        self.tiled: dict = {}  # side operand var -> its rows repeated g times (shared)
+        self.five: dict = {}  # side operand var -> it with the group axis (shared)
 
     def visit_var_binding_(self, binding):
         self.current = binding.var.name
@@ -159,7 +172,7 @@ class _GroupedQueryRewriter(PyExprMutator, RecordedRewrite):
             return
         sides = [self._side_shape(b.value.args[1 - i] if len(b.value.args) == 2 else None,
                                   match) for b, i in match.chain]
-        refusal = next((s for s in sides if s not in (None, _TILE)), None)
+        refusal = next((s for s in sides if s is not None), None)
         if refusal:
             self.note(False, f"attention over repeated K and V kept: {refusal}")
             super().visit_var_binding_(binding)
@@ -167,8 +180,8 @@ class _GroupedQueryRewriter(PyExprMutator, RecordedRewrite):
         self.set_var_remap(binding.var, self._emit_grouped(match))
 
     def _side_shape(self, side, match):
-        """None when ``side`` broadcasts against grouped scores as it is, _TILE when its rows
-        must be repeated, a reason string when neither."""
+        """None when ``side`` broadcasts against the grouped scores (as it is or with the
+        group axis added), else the reason it does not."""
         if side is None:
             return None
         dims = static_dims(side.ty if isinstance(side, relax.Var) else side.ty)
@@ -177,7 +190,7 @@ class _GroupedQueryRewriter(PyExprMutator, RecordedRewrite):
         dims = [1] * (4 - len(dims)) + dims
         if len(dims) != 4 or dims[1] != 1:
             return "an operand of the scores' elementwise chain differs per query head"
-        return None if dims[2] == 1 else _TILE
+        return None
 
     def _node(self, key: str, members) -> str:
         names = [str(self.nodes.get(b.var.name, "")) for b in members]
@@ -189,45 +202,49 @@ class _GroupedQueryRewriter(PyExprMutator, RecordedRewrite):
         hkv, g = heads // match.groups, match.groups
         removed = match.removed
         key = self._node("__gqa", removed)
-        q = self._emit(relax.op.reshape(self.visit_expr(match.q), [b, hkv, g * seq, depth]), key)
-        k_t = self._emit(relax.op.permute_dims(self.visit_expr(match.k), [0, 1, 3, 2]), key)
+        # Q as [B, Hkv, g, S, D] (a view); K and V broadcast along the group axis g
+        q = self._emit(relax.op.reshape(self.visit_expr(match.q), [b, hkv, g, seq, depth]), key)
+        # K's transpose last: a kernel writing K (its rotary) keeps K's own layout, and the
+        # attention reads the broadcast and the transpose as strides
+        k = self._emit(relax.op.expand_dims(self.visit_expr(match.k), [2]), key)
+        k = self._emit(relax.op.broadcast_to(k, [b, hkv, g, seq, depth]), key)
+        k_t = self._emit(relax.op.permute_dims(k, [0, 1, 2, 4, 3]), key)
         scores = self._emit(relax.op.matmul(q, k_t), key)
         for op_binding, index in match.chain:
             op = op_binding.value
-            args = [scores if i == index else self._grouped_side(a, g, op_binding)
+            args = [scores if i == index else self._grouped_side(a, op_binding)
                     for i, a in enumerate(op.args)]
             scores = self._emit(relax.Call(op.op, args, op.attrs), key)
         probs = self._emit(relax.op.nn.softmax(scores, axis=-1), key)
-        out = self._emit(relax.op.matmul(probs, self.visit_expr(match.v)), key)
+        for dtype in match.casts:
+            probs = self._emit(relax.op.astype(probs, dtype), key)
+        v = self._emit(relax.op.expand_dims(self.visit_expr(match.v), [2]), key)
+        v = self._emit(relax.op.broadcast_to(v, [b, hkv, g, seq, depth]), key)
+        out = self._emit(relax.op.matmul(probs, v), key)
         out = self._emit(relax.op.reshape(out, [b, heads, seq, depth]), key)
         self.nodes.pop("__gqa")
         self.note(True, f"attention of {heads} query heads over {hkv} KV heads repeated {g}x: "
-                        f"the query heads of each KV head as {g * seq} rows of it (a view), so K "
-                        "and V are read as they are and not repeated")
+                        f"the {g} query heads of each KV head share its K and V (a broadcast "
+                        "axis), so K and V are read as they are and not repeated")
         return out
 
-    def _grouped_side(self, side, g, reader):
-        """``side`` (an operand of the scores' chain) against grouped scores: its query rows
-        repeated ``g`` times where it has one per query position."""
+    def _grouped_side(self, side, reader):
+        """``side`` (an operand of the scores' chain) against the grouped scores
+        [B, Hkv, g, S, S]: one with a head axis (of 1) gains the group axis as a unit axis
+        (a view), so it broadcasts over the group; lower ranks broadcast as they are."""
         dims = static_dims(side.ty)
-        full = [1] * (4 - len(dims)) + dims
-        if full[2] == 1:
+        if len(dims) < 3:
             return self.visit_expr(side)
-        rows = [full[0], 1, g * full[2], full[3]]
+        full = [1] * (4 - len(dims)) + dims
+        five = [full[0], 1, 1, full[2], full[3]]
         value = const_value(side, {}) if isinstance(side, Constant) else None
         if value is not None:
-            return relax.const(np.tile(value.reshape(full), (1, 1, g, 1)), str(side.ty.dtype))
-        if side in self.tiled:
-            return self.tiled[side]
-        key = self._node("__tile", [reader])  # the mask's repeat is its reader's (the Add)
-        four = self.visit_expr(side)
-        if len(dims) != 4:
-            four = self._emit(relax.op.reshape(four, full), key)
-        wide = self._emit(relax.op.expand_dims(four, [2]), key)
-        wide = self._emit(relax.op.broadcast_to(wide, [full[0], 1, g, full[2], full[3]]), key)
-        self.tiled[side] = self._emit(relax.op.reshape(wide, rows), key)
-        self.nodes.pop(key)
-        return self.tiled[side]
+            return relax.const(value.reshape(five), str(side.ty.dtype))
+        if side not in self.five:
+            key = self._node("__five", [reader])  # the mask's reshape is its reader's (the Add)
+            self.five[side] = self._emit(relax.op.reshape(self.visit_expr(side), five), key)
+            self.nodes.pop(key)
+        return self.five[side]
 
 
 def grouped_query_attention(mod: tvm.IRModule) -> tvm.IRModule:
