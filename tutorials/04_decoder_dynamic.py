@@ -14,10 +14,12 @@ an error naming the input, the dimension and the gears (below it is caught and p
 
 The second way is a symbolic range, ``input_shape={"input_ids": (2, "2~32")}`` (ATC 9's
 ``--input_shape=input_ids:2,2~32``): one build runs every length in the range. tvm-ascend
-imports it, but its AscendC kernels are compiled for static shapes and run-time tiling is not
-implemented yet, so every op whose shape depends on the symbol runs on the host (TVM's llvm
-build). The fusion report's ``dynamic`` section says so, op by op; the tutorial prints it.
-Use gears to put a dynamic model on the NPU today.
+imports it; elementwise and row-reduction kernels over the symbol are tiled at run time (a
+host tiling function fills each kernel's tiling struct from the actual length), but matmuls,
+attention and a Softmax over the symbolic keys are not yet, so those ops run on the host
+(TVM's llvm build). The fusion report's ``dynamic`` section says so, op by op, and lists the
+kernels tiled at run time; the tutorial prints both. Use gears to put the whole model on the
+NPU today.
 
 The model is the corpus's tiny GPT-2 (2 layers, hidden 64, 4 heads, 32 positions), exported
 by ``torch.onnx.export(..., dynamo=True)`` with the sequence dimension dynamic
@@ -105,8 +107,9 @@ def main() -> None:
     except ValueError as err:
         print(f"  seq {odd} (in no gear) is refused: {err}")
 
-    # (b) A symbolic range: one build for every length in 2~32. The ops that depend on seq
-    #     run on the host (no run-time tiling yet); the report's dynamic section lists them.
+    # (b) A symbolic range: one build for every length in 2~32. Vector kernels over seq are
+    #     tiled at run time; matmuls and attention over seq still run on the host, and the
+    #     report's dynamic section lists both.
     low, high = 2, 32  # the export's 32 positions bound the length
     symbolic = tvm_ascend.build(str(MODEL), target="ascend", config=CompileConfig(
         soc_version=SOC, input_shape={"input_ids": (BATCH, f"{low}~{high}"),
@@ -115,7 +118,7 @@ def main() -> None:
     host_ops = dynamic["host_ops"]
     print(f"\n(b) symbolic range seq in {dynamic['symbolic_dims']['seq']['range']}: "
           f"{dynamic['npu_kernels']} NPU kernels, {len(host_ops)} ops on the host because of "
-          f"seq (run-time tiling: {'yes' if dynamic['runtime_tiling'] else 'not implemented'})")
+          f"seq; {len(dynamic['runtime_tiling']['kernels'])} kernel(s) tiled at run time")
     counts: dict = {}
     for op in host_ops:
         counts[op["op"]] = counts.get(op["op"], 0) + 1
@@ -148,7 +151,7 @@ def main() -> None:
         print(f"{name:<27}{launches:>9}{rep['estimate']['hbm_bytes']:>12}"
               f"{rep['estimate']['latency_us']:>10.1f}")
     print("(est. us: ESTIMATES from the timing model, not measured; the symbolic build has no "
-          "NPU estimate: its seq-dependent ops run on the host)")
+          "single NPU estimate: part of it runs on the host)")
     path, reason = find_atc()
     print(reason or f"real atc: found at {path}; run it with --model={MODEL.name} "
           f"--framework=5 --soc_version={SOC} --input_format=ND --dynamic_dims=\"{dims}\" "
