@@ -34,7 +34,11 @@ Its bytes are the staged kernel's; ``cost_model.attention_timing`` times it. Whe
 partitioner found the Where's condition (or the additive mask) to be a causal constant
 (``CausalOperand``, partition/causal.py) and skipping is exact (``causal_skip``), the flash
 kernel visits per query block only the keys its rows see and masks only the diagonal blocks
-(``CausalSkip``; its bytes, MACs and calls counted block by block, ``key_blocks``).
+(``CausalSkip``; its bytes, MACs and calls counted block by block, ``key_blocks``). Beside a
+padding mask (GPT-2's TorchScript form) a row may see only padded keys and then take the
+hidden ones too: the kernel checks each query block at run time and visits the skipped blocks
+where a row needs them (``CausalSkip.recheck``). The plan and its estimate count the check
+and no fallback; ``fallback_traffic`` is what each fallback adds (the emulator counts both).
 
 K and V are read once per query block (``seq_q / base_q`` times in all): the FlashAttention
 I/O bound, Theta(S^2 d^2 / M) for on-chip memory M. Keeping a head's K and V resident in L1
@@ -44,6 +48,7 @@ per call, and the emulator models no cross-core programs, so that is not done he
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import tvm
@@ -71,20 +76,41 @@ HALF_SCORE_BYTES = 2
 CAUSAL_FILL_AT_MOST = -1e4
 
 
+# a row falls back to the skipped key blocks unless its running maximum lies more than this
+# above every skipped key's score: exp(score - max) is then 0 in float (exp underflows to 0
+# below -103.98), so those keys add exactly nothing to the row's sum and product
+RECHECK_GAP = 128.0
+
+
 @dataclass(frozen=True)
 class CausalSkip:
     """The flash kernel's key blocks of a causal attention: query ``i`` sees key ``j`` iff
     ``j <= i + offset``, by the Where's condition (``role`` "keep") or the additive mask
     ("mask"), a constant the partitioner checked (``CausalOperand``). Per query block the
     kernel visits the keys up to its last row's last visible one; the blocks every row sees
-    whole skip the condition's (mask's) load and its vector work, the diagonal ones keep it."""
+    whole skip the condition's (mask's) load and its vector work, the diagonal ones keep it.
+
+    ``recheck`` (a padding mask beside the causal condition): a row whose every visible key
+    is padded scores them as low as the hidden ones, and its softmax takes the hidden keys
+    too. The kernel then visits whole key blocks (the blocks of the kernel that visits every
+    key, so the two compute alike) and, per query block, checks at run time whether some
+    row's running maximum lies within ``RECHECK_GAP`` of what a skipped key scores: "fill"
+    (the Where holds the mask: the fill) or "fill+mask" (the fill plus the padding mask's
+    largest value over the skipped keys, read at run time); such a query block visits the
+    skipped key blocks too (``skipped_blocks``), so every row gets what every block
+    visited gives."""
 
     role: str
     offset: int
+    recheck: str = ""  # "", "fill" or "fill+mask"
 
-    def visible_keys(self, q_off: int, rows: int, seq_kv: int) -> int:
-        """Keys the query block of ``rows`` rows from ``q_off`` visits (a prefix)."""
-        return min(seq_kv, q_off + rows + self.offset)
+    def visible_keys(self, q_off: int, rows: int, seq_kv: int, base_kv: int = 1) -> int:
+        """Keys the query block of ``rows`` rows from ``q_off`` visits (a prefix; whole
+        blocks of ``base_kv`` keys where the kernel rechecks)."""
+        seen = min(seq_kv, q_off + rows + self.offset)
+        if self.recheck:
+            seen = min(seq_kv, round_up(seen, base_kv))
+        return seen
 
     def needs_mask(self, q_off: int, kv_off: int, kv: int) -> bool:
         """Whether the key block of ``kv`` keys from ``kv_off`` hides a key from some row of
@@ -194,9 +220,9 @@ def _facts_of(func) -> tuple[tuple[CausalOperand, ...], dict]:
 def causal_skip(func, shape: AttentionShape) -> tuple[CausalSkip | None, str]:
     """(the key blocks the flash kernel may skip, why or why not): where the Where's
     condition or the additive mask is a causal constant (a partitioner's fact) read as
-    ``[row, col]`` itself, and skipping is exact: nothing else can hide a row's every
-    visible key (which would leave the row's softmax over the fill values of every key),
-    and the masked value underflows exp against any visible score."""
+    ``[row, col]`` itself, and skipping is exact: the masked value underflows exp against any
+    visible score, and where another mask could hide a row's every visible key, what a
+    skipped key scores is bounded at run time (``_recheck``) so that such rows fall back."""
     causal, scalars = _facts_of(func)
     facts = {f.param: f for f in causal}
     for role, op in (("keep", shape.keep), ("mask", shape.mask)):
@@ -209,12 +235,9 @@ def causal_skip(func, shape: AttentionShape) -> tuple[CausalSkip | None, str]:
         if any(op.batch_coefs) or op.base or op.col_stride != 1 or op.row_stride != fact.width:
             return None, (f"the causal {what} {op.param} is read through another index map "
                           "than its own rows: every key block visited")
-        other = shape.mask if role == "keep" else shape.keep
-        if other is not None:
-            return None, (f"the causal {what} {op.param} (j <= i + {fact.offset}) is not the "
-                          f"only mask: {other.param} could hide a row's every visible key, "
-                          "whose softmax would then take the skipped keys too; every key "
-                          "block visited")
+        recheck, why = _recheck(shape, role, what, op, fact)
+        if recheck is None:
+            return None, why
         if role == "mask":
             masked = fact.masked_below * shape.mask_coef
         elif shape.fill_param is None:
@@ -226,11 +249,38 @@ def causal_skip(func, shape: AttentionShape) -> tuple[CausalSkip | None, str]:
                 (role == "mask" and shape.mask_coef <= 0):
             return None, (f"the causal {what} {op.param} masks to a value not known to be "
                           f"<= {CAUSAL_FILL_AT_MOST:g}: every key block visited")
-        return CausalSkip(role, fact.offset), (
+        return CausalSkip(role, fact.offset, recheck), (
             f"causal {what} {op.param} (constant, key j <= query i + {fact.offset}): the "
             "flash kernel (method 'flash') visits only the key blocks a query block sees and "
-            "masks only the diagonal ones")
+            "masks only the diagonal ones" + why)
     return None, ""
+
+
+def _recheck(shape: AttentionShape, role: str, what: str, op, fact) -> tuple[str | None, str]:
+    """(the run-time check the skip needs beside another mask, '' for none; None where the
+    skip is not exact, with the reason), and what the report adds about it."""
+    other = shape.mask if role == "keep" else shape.keep
+    if other is None:
+        return "", ""
+    if role == "mask":  # Where(keep, S + causal, fill): a skipped key's score depends on S
+        return None, (f"the causal {what} {op.param} (j <= i + {fact.offset}) is not the "
+                      f"only mask: the condition {other.param} could hide a row's every "
+                      "visible key, and what a skipped key then scores depends on its score; "
+                      "every key block visited")
+    if shape.mask_inside:
+        recheck, bound = "fill", "the Where's fill"
+    elif other.row_stride == 0:
+        recheck, bound = "fill+mask", (f"the fill plus {other.param}'s largest value over "
+                                       "the skipped keys")
+    else:
+        return None, (f"the causal {what} {op.param} (j <= i + {fact.offset}) is not the "
+                      f"only mask: {other.param} (a row per query, added after the Where) "
+                      "could hide a row's every visible key, and bounding what the skipped "
+                      "keys score would read all of it; every key block visited")
+    return recheck, (f"; beside the padding mask {other.param} in whole key blocks, and a query "
+                     f"block with a row whose running maximum is within {RECHECK_GAP:g} of "
+                     f"{bound} (its visible keys all padded) visits the skipped blocks too "
+                     "(checked at run time): exact for every row")
 
 
 @cached_by_identity
@@ -367,11 +417,40 @@ def key_blocks(shape, base_q: int, base_kv: int, causal: CausalSkip | None = Non
     query block sees, ``masked`` only where some row of it has a key hidden."""
     blocks = []
     for q_off, q in zip(range(0, shape.seq_q, base_q), pieces(shape.seq_q, base_q)):
-        seen = causal.visible_keys(q_off, q, shape.seq_kv) if causal else shape.seq_kv
+        seen = causal.visible_keys(q_off, q, shape.seq_kv, base_kv) if causal else \
+            shape.seq_kv
         keys = [(kv_off, kv, causal is None or causal.needs_mask(q_off, kv_off, kv))
                 for kv_off, kv in zip(range(0, seen, base_kv), pieces(seen, base_kv))]
         blocks.append((q_off, q, keys))
     return blocks
+
+
+def skipped_blocks(shape, base_q: int, base_kv: int, causal: CausalSkip | None) -> list:
+    """Per query block (``key_blocks``' order) the key blocks a rechecking causal kernel
+    visits only where the run-time check finds a row that needs them (all masked); empty
+    lists without a recheck. The plan's bytes and calls are those of no fallback."""
+    found = []
+    for q_off, q, keys in key_blocks(shape, base_q, base_kv, causal):
+        seen = sum(kv for _, kv, _ in keys)
+        rest = shape.seq_kv - seen if causal is not None and causal.recheck else 0
+        found.append((q_off, q, [(seen + off, kv, True) for off, kv in
+                                 zip(range(0, rest, base_kv), pieces(rest, base_kv))]))
+    return found
+
+
+def fallback_traffic(plan: AttentionPlan, soc) -> list[dict]:
+    """Per query block (of one batch*head), the GM bytes and MACs of its fallback pass over
+    the skipped key blocks (``skipped_blocks``): what a work item adds to the plan's counts
+    where the run-time check finds a row that needs them."""
+    shape = dataclasses.replace(plan.shape, batch_extents=(1,))
+    plain = CausalSkip(plan.causal.role, plan.causal.offset) if plan.causal else None
+    found = []
+    for q_off, q, keys in skipped_blocks(plan.shape, plan.base_q, plan.base_kv, plan.causal):
+        traffic = _traffic(shape, soc, [(q_off, q, keys)], plan.base_k_qk, plan.score_bytes,
+                           plain)
+        traffic["tensor_write_bytes"] = 0  # the item writes its output rows once, after
+        found.append(traffic)
+    return found
 
 
 def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs,
@@ -452,7 +531,7 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs,
                       workspace_write_bytes=traffic["workspace_write_bytes"],
                       scalar_elems=_scalar_tails(shape, soc, base_q, base_kv),
                       extra_vector_calls=_busiest_core_calls(
-                          shape, schedule, base_q, per_core, score_bytes, causal)
+                          shape, schedule, base_q, per_core, score_bytes, causal, base_kv)
                       if flash else 0,
                       aiv_ratio=clients, round_tiles=round_blocks,
                       attention_blocks=ceil_div(sum(len(keys) for _, _, keys in schedule),
@@ -464,11 +543,11 @@ def plan_attention(shape: AttentionShape, soc, knobs: AttentionKnobs,
 
 
 def _busiest_core_calls(shape, schedule, base_q: int, per_core: int, score_bytes: int,
-                        causal: CausalSkip | None) -> int:
+                        causal: CausalSkip | None, base_kv: int = 0) -> int:
     """Vector calls of the core whose ``per_core`` contiguous items issue the most (items
     run batch*head by batch*head, ``schedule``'s query blocks in turn)."""
-    per_item = [_flash_vector_calls(shape, base_q, keys, score_bytes, causal)
-                for _, _, keys in schedule]
+    per_item = [_flash_vector_calls(shape, base_q, keys, score_bytes, causal) +
+                _recheck_calls(shape, base_kv, keys, causal) for _, _, keys in schedule]
     calls = [per_item[i % len(per_item)] for i in range(shape.batch * len(per_item))]
     return max(sum(calls[i:i + per_core]) for i in range(0, len(calls), per_core))
 
@@ -502,6 +581,21 @@ def _flash_vector_calls(shape, base_q: int, keys: list, score_bytes: int = SCORE
                 pitch = round_up(kv, 16 if score_bytes == HALF_SCORE_BYTES else 8)
                 block += 3 if round_up(kv, 32) == pitch else 3 * rows
         calls += block
+    return calls
+
+
+def _recheck_calls(shape, base_kv: int, keys: list, causal: CausalSkip | None) -> int:
+    """Vector calls of a query block's run-time check (codegen ``emit_recheck``), where it
+    skipped keys: per block of skipped keys the padding mask row's cast, coefficient and
+    maximum ("fill+mask"), then each row's gap to the skipped scores and their least."""
+    rest = shape.seq_kv - sum(kv for _, kv, _ in keys)
+    if causal is None or not causal.recheck or rest <= 0:
+        return 0
+    calls = 2  # Adds (each row's gap), ReduceMin
+    if causal.recheck == "fill+mask":
+        per_block = 1 + (1 if dtype_bytes(shape.dtype) == 2 else 0) + \
+            (1 if shape.mask_coef != 1.0 else 0)
+        calls += per_block * len(pieces(rest, base_kv))
     return calls
 
 
@@ -547,6 +641,9 @@ def _traffic(shape, soc, schedule, base_k_qk, score_bytes=SCORE_BYTES,
     split = soc.npu_arch == 2201
     t_read = w_read = w_write = macs = operand = cube_ws = 0
     for _, q, keys in schedule:
+        if causal is not None and causal.recheck == "fill+mask":
+            # the run-time check reads the padding mask's row over the skipped keys
+            t_read += (shape.seq_kv - sum(kv for _, kv, _ in keys)) * e
         for _, kv, masked in keys:
             t_read += (q + kv) * shape.head_dim * e + kv * shape.head_dim * e
             operand += (q + kv) * shape.head_dim * e + kv * shape.head_dim * e

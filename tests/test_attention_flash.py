@@ -4,12 +4,12 @@ the AIC ahead of the softmax. onnxruntime's numbers and the staged kernel's, cou
 the plan, refused on coupled chips, chosen by the estimate."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 import tvm_ascend
+from attention_runs import (check_counters, fallback_counts, fallen_back, forced,
+                            partitioned_attention, run)
 from conftest import TOLERANCES, run_onnxruntime
 from onnx_models import attention_model
 from build_checks import fused_prim_func
@@ -23,35 +23,6 @@ from tvm_ascend.schedules.tiling import pieces
 from tvm_ascend.soc import get_soc
 
 B1, P3 = get_soc("Ascend910B1"), get_soc("Ascend310P3")
-
-
-def _forced(monkeypatch, **overrides):
-    """Every attention plan of the next builds with ``overrides`` on its knobs (the
-    partitioner would otherwise keep the faster estimate)."""
-    def plan(analysis, soc, knobs=None):
-        return plan_attention(analysis.shape, soc,
-                              dataclasses.replace(knobs or AttentionKnobs(), **overrides),
-                              analysis.causal)
-    monkeypatch.setattr(AttentionSchedule, "plan", staticmethod(plan))
-
-
-def _run(mb, target="ascend"):
-    """(output, the attention group's report entry, its launch's counters)."""
-    lib = tvm_ascend.build(mb.model(), target=target,
-                           config=tvm_ascend.CompileConfig(fusion_level="aggressive"))
-    (group,) = [g for g in lib.fusion_report()["groups"]
-                if g["on_npu"] and g["tiling"]["template"] == "attention"]
-    (out,) = lib.run(mb.feeds)
-    (launch,) = [p for p in lib.profile() if p["kernel"] == group["kernel"]]
-    return out, group, launch, lib.kernel_sources()[group["kernel"]]
-
-
-def _check_counters(group, launch):
-    tiling = group["tiling"]
-    assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
-    assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
-    assert launch["cube_macs"] == tiling["work"]["cube_macs"]
-    assert launch["peak_ub_bytes"] == tiling["ub_bytes"] and launch["warnings"] == []
 
 
 CASES = {
@@ -75,8 +46,8 @@ def test_flash_matches_onnxruntime_and_the_staged_kernel(monkeypatch, case):
     heads = 3 if knobs else 2
     mb = attention_model(batch=2 if not knobs else 1, heads=heads, **model_args)
     dtype = model_args["dtype"]
-    _forced(monkeypatch, method="flash", **knobs)
-    out, group, launch, source = _run(mb)
+    forced(monkeypatch, method="flash", **knobs)
+    out, group, launch, source = run(mb)
     plan, work = group["tiling"]["plan"], group["tiling"]["work"]
     assert plan["method"] == "flash" and work["aiv_ratio"] == 2 and launch["task_ratio"] == 2
     assert launch["block_dim"] == -(-group["tiling"]["cores"] // 2)
@@ -88,15 +59,15 @@ def test_flash_matches_onnxruntime_and_the_staged_kernel(monkeypatch, case):
     (ref,) = run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
                                **TOLERANCES["cube/" + dtype])
-    _check_counters(group, launch)
+    check_counters(group, launch)
     if knobs:
         assert plan["round_blocks"] == 13 and work["attention_blocks"] == 19
         assert (group["tiling"]["cores"], group["tiling"]["block_len"]) == (29, 2)
         assert launch["block_dim"] == 15
     # the staged kernel: the same products (its row sums reduce in another order), the
     # same bytes
-    _forced(monkeypatch, method="staged", **knobs)
-    staged, staged_group, staged_launch, _ = _run(mb)
+    forced(monkeypatch, method="staged", **knobs)
+    staged, staged_group, staged_launch, _ = run(mb)
     assert staged_group["tiling"]["plan"]["method"] == "staged"
     np.testing.assert_allclose(out.astype(np.float64), staged.astype(np.float64),
                                **TOLERANCES["cube/" + dtype])
@@ -110,16 +81,23 @@ def test_flash_takes_causal_masks(monkeypatch, where, dtype):
     """GPT-2's Where(causal, S / sqrt(d), lowest) + padding mask, and the Where around the
     additive mask: a bool condition block per score tile, as the staged kernel reads it. At
     70 keys some causal rows have every key padded away (all scores the lowest float): they
-    average V as the graph's softmax does (the running maxima start at the lowest float)."""
+    average V as the graph's softmax does (the running maxima start at the lowest float).
+    The causal skip beside the padding mask (test_attention_causal_padding): fp16's one key
+    block of 70 skips nothing; fp32's query block 0 skips keys 64..69 unless a row of it has
+    its visible keys padded, and the counters count the fallbacks that ran."""
     mb = causal_attention_model(where=where, dtype=dtype, seq=70)
-    _forced(monkeypatch, method="flash")
-    out, group, launch, source = _run(mb)
+    plans = forced(monkeypatch, method="flash")
+    out, group, launch, source = run(mb)
     assert group["tiling"]["plan"]["method"] == "flash"
     assert "AscendC::Select(row, keepBits, row," in source
     (ref,) = run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
                                **TOLERANCES["cube/" + dtype])
-    _check_counters(group, launch)
+    plan = [t for t in plans if t.plan.causal is not None][-1].plan
+    assert plan.causal.recheck == ("fill" if where == "inside" else "fill+mask")
+    items = fallen_back(mb.feeds, plan, float(np.finfo(mb.np_dtype).min), where == "inside")
+    assert bool(items) == (where == "inside")  # both batches pad key 0: row 0 sees no other
+    check_counters(group, launch, fallback_counts(plan, B1, items))
 
 
 def test_flash_on_a_sequence_larger_than_the_ub_and_l1_half():
@@ -128,13 +106,13 @@ def test_flash_on_a_sequence_larger_than_the_ub_and_l1_half():
     estimate on 910B."""
     mb = attention_model(batch=1, heads=1, seq=1100, dim=64, proj=False, mask="row",
                          dtype="float16")
-    out, group, launch, _ = _run(mb)
+    out, group, launch, _ = run(mb)
     assert group["tiling"]["plan"]["method"] == "flash"
     assert 2 * 1100 * 64 * 2 > max(B1.ub_bytes, B1.l1_bytes // 2)
     (ref,) = run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
                                **TOLERANCES["cube/float16"])
-    _check_counters(group, launch)
+    check_counters(group, launch)
 
 
 def test_flash_is_refused_on_coupled_chips_and_stays_out_of_their_variants():
@@ -217,8 +195,8 @@ def test_flash_half_score_tiles_match_numpy(monkeypatch, seq):
     an exact one and a 1-key tail (513), several clients; bytes equal the emulator's."""
     mb = attention_model(batch=1, heads=3, seq=seq, dim=64, proj=False, mask="row",
                          dtype="float16")
-    _forced(monkeypatch, method="flash")
-    out, group, launch, source = _run(mb)
+    forced(monkeypatch, method="flash")
+    out, group, launch, source = run(mb)
     plan = group["tiling"]["plan"]
     assert plan["score_bytes"] == 2 and group["tiling"]["cores"] > 2
     assert "using SHType = matmul::MatmulType<AscendC::TPosition::VECIN, " \
@@ -227,7 +205,7 @@ def test_flash_half_score_tiles_match_numpy(monkeypatch, seq):
     assert "rowSum.GetValue(r)" not in source  # no scalar unit in the normalisation
     np.testing.assert_allclose(out.astype(np.float64), _numpy_attention(mb.feeds, 64),
                                **TOLERANCES["cube/float16"])
-    _check_counters(group, launch)
+    check_counters(group, launch)
     ws = sum(2 * q * kv + 2 * q * kv + 4 * q * 64 for q in pieces(seq, 64)
              for kv in pieces(seq, 128))
     assert group["tiling"]["work"]["workspace_read_bytes"] == 3 * ws
@@ -243,8 +221,8 @@ def test_flash_where_on_whole_tiles(monkeypatch, where, dtype, seq):
     64 + 36 in fp32); a condition broadcast over the queries gets its bits once. The masks'
     blocks are cast at once."""
     mb = causal_attention_model(where=where, dtype=dtype, seq=seq)
-    _forced(monkeypatch, method="flash")
-    out, group, launch, source = _run(mb)
+    plans = forced(monkeypatch, method="flash")
+    out, group, launch, source = run(mb)
     if where == "rows":
         assert "if (keepPitch == pitch)" not in source
         assert "AscendC::Compares(keepBits, keepH, static_cast<half>(0.0f), " \
@@ -257,7 +235,11 @@ def test_flash_where_on_whole_tiles(monkeypatch, where, dtype, seq):
     (ref,) = run_onnxruntime(mb.model(), mb.feeds)
     np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
                                **TOLERANCES["cube/" + dtype])
-    _check_counters(group, launch)
+    # GPT-2's causal condition beside its padding mask: skipped, with the fallbacks that ran
+    skipping = [t.plan for t in plans if t.plan.causal is not None]
+    items = fallen_back(mb.feeds, skipping[-1], float(np.finfo(mb.np_dtype).min),
+                        where == "inside") if skipping else []
+    check_counters(group, launch, fallback_counts(skipping[-1], B1, items) if items else None)
 
 
 def test_flash_kernels_print_only_declared_ascendc():
@@ -283,6 +265,8 @@ def test_flash_kernels_print_only_declared_ascendc():
     assert len(sources) == 4
     assert any("if (keepPitch == pitch)" in s for s in sources)
     assert any("if (diag) {" in s for s in sources)  # a causal constant's skip
+    # beside GPT-2's padding mask: the run-time check (ReduceMax, Adds, ReduceMin)
+    assert any("AscendC::ReduceMin(least, gap, work, curQ);" in s for s in sources)
     wrong = {str(u): check_use(u, index) for s in sources for u in uses_in(s)}
     wrong = {u: r for u, r in wrong.items() if r and "MatmulType" not in u}
     assert not wrong, wrong
@@ -297,18 +281,6 @@ def _numpy_causal(feeds, dim, keep):
     return (probs / probs.sum(axis=-1, keepdims=True)) @ v
 
 
-def _partitioned_attention(model):
-    """The attention group's PrimFunc as the partitioner hands it down (with its facts about
-    the call's constants, which ``fused_prim_func`` does not see)."""
-    from tvm_ascend import ir_attrs
-    result = tvm_ascend.partition_for_ascend(
-        model, tvm_ascend.CompileConfig(fusion_level="aggressive", soc_version=B1.name))
-    (prim,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
-               if f.attrs and f.attrs.get("Codegen") == "ascend" and
-               AttentionSchedule.applies(f.attrs[ir_attrs.PRIM_FUNC])]
-    return prim
-
-
 @pytest.mark.parametrize("where,dtype,seq", [("causal", "float16", 77),
                                              ("causal", "float16", 200),
                                              ("additive", "float32", 200),
@@ -320,11 +292,12 @@ def test_flash_skips_the_key_blocks_a_causal_constant_hides(monkeypatch, where, 
     and work (diagonal blocks keep it). Bytes and MACs equal the emulator's, fewer than with
     every block visited; the fusion report says why; odd lengths, several clients."""
     mb = causal_attention_model(where=where, dtype=dtype, seq=seq, batch=1, heads=3, dim=64)
-    _forced(monkeypatch, method="flash")
-    out, group, launch, source = _run(mb)
+    forced(monkeypatch, method="flash")
+    out, group, launch, source = run(mb)
     tiling, plan = group["tiling"], group["tiling"]["plan"]
     role = "keep" if where == "causal" else "mask"
-    assert plan["causal"] == {"role": role, "offset": 0} and tiling["cores"] > 2
+    assert plan["causal"] == {"role": role, "offset": 0, "recheck": ""}
+    assert tiling["cores"] > 2
     assert "key j <= query i + 0" in group["reason"] and "visits only the key blocks" in \
         group["reason"]
     assert "bool diag = kvOff + curKv > qOff + 1 + CAUSAL_OFFSET;" in source
@@ -332,9 +305,9 @@ def test_flash_skips_the_key_blocks_a_causal_constant_hides(monkeypatch, where, 
     keep = np.tri(seq, seq, 0, dtype=bool)
     np.testing.assert_allclose(out.astype(np.float64), _numpy_causal(mb.feeds, 64, keep),
                                **TOLERANCES["cube/" + dtype])
-    _check_counters(group, launch)
+    check_counters(group, launch)
     # against every key block visited (the plan without the fact): fewer bytes and MACs
-    analysis = AttentionSchedule.analyse(_partitioned_attention(mb.model()))
+    analysis = AttentionSchedule.analyse(partitioned_attention(mb.model()))
     assert analysis.causal is not None
     full = plan_attention(analysis.shape, B1, AttentionKnobs(method="flash"))
     skip = plan_attention(analysis.shape, B1, AttentionKnobs(method="flash"), analysis.causal)
@@ -357,8 +330,8 @@ def test_only_a_lower_triangle_of_constants_is_causal(monkeypatch):
     """The fact comes from the values: a random bool constant, a triangle with one element
     changed, a float mask with a kept value that is not 0 or a masked one above -1e4 are no
     facts; an offset is read off. A random constant condition builds without the skip and
-    matches numpy; GPT-2's condition beside a padding mask is not used (the report says
-    why: the padding could hide a row's every visible key)."""
+    matches numpy; GPT-2's condition beside a padding mask is used with the run-time check
+    (test_attention_causal_padding)."""
     rng = np.random.default_rng(0)
     tri = np.tri(40, 40, 0, dtype=bool)
     assert causal_fact("c", tri[None, None]).offset == 0
@@ -380,16 +353,16 @@ def test_only_a_lower_triangle_of_constants_is_causal(monkeypatch):
                                 dim=64, keep=np.tri(200, 200, 0, dtype=bool) | (
                                     rng.random((200, 200)) < 0.1))
     keep = mb.feeds and [t for t in mb.inits if t.name.startswith("keep")][0]
-    _forced(monkeypatch, method="flash")
-    out, group, launch, source = _run(mb)
+    forced(monkeypatch, method="flash")
+    out, group, launch, source = run(mb)
     assert group["tiling"]["plan"]["causal"] is None and "bool diag" not in source
     from onnx import numpy_helper
     np.testing.assert_allclose(out.astype(np.float64),
                                _numpy_causal(mb.feeds, 64, numpy_helper.to_array(keep)[0, 0]),
                                **TOLERANCES["cube/float16"])
-    _check_counters(group, launch)
+    check_counters(group, launch)
 
     gpt2 = causal_attention_model(where="gpt2", dtype="float16", seq=200)
-    _, group, _, source = _run(gpt2)
-    assert group["tiling"]["plan"]["causal"] is None and "bool diag" not in source
-    assert "is not the only mask" in group["reason"]
+    _, group, _, source = run(gpt2)  # beside its padding mask: skipped, checked at run time
+    assert group["tiling"]["plan"]["causal"]["recheck"] == "fill+mask"
+    assert "bool diag" in source and "beside the padding mask" in group["reason"]

@@ -12,6 +12,7 @@ constant, or a triangle off by one element, is no fact.
 from __future__ import annotations
 
 import numpy as np
+from tvm import relax
 from tvm.ir.expr import Constant
 
 from .. import ir_attrs
@@ -60,6 +61,31 @@ def causal_fact(param: str, values: np.ndarray) -> CausalOperand | None:
     return CausalOperand(param, offset, cols, additive, below)
 
 
+def _worth_reading(arg: Constant) -> bool:
+    """Whether the constant ``arg`` may be a Where's one-element fill or a causal constant,
+    judged from its type alone (no copy of its values): a float scalar, or a bool / float
+    tensor of at least 2 axes, its leading axes of extent 1, whose last two (queries, keys)
+    are square-ish as a causal attention's are: at least as many keys as queries (a key
+    cache's offset), at most twice as many. Weights (a projection's [768, 2304], an LM
+    head's [768, 50257]) are not copied; a square float weight still is, and
+    ``causal_fact`` rejects it on its first row."""
+    ty = arg.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return False
+    try:
+        shape = [int(d) for d in ty.shape.values]
+    except (TypeError, AttributeError):  # a symbolic extent: not a constant we can read
+        return False
+    dtype = str(ty.dtype)
+    floating = dtype.startswith(("float", "bfloat"))
+    if int(np.prod(shape)) == 1:
+        return floating  # a Where's fill
+    if len(shape) < 2 or any(d != 1 for d in shape[:-2]) or not (floating or dtype == "bool"):
+        return False
+    rows, cols = shape[-2:]
+    return 2 <= rows <= cols <= 2 * rows
+
+
 def with_causal_facts(prim, args: list):
     """``prim`` with the ``CausalOperand`` facts of its call's constant ``args`` (one per
     parameter, in order) as its ``ir_attrs.CAUSAL`` attribute, beside the values of the
@@ -69,8 +95,8 @@ def with_causal_facts(prim, args: list):
         return prim
     facts, scalars = [], {}
     for param, arg in zip(prim.params, args):
-        if not isinstance(arg, Constant):
-            continue
+        if not isinstance(arg, Constant) or not _worth_reading(arg):
+            continue  # a weight: its type alone rules it out, no copy of its values
         values = arg.value.numpy()
         if values.size == 1 and np.issubdtype(values.dtype, np.floating):
             scalars[param.name] = float(values.reshape(()))

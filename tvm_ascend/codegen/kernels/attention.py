@@ -16,13 +16,19 @@ after it and serves the other client's ``pv`` products, so the cube's QK^T of th
 blocks runs under the vector unit's softmax of the current. ``pv`` stays synchronous: its A
 (the probabilities) is what the AIV just computed. Elsewhere (staged) each score tile is
 computed and fetched in step on a 1:1 mix.
+
+A causal plan (``AttentionPlan.causal``) ends each query block's key loop at its last row's
+diagonal; beside a padding mask it ends on a whole key block and then checks, on the vector
+unit, each row's running maximum against what a skipped key scores (``emit_recheck``): if a
+row is within RECHECK_GAP of it (its visible keys all padded), the query block visits the
+skipped blocks too, so every row gets what visiting every block gives.
 """
 from __future__ import annotations
 
 import contextlib
 
 from ...errors import CodegenError
-from ...schedules.attention import AttentionPlan
+from ...schedules.attention import RECHECK_GAP, AttentionPlan
 from ...schedules.analysis.tile_values import buffer_size
 from ..code_buffer import CodeBuffer
 from ..cpp_types import cpp_type
@@ -187,7 +193,13 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                     buf.line("uint32_t kvEnd = qOff + curQ + CAUSAL_OFFSET < SEQ_KV ? "
                              "qOff + curQ + CAUSAL_OFFSET : SEQ_KV;  // the later ones hidden")
                     end = "kvEnd"
+                    if self.plan.causal.recheck:  # the blocks of the kernel visiting all keys
+                        buf.line("kvEnd = (kvEnd + BASE_KV - 1) / BASE_KV * BASE_KV;  "
+                                 "// whole key blocks")
+                        buf.line("if (kvEnd > SEQ_KV) kvEnd = SEQ_KV;")
                 self.emit_rounds(buf, call, end)
+                if self.plan.causal is not None and self.plan.causal.recheck:
+                    self.emit_recheck(buf, call)
             else:
                 with buf.indent("for (uint32_t kvOff = 0; kvOff < SEQ_KV; kvOff += BASE_KV) {"):
                     buf.line("uint32_t curKv = SEQ_KV - kvOff < BASE_KV ? SEQ_KV - kvOff : "
@@ -241,12 +253,13 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         buf.line(f"qk.SetTensorB({self._n(k)}Gm[kBase + static_cast<uint64_t>({kv_at}) * "
                  f"{k.row_stride}]{', true' if s.k_transposed else ''});")
 
-    def emit_rounds(self, buf, call: str, end: str = "SEQ_KV") -> None:
-        """The flash plan's key loop over the keys before ``end``: per round, one
-        asynchronous ``qk`` round of the score tiles of ROUND_KV keys (the AIC runs ahead into
-        the workspace), then each key block in turn (its tile fetched by ``KeyBlock``)."""
+    def emit_rounds(self, buf, call: str, end: str = "SEQ_KV", start: str = "0") -> None:
+        """The flash plan's key loop over the keys from ``start`` before ``end``: per round,
+        one asynchronous ``qk`` round of the score tiles of ROUND_KV keys (the AIC runs ahead
+        into the workspace), then each key block in turn (its tile fetched by ``KeyBlock``)."""
         s = self.shape
-        with buf.indent(f"for (uint32_t roundOff = 0; roundOff < {end}; roundOff += ROUND_KV) {{"):
+        with buf.indent(f"for (uint32_t roundOff = {start}; roundOff < {end}; "
+                        "roundOff += ROUND_KV) {"):
             buf.line(f"uint32_t curRound = {end} - roundOff < ROUND_KV ? {end} - roundOff : "
                      "ROUND_KV;")
             self._qk_operands(buf, f"qBase + static_cast<uint64_t>(qOff) * {s.q.row_stride}",
@@ -259,6 +272,57 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                 buf.line(call)
                 buf.line("kvOff += BASE_KV;")
             buf.line("qk.End();  // every slot of the round fetched")
+
+    def emit_recheck(self, buf, call: str) -> None:
+        """The run-time check of a causal skip beside a padding mask (``CausalSkip.recheck``):
+        where keys were skipped, what a skipped key scores at most (the Where's fill, plus the
+        padding mask's largest value over those keys when it is added after the Where) and
+        each row's gap to it; if some row's running maximum is within RECHECK_GAP of it (its
+        visible keys all padded), the query block visits the skipped key blocks too. Every
+        other row's exp of a skipped key is then 0 in float: it gets what they would add."""
+        s, t = self.shape, self.ctype
+        with buf.indent("if (kvEnd < SEQ_KV) {  // keys hidden from every row were skipped"):
+            buf.line("AscendC::LocalTensor<float> gap = stat[2 * STAT], least = stat[4 * STAT];")
+            buf.line("AscendC::LocalTensor<float> work = workBuf.Get<float>();")
+            fill = "fillValue" if s.fill_param is not None else "FILL"
+            if self.plan.causal.recheck == "fill+mask":
+                buf.line(f"AscendC::LocalTensor<{t}> maskT = maskBuf.Get<{t}>();")
+                source = "maskT"
+                if self.elem == 2:
+                    buf.line("AscendC::LocalTensor<float> maskF = maskFBuf.Get<float>();")
+                    source = "maskF"
+                buf.line("float padMost = -3.40282347e+38f;  // the padding mask's largest "
+                         "value over the skipped keys")
+                with buf.indent("for (uint32_t kvOff = kvEnd; kvOff < SEQ_KV; "
+                                "kvOff += BASE_KV) {"):
+                    buf.line("uint32_t curKv = SEQ_KV - kvOff < BASE_KV ? SEQ_KV - kvOff : "
+                             "BASE_KV;")
+                    _sync(buf, "V_MTE2", "the vector unit is done with the mask block")
+                    buf.line(f"CopyTileIn(maskT, {self._n(s.mask)}Gm[maskBase + kvOff], 1, "
+                             "curKv, (curKv + C0 - 1) / C0 * C0, curKv);")
+                    _sync(buf, "MTE2_V", "the mask row is in the UB")
+                    if self.elem == 2:
+                        buf.line("AscendC::Cast(maskF, maskT, AscendC::RoundMode::CAST_NONE, "
+                                 "curKv);")
+                    if s.mask_coef != 1.0:
+                        buf.line(f"AscendC::Muls({source}, {source}, MASK_COEF, curKv);")
+                    buf.line(f"AscendC::ReduceMax(least, {source}, work, curKv);")
+                    _sync(buf, "V_S", "the block's maximum goes to the scalar unit")
+                    buf.line("float most = least.GetValue(0);")
+                    buf.line("if (most > padMost) padMost = most;")
+                    _sync(buf, "S_V", "least is rewritten by the vector unit")
+                buf.line(f"float hidden = {fill} + padMost;  // a skipped key's score at most "
+                         "(the kernel adds them alike)")
+            else:
+                buf.line(f"float hidden = {fill};  // a skipped key's score: the Where's fill")
+            buf.line("AscendC::Adds(gap, rowMax, -hidden, curQ);  // each row's maximum above it")
+            buf.line("AscendC::ReduceMin(least, gap, work, curQ);")
+            _sync(buf, "V_S", "the least gap goes to the scalar unit")
+            buf.line("float leastGap = least.GetValue(0);")
+            _sync(buf, "S_V", "least is rewritten by the vector unit")
+            with buf.indent(f"if (!(leastGap > {RECHECK_GAP!r}f)) {{  // a row whose visible keys "
+                            "are all masked: the skipped ones take part in its softmax"):
+                self.emit_rounds(buf, call, "SEQ_KV", "kvEnd")
 
     def emit_key_block(self, buf):
         s, t = self.shape, self.ctype
