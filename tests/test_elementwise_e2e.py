@@ -82,6 +82,31 @@ def test_analytic_traffic_equals_emulator_with_broadcasts_and_scalars():
             assert launch["peak_ub_bytes"] == group["tiling"]["ub_bytes"]
 
 
+def test_resident_source_read_by_every_core_is_l2_not_hbm_traffic():
+    """A gather (Transpose then Reshape) keeps its 16 KB source whole in each core's UB: every
+    core reads all of it from GM (the emulator counts cores x 16 KB), but only the first copy
+    comes from HBM, the others from L2 (l2_reuse). The report once charged all 47 copies as
+    HBM, so GPT-2's fused transposes showed more HBM bytes than ATC's plan."""
+    builder = ModelBuilder("float32", seed=8)
+    shape = (2, 32, 4, 16)
+    x = builder.input("x", shape)
+    moved = builder.node("Transpose", [x], perm=[0, 2, 1, 3])
+    flat = builder.node("Reshape", [moved, builder.int_const([64, 64], "shape")])
+    builder.output(builder.node("Neg", [flat]), (64, 64))
+    lib, report = _build_and_compare(builder, expected_kernels=1)
+    (group,) = [g for g in report["groups"] if g["on_npu"]]
+    assert group["tiling"]["plan"]["resident_inputs"], "the source is kept resident"
+    (launch,) = lib.profile()
+    nbytes = int(np.prod(shape)) * 4  # the source, and the output: 16384 bytes each
+    cores = launch["block_dim"]
+    assert cores > 1 and launch["gm_read_bytes"] == cores * nbytes  # one copy per core
+    assert group["gm_bytes"] == launch["gm_read_bytes"] + launch["gm_write_bytes"]
+    assert launch["gm_write_bytes"] == nbytes
+    assert group["hbm_bytes"] == 2 * nbytes            # compulsory: read once, written once
+    assert group["l2_bytes"] == (cores - 1) * nbytes   # the other cores' copies
+    assert report["estimate"]["hbm_bytes"] == 2 * nbytes
+
+
 def test_fusion_off_gives_one_kernel_per_op():
     builder = ModelBuilder("float32", seed=5)
     add_chain(builder, 0, ODD, ["relu", "sigmoid", "abs"])
