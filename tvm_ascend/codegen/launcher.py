@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..errors import CodegenError
 from .code_buffer import CodeBuffer
 from .cpp_types import dtype_bytes
+from .emulator_run import emit_emulator_run
 from .templates import CHECK_ARG
 from .tiling_func import emit_runtime_launcher
 
@@ -39,20 +40,9 @@ def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None
                              "// the kernel adds into it atomically")
                 gm_names.append(f"gm{index}")
             printer.emit_tiling_init(buf, "tilingHost")
-            buf.line("uint8_t* gmTiling = static_cast<uint8_t*>("
-                     "AscendC::GmAlloc(sizeof(tilingHost)));")
-            buf.line("std::memcpy(gmTiling, &tilingHost, sizeof(tilingHost));")
-            buf.line("uint8_t* gmWorkspace = static_cast<uint8_t*>(AscendC::GmAlloc("
-                     f"AscendC::emu::kSysWorkspaceBytes + {printer.user_workspace_bytes()}));")
-            buf.line(f"AscendC::SetKernelMode(KernelMode::{printer.kernel_mode});")
-            launch_args = ", ".join(gm_names + ["gmWorkspace", "gmTiling"])
-            buf.line(f'tvm_ascend_rt::Run("{symbol}", [&]() {{ '
-                     f"ICPU_RUN_KF({symbol}, {block_dim}, {launch_args}); }});")
-            for out_index in range(first_out, len(params)):
-                out_bytes = params[out_index][2] * dtype_bytes(params[out_index][1])
-                buf.line(f"std::memcpy(a{out_index}.data_ptr(), gm{out_index}, {out_bytes});")
-            for name in gm_names + ["gmWorkspace", "gmTiling"]:
-                buf.line(f"AscendC::GmFree({name});")
+            emit_emulator_run(buf, symbol, printer, gm_names, str(block_dim), {
+                i: str(params[i][2] * dtype_bytes(params[i][1]))
+                for i in range(first_out, len(params))})
     buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}, {symbol}_host::Launch);")
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from .code_buffer import CodeBuffer
 from .cpp_types import dtype_bytes
+from .emulator_run import emit_emulator_run
 
 TILING_SUFFIX = "__tiling"
 
@@ -113,21 +114,9 @@ def emit_runtime_launcher(buf: CodeBuffer, symbol: str, printer) -> None:
                 gm_names.append(f"gm{index}")
             buf.line("LaunchTiling launch = TilingFor(dims);")
             buf.line(f"{symbol}_impl::TilingData tilingHost = launch.tiling;")
-            buf.line("uint8_t* gmTiling = static_cast<uint8_t*>("
-                     "AscendC::GmAlloc(sizeof(tilingHost)));")
-            buf.line("std::memcpy(gmTiling, &tilingHost, sizeof(tilingHost));")
-            buf.line("uint8_t* gmWorkspace = static_cast<uint8_t*>(AscendC::GmAlloc("
-                     f"AscendC::emu::kSysWorkspaceBytes + {printer.user_workspace_bytes()}));")
-            buf.line(f"AscendC::SetKernelMode(KernelMode::{printer.kernel_mode});")
-            launch_args = ", ".join(gm_names + ["gmWorkspace", "gmTiling"])
-            buf.line(f'tvm_ascend_rt::Run("{symbol}", [&]() {{ '
-                     f"ICPU_RUN_KF({symbol}, launch.blockDim, {launch_args}); }});")
-            for index in range(first_out, len(params)):
-                size = dtype_bytes(params[index][1])
-                buf.line(f"std::memcpy(a{index}.data_ptr(), gm{index}, "
-                         f"static_cast<size_t>(numel{index}) * {size});")
-            for name in gm_names + ["gmWorkspace", "gmTiling"]:
-                buf.line(f"AscendC::GmFree({name});")
+            emit_emulator_run(buf, symbol, printer, gm_names, "launch.blockDim", {
+                i: f"static_cast<size_t>(numel{i}) * {dtype_bytes(params[i][1])}"
+                for i in range(first_out, len(params))})
     buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}, {symbol}_host::Launch);")
     buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}{TILING_SUFFIX}, {symbol}_host::TilingJson);")
 
