@@ -59,4 +59,9 @@ def record_of(func) -> KernelRecord:
     return KernelRecord.from_json(str(attrs[ir_attrs.KERNEL]))
 
 
-__all__ = ["KernelRecord", "record_of"]
+# The function a library exports beside each kernel tiled at run time, ``<symbol>__tiling(d0,
+# ...)``: printed by codegen/tiling_func.py, called by runtime/module.py's ``kernel_tiling``;
+# the name is their contract, so it stands on the ground both read.
+TILING_SUFFIX = "__tiling"
+
+__all__ = ["KernelRecord", "TILING_SUFFIX", "record_of"]

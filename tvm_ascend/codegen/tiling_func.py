@@ -18,11 +18,10 @@ True
 """
 from __future__ import annotations
 
+from ..kernel_record import TILING_SUFFIX
 from .code_buffer import CodeBuffer
 from .cpp_types import dtype_bytes
 from .emulator_run import emit_emulator_run
-
-TILING_SUFFIX = "__tiling"
 
 
 def runtime_exports(kernel) -> list[str]:

@@ -22,6 +22,7 @@ import tvm
 from tvm import relax
 
 from ..errors import DeviceRuleError, ExportError, ModelLoadError, ToolchainError
+from ..kernel_record import TILING_SUFFIX
 from . import build_cache
 from .artifacts import (append_trailer, check_output_path, copy_atomic, file_lock, publish,
                         staging_dir, verify_library)
@@ -317,8 +318,6 @@ class AscendModule:
         >>> lib.kernel_tiling("ascend_k0_fused_add", 7)                  # doctest: +SKIP
         {'totalLength': 112, 'blockLength': 8, 'tileLength': 8, 'blockDim': 14}
         """
-        from ..codegen.tiling_func import TILING_SUFFIX
-
         self._ensure_loaded()
         try:
             function = self._lib.get_function(kernel + TILING_SUFFIX, query_imports=True)
