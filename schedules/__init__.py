@@ -11,6 +11,7 @@ from .conv2d import Conv2dKnobs, Conv2dSchedule
 from .data_movement import DataMovementKnobs, DataMovementSchedule
 from .elementwise import ElementwiseKnobs, ElementwiseSchedule
 from .matmul import MatmulKnobs, MatmulSchedule
+from .matmul_gated import GatedMatmulSchedule
 from .matmul_rows import MatmulRowsKnobs, MatmulRowsSchedule
 from .pool2d import Pool2dKnobs, Pool2dSchedule
 from .row_reduce import RowReduceKnobs, RowReduceSchedule
@@ -27,6 +28,10 @@ from .analysis.tile_values import AccessKind, classify_load, plan_tile_values
 # product's N axis after the product, which MatmulSchedule refuses, and MatmulSchedule takes
 # only groups without one, so the two never both take a group; it refuses a second product
 # (attention's PV reduces into whole rows, not one value per row), which AttentionSchedule takes.
+# GatedMatmulSchedule after MatmulRowsSchedule: it takes only groups whose first two blocks are
+# products of one A (SwiGLU's gate and up), which the matmul template refuses (its second block
+# reduces) and so do matmul-rows (a product is no reduction of each row of the first) and
+# attention (no softmax between them).
 # Pool2dSchedule last: it only takes a reduction over a 2-D (kh, kw) window, which every other
 # template refuses (row-reduce wants one reduced axis, conv three, matmul a product).
 # DataMovementSchedule before RowReduceSchedule: it refuses groups whose every operand is whole
@@ -37,13 +42,13 @@ from .analysis.tile_values import AccessKind, classify_load, plan_tile_values
 # have inner axes after them (I > 1), which the row template refuses (it reduces the last axis),
 # and refuses the last-axis ones, so the two never both take a group.
 TEMPLATES = (ElementwiseSchedule, DataMovementSchedule, RowReduceSchedule, AxisReduceSchedule,
-             MatmulSchedule, MatmulRowsSchedule, Conv2dSchedule, AttentionSchedule, Pool2dSchedule)
+             MatmulSchedule, MatmulRowsSchedule, GatedMatmulSchedule, Conv2dSchedule, AttentionSchedule, Pool2dSchedule)
 
 __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "MatmulSchedule",
            "Conv2dSchedule", "Conv2dKnobs", "AttentionSchedule", "AttentionKnobs",
            "DataMovementSchedule", "DataMovementKnobs",
            "RowReduceKnobs", "AxisReduceSchedule", "AxisReduceKnobs",
-           "MatmulKnobs", "MatmulRowsSchedule", "MatmulRowsKnobs",
+           "MatmulKnobs", "MatmulRowsSchedule", "MatmulRowsKnobs", "GatedMatmulSchedule",
            "Pool2dSchedule", "Pool2dKnobs",
            "Tiling", "AccessKind", "classify_load",
            "plan_tile_values", "TEMPLATES", "plan_template", "choose_template",

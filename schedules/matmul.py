@@ -200,8 +200,12 @@ def matmul_shape(func) -> MatmulShape | None:
     Leading dimensions of C are batch dimensions (flattened); A and B either index all of them
     in order or none (weights shared by every batch).
     """
-    blocks = root_blocks(func)
-    first = blocks[0]
+    return block_matmul_shape(root_blocks(func)[0])
+
+
+def block_matmul_shape(first) -> MatmulShape | None:
+    """The matmul ``first`` (one root block) computes, if it is one the cube template takes
+    (``matmul_shape`` of the block; the gated template reads its two products so)."""
     found = product_loads(first.body) if len(reduce_iter_vars(first)) == 1 else None
     if found is None:
         return None
@@ -503,7 +507,11 @@ def split_k(shape: MatmulShape, soc, splits: int, base_k: int,
 
 
 def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs,
-          affine: tuple = (1.0, "")) -> Tiling:
+          affine: tuple = (1.0, ""), products: int = 1) -> Tiling:
+    """The matmul Tiling; ``products`` > 1 (the gated template: gate and up, two products of
+    one A by two weights of one shape, each its own Matmul object walking the same tiles)
+    holds a C tile of each in the UB, gives each object half the L1 and L0, moves each product's
+    operands and workspace round trip, and runs synchronously (``pipeline`` says so)."""
     elem = dtype_bytes(shape.dtype)
     # temporaries may be wider than C (TOPI computes an fp16 erf in float32)
     slot_bytes = max([elem] + [dtype_bytes(d) for d in program_dtypes(program)]) \
@@ -517,10 +525,12 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs,
     base_m = min(knobs.base_m or (128 if elem == 2 else 64), round_up(shape.m, FRACTAL))
     base_n = min(knobs.base_n or (128 if elem == 2 else 64), round_up(shape.n, FRACTAL))
     ratio = aiv_ratio(soc, knobs.aiv_ratio)
-    base_k = _base_k(shape, base_m, base_n, soc, ratio)
+    # a client's Matmul objects share its L0A, L0B and L0C as the clients of an AIC do
+    base_k = _base_k(shape, base_m, base_n, soc, ratio * products)
     clients = soc.ai_cores * ratio
     cores = max(1, min(knobs.cores or clients, clients))
-    l1_bytes = soc.l1_bytes // ratio  # the two clients of one AIC share its L1
+    # the two clients of one AIC share its L1, and so do a client's Matmul objects
+    l1_bytes = soc.l1_bytes // ratio // products
     align_n = round_up(base_n * elem, 32) // elem
     slots = (len(program.intermediates) + program.temp_slots) if program else 0
     columns = sum(1 for k in program.inputs.values() if k is RowAccessKind.COLUMN) \
@@ -534,16 +544,20 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs,
     def ub_of(rows, buffers, chunked=False):
         # C's tiles and each whole-tile input's; a chunked row input holds `rows` rows a
         # buffer; temporaries hold `rows` rows; a column repeated over them if > 1
-        whole = 1 + slices + (0 if chunked else row_inputs)
+        whole = products + slices + (0 if chunked else row_inputs)
         return (buffers * base_m * align_n * elem * whole
                 + (buffers * rows * align_n * elem * row_inputs if chunked else 0)
                 + columns * round_up(shape.n * elem, 32)
                 + rows * align_n * (slots * slot_bytes + (columns * elem if rows > 1 else 0)))
 
-    chunked = streams_rows(soc, row_inputs, ub_of(1, 2) <= capacity,
-                           ub_of(1, 2, True) <= capacity)
+    chunked = products == 1 and streams_rows(soc, row_inputs, ub_of(1, 2) <= capacity,
+                                             ub_of(1, 2, True) <= capacity)
     overlapped, pipeline = overlap(soc, ub_of(1, 2, chunked), capacity, base_m, base_n,
                                    chunked)
+    if products > 1:  # the printer iterates both objects in step (no asynchronous rounds)
+        overlapped, pipeline = False, (
+            f"{products} products a tile (gate and up): each computed and fetched in step "
+            "(Iterate / GetTensorC<true>), single-buffered")
     buffers = 2 if overlapped else 1
     if knobs.round_tiles is not None and knobs.round_tiles < 0:
         raise TilingError(f"round_tiles={knobs.round_tiles} must be >= 0 (0: no bound)")
@@ -568,18 +582,25 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs,
     rows = epilogue_rows(program, min(base_m, single_m),
                          lambda r: ub_of(r, buffers, chunked) <= capacity)
     ub = ub_of(rows, buffers, chunked)
+    one_reuse = reuse  # one Matmul object's walk (the plan's L1 fields)
+    reuse = replace(reuse, operand_bytes=reuse.operand_bytes * products)
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse, splits)
-    round_trip = product_round_trip(shape, soc) * splits  # workspace bytes: L2
+    round_trip = product_round_trip(shape, soc) * splits * products  # workspace bytes: L2
+    gm_read += round_trip - product_round_trip(shape, soc) * splits
+    gm_write += round_trip - product_round_trip(shape, soc) * splits
     plan = MatmulPlan(shape, single_m, single_n, base_m, base_n, base_k,
                       reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
-                      l1_footprint(shape, base_m, base_n, base_k, reuse), align_n, slots,
+                      l1_footprint(shape, base_m, base_n, base_k, one_reuse), align_n, slots,
                       slot_bytes, rows, bool(soc.has_data_copy_pad), overlapped, pipeline,
                       chunked, splits, k_slice if splits > 1 else 0, scale, split_why)
     fill_rows = columns * min(rows, base_m, single_m) if rows > 1 else 0
-    work = cube_work(shape, soc, reuse, per_core, base_m, base_n, single_m, single_n, rows,
-                     fill_rows, splits, program is not None and scale != 1.0) + KernelWork(
-        cube_macs=shape.batch * round_up(shape.m, FRACTAL) * round_up(shape.n, FRACTAL)
-        * round_up(shape.k, c0),
+    work = cube_work(shape, soc, one_reuse, per_core, base_m, base_n, single_m, single_n,
+                     rows, fill_rows, splits, program is not None and scale != 1.0)
+    # each further object reads its operands as the first does (no block shared in L1)
+    work = replace(work, cube_operand_bytes=work.cube_operand_bytes * products,
+                   l2_operand_bytes=work.l2_operand_bytes * products) + KernelWork(
+        cube_macs=products * shape.batch * round_up(shape.m, FRACTAL)
+        * round_up(shape.n, FRACTAL) * round_up(shape.k, c0),
         workspace_read_bytes=round_trip, workspace_write_bytes=round_trip,
         scalar_elems=scalar_tail_elems(shape, program, soc, base_m, base_n, single_m,
                                        single_n, used),

@@ -13,7 +13,7 @@ from ..errors import CodegenError
 from .code_buffer import CodeBuffer
 from .kernel_printer import KernelPrinter
 from .kernels import (attention, axis_reduce, conv2d, data_movement, elementwise, matmul,
-                      matmul_rows, pool2d, row_reduce)
+                      matmul_gated, matmul_rows, pool2d, row_reduce)
 from .launcher import emit_launcher
 from .templates import (COPY_HELPERS_NOPAD, COPY_HELPERS_PAD, HOST_RUNTIME, KERNEL_PRELUDE,
                         ROW_COPY_HELPERS_LOOP, ROW_COPY_HELPERS_PAD)
@@ -26,6 +26,7 @@ KERNEL_PRINTERS: dict[str, type[KernelPrinter]] = {
     "attention": attention.AttentionKernelPrinter,
     "data_movement": data_movement.DataMovementKernelPrinter,
     "matmul_rows": matmul_rows.MatmulRowsKernelPrinter,
+    "matmul_gated": matmul_gated.GatedMatmulKernelPrinter,
     "axis_reduce": axis_reduce.AxisReduceKernelPrinter, "pool2d": pool2d.PoolKernelPrinter}
 METADATA_DELIMITER = "ascendmeta"
 

@@ -27,7 +27,8 @@ from pathlib import Path
 BANDS_PATH = Path(__file__).resolve().parent / "calibration_bands.json"
 # The kernel class of each template: the work its calibration rows measured.
 TEMPLATE_CLASSES = {
-    "matmul": "cube", "matmul_rows": "cube", "conv2d": "cube",
+    "matmul": "cube", "matmul_rows": "cube", "matmul_gated": "cube",
+    "conv2d": "cube",
     "attention": "attention",
     "elementwise": "vector", "row_reduce": "vector", "axis_reduce": "vector",
     "pool2d": "vector", "data_movement": "vector",

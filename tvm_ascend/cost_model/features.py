@@ -208,11 +208,12 @@ def extract_features(prim_func, tiling, soc, estimate=None) -> np.ndarray:
                              tiling.work.img2col_prologue)
     est = estimate or estimate_kernel(prim_func, tiling, soc, work=work)
     values = _plan_values(tiling, soc, work)
-    # a matmul_rows kernel counts as a matmul: the shipped XGBoost model was trained on
-    # features from before that template had a name of its own
+    # a matmul_rows or matmul_gated kernel counts as a matmul: the shipped XGBoost model was
+    # trained on features from before those templates had names of their own
     for t in TEMPLATES:
         values[f"is_{t}"] = 1.0 if tiling.template == t or \
-            (t, tiling.template) == ("matmul", "matmul_rows") else 0.0
+            (t, tiling.template) in (("matmul", "matmul_rows"), ("matmul", "matmul_gated")) \
+            else 0.0
     values.update({
         "log_mte2_us": _log(est.mte2_us * 1e3), "log_vector_us": _log(est.vector_us * 1e3),
         "log_cube_us": _log(est.cube_us * 1e3), "log_mte3_us": _log(est.mte3_us * 1e3),

@@ -58,6 +58,9 @@ _GRAPH_FUSION = frozenset({"LayerNormFusion", "SoftmaxFusion", "DataMovementFusi
 RULES = (
     FusionRule("AttentionFusion", AGGRESSIVE, False, (),
                "MatMul(Q, K^T) -> scale -> mask -> Softmax (-> MatMul with V) as one group"),
+    FusionRule("GatedMatMulFusion", AGGRESSIVE, False, (),
+               "two MatMuls of one input (SwiGLU's gate and up) with their elementwise join "
+               "as one kernel"),
     FusionRule("MatMulEpilogueFusion", CONSERVATIVE, True,
                ("MatMulBiasAddFusionPass", "BatchMatMulFusionPass", "MatmulGeneralizedUbFusion"),
                "MatMul/Gemm/BatchMatMul with its bias, activation and residual epilogue"),
@@ -89,7 +92,7 @@ RULES = (
                "parallel ops of one type on the same input merged into one kernel"),
 )
 
-ANCHOR_RULES = ("AttentionFusion", "MatMulEpilogueFusion", "ConvEpilogueFusion", "PoolingFusion",
+ANCHOR_RULES = ("AttentionFusion", "GatedMatMulFusion", "MatMulEpilogueFusion", "ConvEpilogueFusion", "PoolingFusion",
                 "LayerNormFusion", "SoftmaxFusion", "ReductionFusion", "ElementwiseFusion")
 
 _BY_NAME = {rule.name: rule for rule in RULES}
@@ -157,6 +160,10 @@ def anchor_rule(ops: Iterable[str]) -> str:
     """The anchor rule of a group made of the Relax ops ``ops`` (``relax.matmul``, ...)."""
     ops = [str(op) for op in ops]
     matmuls = _has(ops, _MATMUL)
+    if matmuls > 1 and not _has(ops, _SOFTMAX + _REDUCE):
+        # two products and only elementwise work after them: the gated template's (SwiGLU);
+        # attention needs its softmax between them
+        return "GatedMatMulFusion"
     if matmuls and (_has(ops, _SOFTMAX) or matmuls > 1):
         return "AttentionFusion"
     if matmuls:

@@ -400,6 +400,10 @@ class MatmulKernelPrinter(CubeKernelPrinter):
     def emit_epilogue_row(self, buf):
         self.emit_epilogue_step(buf, "curN", "tiling.cube.baseN")
 
+    def product_tile(self, buffer) -> str:
+        """The UB tile holding product ``buffer`` (a load the epilogue reads as given)."""
+        return "cTile"
+
     def emit_epilogue_step(self, buf, count: str, slot_elems: str):
         """One epilogue step over the run of ``count`` elements at row ``r``: one row
         (``count`` = curN) or several (``count`` = their rows * stride); temporaries are
@@ -410,7 +414,8 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         for key, (kind, buffer, step) in program.loads.items():
             n = self.names.get(buffer.name, ident(buffer.name))
             if kind is RowAccessKind.INTERMEDIATE and step == -1:
-                tiles[key] = Operand("cTile[r * stride]", True, self.shape.dtype)
+                tiles[key] = Operand(f"{self.product_tile(buffer)}[r * stride]", True,
+                                     self.shape.dtype)
             elif kind is RowAccessKind.ROWS and self.stream_rows:  # this step's chunk
                 tiles[key] = Operand(f"{n}Tile", True, self.shape.dtype)
             elif kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
