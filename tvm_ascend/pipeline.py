@@ -37,6 +37,7 @@ from .dumps import Dumper
 from .partition.report import fusion_report
 from .prepare import prepare
 from .prepare.horizontal import merge_parallel_elementwise, merge_parallel_matmuls
+from .prepare.rotary_heads import join_rotary_heads
 from .runtime import AscendModule
 from .runtime.module import module_class
 from .runtime.build_cache import build_key, lookup
@@ -59,7 +60,9 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
 
     HorizontalFusion rewrites the graph before partitioning, so whether it pays shows only in
     the groups that follow (a merged Q/K/V projection pays when the attention kernel takes
-    the slices; parallel MatMuls with their own epilogues lose them): the unmerged partition,
+    the slices; parallel MatMuls with their own epilogues lose them; with Q and K adjacent
+    slices of one product, their rotaries become one over both's heads,
+    ``prepare.rotary_heads``): the unmerged partition,
     the one with parallel MatMuls merged and the one with parallel elementwise ops merged too
     (``prepare.horizontal.merge_parallel_elementwise``) are made and the one with the lowest
     estimated latency on the device's timeline is kept; the report's ``horizontal_fusion``
@@ -77,6 +80,8 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
     if not horizontal:
         return result
     merged_mod, merged = merge_parallel_matmuls(prepared)
+    if merged:  # Q and K now adjacent slices of one product: one rotary over their heads
+        merged_mod, _ = join_rotary_heads(merged_mod)
     # elementwise merges are a second alternative on top of the MatMul one: a bad one (e.g. bias
     # Adds torn from their MatMuls) must not cost a good QKV merge
     both_mod, elementwise = merge_parallel_elementwise(merged_mod)
