@@ -4,7 +4,8 @@ Issue #19 sets targets per class of kernel (large matmuls within 1.25x of their 
 fused attention at s512 within 2x, 3x3 convs within 1.5x). The classes, read off a fusion
 report's group (its tiling's template and plan):
 
-- ``large_matmul``: a matmul (``matmul`` or ``matmul_rows``) whose M, N and K are all at
+- ``large_matmul``: a matmul (``matmul``, ``matmul_rows`` or ``matmul_gated``, whose cube time
+  counts both its products) whose M, N and K are all at
   least ``LARGE_MATMUL`` (M: the rows of C one product has, a batch over shared weights
   folded in, as the cube sees it);
 - ``matmul``: every other matmul;
@@ -39,7 +40,7 @@ CLASSES = ("large_matmul", "matmul", "attention", "conv3x3", "conv", "vector")
 CLASS_LABELS = {"large_matmul": "large matmul", "matmul": "other matmul",
                 "attention": "fused attention", "conv3x3": "3x3 conv", "conv": "other conv",
                 "vector": "vector"}
-_MATMULS = ("matmul", "matmul_rows")
+_MATMULS = ("matmul", "matmul_rows", "matmul_gated")
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1}
 
 

@@ -20,8 +20,9 @@ SOCS = ("Ascend910B1", "Ascend310P3")
 
 def _vector_and_cube_model(dtype: str):
     """One graph with a part for each template but attention: elementwise, data movement,
-    row and axis reductions, MatMul + epilogue, MatMul + LayerNorm (matmul_rows), Conv + BN,
-    MaxPool; tails everywhere (odd rows and columns)."""
+    row and axis reductions, MatMul + epilogue, MatMul + LayerNorm (matmul_rows), SwiGLU's
+    gate and up MatMuls with their join (matmul_gated), Conv + BN, MaxPool; tails everywhere
+    (odd rows and columns)."""
     b = ModelBuilder(dtype, seed=4)
     x = b.input("x", (5, 72))
     w = b.const(b.rng.standard_normal((72, 40)) * 0.1, "w")
@@ -37,6 +38,10 @@ def _vector_and_cube_model(dtype: str):
     b.output(b.node("LayerNormalization", [h, b.const(np.ones(48), "gamma"),
                                            b.const(np.zeros(48), "beta")], axis=-1,
                     epsilon=1e-5), (3, 24, 48))
+    s = b.input("s", (7, 40))
+    gate = b.node("MatMul", [s, b.const(b.rng.standard_normal((40, 24)) * 0.1, "wg")])
+    up = b.node("MatMul", [s, b.const(b.rng.standard_normal((40, 24)) * 0.1, "wu")])
+    b.output(b.node("Mul", [b.node("Mul", [gate, b.node("Sigmoid", [gate])]), up]), (7, 24))
     img = b.input("img", (1, 8, 10, 10))
     b.output(conv_bn(b, img, 8, 16), (1, 16, 10, 10))
     b.output(b.node("MaxPool", [img], kernel_shape=[2, 2], strides=[2, 2]), (1, 8, 5, 5))
