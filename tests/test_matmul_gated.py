@@ -73,6 +73,8 @@ def test_a_group_of_two_products_and_a_join_is_the_gated_rule():
 @pytest.mark.parametrize("dtype, soc, rows, hidden, inter", [
     ("float16", "Ascend910B1", 70, 200, 144),   # tails in M, N and K; several cores
     ("float32", "Ascend310P3", 37, 72, 80),     # no DataCopyPad: scalar tails
+    ("float16", "Ascend910B1", 40, 520, 650),   # each weight (676 KB) larger than L1
+    ("float16", "Ascend310P3", 40, 520, 650),
 ])
 def test_swiglu_is_one_kernel_matching_onnx_with_counters_equal_to_the_plan(dtype, soc, rows,
                                                                              hidden, inter):
