@@ -215,3 +215,55 @@ def test_a_matmul_whose_b_depends_on_the_dimension_stays_on_the_host_saying_why(
              if op["node"] == "mm"]
     assert not op["supported"]
     assert "operand B has a symbolic dimension" in op["why"]
+
+
+# ---- rows flattened over the dimension (GPT-2's Conv1D: x.view(-1, K) @ W) -----------------------
+def _flat_ffn():
+    """x (2, s, K) -> Reshape (-1, K) -> MatMul W -> Reshape (2, -1, N) -> + b -> Relu: the
+    product's M is ``s * 2``, an expression, until prepare's FlatMatmulRows."""
+    import onnx
+
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array((rng.standard_normal((K, N)) * 0.2).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(N).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([-1, K], np.int64), "flat"),
+             numpy_helper.from_array(np.array([2, -1, N], np.int64), "back")]
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["xf"], name="view"),
+             helper.make_node("MatMul", ["xf", "w"], ["m"], name="mm"),
+             helper.make_node("Reshape", ["m", "back"], ["m3"], name="unview"),
+             helper.make_node("Add", ["m3", "b"], ["a"], name="bias"),
+             helper.make_node("Relu", ["a"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "flat_ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "s", K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "s", N])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_a_product_of_flattened_rows_is_one_kernel_over_the_rows():
+    model = _flat_ffn()
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        input_shape={"x": (2, "1~200", K)}))
+    report = lib.fusion_report()
+    (record,) = [r for r in report["prepare_rewrites"] if r["rewrite"] == "FlatMatmulRows"]
+    assert record["applied"] and record["node"] == "mm"
+    # the Reshapes are gone: the product over (2, s, K) and its epilogue are one kernel
+    assert report["npu_kernels"] == 1 and report["host_groups"] == 0
+    (group,) = report["groups"]
+    assert {"mm", "bias", "relu"} <= {op["node"] for op in group["ops"]}
+    name, tiling = _kernel(lib)
+    assert tiling.plan.shape.batch == 2 and tiling.plan.runtime.dim == "s"
+    for length in (1, 7, 129, 200):
+        feeds = _feeds(length)
+        assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "cube/float32")
+        assert lib.kernel_tiling(name, length) == _struct(tiling_at(tiling, {"s": length}))
+
+
+def test_a_static_flattened_product_is_left_as_it_is():
+    from tvm_ascend.prepare import prepare
+    from tvm_ascend.prepare.relax_rewrite import prepare_rewrites
+
+    mod = prepare(load_model(_flat_ffn(), input_shape={"x": (2, 16, K)}))
+    assert not [r for r in prepare_rewrites(mod) if r["rewrite"] == "FlatMatmulRows"]
