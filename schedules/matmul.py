@@ -276,6 +276,16 @@ class MatmulAnalysis:
     shapes: ShapeSpec = ShapeSpec()
     symbolic: tvm.tirx.PrimFunc | None = None
 
+    @property
+    def report_note(self) -> str:
+        """What the fusion report adds to the template's decision: a kernel over a symbolic M
+        is run-time tiled (its host tiling function counts each call's tiles)."""
+        if not self.shapes.symbolic:
+            return ""
+        (dim,) = self.shapes.dims
+        return (f"run-time tiled: M over {dim.name} in {dim.low}~{dim.high}, planned at "
+                f"{dim.high}, each call's M tiles counted by its host tiling function")
+
 
 class MatmulSchedule(Template):
     """Template for MatMul groups (cube) with elementwise epilogues (vector)."""

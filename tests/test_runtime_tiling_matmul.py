@@ -96,6 +96,7 @@ def test_matmul_and_its_epilogue_are_one_kernel_tiled_at_run_time(built):
     (group,) = report["groups"]
     assert [op["node"] for op in group["ops"]] == ["mm", "bias", "relu"]
     assert "symbolic M: tiled at run time" in group["ops"][0]["why"]
+    assert f"run-time tiled: M over s in 1~{HIGH}" in group["reason"]
     section = report["dynamic"]
     assert section["host_ops"] == [] and "matmul" in section["runtime_tiling"]["templates"]
     (kernel,) = section["runtime_tiling"]["kernels"]
@@ -267,3 +268,26 @@ def test_a_static_flattened_product_is_left_as_it_is():
 
     mod = prepare(load_model(_flat_ffn(), input_shape={"x": (2, 16, K)}))
     assert not [r for r in prepare_rewrites(mod) if r["rewrite"] == "FlatMatmulRows"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("soc", SOCS)
+def test_a_float16_ffn_matches_onnxruntime_at_each_m(soc):
+    """The same kernel in float16 (base tiles of 128): tails and several cores."""
+    import onnx
+
+    model = _ffn()
+    for init in model.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16),
+                                              init.name))
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.elem_type = TensorProto.FLOAT16
+    onnx.checker.check_model(model)
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        soc_version=soc, input_shape={"x": (2, f"1~{HIGH}", K)}))
+    name, tiling = _kernel(lib)
+    assert tiling.plan.shape.dtype == "float16"
+    for length in LENGTHS:
+        feeds = {"x": _feeds(length)["x"].astype(np.float16)}
+        assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "cube/float16")
+        assert lib.kernel_tiling(name, length) == _struct(tiling_at(tiling, {"s": length}))
