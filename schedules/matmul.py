@@ -1044,8 +1044,8 @@ def _symbolic_analysis(func, spec: ShapeSpec) -> MatmulAnalysis:
     """The analysis at the range's upper bound of a matmul group whose M (the rows of A, C and
     a residual) is a symbolic dimension, once the kernel printed from it is known to serve
     every M of the range: the group is a matmul the template takes at every sampled size
-    (the range's ends and midpoint), B and K, N are static, and the epilogue's row program
-    (its inputs, how each is read, their row offsets) is the same at two sizes >= 2 (at
+    (the range's ends and quarter points), B and K, N are static, and the epilogue's row
+    program (its inputs, how each is read, their row offsets) is the same at those >= 2 (at
     M = 1 a row-indexed operand reads like a broadcast one, so the lower end says nothing
     about the others). Refused, naming what is at fault, otherwise."""
     if len(spec.dims) != 1:
@@ -1059,7 +1059,9 @@ def _symbolic_analysis(func, spec: ShapeSpec) -> MatmulAnalysis:
         raise TilingError(f"the matmul's output (shape {', '.join(out)}) holds {dim} off its M "
                           "axis: run-time tiling takes a symbolic M only")
     low, high = spec.dims[0].low, spec.dims[0].high
-    compared = sorted({max(2, low), (low + high) // 2, high} & set(range(2, high + 1)))
+    # the ends, the quarter points and 2 (the smallest M whose row program says anything)
+    between = {low + (high - low) * q // 4 for q in (1, 2, 3)}
+    compared = sorted(({max(2, low), high} | between) & set(range(2, high + 1)))
     sizes = sorted({p[dim] for p in spec.samples()} | set(compared))
     # every sampled size must tile (TilingError from _analyse where it does not)
     found = {size: _analyse(specialize(func, {dim: size})) for size in sizes}

@@ -291,3 +291,20 @@ def test_a_float16_ffn_matches_onnxruntime_at_each_m(soc):
         feeds = {"x": _feeds(length)["x"].astype(np.float16)}
         assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "cube/float16")
         assert lib.kernel_tiling(name, length) == _struct(tiling_at(tiling, {"s": length}))
+
+
+def test_a_second_symbolic_dimension_is_refused_naming_both():
+    from tvm_ascend.errors import TilingError
+
+    prim = _group(_ffn(), ("1~4", "1~64", K), None)
+    prim = prim.with_attr(ir_attrs.DIM_BOUNDS, json.dumps(
+        {str(d): [1, 64] for p in prim.params for d in p.shape if isinstance(d, tirx.Var)}))
+    names = sorted({str(d) for p in prim.params for d in p.shape if isinstance(d, tirx.Var)})
+    assert len(names) == 2
+    with pytest.raises(TilingError, match=rf"matmul over 2 symbolic dimensions .*{names[0]}"):
+        MatmulSchedule.analyse(prim)
+    # and the partitioner keeps such a product on the host, saying why
+    lib = tvm_ascend.build(_ffn(), config=tvm_ascend.CompileConfig(
+        input_shape={"x": ("1~4", "1~64", K)}))
+    (op,) = [op for g in lib.fusion_report()["groups"] for op in g["ops"] if op["node"] == "mm"]
+    assert not op["supported"] and "a batch dimension is symbolic" in op["why"]
