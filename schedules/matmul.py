@@ -200,10 +200,13 @@ class MatmulPlan(TemplatePlan, template="matmul"):
 class MatmulRuntime:
     """How a matmul kernel over a symbolic M is tiled per call (``matmul_tiling_at``; its host
     tiling function does the same in C++). The bound's plan fixes everything but M's tiles:
-    base tiles, K step, ``single_n``, the L1 walk and depths, the UB buffers and the epilogue's
-    rows; a call cuts its M into ``single_m = base_m`` tiles (the M tail the last one's
-    ``SetTail``) and spreads ``batch x tilesM x tilesN`` tiles over at most ``max_cores``
-    clients. ``soc``: the SoC planned for (the call's L2 and tail arithmetic);
+    baseN, the K step, ``single_n``, the L1 walk and depths, the epilogue's rows; a call's
+    baseM is the bound's, or M rounded up to the fractal where that is less (as a static plan
+    of that M takes it: no cube work on padding rows, smaller UB tiles), it cuts M into tiles
+    of one base block (the M tail the last one's ``SetTail``) and spreads ``batch x tilesM x
+    tilesN`` tiles over at most ``max_cores`` clients. ``whole_tiles``: the UB queues of a
+    whole base tile (C's, each streamed input's), which shrink with baseM.
+    ``soc``: the SoC planned for (the call's L2 and tail arithmetic);
     ``epilogue_row_bytes`` / ``epilogue_core_bytes``: GM bytes the epilogue reads per row of
     C and per core (a residual's rows, a bias column once a core); ``streamed`` / ``columns``:
     its inputs copied as tiles and kept as columns (scalar tails without DataCopyPad)."""
@@ -217,6 +220,7 @@ class MatmulRuntime:
     streamed: int
     columns: int
     row_inputs: int
+    whole_tiles: int
 
 
 @cached_by_identity
@@ -1118,14 +1122,22 @@ def _runtime_plan(analysis: MatmulAnalysis, soc, knobs: MatmulKnobs) -> Tiling:
         max(1, min(knobs.cores or clients, clients)), per_row, per_core,
         sum(1 for k in kinds if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)),
         sum(1 for k in kinds if k is RowAccessKind.COLUMN),
-        sum(1 for k in kinds if k is RowAccessKind.ROWS))
+        sum(1 for k in kinds if k is RowAccessKind.ROWS),
+        1 + sum(1 for k in kinds if k is RowAccessKind.ROW_SLICE)
+        + (0 if tiling.plan.stream_rows else sum(1 for k in kinds if k is RowAccessKind.ROWS)))
     return replace(tiling, plan=replace(tiling.plan, runtime=runtime))
+
+
+def matmul_call_base_m(bound: MatmulPlan, m: int) -> int:
+    """A call's baseM (and singleM): the bound's, or ``m`` rounded up to the fractal where
+    that is less (what ``_plan`` takes for a static M)."""
+    return min(bound.base_m, round_up(m, FRACTAL))
 
 
 def matmul_call_tiles(rt: MatmulRuntime, plan: MatmulPlan, m: int) -> tuple[int, int, int]:
     """(tiles, tiles per core, cores) of a call with M = ``m``: ``single_m``-row tiles of every
-    batch and ``single_n`` column, contiguous ranges of them over at most ``max_cores``
-    clients (the host tiling function prints the same arithmetic)."""
+    batch and ``single_n`` column (``plan`` the call's), contiguous ranges of them over at most
+    ``max_cores`` clients (the host tiling function prints the same arithmetic)."""
     shape = plan.shape
     total = shape.batch * ceil_div(m, plan.single_m) * ceil_div(shape.n, plan.single_n)
     per_core = ceil_div(total, min(rt.max_cores, total))
@@ -1142,13 +1154,18 @@ def matmul_tiling_at(tiling: Tiling, values: dict) -> Tiling:
     m = rt.shapes.values(**values)[rt.dim]
     soc = get_soc(rt.soc)
     shape = replace(bound.shape, m=m)
-    plan = replace(bound, shape=shape, runtime=None)
-    walk = L1Reuse(plan.iterate_order, plan.depth_a1, plan.depth_b1)
+    walk = L1Reuse(bound.iterate_order, bound.depth_a1, bound.depth_b1)
+    base_m = matmul_call_base_m(bound, m)
+    plan = replace(bound, shape=shape, base_m=base_m, single_m=base_m, runtime=None,
+                   l1_bytes=l1_footprint(shape, base_m, bound.base_n, bound.base_k, walk))
     reuse = replace(walk, operand_bytes=operand_reads(shape, plan.base_m, plan.base_n,
                                                       plan.base_k, plan.single_m,
                                                       plan.single_n, walk))
     total, per_core, used = matmul_call_tiles(rt, plan, m)
     elem = dtype_bytes(shape.dtype)
+    # the UB: the bound's, less the rows a smaller baseM leaves out of each whole-tile queue
+    ub = tiling.ub_bytes - tiling.buffer_num * (bound.base_m - base_m) * bound.align_n * \
+        elem * rt.whole_tiles
     round_trip = product_round_trip(shape, soc)
     gm_read = reuse.operand_bytes + round_trip + rt.epilogue_row_bytes * shape.batch * m + \
         rt.epilogue_core_bytes * used
@@ -1166,5 +1183,5 @@ def matmul_tiling_at(tiling: Tiling, values: dict) -> Tiling:
         aiv_ratio=tiling.work.aiv_ratio, round_tiles=plan.round_tiles if plan.overlapped else 0,
         extra_copy_calls=chunk_copies(plan, per_core, rt.row_inputs))
     return Tiling("matmul", total, used, per_core, 1, per_core, tiling.buffer_num,
-                  tiling.temp_buffers, tiling.ub_bytes, tiling.ub_capacity, gm_read, gm_write,
+                  tiling.temp_buffers, ub, tiling.ub_capacity, gm_read, gm_write,
                   shape.n, work=work, plan=plan)

@@ -78,7 +78,7 @@ def _kernel(lib) -> tuple[str, Tiling]:
 def _struct(call: Tiling) -> dict:
     """What the host tiling function fills in for ``call``, from the Python plan."""
     return {"cube.M": call.plan.shape.m, "cube.usedCoreNum": call.cores,
-            "cube.singleCoreM": call.plan.single_m, "batch": call.plan.shape.batch,
+            "cube.baseM": call.plan.base_m, "cube.singleCoreM": call.plan.single_m, "batch": call.plan.shape.batch,
             "tilesM": -(-call.plan.shape.m // call.plan.single_m),
             "tilesN": -(-N // call.plan.single_n), "tilesPerCore": call.block_len,
             "totalTiles": call.total, "blockDim": -(-call.cores // call.work.aiv_ratio)}
@@ -143,6 +143,9 @@ def test_each_m_matches_onnxruntime_and_its_plan(built, length):
     assert launch["block_dim"] == -(-call.cores // call.work.aiv_ratio)
     assert launch["gm_read_bytes"] == call.gm_read_bytes
     assert launch["gm_write_bytes"] == call.gm_write_bytes
+    # a short M takes a short base tile (16 rows at M <= 16), its UB queues sized by it
+    assert call.plan.base_m == min(tiling.plan.base_m, -(-length // 16) * 16)
+    assert launch["peak_ub_bytes"] == call.ub_bytes <= tiling.ub_bytes
     assert launch["warnings"] == []
     assert lib.kernel_tiling(name, length) == _struct(call)
 
@@ -193,10 +196,11 @@ def test_a_call_at_the_bound_is_the_bound_s_static_plan(soc):
         at_bound = tiling_at(tiling, {"s": HIGH})
         assert dataclasses.replace(at_bound, plan=None) == dataclasses.replace(static, plan=None)
         assert at_bound.plan == static.plan
-        for length in range(1, HIGH + 1, 23):  # every call a valid Tiling in the same UB
+        for length in range(1, HIGH + 1, 23):  # every call a valid Tiling within the bound's
             call = tiling_at(tiling, {"s": length})
             assert call.cores <= tiling.plan.runtime.max_cores
-            assert call.ub_bytes == tiling.ub_bytes
+            assert call.ub_bytes <= tiling.ub_bytes and call.plan.base_m <= tiling.plan.base_m
+            assert call.plan.l1_bytes <= tiling.plan.l1_bytes
 
 
 def test_split_k_is_refused_over_a_symbolic_m():

@@ -501,24 +501,30 @@ class MatmulKernelPrinter(CubeKernelPrinter):
     def tiling_values(self) -> dict:
         """The TilingData fields a call's tiling sets from its M (the host tiling function's
         JSON form reports these; K, N and the base tiles are the bound plan's)."""
-        return dict.fromkeys(("cube.M", "cube.usedCoreNum", "cube.singleCoreM", "batch",
-                              "tilesM", "tilesN", "tilesPerCore", "totalTiles"))
+        return dict.fromkeys(("cube.M", "cube.usedCoreNum", "cube.baseM", "cube.singleCoreM",
+                              "batch", "tilesM", "tilesN", "tilesPerCore", "totalTiles"))
 
     def emit_tiling_body(self, buf, dims: dict) -> None:
         """``matmul_tiling_at`` in C++: the bound plan's TilingData with the call's M, its
-        ``singleCoreM``-row tiles (the last one the M tail) of every batch and column over at
-        most ``max_cores`` clients in contiguous ranges, blockDim their AIC groups."""
+        baseM (the bound's, or M rounded up to 16 where less: ``matmul_call_base_m``) as
+        ``singleCoreM``, its tiles (the last one the M tail) of every batch and column over at
+        most ``max_cores`` clients in contiguous ranges, blockDim their AIC groups. Every
+        buffer the kernel sizes from baseM (UB tiles, workspace slots) then shrinks with it."""
         p, rt = self.plan, self.plan.runtime
         self.emit_tiling_init(buf, "bound")
         buf.line("out.tiling = bound;")
         buf.line(f"uint64_t m = static_cast<uint64_t>({dims[rt.dim]});")
-        buf.line(f"uint64_t tilesM = (m + {p.single_m} - 1) / {p.single_m};")
+        buf.line("uint64_t mTile = (m + 15) / 16 * 16;  // M rounded up to the fractal")
+        buf.line(f"if (mTile > {p.base_m}) mTile = {p.base_m};  // the bound's baseM")
+        buf.line("uint64_t tilesM = (m + mTile - 1) / mTile;")
         buf.line(f"uint64_t total = static_cast<uint64_t>({p.shape.batch}) * tilesM * "
                  f"{-(-p.shape.n // p.single_n)};")
         buf.line(f"uint64_t cores = total < {rt.max_cores} ? total : {rt.max_cores};")
         buf.line("uint64_t perCore = (total + cores - 1) / cores;")
         buf.line("cores = (total + perCore - 1) / perCore;  // the clients that get tiles")
         buf.line("out.tiling.cube.M = static_cast<int32_t>(m);")
+        buf.line("out.tiling.cube.baseM = static_cast<int32_t>(mTile);")
+        buf.line("out.tiling.cube.singleCoreM = static_cast<int32_t>(mTile);")
         buf.line("out.tiling.cube.usedCoreNum = static_cast<int32_t>(cores);")
         buf.line("out.tiling.tilesM = static_cast<uint32_t>(tilesM);")
         buf.line("out.tiling.tilesPerCore = static_cast<uint32_t>(perCore);")
