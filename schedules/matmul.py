@@ -43,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import tvm
+import tvm_ffi
 from tvm.ir.expr import Expr
 
 from tvm_ascend.decision import Decision
@@ -51,6 +52,7 @@ from tvm_ascend.errors import TilingError
 from .analysis.epilogue_checks import epilogue_refusal
 from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .analysis.tile_values import buffer_size
+from .symbolic import ShapeSpec, shape_spec, specialize
 from .l2_reuse import l2_served, walk_distance
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import (ASYNC_EVENT_FETCHES, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
@@ -168,6 +170,7 @@ class MatmulPlan(TemplatePlan, template="matmul"):
     k_slice: int = 0
     split_scale: float = 1.0
     split: str = ""
+    runtime: "MatmulRuntime | None" = None  # symbolic M: tiled per call (matmul_tiling_at)
 
     @property
     def round_tiles(self) -> int:
@@ -191,6 +194,33 @@ class MatmulPlan(TemplatePlan, template="matmul"):
     def cube_dims(self) -> tuple:
         s = self.shape
         return (s.m, s.n, s.k, self.base_m, self.base_n, self.single_m, self.single_n)
+
+
+@dataclass(frozen=True)
+class MatmulRuntime:
+    """How a matmul kernel over a symbolic M is tiled per call (``matmul_tiling_at``; its host
+    tiling function does the same in C++). The bound's plan fixes everything but M's tiles:
+    baseN, the K step, ``single_n``, the L1 walk and depths, the epilogue's rows; a call's
+    baseM is the bound's, or M rounded up to the fractal where that is less (as a static plan
+    of that M takes it: no cube work on padding rows, smaller UB tiles), it cuts M into tiles
+    of one base block (the M tail the last one's ``SetTail``) and spreads ``batch x tilesM x
+    tilesN`` tiles over at most ``max_cores`` clients. ``whole_tiles``: the UB queues of a
+    whole base tile (C's, each streamed input's), which shrink with baseM.
+    ``soc``: the SoC planned for (the call's L2 and tail arithmetic);
+    ``epilogue_row_bytes`` / ``epilogue_core_bytes``: GM bytes the epilogue reads per row of
+    C and per core (a residual's rows, a bias column once a core); ``streamed`` / ``columns``:
+    its inputs copied as tiles and kept as columns (scalar tails without DataCopyPad)."""
+
+    shapes: ShapeSpec
+    soc: str
+    dim: str
+    max_cores: int
+    epilogue_row_bytes: int
+    epilogue_core_bytes: int
+    streamed: int
+    columns: int
+    row_inputs: int
+    whole_tiles: int
 
 
 @cached_by_identity
@@ -249,6 +279,20 @@ class MatmulAnalysis:
     # the epilogue as ``scale * C + t`` (t free of C): (scale, "") where it is affine, else
     # (None, why not); split-K needs it (``split_k``)
     affine: tuple = (1.0, "")
+    # a symbolic M: ``shape``/``program``/``prepared`` are those at the range's upper bound,
+    # ``symbolic`` the prepared function over the symbol (what ``apply`` marks and prints)
+    shapes: ShapeSpec = ShapeSpec()
+    symbolic: tvm.tirx.PrimFunc | None = None
+
+    @property
+    def report_note(self) -> str:
+        """What the fusion report adds to the template's decision: a kernel over a symbolic M
+        is run-time tiled (its host tiling function counts each call's tiles)."""
+        if not self.shapes.symbolic:
+            return ""
+        (dim,) = self.shapes.dims
+        return (f"run-time tiled: M over {dim.name} in {dim.low}~{dim.high}, planned at "
+                f"{dim.high}, each call's M tiles counted by its host tiling function")
 
 
 class MatmulSchedule(Template):
@@ -259,18 +303,25 @@ class MatmulSchedule(Template):
 
     @staticmethod
     def applies(func) -> Decision:
-        return _applies(func)
+        """Decision: the first block a matmul the cube takes, the rest an epilogue it prints
+        (over a symbolic M: so at the range's upper bound)."""
+        spec = shape_spec(func)
+        return _applies(specialize(func, spec.high()) if spec.symbolic else func)
 
     @staticmethod
     def analyse(func) -> MatmulAnalysis:
         """The group's product, epilogue program and prepared function (``MatmulAnalysis``);
         TilingError where the template does not take it or cannot print its epilogue."""
-        return _analyse(func)
+        spec = shape_spec(func)
+        return _symbolic_analysis(func, spec) if spec.symbolic else _analyse(func)
 
     @staticmethod
     def plan(analysis: MatmulAnalysis, soc, knobs: MatmulKnobs | None = None) -> Tiling:
         """The Tiling of the analysed group on ``soc``; ``knobs`` (MatmulKnobs) as the search
-        chose, None for the defaults."""
+        chose, None for the defaults. Over a symbolic M: the Tiling at the range's upper
+        bound, its plan telling how each call tiles (``MatmulRuntime``)."""
+        if analysis.shapes.symbolic:
+            return _runtime_plan(analysis, soc, knobs or MatmulKnobs())
         return _plan(analysis.shape, analysis.program, soc, knobs or MatmulKnobs(),
                      analysis.affine)
 
@@ -278,7 +329,8 @@ class MatmulSchedule(Template):
     def apply(analysis: MatmulAnalysis, tiling: Tiling):
         """The prepared function with the product's outer loop as the core loop: the kernel's
         tiles come from the plan, not from loop nests."""
-        return mark_core_loop(analysis.prepared)
+        return mark_core_loop(analysis.symbolic if analysis.symbolic is not None
+                              else analysis.prepared)
 
     @staticmethod
     def variants(func, soc) -> list[MatmulKnobs]:
@@ -288,6 +340,7 @@ class MatmulSchedule(Template):
         1:2 mix (twice the vector units for a heavy epilogue, half the L1 each), and split-K
         in 2 up to ``suggested_splits`` slices where it finds the output tiles too few for the
         cores (or a last wave unbalanced) and the epilogue is affine."""
+        func = _at_bound(func)
         shape = matmul_shape(func)
         if shape is None:
             return [MatmulKnobs()]
@@ -312,6 +365,7 @@ class MatmulSchedule(Template):
         M and N, plus the default's variants (``variants``), all or half the clients, on 910B
         a 1:1 or 1:2 mix and rounds of any number of tiles, and split-K in 2, 4 or 8 slices.
         ``plan`` may refuse one (TilingError)."""
+        func = _at_bound(func)
         shape = matmul_shape(func)
         if shape is None:
             return [MatmulKnobs()]
@@ -334,6 +388,13 @@ class MatmulSchedule(Template):
                         if knobs not in space:
                             space.append(knobs)
         return space
+
+
+def _at_bound(func):
+    """``func`` at its range's upper bound where it has symbolic dimensions (the knobs
+    worth trying are those of the largest call), else ``func``."""
+    spec = shape_spec(func)
+    return specialize(func, spec.high()) if spec.symbolic else func
 
 
 @cached_by_identity
@@ -507,7 +568,8 @@ def split_k(shape: MatmulShape, soc, splits: int, base_k: int,
 
 
 def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs,
-          affine: tuple = (1.0, ""), products: int = 1) -> Tiling:
+          affine: tuple = (1.0, ""), products: int = 1,
+          m_at_run_time: bool = False) -> Tiling:
     """The matmul Tiling; ``products`` > 1 (the gated template: gate and up, two products of
     one A by two weights of one shape, each its own Matmul object walking the same tiles)
     holds a C tile of each in the UB, gives each object half the L1 and L0, moves each product's
@@ -566,8 +628,10 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs,
     splits, k_slice, scale, split_why = (1, shape.k, 1.0, "") if (knobs.k_splits or 1) == 1 \
         else split_k(shape, soc, knobs.k_splits, base_k, affine)
     sliced = replace(shape, k=k_slice)  # a work item's product: one K slice of a tile
+    # M at run time: tiles of one base block along M (a call's M is not known here; its
+    # tiles, their tail and the cores they spread over are the host tiling function's)
     single_m, single_n = _balanced_singles(sliced, base_m, base_n, base_k, cores, l1_bytes,
-                                           most, splits)
+                                           most, splits, base_m if m_at_run_time else 0)
     reuse = l1_reuse(sliced, l1_bytes, base_m, base_n, base_k, single_m, single_n)
     if splits > 1:  # the operands' bytes over every slice, the last one shorter
         tail = replace(shape, k=shape.k - (splits - 1) * k_slice)
@@ -701,10 +765,12 @@ def aiv_ratio(soc, knob: int | None = None) -> int:
 
 
 def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes,
-                      most_tiles: int = 0, splits: int = 1) -> tuple[int, int]:
+                      most_tiles: int = 0, splits: int = 1,
+                      single_m: int = 0) -> tuple[int, int]:
     """(singleM, singleN): the per-core tile that gives the busiest core the least work,
     among those of at most ``most_tiles`` base tiles (0: any). With split-K each tile is
-    ``splits`` work items (``shape``'s K is then one slice's).
+    ``splits`` work items (``shape``'s K is then one slice's); ``single_m`` > 0 fixes singleM
+    (a symbolic M: only singleN is chosen, at the range's upper bound).
 
     The cores take contiguous ranges of ``ceil(tiles / cores)`` tiles, so the busiest core
     computes that many ``singleM x singleN`` tiles. Among equal loads the one whose operands
@@ -721,7 +787,7 @@ def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes,
         return sorted(set(found.values()))
 
     best = None
-    for sm in choices(shape.m, base_m):
+    for sm in [single_m] if single_m else choices(shape.m, base_m):
         for sn in choices(shape.n, base_n):
             if most_tiles and ceil_div(sm, base_m) * ceil_div(sn, base_n) > most_tiles:
                 continue  # base x base is always there: one tile
@@ -916,14 +982,22 @@ def scalar_tail_elems(shape, program, soc, base_m, base_n, single_m, single_n, c
     """Elements the kernel moves on the scalar unit because ``soc`` lacks DataCopyPad: the
     tail of every row (past its whole 32-byte blocks) of the output tile and of each streamed
     epilogue operand's tile, and of each resident column per core; 0 with DataCopyPad."""
+    kinds = list(program.inputs.values()) if program is not None else []
+    streamed = sum(1 for k in kinds if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
+    columns = sum(1 for k in kinds if k is RowAccessKind.COLUMN)
+    return scalar_tails(shape, soc, base_m, base_n, single_m, single_n, cores, streamed,
+                        columns)
+
+
+def scalar_tails(shape, soc, base_m, base_n, single_m, single_n, cores, streamed: int,
+                 columns: int) -> int:
+    """``scalar_tail_elems`` from the epilogue's counts: ``streamed`` inputs copied as tiles,
+    ``columns`` kept as columns (what a call of a symbolic kernel knows of its epilogue)."""
     if soc.has_data_copy_pad:
         return 0
     c0 = 32 // dtype_bytes(shape.dtype)
     tails = shape.batch * sum(m * (n % c0) for m, n in
                               _base_tiles(shape, base_m, base_n, single_m, single_n))
-    kinds = list(program.inputs.values()) if program is not None else []
-    streamed = sum(1 for k in kinds if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE))
-    columns = sum(1 for k in kinds if k is RowAccessKind.COLUMN)
     return tails * (1 + streamed) + columns * cores * (shape.n % c0)
 
 
@@ -965,3 +1039,171 @@ def _epilogue_reads(program, shape, cores) -> int:
                  RowAccessKind.ROW_SCALAR: shape.batch * shape.m * elem,
                  RowAccessKind.SCALAR: cores * elem}[kind]
     return read
+
+
+def epilogue_read_rates(program, shape) -> tuple[int, int]:
+    """(bytes per row of C, bytes per core) the epilogue reads from GM (``_epilogue_reads`` is
+    ``rows x`` the first ``+ cores x`` the second): a residual's or a mask slice's row, a
+    per-row scalar; a bias column or a scalar once a core. (0, 0) without an epilogue."""
+    if program is None:
+        return 0, 0
+    per_row = per_core = 0
+    seen = set()
+    for kind, buffer, _ in program.loads.values():
+        if buffer.name in seen or buffer.name not in program.inputs:
+            continue
+        seen.add(buffer.name)
+        elem = dtype_bytes(buffer.dtype)
+        if kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE):
+            per_row += shape.n * elem
+        elif kind is RowAccessKind.ROW_SCALAR:
+            per_row += elem
+        elif kind is RowAccessKind.COLUMN:
+            per_core += shape.n * elem
+        else:
+            per_core += elem
+    return per_row, per_core
+
+
+# ---- a symbolic M: planned at the range's upper bound, tiled per call ---------------------------
+def _symbolic_analysis(func, spec: ShapeSpec) -> MatmulAnalysis:
+    """The analysis at the range's upper bound of a matmul group whose M (the rows of A, C and
+    a residual) is a symbolic dimension, once the kernel printed from it is known to serve
+    every M of the range: the group is a matmul the template takes at every sampled size
+    (the range's ends and quarter points), B and K, N are static, and the epilogue's row
+    program (its inputs, how each is read, their row offsets) is the same at those >= 2 (at
+    M = 1 a row-indexed operand reads like a broadcast one, so the lower end says nothing
+    about the others). Refused, naming what is at fault, otherwise."""
+    if len(spec.dims) != 1:
+        raise TilingError(f"matmul over {len(spec.dims)} symbolic dimensions "
+                          f"({', '.join(d.name for d in spec.dims)}): run-time tiling takes "
+                          "one, its M")
+    dim = spec.dims[0].name
+    names = [p.name for p in func.params]
+    out = spec.shapes[-1]
+    if len(out) < 2 or out[-2] != dim or dim in out[:-2] or dim == out[-1]:
+        raise TilingError(f"the matmul's output (shape {', '.join(out)}) holds {dim} off its M "
+                          "axis: run-time tiling takes a symbolic M only")
+    low, high = spec.dims[0].low, spec.dims[0].high
+    # the ends, the quarter points and 2 (the smallest M whose row program says anything)
+    between = {low + (high - low) * q // 4 for q in (1, 2, 3)}
+    compared = sorted(({max(2, low), high} | between) & set(range(2, high + 1)))
+    sizes = sorted({p[dim] for p in spec.samples()} | set(compared))
+    # every sampled size must tile (TilingError from _analyse where it does not)
+    found = {size: _analyse(specialize(func, {dim: size})) for size in sizes}
+    bound = found[high]
+    bshape = spec.shapes[names.index(bound.shape.b_name)]
+    if not all(entry.isdigit() for entry in bshape):
+        raise TilingError(f"operand B {bound.shape.b_name} (shape {', '.join(bshape)}) holds "
+                          f"{dim}: run-time tiling takes a static B (weights)")
+    for size in compared:
+        point, other = {dim: size}, found[size]
+        if replace(other.shape, m=bound.shape.m) != bound.shape or other.shape.m != point[dim]:
+            raise TilingError(f"the product is {other.shape} at {point} and {bound.shape} at "
+                              f"{spec.high()}: run-time tiling takes a symbolic M only")
+        if other.affine != bound.affine:
+            raise TilingError(f"the epilogue differs at {point} and at {spec.high()}")
+        mine, theirs = bound.program, other.program
+        if (mine is None) != (theirs is None) or mine is not None and (
+                mine.inputs != theirs.inputs or mine.temp_slots != theirs.temp_slots
+                or len(mine.intermediates) != len(theirs.intermediates)):
+            raise TilingError(f"the epilogue's row program differs at {point} and at "
+                              f"{spec.high()}; run-time tiling needs one program")
+        for name, base in (mine.bases.items() if mine is not None else ()):
+            if not tvm_ffi.structural_equal(base, theirs.bases[name], map_free_vars=True):
+                raise TilingError(f"epilogue input {name}'s row offset depends on {dim} "
+                                  f"({theirs.bases[name]} at {point}, {base} at {spec.high()}); "
+                                  "not tiled at run time")
+    sch = tvm.s_tir.Schedule(func)
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root"))[1:-1]:
+        sch.compute_inline(block_rv)
+    return replace(bound, shapes=spec, symbolic=sch.mod["main"])
+
+
+def _runtime_plan(analysis: MatmulAnalysis, soc, knobs: MatmulKnobs) -> Tiling:
+    """The upper bound's Tiling of a symbolic-M matmul, with the plan of each call
+    (``MatmulRuntime``). The base tiles, K step, singleN, the L1 walk and the UB buffers are
+    chosen at the upper bound (the largest call: every smaller one fits the same buffers),
+    with singleM one base block, so a call only counts its M tiles, the M tail and the cores
+    they spread over; a static search over singleM would need M. Split-K is refused: its
+    slices and zero fill are planned for one M."""
+    if (knobs.k_splits or 1) > 1:
+        raise TilingError(f"k_splits={knobs.k_splits}: split-K is not tiled at run time (its "
+                          "slices and zero fill are planned for one M)")
+    shape, program = analysis.shape, analysis.program
+    tiling = _plan(shape, program, soc, knobs, analysis.affine, m_at_run_time=True)
+    per_row, per_core = epilogue_read_rates(program, shape)
+    if program is not None and per_row * shape.batch * shape.m + per_core * tiling.cores != \
+            _epilogue_reads(program, shape, tiling.cores):
+        raise TilingError("the epilogue's GM reads are not rows x a row's + cores x a core's "
+                          "(an input of another shape); not tiled at run time")
+    kinds = list(program.inputs.values()) if program is not None else []
+    clients = soc.ai_cores * tiling.work.aiv_ratio
+    runtime = MatmulRuntime(
+        analysis.shapes, soc.name, analysis.shapes.dims[0].name,
+        max(1, min(knobs.cores or clients, clients)), per_row, per_core,
+        sum(1 for k in kinds if k in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE)),
+        sum(1 for k in kinds if k is RowAccessKind.COLUMN),
+        sum(1 for k in kinds if k is RowAccessKind.ROWS),
+        1 + sum(1 for k in kinds if k is RowAccessKind.ROW_SLICE)
+        + (0 if tiling.plan.stream_rows else sum(1 for k in kinds if k is RowAccessKind.ROWS)))
+    return replace(tiling, plan=replace(tiling.plan, runtime=runtime))
+
+
+def matmul_call_base_m(bound: MatmulPlan, m: int) -> int:
+    """A call's baseM (and singleM): the bound's, or ``m`` rounded up to the fractal where
+    that is less (what ``_plan`` takes for a static M)."""
+    return min(bound.base_m, round_up(m, FRACTAL))
+
+
+def matmul_call_tiles(rt: MatmulRuntime, plan: MatmulPlan, m: int) -> tuple[int, int, int]:
+    """(tiles, tiles per core, cores) of a call with M = ``m``: ``single_m``-row tiles of every
+    batch and ``single_n`` column (``plan`` the call's), contiguous ranges of them over at most
+    ``max_cores`` clients (the host tiling function prints the same arithmetic)."""
+    shape = plan.shape
+    total = shape.batch * ceil_div(m, plan.single_m) * ceil_div(shape.n, plan.single_n)
+    per_core = ceil_div(total, min(rt.max_cores, total))
+    return total, per_core, ceil_div(total, per_core)
+
+
+def matmul_tiling_at(tiling: Tiling, values: dict) -> Tiling:
+    """The Tiling one call of a symbolic-M matmul kernel runs with at ``values`` ({name:
+    size}): the bound's plan with the call's M, its tiles over the cores, the operand bytes
+    of its walk and the epilogue's reads of its rows, as ``_plan`` counts a static one."""
+    from tvm_ascend.soc import get_soc
+
+    bound, rt = tiling.plan, tiling.plan.runtime
+    m = rt.shapes.values(**values)[rt.dim]
+    soc = get_soc(rt.soc)
+    shape = replace(bound.shape, m=m)
+    walk = L1Reuse(bound.iterate_order, bound.depth_a1, bound.depth_b1)
+    base_m = matmul_call_base_m(bound, m)
+    plan = replace(bound, shape=shape, base_m=base_m, single_m=base_m, runtime=None,
+                   l1_bytes=l1_footprint(shape, base_m, bound.base_n, bound.base_k, walk))
+    reuse = replace(walk, operand_bytes=operand_reads(shape, plan.base_m, plan.base_n,
+                                                      plan.base_k, plan.single_m,
+                                                      plan.single_n, walk))
+    total, per_core, used = matmul_call_tiles(rt, plan, m)
+    elem = dtype_bytes(shape.dtype)
+    # the UB: the bound's, less the rows a smaller baseM leaves out of each whole-tile queue
+    ub = tiling.ub_bytes - tiling.buffer_num * (bound.base_m - base_m) * bound.align_n * \
+        elem * rt.whole_tiles
+    round_trip = product_round_trip(shape, soc)
+    gm_read = reuse.operand_bytes + round_trip + rt.epilogue_row_bytes * shape.batch * m + \
+        rt.epilogue_core_bytes * used
+    gm_write = shape.batch * m * shape.n * elem + round_trip
+    rows = plan.epilogue_rows
+    fill_rows = rt.columns * min(rows, plan.base_m, plan.single_m) if rows > 1 else 0
+    c0 = 32 // elem
+    work = cube_work(shape, soc, reuse, per_core, plan.base_m, plan.base_n, plan.single_m,
+                     plan.single_n, rows, fill_rows) + KernelWork(
+        cube_macs=shape.batch * round_up(m, FRACTAL) * round_up(shape.n, FRACTAL)
+        * round_up(shape.k, c0),
+        workspace_read_bytes=round_trip, workspace_write_bytes=round_trip,
+        scalar_elems=scalar_tails(shape, soc, plan.base_m, plan.base_n, plan.single_m,
+                                  plan.single_n, used, rt.streamed, rt.columns),
+        aiv_ratio=tiling.work.aiv_ratio, round_tiles=plan.round_tiles if plan.overlapped else 0,
+        extra_copy_calls=chunk_copies(plan, per_core, rt.row_inputs))
+    return Tiling("matmul", total, used, per_core, 1, per_core, tiling.buffer_num,
+                  tiling.temp_buffers, ub, tiling.ub_capacity, gm_read, gm_write,
+                  shape.n, work=work, plan=plan)

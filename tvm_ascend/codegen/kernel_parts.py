@@ -47,6 +47,7 @@ PRINTER_NAMES = frozenset("""
     kIdx kOff kSlice kSplits singleK
     diag kvEnd
     align block blockDim cores dims found perCore tileCap tilingHost total
+    bound
     gap leastGap hidden most maskT padMost
     gQue gTile
 """.split())

@@ -43,7 +43,7 @@ MAX_NAMED = 8  # ops named in the warning; the section has them all
 # the templates whose kernels tile at run time (schedules/runtime_tiling.py); the partition
 # stage may not import the templates' registry for the report alone, so it is named here and
 # tests/test_runtime_tiling.py holds it equal to that registry
-RUNTIME_TILED_TEMPLATES = ("elementwise", "row_reduce")
+RUNTIME_TILED_TEMPLATES = ("elementwise", "row_reduce", "matmul")
 
 
 def symbolic_inputs(imported: tvm.IRModule) -> dict:
@@ -124,6 +124,12 @@ def runtime_kernels(report: dict, names: set) -> list[dict]:
     return kernels
 
 
+def _listed(names) -> str:
+    """``a``, ``a and b``, ``a, b and c``: names as a sentence lists them."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def gear_hint(dims: dict) -> str:
     """The ATC gear flags that would build these dimensions statically: one build per size,
     here each range's ends and middle (an unbounded dimension: 1, 8, 64)."""
@@ -160,5 +166,5 @@ def warn_dynamic(report: dict) -> None:
     tiled = len(section["runtime_tiling"]["kernels"])
     logger.warning("%d op(s) kept on the host because a dimension is symbolic (%s; run-time "
                    "tiling covers %s kernels only, %d of this build's kernels use it): "
-                   "%s%s; %s", len(ops), dims, " and ".join(RUNTIME_TILED_TEMPLATES), tiled,
+                   "%s%s; %s", len(ops), dims, _listed(RUNTIME_TILED_TEMPLATES), tiled,
                    named, more, section["hint"])

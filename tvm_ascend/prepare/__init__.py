@@ -9,6 +9,8 @@ the precision mode. Each rewrite lives with its kind; this module only orders th
 * ``constant_gathers``: a Gather whose constant indices read its whole axis in order, as a
   Reshape (a view);
 * ``gqa``: attention over repeated K and V (repeat_kv) as attention over the KV heads;
+* ``flat_matmul``: a MatMul of rows flattened over a symbolic dimension (``(seq * 2, K)``) as
+  one over the rows themselves, so its M is a whole dimension (run-time tiling);
 * ``rotary``: a Concat of negated pieces (rotate_half) as a Concat times a constant sign;
 * ``batch_norm``: a BatchNorm folded into the Conv before it, or lowered to a scale and shift;
 * ``reductions``: multi-axis reductions as rows, LRN's channel window as shifted slices;
@@ -34,6 +36,7 @@ from .batch_norm import fold_batch_norm, lower_batch_norm
 from .canonical import (hoist_matmul_scales, one_element_constants_as_scalars, remove_dropout,
                         softmax_axis_to_last, split_as_slices, stack_sum_to_adds)
 from .constant_gathers import constant_gathers_as_reshapes
+from .flat_matmul import flat_matmuls_over_rows
 from .gqa import grouped_query_attention
 from .precision import apply_precision_mode
 from .reductions import reductions_to_rows, window_sums_to_slices
@@ -96,6 +99,7 @@ def prepare_graph(mod: tvm.IRModule, fold_batchnorm: bool = True) -> tvm.IRModul
     mod = negated_concats_as_signs(mod)  # rotate_half: the Negate fuses after the Concat
     mod = hoist_matmul_scales(split_as_slices(stack_sum_to_adds(remove_dropout(mod))))
     mod = grouped_query_attention(mod)  # after the identity Casts: K and V not repeated
+    mod = flat_matmuls_over_rows(mod)  # GPT-2's view(-1, K) @ W over seq: M a whole dim
     if fold_batchnorm:
         mod = fold_batch_norm(mod)
     # after the folding, so a Conv before a BatchNorm still takes it into its weights

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from ...errors import CodegenError
 from ...schedules.matmul import MatmulPlan, epilogue_program
+from ...schedules.symbolic import specialize
 from ...schedules.analysis.row_program import RowAccessKind
 from ...schedules.analysis.tile_values import buffer_size, expr_key
 from ...schedules.analysis.tir_walk import SBlock, expr_dtype, walk
@@ -82,6 +83,10 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             raise CodegenError(f"{symbol}: the {tiling.template} tiling carries no "
                                f"{self.plan_type.__name__}; schedule the group again")
         self.plan = tiling.plan
+        spec = self.shape_spec()
+        # over a symbolic M: the epilogue at the range's upper bound, which the template
+        # checked is the same program at every M (every M-derived size: the tiling struct)
+        func = specialize(func, spec.high()) if spec is not None else func
         blocks = []
         walk(func.body, lambda s: blocks.append(s) if isinstance(s, SBlock)
              and s.name_hint != "root" else None)
@@ -118,8 +123,22 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         return self.overlapped
 
     def user_workspace_bytes(self) -> int:
-        """Every client's asynchronous round slots (``MatmulPlan.workspace_bytes``)."""
-        return self.tiling.cores * self.plan.workspace_bytes if self.overlapped else 0
+        """Every client's asynchronous round slots (``MatmulPlan.workspace_bytes``); tiled at
+        run time, those of every client a call may use (``MatmulRuntime.max_cores``)."""
+        runtime = getattr(self.plan, "runtime", None)
+        clients = runtime.max_cores if runtime is not None else self.tiling.cores
+        return clients * self.plan.workspace_bytes if self.overlapped else 0
+
+    def _gm_elems(self, index: int) -> str:
+        """Elements of GM parameter ``index`` as ``SetGlobalBuffer`` is told: the static size,
+        or over a symbolic M its C++ count with M read from the tiling struct."""
+        spec = self.shape_spec()
+        if spec is None:
+            return str(buffer_size(self.params[index]))
+        dim = self.plan.runtime.dim
+        terms = ["static_cast<uint64_t>(tiling.cube.M)" if entry == dim else entry
+                 for entry in spec.shapes[index]]
+        return " * ".join(terms) or "1"
 
     @property
     def k_splits(self) -> int:
@@ -193,13 +212,13 @@ class MatmulKernelPrinter(CubeKernelPrinter):
 
     def emit_buffers(self, buf):
         t = self.ctype
-        for p in self.params:
+        for index, p in enumerate(self.params):
             n = self.names[p.name]
             kind = self.program.inputs.get(p.name) if self.program else None
             if p is self.params[-1] or n in (self.a_name, self.b_name) or \
                     kind in (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE,
                              RowAccessKind.ROW_SCALAR):
-                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {buffer_size(p)});")
+                buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {t}*){n}, {self._gm_elems(index)});")
         if self.overlapped:  # this client's slots: a base tile each of the round's tiles
             buf.line("uint64_t wsElems = static_cast<uint64_t>((tiling.cube.singleCoreM + "
                      "tiling.cube.baseM - 1) / tiling.cube.baseM) * ((tiling.cube.singleCoreN + "
@@ -482,3 +501,38 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             **({"kSplits": p.k_splits, "kSlice": p.k_slice} if self.k_splits > 1 else {})})
 
 
+
+    # ---- a symbolic M: the host tiling function ---------------------------------------------
+    def tiling_values(self) -> dict:
+        """The TilingData fields a call's tiling sets from its M (the host tiling function's
+        JSON form reports these; K, N and the base tiles are the bound plan's)."""
+        return dict.fromkeys(("cube.M", "cube.usedCoreNum", "cube.baseM", "cube.singleCoreM",
+                              "batch", "tilesM", "tilesN", "tilesPerCore", "totalTiles"))
+
+    def emit_tiling_body(self, buf, dims: dict) -> None:
+        """``matmul_tiling_at`` in C++: the bound plan's TilingData with the call's M, its
+        baseM (the bound's, or M rounded up to 16 where less: ``matmul_call_base_m``) as
+        ``singleCoreM``, its tiles (the last one the M tail) of every batch and column over at
+        most ``max_cores`` clients in contiguous ranges, blockDim their AIC groups. Every
+        buffer the kernel sizes from baseM (UB tiles, workspace slots) then shrinks with it."""
+        p, rt = self.plan, self.plan.runtime
+        self.emit_tiling_init(buf, "bound")
+        buf.line("out.tiling = bound;")
+        buf.line(f"uint64_t m = static_cast<uint64_t>({dims[rt.dim]});")
+        buf.line("uint64_t mTile = (m + 15) / 16 * 16;  // M rounded up to the fractal")
+        buf.line(f"if (mTile > {p.base_m}) mTile = {p.base_m};  // the bound's baseM")
+        buf.line("uint64_t tilesM = (m + mTile - 1) / mTile;")
+        buf.line(f"uint64_t total = static_cast<uint64_t>({p.shape.batch}) * tilesM * "
+                 f"{-(-p.shape.n // p.single_n)};")
+        buf.line(f"uint64_t cores = total < {rt.max_cores} ? total : {rt.max_cores};")
+        buf.line("uint64_t perCore = (total + cores - 1) / cores;")
+        buf.line("cores = (total + perCore - 1) / perCore;  // the clients that get tiles")
+        buf.line("out.tiling.cube.M = static_cast<int32_t>(m);")
+        buf.line("out.tiling.cube.baseM = static_cast<int32_t>(mTile);")
+        buf.line("out.tiling.cube.singleCoreM = static_cast<int32_t>(mTile);")
+        buf.line("out.tiling.cube.usedCoreNum = static_cast<int32_t>(cores);")
+        buf.line("out.tiling.tilesM = static_cast<uint32_t>(tilesM);")
+        buf.line("out.tiling.tilesPerCore = static_cast<uint32_t>(perCore);")
+        buf.line("out.tiling.totalTiles = static_cast<uint32_t>(total);")
+        ratio = self.tiling.work.aiv_ratio
+        buf.line(f"out.blockDim = static_cast<int64_t>((cores + {ratio} - 1) / {ratio});")

@@ -1,10 +1,11 @@
 """MatMul on the cube unit (the matmul template; its epilogue joins through FuseOps)."""
 from __future__ import annotations
 
+from tvm import tirx
 from tvm.relax.dpl.pattern import is_op, wildcard
 
 from ...decision import Decision
-from .elementwise import SUPPORTED_DTYPES, static_shape, tensor_type_of
+from .elementwise import SUPPORTED_DTYPES, static_shape, tensor_type_of, whole_dims_shape
 
 
 def make_matmul_pattern():
@@ -18,19 +19,49 @@ def check_matmul_call(call) -> Decision | None:
     if getattr(getattr(call, "op", None), "name", None) != "relax.matmul":
         return None
     a, b, out = tensor_type_of(call.args[0]), tensor_type_of(call.args[1]), tensor_type_of(call)
-    if None in (a, b, out) or not all(static_shape(t) for t in (a, b, out)):
+    if None in (a, b, out):
         return Decision.no("matmul with a dynamic shape runs on the host")
+    tiled = ""
+    if not all(static_shape(t) for t in (a, b, out)):
+        why = _symbolic_m_refusal(a, b, out)
+        if why:
+            return Decision.no(f"matmul with a dynamic shape runs on the host: {why}")
+        tiled = " (symbolic M: tiled at run time)"
     if {a.dtype, b.dtype, out.dtype} != {out.dtype} or out.dtype not in SUPPORTED_DTYPES:
         return Decision.no(f"matmul of {a.dtype} x {b.dtype} -> {out.dtype}: the cube kernel "
                            "takes float16 or float32 throughout; it runs on the host")
-    a_dims = [int(d) for d in a.shape.values]
-    b_dims = [int(d) for d in b.shape.values]
+    a_dims = [_size(d) for d in a.shape.values]
+    b_dims = [_size(d) for d in b.shape.values]
     if len(a_dims) < 2 or len(b_dims) < 2:
         return Decision.no("matmul of a vector runs on the host")
     if len(b_dims) > 2 and a_dims[:-2] != b_dims[:-2]:
         return Decision.no(f"matmul with broadcast batch dimensions {a_dims[:-2]} x "
                            f"{b_dims[:-2]} runs on the host")
-    return Decision.yes("matmul: cube unit, epilogue on the vector unit")
+    return Decision.yes(f"matmul: cube unit, epilogue on the vector unit{tiled}")
+
+
+def _size(dim):
+    """A static size as an int, a symbolic one as its name (compared, never counted)."""
+    return int(dim) if isinstance(dim, tirx.IntImm) else str(dim)
+
+
+def _symbolic_m_refusal(a, b, out) -> str:
+    """Why a matmul with symbolic sizes cannot be tiled at run time, or "" where it can: the
+    matmul template tiles a symbolic M (the rows of A and of the output, whole dimensions)
+    with a static B, K and N (x[.., s, K] @ W[K, N]: an FFN's or a projection's); the
+    template checks the rest (one dimension, its range) and refuses with the reason."""
+    if not all(whole_dims_shape(t) for t in (a, b, out)):
+        return "a shape entry is an expression of symbolic dimensions"
+    if not static_shape(b):
+        return "operand B has a symbolic dimension (run-time tiling takes static weights)"
+    a_dims, out_dims = list(a.shape.values), list(out.shape.values)
+    if len(a_dims) < 2 or len(out_dims) < 2:
+        return "a matmul of a vector"
+    if not all(isinstance(d, tirx.IntImm) for d in a_dims[-1:] + out_dims[-1:]):
+        return "K or N is symbolic (run-time tiling takes a symbolic M only)"
+    if not all(isinstance(d, tirx.IntImm) for d in a_dims[:-2] + out_dims[:-2]):
+        return "a batch dimension is symbolic (run-time tiling takes a symbolic M only)"
+    return ""
 
 
 def _registry_check(context) -> bool:
