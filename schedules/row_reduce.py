@@ -36,8 +36,8 @@ from .l2_reuse import l2_served, walk_distance
 from .tiling import ceil_div, dtype_bytes, round_up
 from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, KernelWork, TemplatePlan,
                      Tiling, UB_RESERVED_BYTES)
-from .analysis.tir_walk import (cached_by_identity, param_buffers, reduce_iter_vars, reducer_of,
-                                root_blocks, schedule_blocks)
+from .analysis.tir_walk import (BufferLoad, cached_by_identity, param_buffers, reduce_iter_vars,
+                                reducer_of, root_blocks, schedule_blocks)
 from .symbolic import ShapeSpec, shape_spec, specialize
 from .template import Template
 
@@ -125,6 +125,7 @@ class RowReduceAnalysis:
     rows: int
     cols: int
     shapes: ShapeSpec = ShapeSpec()  # symbolic dimensions: the others are at the upper bound
+    cols_dim: str = ""  # the symbolic dimension rows are as long as ("" for a static length)
 
 
 class RowReduceSchedule(Template):
@@ -249,21 +250,82 @@ def _symbolic_rows(func, spec: ShapeSpec) -> RowReduceAnalysis:
     points = spec.samples()
     ends = [_static_rows(specialize(func, point)) for point in points]
     high = ends[-1]
+    cols_dim = _cols_dim(spec, ends, points)
     for point, other in zip(points, ends):
-        if other.cols != high.cols:
+        if other.cols != high.cols and not cols_dim:
             raise TilingError(f"rows are {other.cols} long at {point} and {high.cols} at "
                               f"{spec.high()}: run-time tiling takes rows of one static length")
+        if cols_dim and _value_constants(other.program) != _value_constants(high.program):
+            raise TilingError(f"the row program's constants differ at {point} and at "
+                              f"{spec.high()} (a mean over the symbolic row length {cols_dim}?); "
+                              "run-time tiling needs one program")
         mine, theirs = high.program, other.program
-        if mine.inputs != theirs.inputs or mine.temp_slots != theirs.temp_slots or \
-                mine.out_full != theirs.out_full:
+        if not _same_inputs(mine.inputs, theirs.inputs, other.rows) or \
+                mine.temp_slots != theirs.temp_slots or mine.out_full != theirs.out_full:
             raise TilingError(f"the row program differs at {point} and at {spec.high()}; "
                               "run-time tiling needs one program")
         for name, base in mine.bases.items():
+            if name not in theirs.bases and other.rows == 1:
+                continue  # one value per row read as the kernel's one value (_ONE_ROW_ALIKE)
             if not tvm_ffi.structural_equal(base, theirs.bases[name], map_free_vars=True):
                 raise TilingError(f"input {name}'s row offset depends on the symbolic "
                                   f"dimensions ({theirs.bases[name]} at {point}, {base} at "
                                   f"{spec.high()}); not tiled at run time")
-    return dataclasses.replace(high, shapes=spec)
+    return dataclasses.replace(high, shapes=spec, cols_dim=cols_dim)
+
+
+def _cols_dim(spec: ShapeSpec, ends: list, points: list) -> str:
+    """The symbolic dimension rows are as long as ("" for rows of one static length): the
+    output's last axis, when each sampled point's rows are that long and the output is full
+    rows (a row-valued output over rows of run-time length would need an input's axis)."""
+    last = spec.shapes[-1][-1] if spec.shapes and spec.shapes[-1] else ""
+    if last.isdigit() or not all(e.program.out_full for e in ends):
+        return ""
+    if all(e.cols == p[last] for e, p in zip(ends, points)):
+        return last
+    return ""
+
+
+def _value_constants(program: RowProgram) -> list:
+    """The constants in the row program's values (not in load indices, whose offsets are
+    checked apart): a constant of a row of run-time length (1 / C of a mean) would be the
+    upper bound's in the printed kernel."""
+    found: list = []
+
+    def walk_value(expr) -> None:
+        if isinstance(expr, BufferLoad):
+            return
+        if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            found.append((str(expr.dtype), expr.value))
+            return
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(expr, attr, None)
+            if isinstance(child, tvm.tirx.Expr):
+                walk_value(child)
+        for child in getattr(expr, "args", None) or ():
+            if isinstance(child, tvm.tirx.Expr):
+                walk_value(child)
+
+    for step in program.steps:
+        walk_value(step.expr)
+    return found
+
+
+# At one row the row classifier cannot tell some reads apart, and picks the first that fits:
+# a [C] input (gamma, beta) is the whole row as well as a column, and a value per row is the
+# kernel's one value. Their elements are the same, so the program at the upper bound (which
+# does tell them apart) reads them right at one row too: (at one row, at the bound) pairs.
+_ONE_ROW_ALIKE = {(RowAccessKind.ROWS, RowAccessKind.COLUMN),
+                  (RowAccessKind.SCALAR, RowAccessKind.ROW_SCALAR)}
+
+
+def _same_inputs(at_bound: dict, other: dict, other_rows: int) -> bool:
+    """Whether a row program's inputs at another point read as they do at the upper bound
+    (``_ONE_ROW_ALIKE`` where that point has one row)."""
+    if at_bound.keys() != other.keys():
+        return False
+    return all(kind is other[name] or (other_rows == 1 and (other[name], kind) in _ONE_ROW_ALIKE)
+               for name, kind in at_bound.items())
 
 
 def inline_row_blocks(sch, rows: int, cols: int) -> None:
@@ -388,11 +450,20 @@ def _with_runtime(analysis: RowReduceAnalysis, tiling: Tiling, knobs, soc) -> Ti
                           "not tiled at run time")
     out_cols = cols if program.out_full else 1
     write_row = out_cols * dtype_bytes(program.out_buffer.dtype)
-    runtime = RowReduceRuntime(
-        analysis.shapes, tiling.tile_len, min(knobs.cores or soc.vector_blocks,
-                                              soc.vector_blocks),
-        out_cols, _row_reads(program, 1, cols, 0), _row_reads(program, 0, cols, 1), write_row,
-        one, two - one)
+    max_cores = min(knobs.cores or soc.vector_blocks, soc.vector_blocks)
+    if analysis.cols_dim:
+        # rows of run-time length: GM bytes affine in it (0 and 1 column apart); the UB's row
+        # slots stay ROW_STRIDE apart, the upper bound's, so its footprint is the bound's
+        fixed_row, fixed_core = _row_reads(program, 1, 0, 0), _row_reads(program, 0, 0, 1)
+        runtime = RowReduceRuntime(
+            analysis.shapes, tiling.tile_len, max_cores, out_cols, fixed_row, fixed_core, 0,
+            one, two - one, analysis.cols_dim, _row_reads(program, 1, 1, 0) - fixed_row,
+            _row_reads(program, 0, 1, 1) - fixed_core, dtype_bytes(program.out_buffer.dtype))
+    else:
+        runtime = RowReduceRuntime(
+            analysis.shapes, tiling.tile_len, max_cores, out_cols,
+            _row_reads(program, 1, cols, 0), _row_reads(program, 0, cols, 1), write_row,
+            one, two - one)
     return dataclasses.replace(tiling, plan=dataclasses.replace(tiling.plan, runtime=runtime))
 
 
@@ -400,14 +471,18 @@ def row_reduce_tiling_at(tiling: Tiling, values: dict) -> Tiling:
     """The Tiling one call of a symbolic row kernel runs with at ``values`` ({name: size})."""
     rt = tiling.plan.runtime
     spec = rt.shapes
-    rows = spec.numel(len(spec.shapes) - 1, spec.values(**values)) // rt.out_cols
+    sizes = spec.values(**values)
+    cols = sizes[rt.cols_dim] if rt.cols_dim else tiling.cols
+    rows = spec.numel(len(spec.shapes) - 1, sizes) // (cols if rt.cols_dim else rt.out_cols)
     cores, block_rows, rows_per_tile, tiles_per_core = _row_tiles(rows, rt.rows_cap,
                                                                   rt.max_cores)
+    read = rows * (rt.read_per_row + cols * rt.read_per_row_col) + \
+        cores * (rt.read_per_core + cols * rt.read_per_core_col)
+    write = rows * (rt.write_per_row + cols * rt.write_per_col)
     return Tiling("row_reduce", rows, cores, block_rows, rows_per_tile, tiles_per_core,
                   tiling.buffer_num, tiling.temp_buffers,
                   rt.ub_one_row + (rows_per_tile - 1) * rt.ub_per_row, tiling.ub_capacity,
-                  rows * rt.read_per_row + cores * rt.read_per_core, rows * rt.write_per_row,
-                  tiling.cols, work=KernelWork(steps=tiles_per_core,
+                  read, write, cols, work=KernelWork(steps=tiles_per_core,
                                                vector_repeats=min(block_rows, rows)),
                   plan=dataclasses.replace(tiling.plan, runtime=None))
 
@@ -503,6 +578,12 @@ class RowReduceRuntime:
     write_per_row: int
     ub_one_row: int
     ub_per_row: int
+    # rows of run-time length (Softmax over a symbolic key axis): the dimension they are as
+    # long as, and the GM bytes per row / per core / written per row for each of its columns
+    cols_dim: str = ""
+    read_per_row_col: int = 0
+    read_per_core_col: int = 0
+    write_per_col: int = 0
 
 
 def row_passes(program: RowProgram) -> RowPasses:

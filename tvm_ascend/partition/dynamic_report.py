@@ -1,16 +1,16 @@
 """The fusion report's ``dynamic`` section: what a symbolic dimension does to the build.
 
 A group over symbolic dimensions with a range (``--input_shape "x:2,1~64,8"``) that the
-elementwise template takes, or the row template with rows of a static length, is compiled
-once for the whole range and tiled at run time: its
-kernel gets a host tiling function (as AscendC's TilingFunc) that fills its tiling struct
+elementwise template takes, or the row template (rows of a static length, or a Softmax's rows
+as long as a symbolic last axis), is compiled once for the whole range and tiled at run time:
+its kernel gets a host tiling function (as AscendC's TilingFunc) that fills its tiling struct
 from each call's shape (``codegen/tiling_func.py``), its UB tiles are sized for the range's
 upper bound, and the partitioner estimated it at the range's ends and midpoint
 (``partition/cost.py``). Every other op whose shape holds a symbolic dimension (matmuls,
-attention, data movement, a reduction over a symbolic axis) still runs on the host (TVM's
-llvm build), and nothing may fall back silently: the section lists every such op with its
-dimensions, and ``warn_dynamic`` logs one warning naming them and the gear flags that would
-put them on the NPU (one static build per listed size: ``--dynamic_dims``,
+attention, data movement, a reduction other than Softmax over a symbolic axis) still runs on
+the host (TVM's llvm build), and nothing may fall back silently: the section lists every such
+op with its dimensions, and ``warn_dynamic`` logs one warning naming them and the gear flags
+that would put them on the NPU (one static build per listed size: ``--dynamic_dims``,
 ``--dynamic_batch_size``).
 
 Section keys: ``symbolic_dims`` ({name: {"range": [lo, hi] or None, "inputs": [[input,
@@ -23,7 +23,7 @@ range's lower end, midpoint and upper end}), ``hint`` (the gear flags for the ho
 Example
 -------
 >>> report["dynamic"]["host_ops"][0]                                        # doctest: +SKIP
-{'node': 'node_softmax_3', 'op': 'relax.nn.softmax', 'var': 'lv29', 'dims': ['seq'], ...}
+{'node': 'node_matmul_3', 'op': 'relax.matmul', 'var': 'lv29', 'dims': ['seq'], ...}
 >>> report["dynamic"]["runtime_tiling"]["kernels"][0]["range_us"][0]        # doctest: +SKIP
 {'sizes': {'seq': 1}, 'time_us': 3.2}
 """
@@ -94,6 +94,10 @@ def dynamic_section(imported: tvm.IRModule, result, report: dict) -> dict | None
     symbolic = {}
     for block in imported["main"].body.blocks:
         for binding in block.bindings:
+            if isinstance(binding.value, tvm.relax.Var):
+                # the importer's `gv = lv` naming the output: an alias moves no data and the
+                # partitioner builds no group for it, so it is kept nowhere (not a host op)
+                continue
             found = _symbols_of(getattr(binding.var, "ty", None), names)
             for arg in getattr(binding.value, "args", ()):
                 found += [d for d in _symbols_of(getattr(arg, "ty", None), names)

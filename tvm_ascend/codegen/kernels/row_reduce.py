@@ -322,7 +322,10 @@ def emit_row_tiling_body(buf, tiling, dims: dict) -> None:
     tiles of at most the rows the UB was sized for at the range's upper bound."""
     rt = tiling.plan.runtime
     total = numel_expr(rt.shapes.shapes[-1], dims)
-    buf.line(f"uint64_t total = static_cast<uint64_t>({total}) / {rt.out_cols};  // rows")
+    # rows of run-time length (cols_dim): as long as that dimension is in this call
+    cols = f"static_cast<uint32_t>({dims[rt.cols_dim]})" if rt.cols_dim else str(tiling.cols)
+    per_row = cols if rt.cols_dim else str(rt.out_cols)
+    buf.line(f"uint64_t total = static_cast<uint64_t>({total}) / {per_row};  // rows")
     buf.line(f"uint64_t cores = total < {rt.max_cores} ? total : {rt.max_cores};")
     buf.line("if (cores < 1) cores = 1;")
     buf.line("uint64_t perCore = (total + cores - 1) / cores;")
@@ -331,7 +334,7 @@ def emit_row_tiling_body(buf, tiling, dims: dict) -> None:
     buf.line("out.tiling.rows = total;")
     buf.line("out.tiling.blockRows = block;")
     buf.line("out.tiling.tileRows = static_cast<uint32_t>(tile);")
-    buf.line(f"out.tiling.cols = {tiling.cols};")
+    buf.line(f"out.tiling.cols = {cols};")
     buf.line("out.blockDim = static_cast<int64_t>((total + block - 1) / block);")
 
 

@@ -19,6 +19,9 @@ REDUCTION_OPS = {
 }
 # Reductions the axis-reduce template also takes over adjacent axes that are not the last one
 # (softmax and the normalisations read their reduced values back per element: two passes).
+# Last-axis reductions the row template tiles at run time over rows of symbolic length: no
+# constant of theirs is the length (a mean's 1 / C would be the range's upper bound's)
+RUNTIME_LENGTH_OPS = ("relax.nn.softmax", "relax.nn.log_softmax")
 AXIS_REDUCTION_OPS = ("relax.sum", "relax.mean", "relax.max", "relax.min")
 
 
@@ -51,9 +54,12 @@ def check_reduction_call(call) -> Decision | None:
     last = data.shape.values[-1] if rank else None
     if axes is not None and sorted(a % rank for a in axes) == [rank - 1]:
         if not static_shape(data) and not isinstance(last, tirx.IntImm):
-            return Decision.no(f"{short_op_name(name)} reduces a symbolic axis ({last}); run-time "
-                               "tiling takes symbolic rows of static length only, so it runs on "
-                               "the host")
+            if name not in RUNTIME_LENGTH_OPS:
+                return Decision.no(f"{short_op_name(name)} reduces a symbolic axis ({last}); "
+                                   "run-time tiling takes rows of symbolic length for Softmax "
+                                   "only, so it runs on the host")
+            return Decision.yes(f"{short_op_name(name)} over the last axis: row-reduce kernel "
+                                f"(rows of symbolic length {last}: tiled at run time)")
         tiled = "" if static_shape(data) else " (symbolic rows: tiled at run time)"
         return Decision.yes(f"{short_op_name(name)} over the last axis: row-reduce kernel{tiled}")
     if not static_shape(data):
