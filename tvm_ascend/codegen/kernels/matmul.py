@@ -297,30 +297,35 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                              (", kIdx);" if split else ");"))
             buf.line("mm.End();")
 
+    def emit_tile_position(self, buf):
+        """The base tile's place from its round: index in the single tile (in the Matmul
+        object's iterate order), its extents with the tails, its UB row pitch and GM offsets."""
+        if self.plan.iterate_order == 0:
+            buf.line("uint32_t roundM = (singleM + tiling.cube.baseM - 1) / "
+                     "tiling.cube.baseM;")
+            buf.line("uint32_t mIdx = round % roundM, nIdx = round / roundM;  // M fastest")
+        else:
+            buf.line("uint32_t roundN = (singleN + tiling.cube.baseN - 1) / "
+                     "tiling.cube.baseN;")
+            buf.line("uint32_t mIdx = round / roundN, nIdx = round % roundN;  // N fastest")
+        buf.line("uint32_t restM = singleM - mIdx * tiling.cube.baseM;")
+        buf.line("uint32_t restN = singleN - nIdx * tiling.cube.baseN;")
+        buf.line("uint32_t curM = restM < static_cast<uint32_t>(tiling.cube.baseM) ? restM : "
+                 "tiling.cube.baseM;")
+        buf.line("uint32_t curN = restN < static_cast<uint32_t>(tiling.cube.baseN) ? restN : "
+                 "tiling.cube.baseN;")
+        buf.line("uint32_t stride = (curN + C0 - 1) / C0 * C0;  // UB row pitch")
+        buf.line("uint64_t rowOff = static_cast<uint64_t>(b) * tiling.cube.M + mOff + "
+                 "mIdx * tiling.cube.baseM;")
+        buf.line("uint32_t colOff = nOff + nIdx * tiling.cube.baseN;")
+
     def emit_tile(self, buf):
         t = self.ctype
         split = self.k_splits > 1
         k_param = ", uint32_t kIdx" if split else ""
         with buf.indent("__aicore__ inline void Tile(uint32_t b, uint32_t mOff, uint32_t nOff, "
                         f"uint32_t singleM, uint32_t singleN, uint32_t round{k_param}) {{"):
-            if self.plan.iterate_order == 0:
-                buf.line("uint32_t roundM = (singleM + tiling.cube.baseM - 1) / "
-                         "tiling.cube.baseM;")
-                buf.line("uint32_t mIdx = round % roundM, nIdx = round / roundM;  // M fastest")
-            else:
-                buf.line("uint32_t roundN = (singleN + tiling.cube.baseN - 1) / "
-                         "tiling.cube.baseN;")
-                buf.line("uint32_t mIdx = round / roundN, nIdx = round % roundN;  // N fastest")
-            buf.line("uint32_t restM = singleM - mIdx * tiling.cube.baseM;")
-            buf.line("uint32_t restN = singleN - nIdx * tiling.cube.baseN;")
-            buf.line("uint32_t curM = restM < static_cast<uint32_t>(tiling.cube.baseM) ? restM : "
-                     "tiling.cube.baseM;")
-            buf.line("uint32_t curN = restN < static_cast<uint32_t>(tiling.cube.baseN) ? restN : "
-                     "tiling.cube.baseN;")
-            buf.line("uint32_t stride = (curN + C0 - 1) / C0 * C0;  // UB row pitch")
-            buf.line("uint64_t rowOff = static_cast<uint64_t>(b) * tiling.cube.M + mOff + "
-                     "mIdx * tiling.cube.baseM;")
-            buf.line("uint32_t colOff = nOff + nIdx * tiling.cube.baseN;")
+            self.emit_tile_position(buf)
             buf.line(f"AscendC::LocalTensor<{t}> cTile = outQue.AllocTensor<{t}>();")
             sync = "false" if self.overlapped else "true"
             buf.line(f"mm.template GetTensorC<{sync}, true>(cTile, 0, true, curM, curN);")

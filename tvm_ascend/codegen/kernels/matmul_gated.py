@@ -107,24 +107,7 @@ class GatedMatmulKernelPrinter(MatmulKernelPrinter):
         t = self.ctype
         with buf.indent("__aicore__ inline void Tile(uint32_t b, uint32_t mOff, uint32_t nOff, "
                         "uint32_t singleM, uint32_t singleN, uint32_t round) {"):
-            if self.plan.iterate_order == 0:
-                buf.line("uint32_t roundM = (singleM + tiling.cube.baseM - 1) / "
-                         "tiling.cube.baseM;")
-                buf.line("uint32_t mIdx = round % roundM, nIdx = round / roundM;  // M fastest")
-            else:
-                buf.line("uint32_t roundN = (singleN + tiling.cube.baseN - 1) / "
-                         "tiling.cube.baseN;")
-                buf.line("uint32_t mIdx = round / roundN, nIdx = round % roundN;  // N fastest")
-            buf.line("uint32_t restM = singleM - mIdx * tiling.cube.baseM;")
-            buf.line("uint32_t restN = singleN - nIdx * tiling.cube.baseN;")
-            buf.line("uint32_t curM = restM < static_cast<uint32_t>(tiling.cube.baseM) ? restM : "
-                     "tiling.cube.baseM;")
-            buf.line("uint32_t curN = restN < static_cast<uint32_t>(tiling.cube.baseN) ? restN : "
-                     "tiling.cube.baseN;")
-            buf.line("uint32_t stride = (curN + C0 - 1) / C0 * C0;  // UB row pitch")
-            buf.line("uint64_t rowOff = static_cast<uint64_t>(b) * tiling.cube.M + mOff + "
-                     "mIdx * tiling.cube.baseM;")
-            buf.line("uint32_t colOff = nOff + nIdx * tiling.cube.baseN;")
+            self.emit_tile_position(buf)
             buf.line(f"AscendC::LocalTensor<{t}> cTile = outQue.AllocTensor<{t}>();")
             buf.line(f"AscendC::LocalTensor<{t}> gTile = gQue.AllocTensor<{t}>();")
             buf.line("mm.template GetTensorC<true, true>(cTile, 0, true, curM, curN);")
