@@ -23,7 +23,8 @@ one ONNX node in two groups (its ops split between kernels: a Gather's index fix
 or an attention a prepare rewrite replaced, its parts in several kernels), the node is drawn
 in the group that computes its last op, whose result is the node's output, and that group's
 ``split_with`` names the other groups holding parts of its nodes; a group with no node of its
-own is drawn only there.
+own is drawn only there. A node in no group that lies between nodes of one group (a Cast
+the importer folded away inside an attention) is drawn in that group.
 Weights are declared as graph inputs with their dtype and shape but without their data, so
 the dump stays small (like ATC's ``DUMP_GE_GRAPH=2``).
 
@@ -148,7 +149,49 @@ def _owners(model: onnx.ModelProto, report: dict) -> dict[str, dict]:
                 if node in known and (node not in last or part > last[node][0]):
                     last[node] = (part, group)
     owner.update({node: group for node, (_, group) in last.items()})
+    owner.update(_sandwiched(model, owner))
     return owner
+
+
+def _sandwiched(model: onnx.ModelProto, owner: dict) -> dict[str, dict]:
+    """Nodes in no group that lie between nodes of one group (only through nodes in no
+    group): drawn in it. The importer folds such a node away (TorchScript LLaMA's Cast to
+    float32 of a float32 softmax, between two parts of its attention kernel), so its
+    nothing happens inside that kernel; drawn on its own, it would read the group's node
+    and feed the group (a cycle)."""
+    names = _node_names(model)
+    producer = {out: name for name, node in zip(names, model.graph.node) for out in node.output}
+    nodes = dict(zip(names, model.graph.node))
+    # groups reaching each ungrouped node (and reached from it) through ungrouped nodes only
+    above: dict[str, list] = {}
+    for name, node in nodes.items():
+        if name not in owner:
+            above[name] = _merged([[owner[p]] if p in owner else above.get(p, [])
+                                   for p in (producer.get(t) for t in node.input) if p])
+    below: dict[str, list] = {}
+    consumers: dict[str, list] = {}
+    for name, node in nodes.items():
+        for tensor in node.input:
+            if tensor in producer:
+                consumers.setdefault(producer[tensor], []).append(name)
+    for name in reversed(names):
+        if name not in owner:
+            below[name] = _merged([[owner[c]] if c in owner else below.get(c, [])
+                                   for c in consumers.get(name, [])])
+    found = {}
+    for name in above:
+        between = [g for g in above[name] if any(g is h for h in below[name])]
+        if between:
+            found[name] = between[0]
+    return found
+
+
+def _merged(lists: list[list]) -> list:
+    """The groups of ``lists``, each once, in order of first appearance."""
+    out: list = []
+    for groups in lists:
+        out += [g for g in groups if not any(g is h for h in out)]
+    return out
 
 
 def _rule_text(group: dict) -> str:
