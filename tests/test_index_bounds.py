@@ -1,4 +1,4 @@
-"""Gather indices past their table: a build-time error, or a run-time one (frontend/index_bounds.py).
+"""Gather indices past their table: refused at build or at run time (frontend/index_bounds.py).
 
 The regression: the dynamic exports of tests/corpus/dynamic have 32 position rows. Built with
 ``input_shape={"input_ids": (2, "2~64")}`` and run at a length above 32, BERT segfaulted in
@@ -21,9 +21,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import tvm_ascend
 from conftest import assert_close, run_onnxruntime
-from tvm_ascend import ModelLoadError
+from tvm_ascend import CompileConfig, ModelLoadError
 from tvm_ascend.frontend import load_model
+from tvm_ascend.runtime.module import load
 
 REPO = Path(__file__).resolve().parents[1]
 DYNAMIC = REPO / "tests" / "corpus" / "dynamic"
@@ -103,6 +105,26 @@ def test_an_offset_position_cuts_the_range_that_fits_by_the_offset():
     with pytest.raises(ModelLoadError, match=r'up to 14 .*"ids:2,2~14"'):
         load_model(_embedding_model(shift=2), {"ids": (2, (2, 15))})
     load_model(_embedding_model(shift=2), {"ids": (2, (2, 14))})
+
+
+def test_a_float_buffer_sliced_on_two_axes_past_its_end_is_refused():
+    """GPT-2's causal buffer bias[:, :, :s, :s] (a float constant of 16 x 16 here)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s1"], start=1, end=2),
+             helper.make_node("Concat", ["s1", "s1"], ["ends"], axis=0),
+             helper.make_node("Slice", ["bias", "zeros", "ends", "axes"], ["b"], name="causal"),
+             helper.make_node("Add", ["x", "b"], ["y"])]
+    inits = [numpy_helper.from_array(np.tril(np.ones((1, POSITIONS, POSITIONS), np.float32)),
+                                     "bias"), _int("zeros", [0, 0]), _int("axes", [1, 2])]
+    square = [1, "s", "s"]
+    graph = helper.make_graph(nodes, "causal",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, square)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, square)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    with pytest.raises(ModelLoadError, match=r"Slice 'causal' takes s entries of the constant "
+                                             r"'bias' \(16 along axis 1\)"):
+        load_model(model, {"x": (1, (1, 20), (1, 20))})
 
 
 def test_a_slice_of_a_constant_past_its_end_names_the_slice_and_the_constant():
@@ -208,3 +230,30 @@ def test_ids_inside_the_table_match_onnxruntime(bad_cases, length):
     arrays = bad_cases[1]
     want = run_onnxruntime(_embedding_model(), {"ids": arrays[f"ids{length}"]})[0]
     assert_close(arrays[f"y{length}"], want, "float32")
+
+
+def test_geared_and_reloaded_libraries_check_token_ids_too(tmp_path):
+    """The record travels in the library's metadata: a gear build (one static build per
+    batch) and an exported library loaded again refuse an id past the table as well. (The
+    Gather runs in an NPU kernel here, whose emulator stops at the bad read: no segfault to
+    guard this process against.)"""
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("Relu", ["e"], ["y"])]
+    table = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "table")
+    graph = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info(
+        "ids", TensorProto.INT64, ["b", 3])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["b", 3, 4])], [table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    lib = tvm_ascend.build(model, config=CompileConfig(input_shape={"ids": (-1, 3)},
+                                                       dynamic_batch_size="1,2"))
+    assert type(lib).__name__ == "GearedModule"
+    path = str(tmp_path / "ids.so")
+    lib.export_library(path)
+    for module in (lib, load(path)):
+        with pytest.raises(ValueError, match=r"holds -11 at \(1, 2\); it indexes the 10-row "
+                                             r"table 'table' \(Gather 'embed'\)"):
+            module.run({"ids": np.array([[0, 1, 2], [3, 4, -11]], np.int64)})
+        ids = np.array([[0, 9, -10], [3, 4, -1]], np.int64)
+        assert_close(module.run({"ids": ids})[0], run_onnxruntime(model, {"ids": ids})[0],
+                     "float32")

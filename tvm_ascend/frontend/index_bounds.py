@@ -61,11 +61,11 @@ def check_index_bounds(model: onnx.ModelProto, dims: dict, input_shapes: dict) -
     if not ranged or not any(n.op_type in _GATHERS + ("Slice",) for n in model.graph.node):
         return
     values, shapes = shape_values(model, ranged)
-    consts = _constants(model)
+    consts, tables = _constants(model), _table_shapes(model)
     bounds: dict[str, _Bound] = {}
     for index, node in enumerate(model.graph.node):
         name = node_name(node, index)
-        bound = _bound_of(node, name, values, consts, bounds, ranged, input_shapes)
+        bound = _bound_of(node, name, values, (consts, tables), bounds, ranged, input_shapes)
         if bound is not None:
             bounds[node.output[0]] = bound
         if node.op_type in _GATHERS and node.input[1] in bounds:
@@ -100,14 +100,16 @@ def index_inputs(model: onnx.ModelProto) -> list[dict]:
 
 
 # ---- how far the values of an index tensor reach ------------------------------------------
-def _bound_of(node, name: str, values: dict, consts: dict, bounds: dict, dims: dict,
+def _bound_of(node, name: str, values: dict, constants: tuple, bounds: dict, dims: dict,
               input_shapes: dict) -> _Bound | None:
-    """The bound of ``node``'s first output, where it follows from a dimension's range."""
+    """The bound of ``node``'s first output, where it follows from a dimension's range;
+    ``constants``: (integer constants' values, every constant's shape)."""
     op = node.op_type
+    consts, tables = constants
     if op == "Range":
         return _range(node, name, values, dims)
     if op == "Slice":
-        return _slice(node, name, values, consts, dims, input_shapes)
+        return _slice(node, name, values, consts, tables, dims, input_shapes)
     if op in _SAME_VALUES and node.input and node.input[0] in bounds:
         return bounds[node.input[0]]
     if op in ("Add", "Sub") and len(node.input) == 2:
@@ -129,38 +131,42 @@ def _range(node, name: str, values: dict, dims: dict) -> _Bound | None:
                   f"at node {name!r}", -1 if delta == 1 else None)
 
 
-def _slice(node, name: str, values: dict, consts: dict, dims: dict,
+def _slice(node, name: str, values: dict, consts: dict, tables: dict, dims: dict,
            input_shapes: dict) -> _Bound | None:
-    """Slice of a constant up to a ranged dimension: refused past the constant's end, else
-    the largest value it holds (an int constant; None otherwise)."""
-    data = consts.get(node.input[0])
+    """Slice of a constant up to a ranged dimension (BERT's ``position_ids``, GPT-2's causal
+    buffer): refused past the constant's end, else the largest value it holds (an integer
+    constant; None otherwise)."""
+    shape = tables.get(node.input[0])
     starts, ends, axes, steps = (_operand(values, node, k) for k in (1, 2, 3, 4))
-    if data is None or starts is None or ends is None:
+    if not shape or starts is None or ends is None:
         return None
     axes = list(axes.flat) if axes is not None else list(range(len(ends.flat)))
     steps = list(steps.flat) if steps is not None else [1] * len(axes)
+    sliced = []  # (axis, start, dim) of each axis sliced up to a ranged dimension
     for start, end, axis, step in zip(starts.flat, ends.flat, axes, steps):
         if not isinstance(end, str) or end not in dims or not isinstance(start, (int, np.integer)) \
                 or not isinstance(axis, (int, np.integer)) or step != 1 or start < 0:
             continue
-        dim, axis = dims[end], int(axis) % data.ndim
-        extent = data.shape[axis]
+        dim, axis, start = dims[end], int(axis) % len(shape), int(start)
+        extent = shape[axis]
         if start + dim.high > extent:
-            fits = extent - int(start)
+            fits = extent - start
             raise ModelLoadError(
                 f"Slice {name!r} takes {dim.name} entries of the constant {node.input[0]!r} "
-                f"({extent} along axis {axis}) from {int(start)}: {_given(dim)}, and a "
+                f"({extent} along axis {axis}) from {start}: {_given(dim)}, and a "
                 f"{dim.name} above {fits} runs past the constant's end (the slice would give "
                 f"fewer than {dim.name} entries). {_fix(dim, fits, input_shapes)}")
-        if not np.issubdtype(data.dtype, np.integer):
-            return None
-        rows = np.moveaxis(data, axis, 0)[int(start):int(start) + dim.high]
-        line = rows.reshape(len(rows), -1).max(axis=1)
-        steady = len(line) > 0 and bool(np.all(np.diff(line) == 1))
-        return _Bound(int(line.max()), dim, f"entries {int(start)}..{int(start) + dim.high - 1} "
-                      f"of the constant {node.input[0]!r} sliced at node {name!r}",
-                      int(line[-1]) - dim.high if steady else None)
-    return None
+        sliced.append((axis, start, dim))
+    data = consts.get(node.input[0])
+    if data is None or len(sliced) != 1:
+        return None  # values unknown here (a float buffer), or a plane: no index bound kept
+    (axis, start, dim), = sliced
+    rows = np.moveaxis(data, axis, 0)[start:start + dim.high]
+    line = rows.reshape(len(rows), -1).max(axis=1)
+    steady = len(line) > 0 and bool(np.all(np.diff(line) == 1))
+    return _Bound(int(line.max()), dim, f"entries {start}..{start + dim.high - 1} of the "
+                  f"constant {node.input[0]!r} sliced at node {name!r}",
+                  int(line[-1]) - dim.high if steady else None)
 
 
 def _shifted(node, bounds: dict, consts: dict) -> _Bound | None:
