@@ -51,7 +51,7 @@ __all__ = ["ElementwiseKnobs", "ElementwiseSchedule", "RowReduceSchedule", "Matm
            "MatmulKnobs", "MatmulRowsSchedule", "MatmulRowsKnobs", "GatedMatmulSchedule",
            "Pool2dSchedule", "Pool2dKnobs",
            "Tiling", "AccessKind", "classify_load",
-           "plan_tile_values", "TEMPLATES", "plan_template", "choose_template",
+           "plan_tile_values", "TEMPLATES", "plan_template", "choose_template", "tiled_decision",
            "select_template", "template_by_name", "knobs_from_json", "supports",
            "tiling_at", "is_runtime_tiled"]
 
@@ -103,10 +103,19 @@ def choose_template(func, soc):
         return None, None, None, Decision.no(
             "no schedule template fits (" + "; ".join(reasons) + ")", closest[0] if closest else "")
     _, _, best, analysis, tiling = min(fits, key=lambda fit: fit[:2])
-    # what the analysis found that the report should say (attention: a causal mask's skip)
-    note = getattr(analysis, "report_note", "")
-    return best, analysis, tiling, Decision.yes(
-        f"{best.name} template tiles it on {soc.name}" + (f"; {note}" if note else ""))
+    return best, analysis, tiling, tiled_decision(best, analysis, tiling, soc)
+
+
+def tiled_decision(template, analysis, tiling, soc):
+    """The Decision that ``template`` tiles the group on ``soc`` as ``tiling`` plans it, with
+    what the report should say of that plan (``analysis.report_note(tiling, soc)``: attention's
+    causal mask, skipped or not by the kernel printed; a matmul's run-time tiling). The
+    partitioner asks again for the variant it keeps, since the note follows the plan."""
+    from tvm_ascend.decision import Decision
+
+    note = analysis.report_note(tiling, soc) if hasattr(analysis, "report_note") else ""
+    return Decision.yes(f"{template.name} template tiles it on {soc.name}"
+                        + (f"; {note}" if note else ""))
 
 
 def _one_line(err) -> str:

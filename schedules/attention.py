@@ -200,12 +200,35 @@ class AttentionAnalysis:
     shape: AttentionShape
     prepared: tvm.tirx.PrimFunc
     causal: CausalSkip | None = None
-    causal_note: str = ""  # why the causal fact is (not) used, for the fusion report
+    # the causal fact (with ``causal``), or why none is used (every kernel visits every key
+    # block then): for the fusion report
+    causal_note: str = ""
+    causal_recheck: str = ""  # with ``causal``: the flash kernel's run-time check, for the report
 
-    @property
-    def report_note(self) -> str:
-        """What the fusion report says of this analysis (``choose_template``)."""
-        return self.causal_note
+    def report_note(self, tiling, soc) -> str:
+        """What the fusion report says of the kernel ``tiling`` plans on ``soc``
+        (``tiled_decision``): the flash kernel skips the key blocks a causal fact hides; the
+        staged one (the only kernel on a coupled chip, 310P) visits every block, so its note
+        must not promise the flash kernel's skip."""
+        plan = tiling.plan
+        if self.causal is None:
+            return self.causal_note
+        if plan.causal is not None:
+            return f"{self.causal_note}: {FLASH_SKIP}{self.causal_recheck}"
+        if plan.flash:
+            return (f"{self.causal_note}: the flash kernel (method 'flash') is planned "
+                    "without the skip: every key block visited and masked")
+        why = ("the flash kernel, which skips the hidden ones, is not the one planned"
+               if soc.npu_arch == 2201 else
+               f"skipping them is the flash kernel's, which needs split AIC/AIV cores "
+               f"({soc.name} has none)")
+        return (f"{self.causal_note}: the staged kernel (method 'staged') visits every key "
+                f"block and masks each; {why}")
+
+
+# what the report says of the flash kernel planned with a causal fact's skip
+FLASH_SKIP = ("the flash kernel (method 'flash') visits only the key blocks a query block "
+              "sees and masks only the diagonal ones")
 
 
 def _facts_of(func) -> tuple[tuple[CausalOperand, ...], dict]:
@@ -223,6 +246,13 @@ def causal_skip(func, shape: AttentionShape) -> tuple[CausalSkip | None, str]:
     ``[row, col]`` itself, and skipping is exact: the masked value underflows exp against any
     visible score, and where another mask could hide a row's every visible key, what a
     skipped key scores is bounded at run time (``_recheck``) so that such rows fall back."""
+    skip, note, recheck = _causal_skip(func, shape)
+    return skip, (f"{note}: {FLASH_SKIP}{recheck}" if skip is not None else note)
+
+
+def _causal_skip(func, shape: AttentionShape) -> tuple[CausalSkip | None, str, str]:
+    """``causal_skip``'s skip, the fact (or why none is used) and the flash kernel's run-time
+    check, apart: the report words them after the kernel planned (``report_note``)."""
     causal, scalars = _facts_of(func)
     facts = {f.param: f for f in causal}
     for role, op in (("keep", shape.keep), ("mask", shape.mask)):
@@ -231,13 +261,13 @@ def causal_skip(func, shape: AttentionShape) -> tuple[CausalSkip | None, str]:
             continue
         what = "condition" if role == "keep" else "additive mask"
         if fact.additive != (role == "mask"):
-            return None, ""
+            return None, "", ""
         if any(op.batch_coefs) or op.base or op.col_stride != 1 or op.row_stride != fact.width:
             return None, (f"the causal {what} {op.param} is read through another index map "
-                          "than its own rows: every key block visited")
+                          "than its own rows: every key block visited"), ""
         recheck, why = _recheck(shape, role, what, op, fact)
         if recheck is None:
-            return None, why
+            return None, why, ""
         if role == "mask":
             masked = fact.masked_below * shape.mask_coef
         elif shape.fill_param is None:
@@ -248,12 +278,10 @@ def causal_skip(func, shape: AttentionShape) -> tuple[CausalSkip | None, str]:
         if masked is None or masked > CAUSAL_FILL_AT_MOST or \
                 (role == "mask" and shape.mask_coef <= 0):
             return None, (f"the causal {what} {op.param} masks to a value not known to be "
-                          f"<= {CAUSAL_FILL_AT_MOST:g}: every key block visited")
-        return CausalSkip(role, fact.offset, recheck), (
-            f"causal {what} {op.param} (constant, key j <= query i + {fact.offset}): the "
-            "flash kernel (method 'flash') visits only the key blocks a query block sees and "
-            "masks only the diagonal ones" + why)
-    return None, ""
+                          f"<= {CAUSAL_FILL_AT_MOST:g}: every key block visited"), ""
+        return (CausalSkip(role, fact.offset, recheck),
+                f"causal {what} {op.param} (constant, key j <= query i + {fact.offset})", why)
+    return None, "", ""
 
 
 def _recheck(shape: AttentionShape, role: str, what: str, op, fact) -> tuple[str | None, str]:
@@ -326,7 +354,7 @@ class AttentionSchedule(Template):
         if not decision:
             raise TilingError(f"attention template does not apply: {decision.reason}")
         shape = _shape_or_reason(func)
-        return AttentionAnalysis(shape, func, *causal_skip(func, shape))
+        return AttentionAnalysis(shape, func, *_causal_skip(func, shape))
 
     @staticmethod
     def plan(analysis: AttentionAnalysis, soc, knobs: AttentionKnobs | None = None) -> Tiling:

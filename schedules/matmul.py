@@ -284,10 +284,10 @@ class MatmulAnalysis:
     shapes: ShapeSpec = ShapeSpec()
     symbolic: tvm.tirx.PrimFunc | None = None
 
-    @property
-    def report_note(self) -> str:
-        """What the fusion report adds to the template's decision: a kernel over a symbolic M
-        is run-time tiled (its host tiling function counts each call's tiles)."""
+    def report_note(self, tiling=None, soc=None) -> str:
+        """What the fusion report adds to the template's decision (the same for every plan):
+        a kernel over a symbolic M is run-time tiled (its host tiling function counts each
+        call's tiles)."""
         if not self.shapes.symbolic:
             return ""
         (dim,) = self.shapes.dims

@@ -366,3 +366,37 @@ def test_only_a_lower_triangle_of_constants_is_causal(monkeypatch):
     _, group, _, source = run(gpt2)  # beside its padding mask: skipped, checked at run time
     assert group["tiling"]["plan"]["causal"]["recheck"] == "fill+mask"
     assert "bool diag" in source and "beside the padding mask" in group["reason"]
+
+
+def test_the_report_says_what_the_printed_kernel_does_with_a_causal_mask_on_each_soc():
+    """310P3 prints the staged kernel (no split cores, no flash plan), which visits every key
+    block: its report once said the flash kernel visits only the blocks a query block sees.
+    Now the note follows the plan kept: the flash kernel's skip where it is printed, the
+    staged kernel's full visit elsewhere, on both SoCs."""
+    mb = causal_attention_model(where="causal", dtype="float16", seq=200, batch=1, heads=3,
+                                dim=64)
+    _, group, _, source = run(mb, soc=P3.name)
+    fact = "causal condition p2 (constant, key j <= query i + 0): "
+    assert group["tiling"]["plan"]["method"] == "staged" and group["tiling"]["plan"]["causal"] \
+        is None and "bool diag" not in source and "Iterate<false>" not in source
+    assert (fact + "the staged kernel (method 'staged') visits every key block and masks "
+            "each; skipping them is the flash kernel's, which needs split AIC/AIV cores "
+            "(Ascend310P3 has none)") in group["reason"]
+    assert "flash kernel (method 'flash') visits" not in group["reason"]
+    # every plan either SoC can print, worded by tiled_decision as the partitioner keeps it
+    from tvm_ascend.schedules import tiled_decision
+    analysis = AttentionSchedule.analyse(partitioned_attention(mb.model()))
+    notes = {}
+    for soc, method in ((P3, None), (B1, None), (B1, "flash")):
+        tiling = AttentionSchedule.plan(analysis, soc, AttentionKnobs(method=method))
+        notes[soc.name, method] = tiled_decision(AttentionSchedule, analysis, tiling, soc).reason
+    assert group["reason"].startswith(notes[P3.name, None] + "; merged")  # what the build said
+    assert notes[B1.name, None].endswith(
+        fact + "the staged kernel (method 'staged') visits every key block and masks each; "
+        "the flash kernel, which skips the hidden ones, is not the one planned")
+    assert notes[B1.name, "flash"].endswith(
+        fact + "the flash kernel (method 'flash') visits only the key blocks a query block "
+        "sees and masks only the diagonal ones")
+    skipless = plan_attention(analysis.shape, B1, AttentionKnobs(method="flash"))
+    assert analysis.report_note(skipless, B1).endswith(
+        "planned without the skip: every key block visited and masked")

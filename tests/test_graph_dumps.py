@@ -217,10 +217,84 @@ def test_a_group_is_placed_after_everything_it_reads():
 
 def test_inconsistent_reports_are_refused():
     diamond = _toy([("a", "Relu", ["x"]), ("b", "Exp", ["a"]), ("d", "Add", ["a", "b"])], ["d"])
-    with pytest.raises(AscendError, match="cycle once each is one node: G0, b"):
-        fused_onnx_model(diamond, _report(("G0", ["a", "d"])))
+    with pytest.raises(AscendError, match="cycle once each is one node: G0, G1"):
+        fused_onnx_model(diamond, _report(("G0", ["a", "d"]), ("G1", ["b"])))
     with pytest.raises(AscendError, match="G0 names ONNX node 'zz'"):
         fused_onnx_model(diamond, _report(("G0", ["a", "zz"])))
+
+
+def _split_report():
+    """a -> b -> c, c split in three: its first part (a view) in G0 beside a, a middle part in
+    G2, its last part (its output) in G1 beside b. As a LLaMA's attention is after the GQA
+    rewrite (Q's view in the rotary kernel, the scores and the softmax kernels, the PV one)."""
+    report = _report(("G0", ["a", "c"]), ("G1", ["b", "c"]), ("G2", ["c"]))
+    parts = {"G0": [{"a": 0}, {"c": 0}], "G1": [{"b": 0}, {"c": 2}], "G2": [{"c": 1}]}
+    for group in report["groups"]:
+        group["ops"] = [{"parts": p} for p in parts[group["id"]]]
+    return report
+
+
+def test_a_node_split_between_groups_is_drawn_where_its_output_is_computed(tmp_path, no_dot):
+    """The regression: drawn in the first group listing it, c went to G0, which then read
+    b's group and fed it (a cycle: "the fusion report's groups depend on each other", no
+    dump). c's output is its last part's, G1's; G2 holds no node of its own and is named
+    in G1's split_with."""
+    chain = _toy([("a", "Relu", ["x"]), ("b", "Exp", ["a"]), ("c", "Sigmoid", ["b"])], ["c"])
+    fused = fused_onnx_model(chain, _split_report())
+    assert [n.name for n in fused.graph.node] == ["G0", "G1"]
+    attrs = [{a.name: helper.get_attribute_value(a) for a in n.attribute}
+             for n in fused.graph.node]
+    assert [[m.decode() for m in a["node_names"]] for a in attrs] == [["a"], ["b", "c"]]
+    assert [[g.decode() for g in a.get("split_with", [])] for a in attrs] == \
+        [[], ["G0", "G2"]]
+    assert [list(n.input) for n in fused.graph.node] == [["x"], ["a"]]
+    paths = write_graph_dumps(chain, _split_report(), str(tmp_path))
+    after = json.loads(Path(paths[2]).read_text())
+    assert [n.get("split_with") for n in after["nodes"]] == [None, ["G0", "G2"]]
+    before = json.loads(Path(paths[0]).read_text())
+    assert [n["group"] for n in before["nodes"]] == ["G0", "G1", "G1"]
+
+
+def test_a_node_in_no_group_between_nodes_of_one_group_is_drawn_in_it():
+    """TorchScript LLaMA's regression: a Cast the importer folds away (in no group) between
+    two nodes of the attention's group read the group and fed it (a cycle). Between nodes of
+    one group, only through nodes in no group, it is drawn in that group."""
+    diamond = _toy([("a", "Relu", ["x"]), ("b", "Exp", ["a"]), ("c", "Identity", ["b"]),
+                    ("d", "Add", ["a", "c"]), ("e", "Neg", ["d"])], ["e"])
+    fused = fused_onnx_model(diamond, _report(("G0", ["a", "d"])))
+    assert [n.name for n in fused.graph.node] == ["G0", "e"]
+    attrs = {a.name: helper.get_attribute_value(a) for a in fused.graph.node[0].attribute}
+    assert [m.decode() for m in attrs["node_names"]] == ["a", "b", "c", "d"]
+
+
+def test_a_llama_build_writes_its_graph_dumps(tmp_path, caplog):
+    """The corpus LLaMA (GQA attention split between its rotary, scores, softmax and PV
+    kernels; its mask Add's view in the mask's kernel; a folded Cast between two parts of
+    the attention) writes every dump, no warning; every group is drawn or named in the
+    split_with of the group drawing its nodes."""
+    model_path = Path(__file__).resolve().parent / "corpus" / "llama_torchscript_op17_fp32.onnx"
+    config = tvm_ascend.CompileConfig(dump_graph=True, dump_path=str(tmp_path),
+                                      soc_version="Ascend910B1")
+    with caplog.at_level("WARNING", logger="tvm_ascend.dumps"):
+        lib = tvm_ascend.build(str(model_path), config=config)
+    assert not [r for r in caplog.records if r.name == "tvm_ascend.dumps"]
+    assert {"graph_before.json", "graph_after.json", "graph_after.onnx"} <= \
+        set(os.listdir(tmp_path / "graphs"))
+    fused = onnx.load(str(tmp_path / "graphs" / "graph_after.onnx"))
+    onnx.checker.check_model(fused)  # every node after all it reads: no cycle
+    drawn, named, members = set(), set(), set()
+    for node in fused.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == FUSION_OP:
+            drawn.add(attrs["group_id"].decode())
+            named |= {g.decode() for g in attrs.get("split_with", [])}
+            members |= {n.decode() for n in attrs["node_names"]}
+    report = lib.fusion_report()
+    listed = {g["id"] for g in report["groups"] if g["nodes"]}
+    assert drawn <= listed and listed <= drawn | named
+    assert named - drawn  # the attention's scores and softmax kernels hold no node alone
+    in_groups = {n for g in report["groups"] for n in g["nodes"]}
+    assert [n for n in members - in_groups if n.endswith("self_attn/Cast_1")]  # the folded Cast
 
 
 def test_svg_written_when_dot_is_on_path(built, tmp_path, monkeypatch):

@@ -174,7 +174,8 @@ def _link(gears: list, spec, config: CompileConfig, key: str | None) -> GearedMo
     report = gears_report(spec, reports, kernels.symbols, len(kernels.unique), kernels.shared)
     metadata = {"soc_version": soc.name, "report": report, "inputs": names,
                 "gears": gear_meta, "gear_spec": spec.to_json(),
-                "input_specs": gear_meta[0]["input_specs"], "dim_ranges": {}}
+                "input_specs": gear_meta[0]["input_specs"], "dim_ranges": {},
+                "index_inputs": pipeline.index_inputs_of(gears[0].imported)}
     unit_mod, unit = unit_module(list(kernels.unique), soc, metadata)
     merged = tvm.IRModule({gv: f for h in hosts for gv, f in h.functions.items()})
     merged = merged.with_attr("external_mods", [unit_mod])

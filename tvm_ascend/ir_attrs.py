@@ -12,6 +12,8 @@ HORIZONTAL = "ascend.horizontal"   # on main: binding vars made by merging paral
 ONNX_INPUTS = "ascend.onnx_inputs"  # on main: the ONNX graph input names, in parameter order
 DIM_RANGES = "ascend.dim_ranges"   # on main: JSON {dimension name: [lo, hi]} of ranged input
 # dimensions (frontend), which lib.run checks
+INDEX_INPUTS = "ascend.index_inputs"  # on main: JSON [{input, node, op, table, rows}] of the
+# graph inputs whose values index a table (frontend/index_bounds.py), which lib.run checks
 ONNX_NODE_NAMES = "ascend.onnx_node_names"  # on main: every ONNX node name (frontend), for
 # checking the names flags give (no_fuse_nodes, keep_dtype)
 FOLDED_BATCH_NORM = "ascend.folded_batch_norm"  # on main: convs that took a BatchNorm in, and

@@ -362,7 +362,7 @@ def _build_plan(result, imported, config: CompileConfig, earlier: list, key: str
     names = _input_names(imported, scheduled)
     metadata = {"soc_version": soc.name, "report": report, "inputs": names,
                 "input_specs": _input_specs(scheduled, names),
-                "dim_ranges": _dim_ranges(imported)}
+                "dim_ranges": _dim_ranges(imported), "index_inputs": index_inputs_of(imported)}
     try:
         lowered, unit = _codegen(scheduled, soc, metadata)
     except CodegenError as err:  # printed again one by one, only now, to name the culprits
@@ -438,6 +438,14 @@ def _dim_ranges(imported: tvm.IRModule) -> dict:
     if attrs and ir_attrs.DIM_RANGES in attrs:
         return json.loads(str(attrs[ir_attrs.DIM_RANGES]))
     return {}
+
+
+def index_inputs_of(imported: tvm.IRModule) -> list[dict]:
+    """The inputs whose values index a table (frontend/index_bounds.py), for ``lib.run``."""
+    attrs = imported["main"].attrs
+    if attrs and ir_attrs.INDEX_INPUTS in attrs:
+        return json.loads(str(attrs[ir_attrs.INDEX_INPUTS]))
+    return []
 
 
 def _codegen(scheduled: tvm.IRModule, soc, metadata: dict) -> tuple[tvm.IRModule, PrintedUnit]:

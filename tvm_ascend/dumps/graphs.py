@@ -9,17 +9,22 @@
                                         op type ``FusionGroup`` in domain ``ai.tvm_ascend``
 
 Node counts. Before fusion: one node per ONNX node (``report["nodes_before"]``). After fusion:
-one ``FusionGroup`` node per report group that holds at least one ONNX node of the model, plus
+one ``FusionGroup`` node per report group that draws at least one ONNX node (below), plus
 every ONNX node that is in no group, kept as it is. Nodes in no group are those TVM's importer
 folds away or turns into views (Constant, Shape, Identity, a Reshape of a constant...): they
 cost no launch, but keeping them keeps the fused graph connected as in the original. So::
 
-    after nodes == groups with ONNX nodes + ONNX nodes in no group
+    after nodes == groups drawing ONNX nodes + ONNX nodes in no group
 
 A ``FusionGroup`` node's inputs and outputs are the tensors crossing the group's boundary; its
 attributes are ``group_id``, ``rule``, ``kernel`` (empty on the host), ``on_npu``,
 ``gm_bytes_saved``, ``op_types`` and ``node_names`` (the original ops). Should a report list
-one ONNX node in two groups (its ops split between kernels), the node is drawn in the first.
+one ONNX node in two groups (its ops split between kernels: a Gather's index fix-up and take,
+or an attention a prepare rewrite replaced, its parts in several kernels), the node is drawn
+in the group that computes its last op, whose result is the node's output, and that group's
+``split_with`` names the other groups holding parts of its nodes; a group with no node of its
+own is drawn only there. A node in no group that lies between nodes of one group (a Cast
+the importer folded away inside an attention) is drawn in that group.
 Weights are declared as graph inputs with their dtype and shape but without their data, so
 the dump stays small (like ATC's ``DUMP_GE_GRAPH=2``).
 
@@ -123,15 +128,70 @@ def _node_names(model: onnx.ModelProto) -> list[str]:
 
 
 def _owners(model: onnx.ModelProto, report: dict) -> dict[str, dict]:
-    """ONNX node name -> the first report group listing it."""
-    known, owner = set(_node_names(model)), {}
+    """ONNX node name -> the report group that computes the node's output.
+
+    One node can be split between groups: the importer lowers a Gather to an index fix-up and
+    a take, and a prepare rewrite credits a node it replaces to every op it makes (GQA's
+    attention: Q's view, fused into the rotary kernel before it, and the attention itself).
+    The node's output is the result of its last op (the highest ``parts`` index over the
+    report's ops), so the node is drawn in the group holding that op. Drawn in the first group
+    listing it instead, a LLaMA's attention nodes landed in its rotary kernel, its mask Add
+    in the mask's kernel, and the two groups fed each other (a cycle, and no dump)."""
+    known, owner, last = set(_node_names(model)), {}, {}
     for group in report["groups"]:
         for node in group.get("nodes", []):
             if node not in known:
                 raise AscendError(f"fusion report group {group['id']} names ONNX node {node!r}, "
                                   "which the model does not have: report and model differ")
             owner.setdefault(node, group)
+        for op in group.get("ops", []):
+            for node, part in op.get("parts", {}).items():
+                if node in known and (node not in last or part > last[node][0]):
+                    last[node] = (part, group)
+    owner.update({node: group for node, (_, group) in last.items()})
+    owner.update(_sandwiched(model, owner))
     return owner
+
+
+def _sandwiched(model: onnx.ModelProto, owner: dict) -> dict[str, dict]:
+    """Nodes in no group that lie between nodes of one group (only through nodes in no
+    group): drawn in it. The importer folds such a node away (TorchScript LLaMA's Cast to
+    float32 of a float32 softmax, between two parts of its attention kernel), so its
+    nothing happens inside that kernel; drawn on its own, it would read the group's node
+    and feed the group (a cycle)."""
+    names = _node_names(model)
+    producer = {out: name for name, node in zip(names, model.graph.node) for out in node.output}
+    nodes = dict(zip(names, model.graph.node))
+    # groups reaching each ungrouped node (and reached from it) through ungrouped nodes only
+    above: dict[str, list] = {}
+    for name, node in nodes.items():
+        if name not in owner:
+            above[name] = _merged([[owner[p]] if p in owner else above.get(p, [])
+                                   for p in (producer.get(t) for t in node.input) if p])
+    below: dict[str, list] = {}
+    consumers: dict[str, list] = {}
+    for name, node in nodes.items():
+        for tensor in node.input:
+            if tensor in producer:
+                consumers.setdefault(producer[tensor], []).append(name)
+    for name in reversed(names):
+        if name not in owner:
+            below[name] = _merged([[owner[c]] if c in owner else below.get(c, [])
+                                   for c in consumers.get(name, [])])
+    found = {}
+    for name in above:
+        between = [g for g in above[name] if any(g is h for h in below[name])]
+        if between:
+            found[name] = between[0]
+    return found
+
+
+def _merged(lists: list[list]) -> list:
+    """The groups of ``lists``, each once, in order of first appearance."""
+    out: list = []
+    for groups in lists:
+        out += [g for g in groups if not any(g is h for h in out)]
+    return out
 
 
 def _rule_text(group: dict) -> str:
@@ -172,9 +232,12 @@ def fused_onnx_model(model: onnx.ModelProto, report: dict) -> onnx.ModelProto:
             made.append((position, unit))
             continue
         group_nodes = [graph.node[p] for p in members[unit["id"]]]
-        made.append((position, _fusion_node(unit, group_nodes, [names[p] for p in
-                                                                  members[unit["id"]]],
-                                            consumers, graph_outputs, taken)))
+        node_names = [names[p] for p in members[unit["id"]]]
+        fusion = _fusion_node(unit, group_nodes, node_names, consumers, graph_outputs, taken)
+        split = _split_with(unit, node_names, report)
+        if split:
+            fusion.attribute.append(helper.make_attribute("split_with", split))
+        made.append((position, fusion))
     ordered = _topological(made, {i.name for i in graph.input} | {i.name for i in
                                                                    graph.initializer})
     inputs = list(graph.input) + [
@@ -191,6 +254,15 @@ def fused_onnx_model(model: onnx.ModelProto, report: dict) -> onnx.ModelProto:
     fused.ir_version = model.ir_version
     onnx.checker.check_model(fused)
     return fused
+
+
+def _split_with(group: dict, node_names: list[str], report: dict) -> list[str]:
+    """The other report groups holding ops of ``group``'s nodes (a node split between
+    kernels is drawn once, in the group computing its output): a group drawn nowhere else
+    is named here, so no kernel drops out of the dump."""
+    mine = set(node_names)
+    return [g["id"] for g in report["groups"]
+            if g["id"] != group["id"] and mine & set(g.get("nodes", []))]
 
 
 def _fusion_node(group: dict, nodes, node_names, consumers, graph_outputs, taken: set):
@@ -260,6 +332,8 @@ def onnx_graph_json(model: onnx.ModelProto, report: dict, stage: str) -> dict:
             entry.update(group=group["id"], rule=_rule_text(group), kernel=group.get("kernel"),
                          on_npu=bool(group.get("on_npu")),
                          members=[n.decode() for n in attrs["node_names"]])
+            if "split_with" in attrs:
+                entry["split_with"] = [g.decode() for g in attrs["split_with"]]
         else:
             group = owner.get(name)
             entry.update(group=group["id"] if group else None,

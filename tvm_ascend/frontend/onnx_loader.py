@@ -22,6 +22,7 @@ from tvm import relax
 
 from .. import ir_attrs
 from ..errors import ModelLoadError, UnsupportedOpError
+from .index_bounds import check_index_bounds, index_inputs
 from .onnx_checks import check_model, node_name
 from .onnx_rewrites import rewrite_for_import
 from .onnx_symbolic import resolve_symbolic, symbolic_dims
@@ -238,9 +239,12 @@ def load_model(model, input_shape=None, checked: bool = False) -> tvm.IRModule:
     shapes, bounds = _input_shapes(model, parse_input_shape(input_shape))
     # the model's node names, before a rewrite for TVM's importer adds nodes of its own
     names = [node_name(n, i) for i, n in enumerate(model.graph.node)]
+    dims = symbolic_dims(model, shapes, bounds)
+    # before any rewrite: a range past a position table is refused naming the model's nodes
+    check_index_bounds(model, dims, shapes)
+    gathered = index_inputs(model)
     # the exporters' Shape -> Gather -> Concat -> Reshape arithmetic over symbolic dimensions
-    model = resolve_symbolic(model, symbolic_dims(model, shapes, bounds),
-                             _fixed_symbolic_axes(model, shapes))
+    model = resolve_symbolic(model, dims, _fixed_symbolic_axes(model, shapes))
     model = rewrite_for_import(_drop_empty_axes(model))
     mod, node_names = _import_with_node_names(model, shapes)
     _check_imported_ops(mod, node_names)
@@ -251,6 +255,8 @@ def load_model(model, input_shape=None, checked: bool = False) -> tvm.IRModule:
     onnx_inputs = [i.name for i in model.graph.input if i.name not in initializers]
     if len(onnx_inputs) == len(mod["main"].params):
         attrs[ir_attrs.ONNX_INPUTS] = onnx_inputs
+    if gathered:  # token ids and the like: lib.run checks their values against the tables
+        attrs[ir_attrs.INDEX_INPUTS] = json.dumps(gathered)
     if bounds:  # lets TVM's memory planner size buffers of ranged dimensions statically
         attrs["tir_var_upper_bound"] = {name: high for name, (_, high) in bounds.items()}
         attrs[ir_attrs.DIM_RANGES] = json.dumps(bounds)  # lib.run checks sizes against them

@@ -124,6 +124,18 @@ def resolve_symbolic(model: onnx.ModelProto, dims: dict, fixed: dict | None = No
     return result
 
 
+def shape_values(model: onnx.ModelProto, dims: dict) -> tuple[dict, dict]:
+    """(``{tensor: numpy object array}`` of the shape-valued int64 tensors, each entry an int
+    or a dimension symbol; ``{tensor: shape}`` from ONNX's inference) of ``model`` with
+    ``dims`` named: what ``resolve_symbolic`` rewrites by, for checks that read the same
+    arithmetic (frontend/index_bounds.py)."""
+    shapes = _inferred_shapes(model, dims, {})
+    values = _Values(model.graph, shapes)
+    for node in model.graph.node:
+        values.visit(node)
+    return values.values, shapes
+
+
 # ---- shapes of intermediate tensors ------------------------------------------------------------
 def _inferred_shapes(model: onnx.ModelProto, dims: dict, fixed: dict) -> dict:
     """name -> tuple of int / symbol name / None, from ONNX's shape inference with the

@@ -38,7 +38,7 @@ from ..cost_model.timing import device_startup_us, estimate_kernel, estimate_lau
 from ..decision import Decision
 from ..errors import TilingError
 from ..schedules import (choose_template, is_runtime_tiled, knobs_from_json, template_by_name,
-                         tiling_at)
+                         tiled_decision, tiling_at)
 from ..schedules.symbolic import specialize
 from ..schedules.analysis.tir_walk import walk
 
@@ -184,7 +184,7 @@ class GroupCost:
                            "are not usable (%s); it is planned as if untuned",
                            plan.template.name, _shapes(prim), record["knobs"], err)
             return None
-        reason = (f"{plan.decision.reason}; knobs {record['knobs']} of a tuning record "
+        reason = (f"{self._reason(plan, tiling)}; knobs {record['knobs']} of a tuning record "
                   f"({record['time_us']:.2f} us measured)")
         tuned = self._with_estimate(KernelPlan(plan.template, tiling, Decision.yes(reason),
                                                knobs=knobs, prim=prim, analysis=plan.analysis),
@@ -222,10 +222,16 @@ class GroupCost:
         changed = {k: v for k, v in dataclasses.asdict(kept.knobs).items() if v is not None}
         against = (f"against {estimated[0].time_us:.1f} us with the defaults" if 0 in estimated
                    else "(the defaults not estimated)")
-        reason = f"{plan.decision.reason}; knobs {changed}: est. {kept.time_us:.1f} us {against}"
+        reason = (f"{self._reason(plan, kept.tiling)}; knobs {changed}: est. "
+                  f"{kept.time_us:.1f} us {against}")
         if ranked:
             reason += f"; {decided_by}"
         return dataclasses.replace(kept, decision=Decision.yes(reason))
+
+    def _reason(self, plan: KernelPlan, tiling) -> str:
+        """The template's decision worded for ``tiling`` (another variant than ``plan``'s
+        defaults): its note follows the kernel planned (attention: flash or staged)."""
+        return tiled_decision(plan.template, plan.analysis, tiling, self.soc).reason
 
     def _with_estimate(self, plan: KernelPlan, prim) -> KernelPlan:
         tiling = plan.tiling

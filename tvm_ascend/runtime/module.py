@@ -258,6 +258,7 @@ class AscendModule:
         # np.ascontiguousarray would make a 0-d input 1-d (a scalar Clip bound, a Gemm bias)
         arrays = [np.asarray(v, order="C") for v in values]
         self._check_signature(arrays)
+        self._check_index_values(arrays)
         return [tvm.runtime.tensor(a) for a in arrays]
 
     def _check_signature(self, arrays: list[np.ndarray]) -> None:
@@ -282,6 +283,14 @@ class AscendModule:
             for axis, (got, want) in enumerate(zip(array.shape, shape)):
                 if isinstance(want, str):
                     _check_dynamic(name, axis, got, want, ranges, sizes)
+
+    def _check_index_values(self, arrays: list[np.ndarray]) -> None:
+        """The inputs a Gather reads a table with (``metadata["index_inputs"]``): each value
+        inside its table."""
+        by_name = dict(zip(self.input_names, arrays))
+        for table in self.metadata.get("index_inputs", []):
+            if table["input"] in by_name:
+                _check_indices(table["input"], by_name[table["input"]], table)
 
     def run(self, inputs) -> list[np.ndarray]:
         """Run the model; ``inputs`` is {name: array} or a list in input order."""
@@ -383,6 +392,21 @@ def _check_dynamic(name: str, axis: int, got: int, size: str, ranges: dict, size
                          f"{sizes[size][1]!r} gave {size} = {sizes[size][0]}; inputs that "
                          "share a dimension name must agree")
     sizes.setdefault(size, (got, name))
+
+
+def _check_indices(name: str, array: np.ndarray, table: dict) -> None:
+    """The values of an input that a Gather reads a table with: inside the table (ONNX's
+    -rows..rows-1), since neither TVM's host Gather nor a kernel checks them (a read past
+    the table is a segfault or garbage)."""
+    rows = table["rows"]
+    if array.size == 0 or not np.issubdtype(array.dtype, np.integer):
+        return
+    bad = (array < -rows) | (array >= rows)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"input {name!r} holds {int(array[where])} at {where}; it indexes "
+                         f"the {rows}-row table {table['table']!r} ({table['op']} "
+                         f"{table['node']!r}), so its values must lie in {-rows}..{rows - 1}")
 
 
 def module_class(metadata: dict) -> type:
