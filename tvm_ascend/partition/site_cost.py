@@ -9,7 +9,7 @@ A site of layout views only (reshape, squeeze, expand_dims, flatten) never becom
 on its own: it stays on the host. There it is free only if TVM's ``RewriteDataflowReshape``
 (run by ``tvm.compile``) turns its call_tir into a view: one reshape-pattern PrimFunc whose
 result stays inside main's dataflow block. Anything else (two views FuseOps put in one group,
-a view that is the model's output) the host runs as a copy, charged like any host group: one
+a view bound as main's single output) the host runs as a copy, charged like any host group: one
 launch at the roofline of its GM bytes (``cost.host_estimate``). Charging such a site the NPU
 copy kernel it never becomes made every merge absorbing a free view look that kernel's time
 better than it is.
@@ -52,7 +52,7 @@ def view_copy_reason(site) -> str | None:
                 "RewriteDataflowReshape leaves the call a copy")
     if not _host_rewrites_to_view(site):
         return ("TVM's RewriteDataflowReshape does not make its PrimFunc a view (no single "
-                "reshape pattern: several views in one group), so the host copies it")
+                "reshape pattern, e.g. several views in one group), so the host copies it")
     return ""
 
 
