@@ -37,6 +37,7 @@ from .dim_bounds import main_ranges, with_dim_bounds
 from .merge import Site, distinct_args, merge_sites, unfused_edges
 from .policy import FusionPolicy
 from .rules import anchor_rule, group_rules
+from .site_cost import io_bytes as _io_bytes, view_copy_reason
 from .patterns import check_call, is_view_only, register_ascend_patterns
 from .patterns.layout import MOVE_OPS
 
@@ -574,25 +575,6 @@ def check_plan_formed(result: PartitionResult, plan) -> None:
         logger.warning("%s", message)
 
 
-def _io_bytes(site: Site) -> int:
-    """Bytes a kernel reads and writes if each tensor crosses GM once (host groups' traffic)."""
-    total = 0
-    for ty in [arg.ty for arg in site.args] + [site.var.ty]:
-        if isinstance(ty, relax.TensorType) and ty.shape is not None:
-            try:
-                total += _tensor_bytes(str(ty.dtype), [int(d) for d in ty.shape.values])
-            except (TypeError, AttributeError):
-                pass
-    return total
-
-
-def _tensor_bytes(dtype: str, shape) -> int:
-    size = tvm.runtime.DataType(dtype).bits // 8 if dtype else 0
-    for dim in shape:
-        size *= dim
-    return size
-
-
 def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: FusionPolicy,
              matches: Counter, cost: GroupCost) -> PartitionResult:
     sites = _sites(fused, by_callee, members, split, policy, ops)
@@ -609,10 +591,15 @@ def _offload(fused: tvm.IRModule, ops, by_callee, members, split, soc, policy: F
         # the call's causal constants, a fact on the PrimFunc the plan and kernel share
         site = dataclasses.replace(site, prim=with_causal_facts(site.prim, site.args))
         decision, plan = site.eligible, None
-        free = is_view_only(m.op for m in site.members)
-        if free and decision.ok:
-            # Views join a neighbour's kernel when a merge takes them; left alone they stay
-            # on the host, where a view costs no copy and launches nothing.
+        # Views join a neighbour's kernel when a merge takes them; left alone they stay on
+        # the host, free where TVM makes them a view and a host copy elsewhere (site_cost.py,
+        # which the merges asked too)
+        copy = view_copy_reason(site)
+        free = copy == ""
+        if copy:
+            decision = Decision.no(f"only layout views, but {copy}",
+                                   "only layout views, copied on the host")
+        elif free and decision.ok:
             decision = _VIEWS_ON_HOST
         elif free and decision is not _VIEWS_ON_HOST:  # of a bool or integer tensor (a mask)
             decision = Decision.no(f"{decision.reason}; {_VIEWS_ON_HOST.reason}")

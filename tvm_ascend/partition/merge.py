@@ -20,6 +20,7 @@ Each merge records the estimates and the GM bytes it saves.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ from ..decision import Decision
 from .dim_bounds import carry_bounds
 from .region_search import find_regions, search_region
 from .rules import anchor_rule, group_rules
+from .site_cost import alone_launches, alone_us, free_views, merged_us
 
 logger = logging.getLogger("tvm_ascend.partition")
 
@@ -234,6 +236,7 @@ def _merge_regions(sites, outside, policy, cost, matches, region) -> None:
             plan, rules = found.found[action.key]
             merged = found.sites[action.key]
             split = _split_time(cost, *parts)
+            views = free_views(cost, *parts)
             saved = 2 * sum(_bytes_of(p.call.ty_args[0]) for p in parts[:-1])
             names = " and ".join(p.name for p in parts[:-1])
             how = "look-ahead: the pair alone tiles in no template; " if len(parts) == 3 else ""
@@ -243,9 +246,9 @@ def _merge_regions(sites, outside, policy, cost, matches, region) -> None:
             target.merges.append(
                 f"merged {names} by {'+'.join(rules)} ({how}region search, beam width "
                 f"{policy.search_width} over {len(units)} kernels: est. {start_us:.2f} -> "
-                f"{best_us:.2f} us for the region; this kernel {plan.time_us:.2f} us vs "
-                f"{split:.2f} us split, {plan.template.name} template; {saved} GM bytes saved, "
-                f"{plan.source})")
+                f"{best_us:.2f} us for the region; this kernel "
+                f"{merged_us(merged, plan, cost):.2f} us vs {split:.2f} us split{views}, "
+                f"{plan.template.name} template; {saved} GM bytes saved, {plan.source})")
             target.members, target.prim, target.args = merged.members, merged.prim, merged.args
             target.name = merged.name
             if "ascend.merge" not in target.rule:
@@ -363,14 +366,18 @@ def _candidate(producer: Site, consumer: Site, policy, cost, matches, recomputed
 
 
 def _split_time(cost, *sites) -> float:
-    return sum(cost.plan(site.prim).time_us for site in sites)
+    """The estimate of ``sites`` each left alone (``site_cost.alone_cost``: a free view 0 us)."""
+    return alone_us(cost, *sites)
 
 
 def _launch_note(fused_us: float, split_us: float, launches_saved: int, soc) -> str:
     """What the host's submissions would make of a merge refused on the device's timeline: in
     a stream where the host falls behind, each launch the merge saves is one submission less
     (``submit_low_us`` to ``submit_high_us``), so a fused kernel slower by less than that
-    would win there; "" when it is slower by more at either end."""
+    would win there; "" when it is slower by more at either end, or saves no launch (it
+    absorbs a view free on the host)."""
+    if launches_saved <= 0:
+        return ""
     lost = fused_us - split_us
     ends = [end for end, submit in (("low", soc.submit_low_us), ("high", soc.submit_high_us))
             if lost < launches_saved * submit]
@@ -394,17 +401,22 @@ def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=Non
         return False
     prim, external, plan, rules = found
     split = _split_time(cost, producer, consumer)
-    if policy.cost_checked and plan.time_us > split:
+    fused = merged_us(dataclasses.replace(consumer, members=producer.members + consumer.members,
+                                          prim=prim, args=external), plan, cost)
+    views = free_views(cost, producer, consumer)
+    if policy.cost_checked and fused > split:
         consumer.refused[producer.var] = Decision.no(
-            f"the cost model says the fused kernel is slower: {plan.time_us:.2f} us fused vs "
-            f"{split:.2f} us as two kernels ({plan.source}, estimate)"
-            + _launch_note(plan.time_us, split, 1, cost.soc))
+            f"the cost model says the fused kernel is slower: {fused:.2f} us fused vs "
+            f"{split:.2f} us {'apart' if views else 'as two kernels'}{views} ({plan.source}, "
+            "estimate)"
+            + _launch_note(fused, split, alone_launches(cost, producer, consumer) - 1,
+                           cost.soc))
         return False
     saved = 2 * _bytes_of(producer.call.ty_args[0])  # written once, read once
     consumer.merges.append(
         f"merged {producer.name} by {'+'.join(rules)} ({plan.template.name} template tiles "
-        f"both; {saved} GM bytes saved; est. {plan.time_us:.2f} us fused vs {split:.2f} us "
-        f"split, {plan.source})")
+        f"both; {saved} GM bytes saved; est. {fused:.2f} us fused vs {split:.2f} us "
+        f"split{views}, {plan.source})")
     _absorb(producer, consumer, prim, external)
     producer.absorbed_into = consumer
     return True
@@ -430,18 +442,22 @@ def _try_triple(producer: Site, consumer: Site, reader, policy, cost, matches) -
         return False
     prim, external, plan, rules = found
     split = _split_time(cost, producer, consumer, reader)
+    views = free_views(cost, producer, consumer, reader)
     if policy.cost_checked and plan.time_us > split:
         _also_refused(consumer, producer,
                       f"; with its reader {reader.name} too, the cost model says the fused "
-                      f"kernel is slower: {plan.time_us:.2f} us vs {split:.2f} us "
+                      f"kernel is slower: {plan.time_us:.2f} us vs {split:.2f} us{views} "
                       f"({plan.source}, estimate)"
-                      + _launch_note(plan.time_us, split, 2, cost.soc))
+                      + _launch_note(plan.time_us, split,
+                                     alone_launches(cost, producer, consumer, reader) - 1,
+                                     cost.soc))
         return False
     saved = 2 * (_bytes_of(producer.call.ty_args[0]) + _bytes_of(consumer.call.ty_args[0]))
     reader.merges.append(
         f"merged {producer.name} and {consumer.name} together by {'+'.join(rules)} (look-ahead: "
         f"the pair alone tiles in no template, the three do in {plan.template.name}; {saved} GM "
-        f"bytes saved; est. {plan.time_us:.2f} us fused vs {split:.2f} us split, {plan.source})")
+        f"bytes saved; est. {plan.time_us:.2f} us fused vs {split:.2f} us split{views}, "
+        f"{plan.source})")
     del consumer.refused[producer.var]
     _absorb(pair, reader, prim, external)
     producer.absorbed_into = consumer.absorbed_into = reader
@@ -490,7 +506,8 @@ def _try_recompute(producer: Site, sites, outside, policy, cost, matches) -> boo
                 f"recomputing the shared producer in all {len(readers)} readers is estimated "
                 f"slower: {fused_time:.2f} us vs {split_time:.2f} us with it in GM "
                 f"({found[0][1][2].source}, estimate)"
-                + _launch_note(fused_time, split_time, 1, cost.soc))
+                + _launch_note(fused_time, split_time, alone_launches(cost, producer),
+                               cost.soc))
         return False
     for reader, (prim, external, plan, rules) in found:
         reader.merges.append(

@@ -21,10 +21,9 @@ from tvm import relax
 
 from .. import ir_attrs
 from .search import RegionSpace, beam_search
+from .site_cost import UNTILED_US, alone_cost, merged_us
 
 logger = logging.getLogger("tvm_ascend.partition")
-
-UNTILED_US = 1e6  # a unit no template tiles alone: any merge that tiles it is worth taking
 
 
 def find_regions(sites: list, outside: dict) -> list[tuple[list, list]]:
@@ -102,9 +101,11 @@ class RegionCandidates:
         self.found = {}  # group key -> (plan, rules) of the merged kernel
 
     def evaluate(self, key, *parts):
+        """The estimate of group ``key`` (a unit alone, or the merge of ``parts``), or None
+        where no kernel takes the merge; a unit alone costs what ``site_cost.alone_cost``
+        says, as in merge.py's pairwise pass."""
         if not parts:
-            plan = self.cost.plan(self.units[next(iter(key))].prim)
-            return plan.time_us if plan.ok else UNTILED_US
+            return alone_cost(self.units[next(iter(key))], self.cost).time_us
         producer = self.sites[parts[0]]
         if len(parts) == 3:
             producer = self._middle(parts[0], parts[1])
@@ -121,7 +122,7 @@ class RegionCandidates:
         merged.name = f"{consumer.name}__{producer.name}"[:60]
         self.sites[key] = merged
         self.found[key] = (plan, rules)
-        return plan.time_us
+        return merged_us(merged, plan, self.cost)
 
     def _middle(self, gp, gc):
         producer, consumer = self.sites[gp], self.sites[gc]
