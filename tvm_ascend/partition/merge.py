@@ -31,7 +31,7 @@ from ..decision import Decision
 from .dim_bounds import carry_bounds
 from .region_search import find_regions, search_region
 from .rules import anchor_rule, group_rules
-from .site_cost import alone_launches, alone_us, free_views, merged_us
+from .site_cost import alone_launches, alone_us, free_views, merged_us, slower_point
 
 logger = logging.getLogger("tvm_ascend.partition")
 
@@ -401,8 +401,9 @@ def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=Non
         return False
     prim, external, plan, rules = found
     split = _split_time(cost, producer, consumer)
-    fused = merged_us(dataclasses.replace(consumer, members=producer.members + consumer.members,
-                                          prim=prim, args=external), plan, cost)
+    merged = dataclasses.replace(consumer, members=producer.members + consumer.members,
+                                 prim=prim, args=external)
+    fused = merged_us(merged, plan, cost)
     views = free_views(cost, producer, consumer)
     if policy.cost_checked and fused > split:
         consumer.refused[producer.var] = Decision.no(
@@ -411,6 +412,15 @@ def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=Non
             "estimate)"
             + _launch_note(fused, split, alone_launches(cost, producer, consumer) - 1,
                            cost.soc))
+        return False
+    # a merge of views only stays on the host (``merged_us``): no kernel's range to compare
+    worse = slower_point(plan, cost, producer, consumer) \
+        if policy.cost_checked and fused == plan.time_us else ""
+    if worse:
+        consumer.refused[producer.var] = Decision.no(
+            f"the cost model says the fused kernel, tiled at run time, is slower somewhere in "
+            f"its range: {worse}{views} (mean {fused:.2f} vs {split:.2f} us; {plan.source}, "
+            "estimate)")
         return False
     saved = 2 * _bytes_of(producer.call.ty_args[0])  # written once, read once
     consumer.merges.append(
@@ -451,6 +461,13 @@ def _try_triple(producer: Site, consumer: Site, reader, policy, cost, matches) -
                       + _launch_note(plan.time_us, split,
                                      alone_launches(cost, producer, consumer, reader) - 1,
                                      cost.soc))
+        return False
+    worse = slower_point(plan, cost, producer, consumer, reader) if policy.cost_checked else ""
+    if worse:
+        _also_refused(consumer, producer,
+                      f"; with its reader {reader.name} too, the fused kernel, tiled at run "
+                      f"time, is slower somewhere in its range: {worse}{views} ({plan.source}, "
+                      "estimate)")
         return False
     saved = 2 * (_bytes_of(producer.call.ty_args[0]) + _bytes_of(consumer.call.ty_args[0]))
     reader.merges.append(

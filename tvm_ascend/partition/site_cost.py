@@ -28,6 +28,7 @@ from .patterns import is_view_only
 UNTILED_US = 1e6  # a unit no template tiles alone: any merge that tiles it is worth taking
 
 FREE_VIEW = "the view free on the host"
+KERNEL = "a kernel of its own"
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def alone_cost(site, cost) -> AloneCost:
     plan = cost.plan(site.prim)
     if not plan.ok:
         return AloneCost(UNTILED_US, 1, "no template tiles it alone")
-    return AloneCost(plan.time_us, 1, "a kernel of its own")
+    return AloneCost(plan.time_us, 1, KERNEL)
 
 
 def merged_us(merged, plan, cost) -> float:
@@ -115,6 +116,31 @@ def alone_us(cost, *sites) -> float:
 def alone_launches(cost, *sites) -> int:
     """The launches of ``sites`` each left alone (a free view launches nothing)."""
     return sum(alone_cost(site, cost).launches for site in sites)
+
+
+def slower_point(plan, cost, *sites) -> str:
+    """"" where a merged kernel tiled at run time (``plan.range_us``: its estimates at the
+    range's ends and midpoint) is no slower than ``sites`` left alone at every one of those
+    points; otherwise the first point where it is, in words. The means can hide a merge that
+    wins at the low end and loses at the high end (a bound a call may reach): the issue asks
+    for no slower across the range. A static part costs the same at every point; a part tiled
+    at run time costs its own estimate there (matched on the dimensions it has)."""
+    for sizes, fused in plan.range_us:
+        split = sum(_alone_at(site, cost, sizes) for site in sites)
+        if fused > split + 1e-9:
+            where = ", ".join(f"{name} = {size}" for name, size in sizes.items())
+            return f"at {where} it is slower: {fused:.2f} us fused vs {split:.2f} us apart"
+    return ""
+
+
+def _alone_at(site, cost, sizes: dict) -> float:
+    alone = alone_cost(site, cost)
+    if alone.how != KERNEL:
+        return alone.time_us
+    for own, us in cost.plan(site.prim).range_us:
+        if all(sizes.get(name) == size for name, size in own.items()):
+            return us
+    return alone.time_us  # static, or sampled at other points: its mean
 
 
 def free_views(cost, *sites) -> str:
