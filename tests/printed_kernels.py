@@ -86,3 +86,51 @@ def kernels_of_every_template(soc_name: str) -> tuple[ScheduledKernel, ...]:
     missing = {t.name for t in TEMPLATES} - {k.tiling.template for k in kernels}
     assert not missing, f"{soc_name}: no kernel of template(s) {sorted(missing)}"
     return tuple(kernels)
+
+
+def _ranged_model():
+    """A MatMul + bias + ReLU (symbolic M), a LayerNorm over symbolic rows and a Softmax over
+    a symbolic row length, all over one dimension s given as a range."""
+    from onnx import TensorProto, helper
+    w = helper.make_tensor("w", TensorProto.FLOAT, (40, 24),
+                           (np.arange(960) % 7 * 0.01).astype(np.float32).tolist())
+    bias = helper.make_tensor("b", TensorProto.FLOAT, (24,), [0.5] * 24)
+    gamma = helper.make_tensor("g", TensorProto.FLOAT, (40,), [1.0] * 40)
+    beta = helper.make_tensor("z", TensorProto.FLOAT, (40,), [0.0] * 40)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
+             helper.make_node("Relu", ["a"], ["y"], name="relu"),
+             helper.make_node("LayerNormalization", ["x", "g", "z"], ["n"], name="ln", axis=-1),
+             helper.make_node("Softmax", ["k"], ["p"], name="sm", axis=-1)]
+    graph = helper.make_graph(
+        nodes, "ranged",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "s", 40]),
+         helper.make_tensor_value_info("k", TensorProto.FLOAT, [2, 3, "s"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "s", 24]),
+         helper.make_tensor_value_info("n", TensorProto.FLOAT, [2, "s", 40]),
+         helper.make_tensor_value_info("p", TensorProto.FLOAT, [2, 3, "s"])], [w, bias, gamma, beta])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@functools.lru_cache(maxsize=None)
+def runtime_tiled_kernels(soc_name: str) -> tuple[ScheduledKernel, ...]:
+    """The kernels of a model over a ranged dimension s (1~300), as the build schedules them:
+    elementwise/matmul and row kernels whose tiling is computed at run time."""
+    soc = get_soc(soc_name)
+    result = tvm_ascend.partition_for_ascend(_ranged_model(), tvm_ascend.CompileConfig(
+        fusion_level="aggressive", soc_version=soc_name,
+        input_shape={"x": (2, "1~300", 40), "k": (2, 3, "1~300")}))
+    kernels = []
+    for gv, func in result.mod.functions.items():
+        if not (func.attrs and func.attrs.get("Codegen") == "ascend"):
+            continue
+        template = template_by_name(record_of(func).template)
+        prim = func.attrs[ir_attrs.PRIM_FUNC]
+        scheduled, tiling = template.schedule(prim, soc, template.knob_space(prim, soc)[0])
+        kernels.append(ScheduledKernel(gv.name_hint, scheduled, tiling,
+                                       {"name": gv.name_hint, "rule": "test", "ops": []}))
+    assert all(k.tiling.plan.runtime is not None for k in kernels), soc_name
+    assert {k.tiling.template for k in kernels} >= {"matmul", "row_reduce"}, soc_name
+    return tuple(kernels)

@@ -14,7 +14,7 @@ import pytest
 from tvm_ascend.codegen.npu_unit import npu_unit_source
 from tvm_ascend.soc import get_soc
 from build_checks import ACL_STUB_DIR, acl_stub_command, acl_stub_unit, real_acl_include
-from printed_kernels import SOCS, kernels_of_every_template
+from printed_kernels import SOCS, kernels_of_every_template, runtime_tiled_kernels
 
 STUB_HEADER = Path(ACL_STUB_DIR) / "acl" / "acl.h"
 
@@ -110,6 +110,31 @@ def test_every_templates_launcher_compiles_against_the_real_acl_headers(acl_incl
     for kernel in kernels_of_every_template(soc_name):
         rewritten, launches = acl_stub_unit(npu_unit_source(kernel, soc))
         assert launches == 3, kernel.symbol  # Launch, the timer's warm-up and its loop
+        done = subprocess.run(command, input=rewritten, capture_output=True, text=True)
+        assert done.returncode == 0, (kernel.tiling.template, done.stderr[-3000:])
+        acl_from = rewritten[:rewritten.index('#include "acl/acl.h"')].count("\n") + 1
+        warned = [int(n) for n in re.findall(r"<stdin>:(\d+):\d+: warning", done.stderr)]
+        assert all(n < acl_from for n in warned), (kernel.tiling.template, done.stderr)
+
+
+@pytest.mark.parametrize("soc_name", SOCS)
+def test_run_time_tiled_launchers_compile_against_the_real_acl_headers(acl_include, soc_name):
+    """Kernels tiled at run time (a matmul over a symbolic M, a LayerNorm over symbolic rows,
+    a Softmax over a symbolic row length) had no ACL launcher (a CodegenError). Now theirs
+    reads the dimensions off the arguments' shapes and checks them against the range, sizes
+    the device buffers and copies per call, and takes the tiling struct and blockDim from the
+    host tiling function the emulator launcher uses; the timer runs at the upper bound."""
+    soc = get_soc(soc_name)
+    command = acl_stub_command(soc_name, acl_include)
+    for kernel in runtime_tiled_kernels(soc_name):
+        unit = npu_unit_source(kernel, soc)
+        launcher = unit[unit.index(f"namespace {kernel.symbol}_acl {{"):]
+        assert "is outside its range 1~300" in launcher, kernel.symbol
+        assert f"{kernel.symbol}<<<launch.blockDim, nullptr, stream>>>" in launcher
+        assert "const int64_t dims[1] = {300};  // the range's upper bound" in launcher
+        assert f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({kernel.symbol}__tiling" in launcher
+        rewritten, launches = acl_stub_unit(unit)
+        assert launches == 3, kernel.symbol
         done = subprocess.run(command, input=rewritten, capture_output=True, text=True)
         assert done.returncode == 0, (kernel.tiling.template, done.stderr[-3000:])
         acl_from = rewritten[:rewritten.index('#include "acl/acl.h"')].count("\n") + 1

@@ -12,7 +12,8 @@ from .code_buffer import CodeBuffer
 from .cpp_types import dtype_bytes
 from .emulator_run import emit_emulator_run
 from .templates import CHECK_ARG
-from .tiling_func import emit_runtime_launcher
+from .tiling_func import (TILING_SUFFIX, emit_range_checks, emit_runtime_launcher,
+                          emit_tiling_for, numel_expr)
 
 
 def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None:
@@ -63,8 +64,12 @@ ACL_HOST_RUNTIME = """\
 #include "acl/acl.h"
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/container/tensor.h>
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <string>
+#include <vector>
 
 namespace tvm_ascend_acl {
 """ + CHECK_ARG + """
@@ -125,24 +130,89 @@ def _acl_try(buf: CodeBuffer, call: str, what: str) -> None:
     buf.line(f'if ((status = {call}) != ACL_SUCCESS) {{ failed = "{what}"; break; }}')
 
 
-def _acl_buffers(printer) -> list[tuple[str, int, bool]]:
-    """(device pointer name, bytes, is_input) of every kernel argument, in launch order."""
-    params = printer.kernel_params()
-    first_out = len(params) - printer.n_outputs
-    buffers = [(f"dev{i}", max(numel * dtype_bytes(dtype), 32), i < first_out)
-               for i, (_, dtype, numel) in enumerate(params)]
+class _AclSizes:
+    """The sizes an ACL launcher works with, as C++ text: numbers for a static kernel; for a
+    kernel tiled at run time, expressions of the symbolic dimensions (``dims``), which the
+    launcher reads off its arguments' shapes and checks against their ranges, as the emulator
+    launcher does (``tiling_func.py``); its tiling struct and blockDim come from the same host
+    tiling function, cached by shape. The ACL-event timer runs it at the range's upper bound
+    (what the plan was sized for: one size, as a board times one launch)."""
+
+    def __init__(self, symbol: str, printer, block_dim: int):
+        self.symbol, self.printer = symbol, printer
+        self.spec = printer.shape_spec()
+        self.params = printer.kernel_params()  # (name, dtype, numel at the bound), outputs last
+        if self.spec is None:
+            self.numel = [str(numel) for _, _, numel in self.params]
+            self.bytes = [str(numel * dtype_bytes(dtype)) for _, dtype, numel in self.params]
+            self.block_dim = str(block_dim)
+        else:
+            self.numel = [f"numel{i}" for i in range(len(self.params))]
+            self.bytes = [f"static_cast<size_t>(numel{i}) * {dtype_bytes(dtype)}"
+                          for i, (_, dtype, _) in enumerate(self.params)]
+            self.block_dim = "launch.blockDim"
+
+    @property
+    def runtime(self) -> bool:
+        return self.spec is not None
+
+    def alloc(self, index: int) -> str:
+        """Bytes to aclrtMalloc for argument ``index``: at least 32 (ACL's smallest block)."""
+        if not self.runtime:
+            return str(max(int(self.bytes[index]), 32))
+        return f"std::max<size_t>({self.bytes[index]}, 32)"
+
+    def nonempty(self, index: int) -> str | None:
+        """The C++ condition under which argument ``index`` holds bytes to copy; None when
+        that is known here (True for any static size > 0, checked by the caller)."""
+        return f"numel{index} > 0" if self.runtime else None
+
+    def emit_tiling(self, buf: CodeBuffer, from_args: bool) -> None:
+        """``tilingHost`` (and, tiled at run time, ``dims``, ``numel<i>`` and ``launch``)."""
+        if not self.runtime:
+            self.printer.emit_tiling_init(buf, "tilingHost")
+            return
+        n = len(self.spec.dims)
+        if from_args:
+            buf.line(f"int64_t dims[{n}];")
+            emit_range_checks(buf, self.symbol, self.spec, from_args=True)
+        else:
+            highs = ", ".join(str(d.high) for d in self.spec.dims)
+            buf.line(f"const int64_t dims[{n}] = {{{highs}}};  // the range's upper bound")
+        names = {d.name: f"dims[{k}]" for k, d in enumerate(self.spec.dims)}
+        for index in range(len(self.params)):
+            buf.line(f"int64_t numel{index} = {numel_expr(self.spec.shapes[index], names)};")
+        buf.line("LaunchTiling launch = TilingFor(dims);")
+        buf.line(f"{self.symbol}_impl::TilingData tilingHost = launch.tiling;")
+
+
+def _acl_buffers(printer, sizes: _AclSizes) -> list[tuple[str, str, bool]]:
+    """(device pointer name, bytes as C++ text, is_input) of every kernel argument, in launch
+    order, then the workspace and the tiling struct."""
+    first_out = len(sizes.params) - printer.n_outputs
+    buffers = [(f"dev{i}", sizes.alloc(i), i < first_out) for i in range(len(sizes.params))]
     cube = printer.kernel_mode != "AIV_MODE"  # drives Matmul objects
     system = ACL_SYS_WORKSPACE_BYTES if cube else ACL_VECTOR_WORKSPACE_BYTES
-    buffers.append(("devWorkspace", system + printer.user_workspace_bytes(), False))
-    buffers.append(("devTiling", -1, True))  # sizeof(tilingHost)
+    # planned at the range's upper bound, a run-time-tiled kernel's workspace fits every call
+    buffers.append(("devWorkspace", str(system + printer.user_workspace_bytes()), False))
+    buffers.append(("devTiling", "sizeof(tilingHost)", True))
     return buffers
+
+
+def _acl_copy(buf: CodeBuffer, sizes: _AclSizes, index: int, call: str, what: str) -> None:
+    """One checked copy of argument ``index``'s bytes, skipped where it holds none."""
+    if not sizes.runtime:
+        if int(sizes.bytes[index]):
+            _acl_try(buf, call, what)
+        return
+    with buf.indent(f"if ({sizes.nonempty(index)}) {{"):
+        _acl_try(buf, call, what)
 
 
 def _acl_alloc(buf: CodeBuffer, buffers, params) -> None:
     for index, (dev, size, _) in enumerate(buffers):
-        size_text = "sizeof(tilingHost)" if size < 0 else str(size)
         name = params[index][0] if index < len(params) else dev
-        _acl_try(buf, f"aclrtMalloc(reinterpret_cast<void**>(&{dev}), {size_text}, "
+        _acl_try(buf, f"aclrtMalloc(reinterpret_cast<void**>(&{dev}), {size}, "
                  "ACL_MEM_MALLOC_HUGE_FIRST)", f"aclrtMalloc({name})")
 
 
@@ -151,8 +221,8 @@ def _acl_free(buf: CodeBuffer, buffers) -> None:
         buf.line(f"tvm_ascend_acl::Free({dev}, &status, &failed);")
 
 
-def _acl_prologue(buf: CodeBuffer, printer, buffers) -> None:
-    printer.emit_tiling_init(buf, "tilingHost")
+def _acl_prologue_rest(buf: CodeBuffer, buffers) -> None:
+    """The stream, every device pointer (null until allocated) and the first error's slot."""
     buf.line("aclrtStream stream = tvm_ascend_acl::Stream();")
     buf.line(" ".join(f"uint8_t* {dev} = nullptr;" for dev, _, _ in buffers))
     buf.line("aclError status = ACL_SUCCESS;")
@@ -171,7 +241,7 @@ def _acl_zero_outputs(buf: CodeBuffer, printer, buffers) -> None:
                  f"aclrtMemsetAsync({params[index][0]})")
 
 
-def _acl_launch_line(symbol: str, block_dim: int, buffers) -> str:
+def _acl_launch_line(symbol: str, block_dim: str, buffers) -> str:
     args = ", ".join(dev for dev, _, _ in buffers)
     return f"{symbol}<<<{block_dim}, nullptr, stream>>>({args});"
 
@@ -191,62 +261,69 @@ def emit_acl_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int,
     >>> "k0<<<8, nullptr, stream>>>" in buf.text()                    # doctest: +SKIP
     True
     """
-    if printer.shape_spec() is not None:
-        raise CodegenError(f"{symbol}: a kernel tiled at run time (symbolic dimensions) has "
-                           "no ACL launcher yet; only the emulator build runs it")
-    params = printer.kernel_params()  # (name, dtype, numel), outputs last
+    sizes = _AclSizes(symbol, printer, block_dim)
+    params = sizes.params
     first_out = len(params) - printer.n_outputs
-    buffers = _acl_buffers(printer)
+    buffers = _acl_buffers(printer, sizes)
     args = ", ".join(f"tvm::ffi::TensorView a{i}" for i in range(len(params)))
     with buf.indent(f"namespace {symbol}_acl {{", "}  // namespace"):
+        if sizes.runtime:
+            emit_tiling_for(buf, symbol, printer, sizes.spec)
         with buf.indent(f"static void Launch({args}) {{"):
-            for index, (name, dtype, numel) in enumerate(params):
-                buf.line(f'tvm_ascend_acl::CheckArg(a{index}, "{symbol}", "{name}", {numel}, '
-                         f"{dtype_bytes(dtype) * 8});")
-            _acl_prologue(buf, printer, buffers)
+            if sizes.runtime:  # the sizes CheckArg holds the arguments to come from them
+                sizes.emit_tiling(buf, from_args=True)
+            for index, (name, dtype, _) in enumerate(params):
+                buf.line(f'tvm_ascend_acl::CheckArg(a{index}, "{symbol}", "{name}", '
+                         f"{sizes.numel[index]}, {dtype_bytes(dtype) * 8});")
+            if not sizes.runtime:
+                sizes.emit_tiling(buf, from_args=True)
+            _acl_prologue_rest(buf, buffers)
             with buf.indent("do {", "} while (false);"):
                 _acl_alloc(buf, buffers, params)
-                for index, (name, dtype, numel) in enumerate(params[:first_out]):
-                    size = numel * dtype_bytes(dtype)
-                    if size:
-                        _acl_try(buf, f"aclrtMemcpy(dev{index}, {size}, a{index}.data_ptr(), "
-                                 f"{size}, ACL_MEMCPY_HOST_TO_DEVICE)", f"aclrtMemcpy({name})")
+                for index, (name, _, _) in enumerate(params[:first_out]):
+                    size = sizes.bytes[index]
+                    _acl_copy(buf, sizes, index, f"aclrtMemcpy(dev{index}, {size}, "
+                              f"a{index}.data_ptr(), {size}, ACL_MEMCPY_HOST_TO_DEVICE)",
+                              f"aclrtMemcpy({name})")
                 _acl_try(buf, "aclrtMemcpy(devTiling, sizeof(tilingHost), &tilingHost, "
                          "sizeof(tilingHost), ACL_MEMCPY_HOST_TO_DEVICE)", "aclrtMemcpy(tiling)")
                 _acl_zero_outputs(buf, printer, buffers)
-                buf.line(_acl_launch_line(symbol, block_dim, buffers))
+                buf.line(_acl_launch_line(symbol, sizes.block_dim, buffers))
                 _acl_try(buf, "aclrtSynchronizeStream(stream)", f"aclrtSynchronizeStream({symbol})")
                 for index in range(first_out, len(params)):
-                    out_bytes = params[index][2] * dtype_bytes(params[index][1])
-                    if out_bytes:
-                        _acl_try(buf, f"aclrtMemcpy(a{index}.data_ptr(), {out_bytes}, "
-                                 f"{buffers[index][0]}, {out_bytes}, "
-                                 "ACL_MEMCPY_DEVICE_TO_HOST)", f"aclrtMemcpy({params[index][0]})")
+                    size = sizes.bytes[index]
+                    _acl_copy(buf, sizes, index, f"aclrtMemcpy(a{index}.data_ptr(), {size}, "
+                              f"{buffers[index][0]}, {size}, ACL_MEMCPY_DEVICE_TO_HOST)",
+                              f"aclrtMemcpy({params[index][0]})")
             _acl_free(buf, buffers)
             buf.line(f'tvm_ascend_acl::ThrowIfFailed("{symbol}", status, failed);')
         if timed:
-            _emit_acl_timer(buf, symbol, printer, block_dim, buffers, params)
+            _emit_acl_timer(buf, symbol, printer, sizes, buffers)
     buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}, {symbol}_acl::Launch);")
+    if sizes.runtime:
+        buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}{TILING_SUFFIX}, "
+                 f"{symbol}_acl::TilingJson);")
     if timed:
         buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}{ACL_TIME_SUFFIX}, {symbol}_acl::TimeUs);")
 
 
-def _emit_acl_timer(buf: CodeBuffer, symbol: str, printer, block_dim: int, buffers,
-                    params) -> None:
+def _emit_acl_timer(buf: CodeBuffer, symbol: str, printer, sizes: _AclSizes, buffers) -> None:
     """``TimeUs(repeats)``: inputs zeroed on the device, one warm-up launch, then ``repeats``
-    launches between two ACL events; the mean per launch in microseconds."""
+    launches between two ACL events; the mean per launch in microseconds (a kernel tiled at
+    run time: at its range's upper bound)."""
     with buf.indent("static double TimeUs(int64_t repeats) {"):
         with buf.indent("if (repeats < 1) {"):
             buf.line(f'TVM_FFI_THROW(ValueError) << "{symbol}: repeats must be >= 1, got " '
                      "<< repeats;")
-        _acl_prologue(buf, printer, buffers)
+        sizes.emit_tiling(buf, from_args=False)
+        _acl_prologue_rest(buf, buffers)
         buf.line("aclrtEvent start = nullptr; aclrtEvent end = nullptr;")
         buf.line("float elapsedMs = 0.0f;")
-        launch = _acl_launch_line(symbol, block_dim, buffers)
+        launch = _acl_launch_line(symbol, sizes.block_dim, buffers)
         with buf.indent("do {", "} while (false);"):
-            _acl_alloc(buf, buffers, params)
+            _acl_alloc(buf, buffers, sizes.params)
             for dev, size, is_input in buffers:
-                if is_input and size > 0:
+                if is_input and dev != "devTiling":
                     _acl_try(buf, f"aclrtMemset({dev}, {size}, 0, {size})", f"aclrtMemset({dev})")
             _acl_try(buf, "aclrtMemcpy(devTiling, sizeof(tilingHost), &tilingHost, "
                      "sizeof(tilingHost), ACL_MEMCPY_HOST_TO_DEVICE)", "aclrtMemcpy(tiling)")

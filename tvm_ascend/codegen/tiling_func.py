@@ -38,7 +38,7 @@ def numel_expr(shape: tuple, dims: dict) -> str:
     return " * ".join(f"static_cast<int64_t>({t})" for t in terms) or "1"
 
 
-def _emit_tiling_for(buf: CodeBuffer, symbol: str, printer, spec) -> None:
+def emit_tiling_for(buf: CodeBuffer, symbol: str, printer, spec) -> None:
     """``LaunchTiling`` (tiling struct + blockDim), ``ComputeTiling`` (the printer's arithmetic)
     and ``TilingFor`` (the same, cached by the dimensions' values)."""
     impl = f"{symbol}_impl"
@@ -63,7 +63,7 @@ def _emit_tiling_for(buf: CodeBuffer, symbol: str, printer, spec) -> None:
     args = ", ".join(f"int64_t d{k}" for k in range(n))
     with buf.indent(f"static tvm::ffi::String TilingJson({args}) {{"):
         buf.line(f"int64_t dims[{n}] = {{{', '.join(f'd{k}' for k in range(n))}}};")
-        _emit_range_checks(buf, symbol, spec, from_args=False)
+        emit_range_checks(buf, symbol, spec, from_args=False)
         buf.line("LaunchTiling launch = TilingFor(dims);")
         parts = [f'"\\"{name}\\": " + std::to_string(launch.tiling.{name})'
                  for name in printer.tiling_values()]
@@ -73,7 +73,7 @@ def _emit_tiling_for(buf: CodeBuffer, symbol: str, printer, spec) -> None:
         buf.line("return tvm::ffi::String(text);")
 
 
-def _emit_range_checks(buf: CodeBuffer, symbol: str, spec, from_args: bool) -> None:
+def emit_range_checks(buf: CodeBuffer, symbol: str, spec, from_args: bool) -> None:
     """Each dimension read (from its argument's shape where ``from_args``) and checked
     against its range: a size outside it is a ValueError naming all there is to know."""
     for k, dim in enumerate(spec.dims):
@@ -97,10 +97,10 @@ def emit_runtime_launcher(buf: CodeBuffer, symbol: str, printer) -> None:
     dims = {d.name: f"dims[{k}]" for k, d in enumerate(spec.dims)}
     args = ", ".join(f"tvm::ffi::TensorView a{i}" for i in range(len(params)))
     with buf.indent(f"namespace {symbol}_host {{", "}  // namespace"):
-        _emit_tiling_for(buf, symbol, printer, spec)
+        emit_tiling_for(buf, symbol, printer, spec)
         with buf.indent(f"static void Launch({args}) {{"):
             buf.line(f"int64_t dims[{len(spec.dims)}];")
-            _emit_range_checks(buf, symbol, spec, from_args=True)
+            emit_range_checks(buf, symbol, spec, from_args=True)
             gm_names = []
             for index, (name, dtype, _) in enumerate(params):
                 size = dtype_bytes(dtype)
@@ -120,4 +120,5 @@ def emit_runtime_launcher(buf: CodeBuffer, symbol: str, printer) -> None:
     buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}{TILING_SUFFIX}, {symbol}_host::TilingJson);")
 
 
-__all__ = ["emit_runtime_launcher", "numel_expr", "runtime_exports", "TILING_SUFFIX"]
+__all__ = ["emit_range_checks", "emit_runtime_launcher", "emit_tiling_for", "numel_expr",
+           "runtime_exports", "TILING_SUFFIX"]
