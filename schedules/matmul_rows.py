@@ -40,8 +40,8 @@ from tvm_ascend.errors import TilingError
 
 from .matmul import _base_k as matmul_base_k
 from .matmul import (FRACTAL, MAX_BASE, MatmulPlan, MatmulShape, _balanced_singles, aiv_ratio,
-                     cube_work, epilogue_program, l1_footprint, l1_reuse, matmul_shape, matmul_traffic,
-                     overlap, product_round_trip, scalar_tail_elems)
+                     cube_work, epilogue_program, l1_footprint, l1_reuse, matmul_shape,
+                     matmul_traffic, overlap, product_round_trip, scalar_tail_elems)
 from .analysis.row_program import (RowAccessKind, check_program_dtypes, input_dtypes,
                                    is_full_row_block, program_dtypes)
 from .row_reduce import inline_row_blocks
@@ -88,7 +88,7 @@ class MatmulRowsKnobs:
     panels: int = 4
     # the tall form (910B): AIVs per AIC, as MatmulKnobs.aiv_ratio; 2 is CANN's 1:2 mix, each
     # AIV a client with panels of its own, so the row epilogue runs on both vector cores of
-    # an AIC (the two share its cube, L0 and L1); None: 1
+    # an AIC (the two share its cube, L0 and L1; ``cores`` then counts clients); None: 1
     aiv_ratio: int | None = None
 
 
@@ -540,7 +540,8 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
     waited so its cube work overlaps the last one's epilogue; the row epilogue over
     ``chunk_m``-row chunks of a panel read back into the UB (two of each queue where they fit:
     the next chunk's copy then overlaps this one's epilogue). Split chips only: a coupled
-    chip's product reaches the UB on chip."""
+    chip's product reaches the UB on chip. ``knobs.aiv_ratio`` 2: the 1:2 mix, twice the
+    clients, each with half its AIC's L0 and L1 (narrower cube tiles, shorter K steps)."""
     if soc.npu_arch != 2201:
         raise TilingError(f"the tall form goes through the GM workspace; {soc.name} is a "
                           "coupled chip (the product reaches the UB on chip)")
