@@ -9,7 +9,10 @@ tile spans every column (``baseN = N`` rounded up to 16), the cube accumulates i
 the single write to GM. Rows too wide for L0C or the UB are refused with the numbers; the
 planner then keeps the matmul and the row kernel apart. SoCs without DataCopyPad (310P, 910A)
 take it too: the tiles move as the matmul template's do there (whole blocks, then the tails
-on the scalar unit), and 310P's 256 KB L0C holds twice the rows of 910B's.
+on the scalar unit), and 310P's 256 KB L0C holds twice the rows of 910B's. On 910B the tall
+form (panels of whole rows through the GM workspace) may run in CANN's 1:2 mix
+(``MatmulRowsKnobs.aiv_ratio`` 2): each AIV a client with panels of its own, the two of an
+AIC sharing its cube, L0 and L1, so the row epilogue runs on both vector cores.
 
 The Tiling's template is ``matmul_rows`` and its plan a ``MatmulRowsPlan``, printed by
 ``codegen/kernels/matmul_rows.py``; the cost model's features count it as a matmul kernel
@@ -36,9 +39,9 @@ from tvm_ascend.decision import Decision
 from tvm_ascend.errors import TilingError
 
 from .matmul import _base_k as matmul_base_k
-from .matmul import (FRACTAL, MAX_BASE, MatmulPlan, MatmulShape, _balanced_singles, cube_work,
-                     epilogue_program, l1_footprint, l1_reuse, matmul_shape, matmul_traffic,
-                     overlap, product_round_trip, scalar_tail_elems)
+from .matmul import (FRACTAL, MAX_BASE, MatmulPlan, MatmulShape, _balanced_singles, aiv_ratio,
+                     cube_work, epilogue_program, l1_footprint, l1_reuse, matmul_shape,
+                     matmul_traffic, overlap, product_round_trip, scalar_tail_elems)
 from .analysis.row_program import (RowAccessKind, check_program_dtypes, input_dtypes,
                                    is_full_row_block, program_dtypes)
 from .row_reduce import inline_row_blocks
@@ -83,6 +86,10 @@ class MatmulRowsKnobs:
     # in two workspace slots, panel i + 1 on the cube while panel i's epilogue runs; more
     # panels overlap more of the cube but read B more often
     panels: int = 4
+    # the tall form (910B): AIVs per AIC, as MatmulKnobs.aiv_ratio; 2 is CANN's 1:2 mix, each
+    # AIV a client with panels of its own, so the row epilogue runs on both vector cores of
+    # an AIC (the two share its cube, L0 and L1; ``cores`` then counts clients); None: 1
+    aiv_ratio: int | None = None
 
 
 @dataclass(frozen=True)
@@ -294,9 +301,9 @@ class MatmulRowsSchedule(Template):
     @staticmethod
     def variants(func, soc) -> list[MatmulRowsKnobs]:
         """Knobs worth estimating beside the default (the partitioner keeps the fastest): on
-        910B the tall form, which reads B once per panel of rows, with 4, 3 or 2 panels a core."""
-        return [MatmulRowsKnobs()] + ([MatmulRowsKnobs(tall=True, panels=p) for p in TALL_PANELS]
-                                      if soc.npu_arch == 2201 else [])
+        910B the tall form, which reads B once per panel of rows, with 4, 3 or 2 panels a
+        client, in the 1:1 and the 1:2 mix (the row epilogue on one or both AIVs of an AIC)."""
+        return [MatmulRowsKnobs()] + (_tall_knobs() if soc.npu_arch == 2201 else [])
 
     @staticmethod
     def knob_space(func, soc) -> list[MatmulRowsKnobs]:
@@ -306,14 +313,22 @@ class MatmulRowsSchedule(Template):
         top = default.plan.max_base_m
         space = [MatmulRowsKnobs()]
         if soc.npu_arch == 2201:  # rounds of any size: fewer rounds, later fetches; tall
-            space += [MatmulRowsKnobs(round_tiles=0)] + \
-                [MatmulRowsKnobs(tall=True, panels=p) for p in TALL_PANELS]
+            space += [MatmulRowsKnobs(round_tiles=0)] + _tall_knobs()
         for cores in (None, max(1, soc.ai_cores // 2)):
             for base_m in (b for b in (16, 32, 64, 128) if b <= top):
                 knobs = MatmulRowsKnobs(base_m, cores)
                 if knobs not in space:
                     space.append(knobs)
         return space
+
+
+def _tall_knobs() -> list[MatmulRowsKnobs]:
+    """The tall form's variants: ``TALL_PANELS`` panels a client in the 1:1 mix, then in the
+    1:2 mix (BERT b16 s512's out-projection + residual + LayerNorm, fp16, 910B1: est. 77.3 us
+    at 1:1 with 4 panels, vector-bound on one AIV an AIC; 65.9 us at 1:2 with 2 panels,
+    against 77.6 us as a matmul and a LayerNorm kernel)."""
+    return [MatmulRowsKnobs(tall=True, panels=p, aiv_ratio=r) for r in (None, 2)
+            for p in TALL_PANELS]
 
 
 def _folded(shape: MatmulShape) -> MatmulShape:
@@ -433,6 +448,10 @@ def _base_k(shape: MatmulShape, base_m: int, soc) -> int:
 def _plan(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -> Tiling:
     if knobs.tall:
         return _plan_tall(group_shape, program, soc, knobs)
+    if (knobs.aiv_ratio or 1) != 1:
+        raise TilingError(f"aiv_ratio={knobs.aiv_ratio}: the 1:2 mix is the tall form's; the "
+                          "other holds a tile of whole rows in L0C, which two clients would "
+                          "share (half the rows each)")
     shape = _folded(group_shape)
     elem = dtype_bytes(shape.dtype)
     c0 = BLOCK_BYTES // elem
@@ -521,7 +540,8 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
     waited so its cube work overlaps the last one's epilogue; the row epilogue over
     ``chunk_m``-row chunks of a panel read back into the UB (two of each queue where they fit:
     the next chunk's copy then overlaps this one's epilogue). Split chips only: a coupled
-    chip's product reaches the UB on chip."""
+    chip's product reaches the UB on chip. ``knobs.aiv_ratio`` 2: the 1:2 mix, twice the
+    clients, each with half its AIC's L0 and L1 (narrower cube tiles, shorter K steps)."""
     if soc.npu_arch != 2201:
         raise TilingError(f"the tall form goes through the GM workspace; {soc.name} is a "
                           "coupled chip (the product reaches the UB on chip)")
@@ -533,6 +553,8 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
     elem = dtype_bytes(shape.dtype)
     c0 = BLOCK_BYTES // elem
     row_n = round_up(shape.n, FRACTAL)
+    # a client of the 1:2 mix has half its AIC's L0 and L1 (the UB is its AIV's own)
+    ratio = aiv_ratio(soc, knobs.aiv_ratio)
     top = _max_base_m(program, shape, soc, l0c=False)
     double = _max_base_m_or_zero(program, shape, soc)
     if not double and ub_bytes(program, shape.n, elem, HALF_CHUNK, 2) <= \
@@ -542,17 +564,19 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
         double = HALF_CHUNK
     buffers = 2 if double else 1
     chunk_m = min(double or top, 128 if elem == 2 else 64, round_up(shape.m, FRACTAL))
-    cores = max(1, min(knobs.cores or soc.ai_cores, soc.ai_cores))
+    clients = soc.ai_cores * ratio
+    cores = max(1, min(knobs.cores or clients, clients))
     base_m = min(knobs.base_m or (128 if elem == 2 else 64), round_up(shape.m, FRACTAL))
     if base_m % FRACTAL or not FRACTAL <= base_m <= MAX_BASE:
         raise TilingError(f"base_m={base_m} must be a multiple of {FRACTAL} in "
                           f"{FRACTAL}..{MAX_BASE}")
-    # N in equal base tiles of at most 256 columns whose float32 block fits L0C
-    widest = min(MAX_BASE, soc.l0c_bytes // (base_m * L0C_ELEM_BYTES) // FRACTAL * FRACTAL)
+    # N in equal base tiles of at most 256 columns whose float32 block fits a client's L0C
+    widest = min(MAX_BASE,
+                 soc.l0c_bytes // ratio // (base_m * L0C_ELEM_BYTES) // FRACTAL * FRACTAL)
     if widest < FRACTAL:
-        raise TilingError(f"base_m={base_m}: no 16-column float32 block fits L0C")
+        raise TilingError(f"base_m={base_m}: no 16-column float32 block fits a client's L0C")
     base_n = round_up(ceil_div(shape.n, ceil_div(shape.n, widest)), FRACTAL)
-    base_k = matmul_base_k(shape, base_m, base_n, soc, 1)
+    base_k = matmul_base_k(shape, base_m, base_n, soc, ratio)
     # panels in 8-row steps (a panel's last cube tile is padded to 16 rows, which the MACs
     # count): 16-row steps left cores idle (4096 rows: 96-row panels, 22 of 24 cores)
     single_m = _panel_rows(shape, HALF_CHUNK, cores, knobs.panels)
@@ -562,7 +586,7 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
     used = ceil_div(total, per_core)
     slots, slot_bytes = _slots(program, elem)
     ub = ub_bytes(program, shape.n, elem, chunk_m, buffers)
-    reuse = l1_reuse(shape, soc.l1_bytes, base_m, base_n, base_k, single_m, shape.n)
+    reuse = l1_reuse(shape, soc.l1_bytes // ratio, base_m, base_n, base_k, single_m, shape.n)
     gm_read, gm_write = matmul_traffic(shape, program, soc, used, reuse)
     exported = len(program.exports) * shape.batch * shape.m
     gm_write += exported * shape.n * elem
@@ -572,7 +596,8 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
                 f"tiles, {per_core} a core) into two GM workspace slots, panel i + 1 on the cube "
                 f"during panel i's epilogue, the row epilogue over {chunk_m}-row chunks"
                 + (", two of each in the UB, the next chunk's copy during this one's epilogue"
-                   if buffers == 2 else ", one of each in the UB"))
+                   if buffers == 2 else ", one of each in the UB")
+        + ("; a 1:2 mix: each AIV a client with panels of its own" if ratio == 2 else ""))
     plan = MatmulRowsPlan(shape, group_shape, single_m, shape.n, base_m, base_n, base_k, top,
                           reuse.iterate_order, reuse.depth_a1, reuse.depth_b1,
                           l1_footprint(shape, base_m, base_n, base_k, reuse), row_n, slots,
@@ -584,7 +609,7 @@ def _plan_tall(group_shape: MatmulShape, program, soc, knobs: MatmulRowsKnobs) -
         cube_macs=shape.batch * sum(round_up(m, FRACTAL) for m in pieces(shape.m, single_m))
         * round_up(shape.n, FRACTAL) * round_up(shape.k, c0),
         workspace_read_bytes=round_trip, workspace_write_bytes=round_trip,
-        panel_chunks=chunks, scalar_gated=True)
+        panel_chunks=chunks, scalar_gated=True, aiv_ratio=ratio)
     return Tiling("matmul_rows", total, used, per_core, 1, per_core, buffers,
                   program.temp_slots, ub, soc.ub_bytes, gm_read, gm_write, shape.n, work=work,
                   plan=plan)

@@ -71,7 +71,11 @@ def _check_one_kernel(b, dtype, config=None, target="ascend"):
     assert launch["gm_write_bytes"] == tiling["gm_write_bytes"]
     assert launch["cube_macs"] == tiling["work"]["cube_macs"]
     assert launch["peak_ub_bytes"] == tiling["ub_bytes"]
-    assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
+    # one launch block per AIC: the plan's cores count clients, two an AIC in the 1:2 mix
+    ratio = tiling["work"]["aiv_ratio"]
+    assert launch["task_ratio"] == ratio and launch["warnings"] == []
+    assert launch["block_dim"] == -(-tiling["cores"] // ratio)
+    assert f"KERNEL_TYPE_MIX_AIC_1_{ratio}" in "".join(lib.kernel_sources().values())
     return lib, tiling
 
 

@@ -14,8 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tvm_ascend import codegen
+import tvm_ascend
+from tvm_ascend import codegen, ir_attrs
 from tvm_ascend.codegen import EMITTED_API, kernel_source
+from tvm_ascend.codegen.ascendc_printer import ScheduledKernel
+from tvm_ascend.schedules import MatmulRowsKnobs, MatmulRowsSchedule
 from tvm_ascend.codegen.kernels.row_reduce import REDUCE_API
 from tvm_ascend.soc import get_soc
 from ascendc_api import (ARCH_OF_SOC, Use, api_index, asc_devkit_root, check_use, uses_in)
@@ -67,6 +70,32 @@ def _conv_model():
     return b.model()
 
 
+def _tall_rows_kernels(soc) -> list:
+    """On split chips, the MatMul + LayerNorm kernel in the matmul-rows tall form (IterateAll
+    panels through the GM workspace) in both mixes, 1:1 and 1:2; a template's first knobs
+    are its short form."""
+    if soc.npu_arch != 2201:
+        return []
+    b = ModelBuilder("float16", seed=9)
+    w = b.const(b.rng.standard_normal((48, 200)) * 0.1, "w")
+    h = b.node("MatMul", [b.input("x", (3, 70, 48)), w])
+    gamma, beta = b.const(b.rng.uniform(0.8, 1.2, 200), "g"), b.const(np.zeros(200), "b")
+    b.output(b.node("LayerNormalization", [h, gamma, beta], axis=-1, epsilon=1e-5),
+             (3, 70, 200))
+    result = tvm_ascend.partition_for_ascend(b.model(), tvm_ascend.CompileConfig(
+        fusion_level="aggressive", soc_version=soc.name))
+    (prim,) = [f.attrs[ir_attrs.PRIM_FUNC] for f in result.mod.functions.values()
+               if f.attrs and f.attrs.get("Codegen") == "ascend"]
+    out = []
+    for ratio in (None, 2):
+        scheduled, tiling = MatmulRowsSchedule.schedule(prim, soc, MatmulRowsKnobs(
+            tall=True, panels=2, aiv_ratio=ratio))
+        out.append(ScheduledKernel(f"tall_rows_{ratio or 1}", scheduled, tiling,
+                                   {"name": "tall_rows", "rule": "test", "ops": []}))
+    assert [k.tiling.work.aiv_ratio for k in out] == [1, 2]
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _printed(soc_name: str) -> dict[str, str]:
     """Standalone kernel sources for ``soc_name``: every template, and the vector ops."""
@@ -78,6 +107,7 @@ def _printed(soc_name: str) -> dict[str, str]:
         getattr(k.tiling.plan, "variant", None) == "load3d" for k in kernels)
     for dtype in ("float32", "float16"):
         kernels += kernels_of(_ops_model(dtype), soc)
+    kernels += _tall_rows_kernels(soc)
     return {f"{k.tiling.template}:{k.symbol}:{i}": kernel_source(k, soc)
             for i, k in enumerate(kernels)}
 

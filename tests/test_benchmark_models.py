@@ -300,3 +300,25 @@ def test_gpt2_block_at_seq_8_with_12_heads_matches_onnxruntime():
     (want,) = run_onnxruntime(model, feeds)
     assert np.isfinite(got).all()
     assert_close(got, want, "float32_model")
+
+
+@pytest.mark.slow  # plans BERT-base-wide layers at b16 s512 (about 30 s on 2 cores)
+def test_bert_base_b16_s512_plans_five_kernels_a_layer_on_910b():
+    """Issue 19's kernels per layer on BERT-base's widths at b16 s512 fp16 (910B1, aggressive):
+    QKV, attention, out-proj + residual + LayerNorm, FFN-up + GELU and FFN-down + residual +
+    LayerNorm; the out-projection's LayerNorm pays fused only in the tall form's 1:2 mix (the
+    row epilogue on both AIVs of an AIC). Outside the layers: the embeddings' Gather, their
+    adds + LayerNorm, the mask's scale, the [CLS] row and the pooler."""
+    layers = 2
+    model = bert.bert_model(batch=16, seq=512, layers=layers, vocab=64, dtype="float16")
+    result = tvm_ascend.partition_for_ascend(model, tvm_ascend.CompileConfig(
+        fusion_level="aggressive", soc_version="Ascend910B1"))
+    npu = result.npu_groups
+    assert (len(npu) - 5) / layers == 5, [g.rule for g in npu]
+    with_norm = [g for g in npu if {"MatMulEpilogueFusion", "LayerNormFusion"} <= set(g.rules)]
+    assert len(with_norm) == 2 * layers
+    # the out-projection's kernel (K = 768; the layers share one) in the 1:2 mix: the reason
+    # names the knobs that won
+    mixed = {g.symbol for g in with_norm
+             if "'tall': True" in g.reason and "'aiv_ratio': 2" in g.reason}
+    assert len(mixed) == 1, [g.reason[:200] for g in with_norm]

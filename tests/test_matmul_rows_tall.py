@@ -10,16 +10,34 @@ import json
 
 import pytest
 
+from tvm import te, topi
+
 import tvm_ascend
 from matmul_rows_checks import _check_one_kernel, _linear_norm, _te_func
 from tvm_ascend.codegen.ascendc_printer import ScheduledKernel, kernel_source
 from tvm_ascend.cost_model import estimate_kernel
 from tvm_ascend.cost_model.timing import _overlapped_cycles
+from tvm_ascend.partition.cost import GroupCost
 from tvm_ascend.schedules import MatmulRowsKnobs, MatmulRowsSchedule
 from tvm_ascend.schedules.matmul_rows import TALL_PANELS, TALL_SLOTS
 from tvm_ascend.soc import get_soc
 
 B1 = get_soc("Ascend910B1")
+P3 = get_soc("Ascend310P3")
+
+
+def _split_funcs(m, k, n, dtype):
+    """The two kernels the partitioner weighs the fused one against: the MatMul + residual
+    and the LayerNorm after it."""
+    a, w = te.placeholder((m, k), dtype, "a"), te.placeholder((k, n), dtype, "w")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * w[r, j], axis=r), name="matmul")
+    res = te.placeholder((m, n), dtype, "res")
+    x = te.placeholder((m, n), dtype, "x")
+    gamma, beta = te.placeholder((n,), dtype, "gamma"), te.placeholder((n,), dtype, "beta")
+    return (te.create_prim_func([a, w, res, topi.add(c, res)]),
+            te.create_prim_func([x, gamma, beta, topi.nn.layer_norm(x, gamma, beta, axis=[-1],
+                                                                    epsilon=1e-5)]))
 
 
 def _force_knobs(monkeypatch, knobs: MatmulRowsKnobs) -> None:
@@ -49,6 +67,17 @@ def _one_group_config(tmp_path, model):
     # still prefetched; 70 rows in 8-row panel steps (24-row panels, a 22-row tail), N not a
     # multiple of the 256-column cube tile
     ((70, 32), 1000, "float32", "op", MatmulRowsKnobs(tall=True, cores=3, panels=2), True),
+    # the 1:2 mix: each AIV a client with its own panels, two an AIC. LayerNormalization fp32
+    # on 6 clients (3 AIC blocks), 2 panels each, N = 200 in one 208-column cube tile
+    ((2, 170, 48), 200, "float32", "op",
+     MatmulRowsKnobs(tall=True, cores=6, panels=2, aiv_ratio=2), False),
+    # RMSNorm fp16 M = 900 on 38 clients, an odd count (the last AIC block runs one), 3
+    # panels of 8 rows each (so 8-row chunks), N = 300 in 160-column cube tiles, K = 40
+    ((3, 300, 40), 300, "float16", "rms",
+     MatmulRowsKnobs(tall=True, base_m=32, panels=3, aiv_ratio=2), True),
+    # LayerNorm chain fp32 (+ residual) over rows of 1000: half chunks, 5 clients
+    ((70, 32), 1000, "float32", "chain",
+     MatmulRowsKnobs(tall=True, cores=5, panels=2, aiv_ratio=2), True),
 ])
 def test_tall_panels_match_onnx_with_the_plans_counters(monkeypatch, tmp_path, a_shape, n,
                                                         dtype, norm, knobs, half):
@@ -59,6 +88,8 @@ def test_tall_panels_match_onnx_with_the_plans_counters(monkeypatch, tmp_path, a
     plan = tiling["plan"]
     assert plan["chunk_m"] > 0 and "IterateAll<false>" in plan["pipeline"]
     assert tiling["cores"] >= 2 and tiling["tiles_per_core"] == knobs.panels
+    assert tiling["work"]["aiv_ratio"] == (knobs.aiv_ratio or 1)
+    assert ("a 1:2 mix" in plan["pipeline"]) == (knobs.aiv_ratio == 2)
     assert tiling["buffer_num"] == 2 and (plan["chunk_m"] == 8) == half
     source = "".join(lib.kernel_sources().values())
     for line in ("if (tile + 1 < last) Post(tile + 1, 1 - slot);", "mm.WaitIterateAll();",
@@ -69,13 +100,53 @@ def test_tall_panels_match_onnx_with_the_plans_counters(monkeypatch, tmp_path, a
         assert line in source, line
 
 
+def test_both_aivs_of_an_aic_make_the_out_projection_and_layernorm_pay():
+    """BERT b16 s512's out-projection + residual + LayerNorm (8192x768x768, fp16, 910B1): at
+    1:1 the row epilogue runs on one AIV an AIC and the fused kernel is no faster than the
+    matmul and a LayerNorm kernel (est. 77.3 vs 77.6 us); in the 1:2 mix both AIVs take
+    panels, the vector time halves and the partitioner's plan (the fastest variant) is the
+    1:2 tall form, faster than the two kernels by over 10% (ESTIMATES). Each client has half
+    its AIC's L0 and L1: 128-column cube tiles instead of 256."""
+    func = _te_func(8192, 768, 768, "float16", residual=True)
+    matmul, norm = _split_funcs(8192, 768, 768, "float16")
+    cost = GroupCost(B1)
+    split_us = cost.plan(matmul).time_us + cost.plan(norm).time_us
+    fused = cost.plan(func)
+    assert fused.template is MatmulRowsSchedule and fused.knobs.tall
+    assert fused.knobs.aiv_ratio == 2 and fused.tiling.work.aiv_ratio == 2
+    assert fused.tiling.cores > B1.ai_cores and fused.tiling.plan.base_n == 128
+    assert fused.time_us < 0.9 * split_us
+    one = [estimate_kernel(func, MatmulRowsSchedule.plan(MatmulRowsSchedule.analyse(func), B1,
+                                                         MatmulRowsKnobs(tall=True, panels=p)),
+                           B1).time_us for p in TALL_PANELS]
+    assert min(one) > 0.97 * split_us  # at 1:1 the fusion would not pay
+    est = estimate_kernel(func, fused.tiling, B1)
+    assert est.time_us >= est.roofline_us + est.launch_us
+
+
+def test_the_mix_is_the_tall_forms_and_910bs():
+    """The 1:2 mix only in the tall form (the short one keeps whole rows in L0C, which two
+    clients would share); 910B's variants try it, 310P's (coupled: no tall form) do not."""
+    func = _te_func(512, 64, 256, "float32", residual=True)
+    tall = [k for k in MatmulRowsSchedule.variants(func, B1) if k.tall]
+    assert [(k.panels, k.aiv_ratio) for k in tall] == \
+        [(p, None) for p in TALL_PANELS] + [(p, 2) for p in TALL_PANELS]
+    assert MatmulRowsSchedule.variants(func, P3) == [MatmulRowsKnobs()]
+    with pytest.raises(tvm_ascend.errors.TilingError, match="the 1:2 mix is the tall form's"):
+        MatmulRowsSchedule.schedule(func, B1, MatmulRowsKnobs(aiv_ratio=2))
+    with pytest.raises(tvm_ascend.errors.TilingError, match="a MIX kernel has 1 or 2 AIVs"):
+        MatmulRowsSchedule.schedule(func, B1, MatmulRowsKnobs(tall=True, aiv_ratio=3))
+    with pytest.raises(tvm_ascend.errors.TilingError, match="coupled chip"):
+        MatmulRowsSchedule.schedule(func, P3, MatmulRowsKnobs(tall=True, aiv_ratio=2))
+
+
 def test_panels_knob_cuts_each_cores_rows():
     """BERT b16 s512's out-projection + residual + LayerNorm: ``panels`` panels a core, two
     workspace slots of a panel each, B read once a panel; the partitioner's variants try 4, 3
     and 2; panels < 1 is refused."""
     func = _te_func(8192, 768, 768, "float16", residual=True)
-    assert [k.panels for k in MatmulRowsSchedule.variants(func, B1) if k.tall] == \
-        list(TALL_PANELS) == [4, 3, 2]
+    assert [k.panels for k in MatmulRowsSchedule.variants(func, B1)
+            if k.tall and k.aiv_ratio is None] == list(TALL_PANELS) == [4, 3, 2]
     b_bytes = 768 * 768 * 2
     for panels in TALL_PANELS:
         sched, t = MatmulRowsSchedule.schedule(func, B1, MatmulRowsKnobs(tall=True,

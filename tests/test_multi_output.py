@@ -86,7 +86,10 @@ def test_pre_ln_residual_is_exported_by_the_matmul_layernorm_kernel(soc, dtype):
     assert launch["gm_write_bytes"] == tiling["gm_write_bytes"] >= 2 * rows * 100 * elem
     assert launch["gm_read_bytes"] == tiling["gm_read_bytes"]
     assert launch["peak_ub_bytes"] == tiling["ub_bytes"]
-    assert launch["block_dim"] == tiling["cores"] and launch["warnings"] == []
+    # one launch block per AIC (on 910B the estimate may pick the tall form's 1:2 mix: two
+    # clients an AIC)
+    ratio = tiling["work"]["aiv_ratio"]
+    assert launch["block_dim"] == -(-tiling["cores"] // ratio) and launch["warnings"] == []
 
 
 def test_an_export_whose_binding_carries_two_onnx_nodes_compiles():
