@@ -1,4 +1,4 @@
-"""Fusion plans of models the prepare stage rewrites: a LLaMA-style attention
+"""Fusion plans and explanations of models the prepare stage rewrites: a LLaMA-style attention
 (grouped-query, Q's and K's rotaries joined into one), whose ops are credited to several ONNX
 nodes and whose nodes have ops in several groups."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from onnx_models import llama_attention_model
 from tvm_ascend.errors import FusionConfigError
 from tvm_ascend.partition.plan_file import (export_plan, fit_plan, load_plan, onnx_node_graph,
                                             plan_from_json, plan_from_report)
-from tvm_ascend.partition.report import fusion_report
+from tvm_ascend.partition.report import explain_node, fusion_report, node_groups
 
 CONFIG = dict(fusion_level="aggressive", soc_version="Ascend910B1")
 
@@ -103,6 +103,54 @@ def test_an_export_of_an_op_credited_to_two_nodes_names_both():
     assert group["exports"] == ["add", "cast"]
     plan = plan_from_json(plan_from_report(report), {"add", "cast"}, [("add", "cast")])
     assert plan.group("G0").exports == ("add", "cast")
+
+
+def _group(gid, rule, parts_of_ops, nodes, on_npu=True):
+    ops = [{"var": f"{gid}_{i}", "op": f"relax.{op}", "node": node, "parts": {node: part}}
+           for i, (op, node, part) in enumerate(parts_of_ops)]
+    return {"id": gid, "rule": rule, "nodes": nodes, "ops": ops, "on_npu": on_npu,
+            "kernel": f"k_{gid}", "reason": f"{rule} formed it"}
+
+
+def test_explain_puts_a_split_node_in_the_group_computing_its_output():
+    """Regression: explain_node named the first group listing a node. LLaMA's mask Add has its
+    view (made by the GQA rewrite) in the mask's kernel, listed first, and the Add itself in
+    the attention kernel; it is now explained in the attention kernel, the other named."""
+    report = {"unfused_edges": [], "groups": [
+        _group("G0", "ElementwiseFusion", [("where", "where", 0), ("reshape", "mask_add", 0)],
+               ["where", "mask_add"]),
+        _group("G1", "AttentionFusion", [("matmul", "qk", 0), ("add", "mask_add", 1),
+                                         ("nn.softmax", "softmax", 0)],
+               ["qk", "mask_add", "softmax"])]}
+    assert [g["id"] for g in node_groups(report, "mask_add")] == ["G1", "G0"]
+    text = explain_node(report, "mask_add")
+    assert text.startswith("mask_add is in group G1 (AttentionFusion), which runs as kernel "
+                           "k_G1 on the NPU and computes its output.")
+    assert "split over 2 groups: G1 (add); G0 (ElementwiseFusion, NPU: reshape)" in text
+    assert "computes its output" not in explain_node(report, "softmax")
+    # a report without parts (written by hand): the first group listing it
+    for group in report["groups"]:
+        for op in group["ops"]:
+            del op["parts"]
+    assert explain_node(report, "mask_add").startswith("mask_add is in group G0 ")
+
+
+def test_explain_of_the_joined_rotary_names_both_of_its_groups(attention):
+    """In a real build: Q's rotary Add is computed in the joined rotary kernel and its result's
+    head slice is taken by the attention kernel (its last op); both are named."""
+    _, names, report = attention
+    node = names["q_rotary"]
+    holders = [g for g in report["groups"] if node in g["nodes"]]
+    assert len(holders) == 2
+    attention_group = next(g for g in holders if "AttentionFusion" in g["rules"])
+    rotary = next(g for g in holders if g is not attention_group)
+    text = explain_node(report, node)
+    assert text.startswith(f"{node} is in group {attention_group['id']} ")
+    assert f"split over 2 groups: {attention_group['id']} (strided_slice); {rotary['id']} (" \
+        in text and "add" in text.split(rotary["id"] + " (")[1]
+    # a node the rotary computes whole stays in the rotary group, with no split named
+    assert explain_node(report, names["k_heads"]).startswith(
+        f"{names['k_heads']} is in group {rotary['id']} ")
 
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
