@@ -156,13 +156,12 @@ def test_explain_of_the_joined_rotary_names_both_of_its_groups(attention):
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
 
-# ~35 s on the 2-core machine (two builds of a 2-layer LLaMA): slow; the fast case above is a
-# GQA attention with joined rotaries, the same failure
+# ~30 s CPU, 70 s wall on the loaded 2-core machine (two builds of a 2-layer LLaMA): slow;
+# the fast case above, a GQA attention with joined rotaries, shows the same failure
 @pytest.mark.slow
 def test_a_corpus_llama_plan_loads_back_into_the_same_kernels(tmp_path):
     """A LLaMA corpus build's fusion_plan.json rebuilds the same groups, kernels and op parts,
     and the rebuilt model computes the same outputs, bit for bit."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_corpus import ROWS, sample_inputs
 
     name = "llama_dynamo_op18_fp16.onnx"
