@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tvm
 import tvm_ffi
@@ -32,6 +32,7 @@ from .frontend import config_gears, load_model, read_model
 from .partition.cost import GroupCost
 from .partition.dynamic_report import dynamic_section, warn_dynamic
 from .partition.grouping import check_plan_formed, node_graph, partition
+from .partition.plan_file import fit_plan, load_plan
 from .partition.policy import FusionPolicy, switches_of
 from .dumps import Dumper
 from .partition.report import fusion_report
@@ -74,17 +75,25 @@ def plan_fusion(imported: tvm.IRModule, policy: FusionPolicy, soc, params=None,
     cost = cost or GroupCost(soc)
     prepared = prepare(imported, params, fold, precision)
     horizontal = "HorizontalFusion" in policy.rules
+    if horizontal:
+        merged_mod, merged = merge_parallel_matmuls(prepared)
+        if merged:  # Q and K now adjacent slices of one product: one rotary over their heads
+            merged_mod, _ = join_rotary_heads(merged_mod)
+        # elementwise merges are a second alternative on top of the MatMul one: a bad one
+        # (e.g. bias Adds torn from their MatMuls) must not cost a good QKV merge
+        both_mod, elementwise = merge_parallel_elementwise(merged_mod)
+    if policy.plan is not None:
+        # the plan's groups are connected and acyclic in the graph they formed in, the one
+        # after prepare's rewrites (and merges), not always in the ONNX graph
+        variants = [prepared] + ([merged_mod] if horizontal and merged else []) + \
+            ([both_mod] if horizontal and elementwise else [])
+        policy = replace(policy, plan=fit_plan(policy.plan,
+                                               [node_graph(m)[1] for m in variants]))
     # with alternatives, an imported plan is checked against the one kept: the unmerged one
     # cannot form a plan's merged Q/K/V group, which is no reason to warn when another does
     result = partition(prepared, soc, policy=policy, cost=cost, check_plan=not horizontal)
     if not horizontal:
         return result
-    merged_mod, merged = merge_parallel_matmuls(prepared)
-    if merged:  # Q and K now adjacent slices of one product: one rotary over their heads
-        merged_mod, _ = join_rotary_heads(merged_mod)
-    # elementwise merges are a second alternative on top of the MatMul one: a bad one (e.g. bias
-    # Adds torn from their MatMuls) must not cost a good QKV merge
-    both_mod, elementwise = merge_parallel_elementwise(merged_mod)
     alternatives = [(result, "none", 0)]
     if merged:
         alternatives.append((partition(merged_mod, soc, policy=policy, cost=cost,
@@ -166,9 +175,8 @@ def fusion_policy(config: CompileConfig, imported: tvm.IRModule) -> FusionPolicy
     model (unknown nodes, cycles) before any work starts."""
     plan = None
     if config.fusion_plan_file:
-        from .partition.plan_file import load_plan
-        nodes, edges = node_graph(imported)
-        plan = load_plan(config.fusion_plan_file, nodes, edges)
+        # connectivity and cycles wait for the graphs the planner groups (plan_fusion)
+        plan = load_plan(config.fusion_plan_file, node_graph(imported)[0], None)
     return FusionPolicy.from_config(config, plan, imported)
 
 

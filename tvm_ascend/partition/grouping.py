@@ -182,22 +182,28 @@ def _number_parts(infos) -> None:
 
 
 def node_graph(mod: tvm.IRModule) -> tuple[set, list]:
-    """(ONNX node names, (producer node, consumer node) edges) of an imported module's ``main``:
-    the graph a fusion plan names its groups in."""
+    """(ONNX node names, (producer node, consumer node) edges) of a module's ``main``: the
+    graph a fusion plan names its groups in (``plan_file.fit_plan`` checks a plan in it).
+
+    A binding credited to several nodes (newline-joined: a horizontal merge, a prepare rewrite
+    that makes one op for several nodes, as LLaMA's joined rotary does, an identity Cast folded
+    into the op before it) links each node it reads from to each of its own, and its own nodes
+    to each other both ways (one op cannot be in two groups): read as one name, its nodes would
+    be in no edge, and a plan group holding them would look unconnected."""
     attrs = mod["main"].attrs
     names = dict(attrs[ir_attrs.ONNX_NODES]) if attrs and ir_attrs.ONNX_NODES in attrs else {}
-    node_of = {}
+    nodes_of: dict = {}
     edges = []
     for binding in _bindings(mod["main"]):
-        node = str(names.get(binding.var.name, ""))
-        if not node:
+        nodes = [n for n in str(names.get(binding.var.name, "")).split("\n") if n]
+        if not nodes:
             continue
-        node_of[binding.var] = node
+        nodes_of[binding.var] = nodes
+        edges += [edge for a, b in zip(nodes, nodes[1:]) for edge in ((a, b), (b, a))]
         for var in relax.analysis.free_vars(binding.value):
-            producer = node_of.get(var)
-            if producer and producer != node:
-                edges.append((producer, node))
-    return set(node_of.values()), list(dict.fromkeys(edges))
+            edges += [(producer, node) for producer in nodes_of.get(var, ())
+                      for node in nodes if producer != node]
+    return {n for nodes in nodes_of.values() for n in nodes}, list(dict.fromkeys(edges))
 
 
 def _is_call_tir(value) -> bool:

@@ -36,9 +36,19 @@ suggested), a part of a node in two groups is recomputed by each of them (and a 
 recomputed whole by every group that reads it), each group's nodes are connected (except a
 ``HorizontalFusion`` group, whose parallel ops need not be), and no cycle appears once each
 group is contracted to one node (the groups on the cycle are named; edges of a node split over
-groups are left out, as its parts' order is not in the ONNX graph: the planner then warns that
-the plan group did not form). Every failure is a
+groups are left out, as which part of it reads or feeds which group is not in the node graph:
+the planner then warns that the plan group did not form). Every failure is a
 FusionConfigError naming the file and the group or node at fault.
+
+Connected and acyclic are judged in the graph the planner groups, after the prepare stage's
+rewrites (``fit_plan``; the build passes one graph per variant it weighs, see
+``pipeline.plan_fusion``), not in the ONNX graph: a rewrite can take the nodes between two
+nodes of one group into the ops it makes (LLaMA's joined rotary over Q's and K's heads
+computes the Slice, Neg, Concat and Mul nodes of both rotaries in ops credited to the two
+Adds), so the group is connected in the graph that is grouped and not in the ONNX one. A
+plan fits when its groups are connected and acyclic in one of those graphs; the error of the
+first is raised when none fits. In the node graph of a module, an op credited to several
+nodes links each node it reads from to each of its nodes.
 
 Example
 -------
@@ -127,7 +137,8 @@ class FusionPlan:
     soc_version: str | None = None
     source: str = "<plan>"
     model_nodes: frozenset = field(default=frozenset(), repr=False)
-    node_edges: tuple = field(default=(), repr=False)
+    # the edges connectivity and cycles are checked in; None: not checked yet (``fit_plan``)
+    node_edges: tuple | None = field(default=None, repr=False)
     version: int = PLAN_VERSION
 
     def group_of(self, node: str) -> str | None:
@@ -265,10 +276,17 @@ def plan_from_report(report: dict) -> dict:
                        "recomputes": [n for n in nodes
                                       if any(len(holders[(n, p)]) > 1 for p in mine[n])],
                        "parts": {n: held for n, held in mine.items() if set(held) != every[n]},
-                       **({"exports": [e["node"] for e in entry["exports"] if e.get("node")]}
-                          if entry.get("exports") else {})})
+                       **({"exports": _exported_nodes(entry)} if entry.get("exports") else {})})
     return {"format": PLAN_FORMAT, "version": PLAN_VERSION,
             "soc_version": report.get("soc_version"), "groups": groups}
+
+
+def _exported_nodes(entry: dict) -> list[str]:
+    """The nodes whose results a report group writes for other groups: an export's ``node``
+    is its op's, newline-joined when the op computes several (an identity Cast folded into
+    the op before it: TorchScript LLaMA's residual Add and its Cast to float32)."""
+    return list(dict.fromkeys(node for e in entry["exports"]
+                              for node in (e.get("node") or "").split("\n") if node))
 
 
 def export_plan(report: dict, path: str) -> None:
@@ -292,7 +310,7 @@ def write_plan(plan: FusionPlan, path: str) -> None:
 
 
 def load_plan(path: str, model_nodes: set[str],
-              node_edges: list[tuple[str, str]]) -> FusionPlan:
+              node_edges: list[tuple[str, str]] | None) -> FusionPlan:
     """Read and validate ``fusion_plan.json`` against a model's nodes and edges.
 
     Parameters
@@ -301,8 +319,9 @@ def load_plan(path: str, model_nodes: set[str],
         The plan file (``CompileConfig.fusion_plan_file``).
     model_nodes : set of str
         ONNX node names of the model (``onnx_node_graph``).
-    node_edges : list of (producer, consumer)
-        Edges between those nodes.
+    node_edges : list of (producer, consumer), or None
+        Edges between those nodes. None leaves connectivity and cycles to ``fit_plan`` (the
+        build checks them in the graphs it groups, after the prepare stage's rewrites).
 
     Returns
     -------
@@ -350,7 +369,8 @@ def plan_from_json(document, model_nodes, node_edges, source: str = "<plan>") ->
         raise FusionConfigError(f"{source}: \"groups\" must be a list of groups")
     groups = tuple(_group(entry, index, source) for index, entry in enumerate(entries))
     plan = FusionPlan(groups=groups, soc_version=document.get("soc_version"), source=source,
-                      model_nodes=frozenset(model_nodes), node_edges=tuple(node_edges))
+                      model_nodes=frozenset(model_nodes),
+                      node_edges=None if node_edges is None else tuple(node_edges))
     validate_plan(plan)
     return plan
 
@@ -442,6 +462,13 @@ def validate_plan(plan: FusionPlan) -> None:
             owner.setdefault(node, []).append(group)
     for node, groups in owner.items():
         _check_shared_parts(plan, node, groups)
+    if plan.node_edges is not None:
+        _check_structure(plan, owner)
+
+
+def _check_structure(plan: FusionPlan, owner: dict) -> None:
+    """What ``plan.node_edges`` decides: readers of recomputed nodes, connected groups, no
+    cycle between groups. ``owner``: node -> the groups listing it."""
     split = {node for node, groups in owner.items()
              if any(g.parts_of(node) is not None for g in groups)}
     _check_recompute_readers(plan, owner, split)
@@ -450,6 +477,41 @@ def validate_plan(plan: FusionPlan) -> None:
     _check_acyclic(plan, {node: groups[0].id for node, groups in owner.items()},
                    {node: [g.id for g in groups] for node, groups in owner.items()
                     if len(groups) > 1}, split)
+
+
+def fit_plan(plan: FusionPlan, graphs) -> FusionPlan:
+    """``plan`` checked in the node graphs the planner groups: ``graphs``, one list of
+    (producer, consumer) edges per module it partitions (after the prepare stage's rewrites;
+    with HorizontalFusion on, one per variant it weighs). The plan fits when its groups are
+    connected and acyclic in one of them (see the module docstring); the result carries that
+    graph's edges, so edits are checked in it too.
+
+    Raises
+    ------
+    FusionConfigError
+        The first graph's failure (connectivity, a cycle, a reader of a recomputed node)
+        when the plan fits none.
+
+    Example
+    -------
+    >>> plan = fit_plan(load_plan(path, nodes, None), [node_graph(prepared)[1]])  # doctest: +SKIP
+    """
+    first = None
+    for edges in graphs:
+        candidate = replace(plan, node_edges=tuple(edges))
+        try:
+            validate_plan(candidate)
+        except FusionConfigError as exc:
+            first = first or exc
+            continue
+        return candidate
+    if first is None:
+        return plan
+    if len(graphs) > 1:
+        raise FusionConfigError(f"{first} (in the graph after the prepare stage's rewrites; "
+                                f"the plan fits none of the {len(graphs)} variants the planner "
+                                "weighs either)") from first
+    raise first
 
 
 def _check_shared_parts(plan: FusionPlan, node: str, groups: list) -> None:
@@ -650,5 +712,6 @@ def _read_json(path: str):
 
 
 __all__ = ["PlanGroup", "FusionPlan", "onnx_node_graph", "plan_from_report", "export_plan",
-           "write_plan", "load_plan", "plan_from_json", "validate_plan", "split_group",
+           "write_plan", "load_plan", "plan_from_json", "validate_plan", "fit_plan",
+           "split_group",
            "merge_groups", "PLAN_VERSION"]

@@ -275,9 +275,51 @@ def write_json_atomic(path: str, payload) -> None:
             os.unlink(tmp)
 
 
+def node_groups(report: dict, node: str) -> list[dict]:
+    """The report groups holding ops of ONNX node ``node``, the one computing its output first
+    (the group of its last op: the highest ``parts`` index of its ops), the others in report
+    order; empty when no group holds it.
+
+    One node can have ops in several groups: the importer lowers a Gather to an index fix-up
+    and a take, and a prepare rewrite credits each op it makes to every node it replaces
+    (LLaMA's grouped-query attention: the mask Add's view sits in the mask's kernel, the rest
+    in the attention kernel). The first group listing it is not where it is computed.
+    Reports written without ``parts`` give the groups in report order.
+
+    Example
+    -------
+    >>> [g["id"] for g in node_groups(lib.fusion_report(), "node_add_6")]  # doctest: +SKIP
+    ['G10', 'G5']
+    """
+    holders = [g for g in report["groups"] if node in g.get("nodes", [])]
+    last = {}  # group id -> the highest part index of ``node`` among its ops
+    for group in holders:
+        parts = [op["parts"][node] for op in group.get("ops", [])
+                 if node in op.get("parts", {})]
+        if parts:
+            last[group["id"]] = max(parts)
+    if not last:
+        return holders
+    top = max(last.values())
+    home = next(g for g in holders if last.get(g["id"]) == top)
+    return [home] + [g for g in holders if g is not home]
+
+
+def _ops_of(group: dict, node: str) -> str:
+    """The Relax ops of ``node`` in ``group``, by op name, in program order."""
+    ops = [op["op"].removeprefix("relax.") for op in group.get("ops", [])
+           if node in op.get("parts", {}) or (not op.get("parts") and op.get("node") == node)]
+    return ", ".join(ops) if ops else "its ops"
+
+
 def explain_node(report: dict, node: str) -> str:
-    """Why ONNX node ``node`` is in its group, and why each edge of that group stayed unfused."""
-    group = next((g for g in report["groups"] if node in g["nodes"]), None)
+    """Why ONNX node ``node`` is in its group, and why each edge of that group stayed unfused.
+
+    A node with ops in several groups (``node_groups``) is explained in the group computing
+    its output; the others are named with the ops of the node they hold.
+    """
+    holders = node_groups(report, node)
+    group = holders[0] if holders else None
     rewrites = [r for r in report.get("prepare_rewrites", []) if r["node"] == node]
     if group is None and rewrites:  # a node the prepare stage removed
         return "\n".join(f"{node} was rewritten before grouping ({r['rewrite']}): {r['reason']}"
@@ -288,9 +330,16 @@ def explain_node(report: dict, node: str) -> str:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise FusionConfigError(f"no node named {node!r} in the compiled model{hint}")
     where = f"as kernel {group['kernel']} on the NPU" if group["on_npu"] else "on the host"
-    lines = [f"{node} is in group {group['id']} ({group['rule']}), which runs {where}.",
+    others = holders[1:]
+    output = " and computes its output" if others else ""
+    lines = [f"{node} is in group {group['id']} ({group['rule']}), which runs {where}{output}.",
              f"  group nodes: {', '.join(group['nodes'])}",
              f"  why: {group['reason']}"]
+    if others:
+        lines.append(f"  its ops are split over {len(holders)} groups: {group['id']} "
+                     f"({_ops_of(group, node)}); " + "; ".join(
+                         f"{g['id']} ({g['rule']}, {'NPU' if g['on_npu'] else 'host'}: "
+                         f"{_ops_of(g, node)})" for g in others))
     lines += [f"  prepare: {r['rewrite']} {'applied' if r['applied'] else 'not applied'}: "
               f"{r['reason']}" for r in rewrites]
     for edge in report["unfused_edges"]:
