@@ -48,12 +48,14 @@ def _vector_and_cube_model(dtype: str):
     return b.model()
 
 
-def kernels_of(model, soc, every_method: bool = False) -> list[ScheduledKernel]:
-    """Every NPU group of ``model``, partitioned as a build would (aggressive fusion) and
-    scheduled with its template's first knobs; with ``every_method``, also with the first
-    knobs of each other kernel method the template offers (the conv's Load3D variant)."""
-    result = tvm_ascend.partition_for_ascend(
-        model, tvm_ascend.CompileConfig(fusion_level="aggressive", soc_version=soc.name))
+def kernels_of(model, soc, every_method: bool = False,
+               input_shape: dict | None = None) -> list[ScheduledKernel]:
+    """Every NPU group of ``model``, partitioned as a build would (aggressive fusion, the
+    ``input_shape`` given) and scheduled with its template's first knobs; with
+    ``every_method``, also with the first knobs of each other kernel method the template
+    offers (the conv's Load3D variant)."""
+    result = tvm_ascend.partition_for_ascend(model, tvm_ascend.CompileConfig(
+        fusion_level="aggressive", soc_version=soc.name, input_shape=input_shape or {}))
     kernels = []
     for gv, func in result.mod.functions.items():
         if not (func.attrs and func.attrs.get("Codegen") == "ascend"):
@@ -118,19 +120,8 @@ def _ranged_model():
 def runtime_tiled_kernels(soc_name: str) -> tuple[ScheduledKernel, ...]:
     """The kernels of a model over a ranged dimension s (1~300), as the build schedules them:
     elementwise/matmul and row kernels whose tiling is computed at run time."""
-    soc = get_soc(soc_name)
-    result = tvm_ascend.partition_for_ascend(_ranged_model(), tvm_ascend.CompileConfig(
-        fusion_level="aggressive", soc_version=soc_name,
-        input_shape={"x": (2, "1~300", 40), "k": (2, 3, "1~300")}))
-    kernels = []
-    for gv, func in result.mod.functions.items():
-        if not (func.attrs and func.attrs.get("Codegen") == "ascend"):
-            continue
-        template = template_by_name(record_of(func).template)
-        prim = func.attrs[ir_attrs.PRIM_FUNC]
-        scheduled, tiling = template.schedule(prim, soc, template.knob_space(prim, soc)[0])
-        kernels.append(ScheduledKernel(gv.name_hint, scheduled, tiling,
-                                       {"name": gv.name_hint, "rule": "test", "ops": []}))
+    kernels = kernels_of(_ranged_model(), get_soc(soc_name),
+                         input_shape={"x": (2, "1~300", 40), "k": (2, 3, "1~300")})
     assert all(k.tiling.plan.runtime is not None for k in kernels), soc_name
     assert {k.tiling.template for k in kernels} >= {"matmul", "row_reduce"}, soc_name
     return tuple(kernels)

@@ -268,14 +268,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                     buf.line("uint32_t kOff = kIdx * tiling.kSlice;")
                     buf.line("uint32_t singleK = tiling.cube.Ka - kOff < tiling.kSlice ? "
                              "tiling.cube.Ka - kOff : tiling.kSlice;")
-                buf.line("uint32_t b = tile / (tiling.tilesM * tiling.tilesN);")
-                buf.line("uint32_t rest = tile % (tiling.tilesM * tiling.tilesN);")
-                buf.line("uint32_t mOff = rest % tiling.tilesM * tiling.cube.singleCoreM;")
-                buf.line("uint32_t nOff = rest / tiling.tilesM * tiling.cube.singleCoreN;")
-                buf.line("uint32_t singleM = tiling.cube.M - mOff < tiling.cube.singleCoreM ? "
-                         "tiling.cube.M - mOff : tiling.cube.singleCoreM;")
-                buf.line("uint32_t singleN = tiling.cube.N - nOff < tiling.cube.singleCoreN ? "
-                         "tiling.cube.N - nOff : tiling.cube.singleCoreN;")
+                self.emit_single_tile(buf)
                 k_a = " + kOff" if split else ""
                 k_b = " + static_cast<uint64_t>(kOff) * tiling.cube.N" if split else ""
                 buf.line("mm.SetTail(singleM, singleN, singleK);" if split else
@@ -296,6 +289,18 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                     buf.line("Tile(b, mOff, nOff, singleM, singleN, round++" +
                              (", kIdx);" if split else ");"))
             buf.line("mm.End();")
+
+    def emit_single_tile(self, buf):
+        """The core's single tile from its index ``tile``: its batch, its M and N offsets and
+        its extents with the tails (tiles are numbered M fastest, then N, then batch)."""
+        buf.line("uint32_t b = tile / (tiling.tilesM * tiling.tilesN);")
+        buf.line("uint32_t rest = tile % (tiling.tilesM * tiling.tilesN);")
+        buf.line("uint32_t mOff = rest % tiling.tilesM * tiling.cube.singleCoreM;")
+        buf.line("uint32_t nOff = rest / tiling.tilesM * tiling.cube.singleCoreN;")
+        buf.line("uint32_t singleM = tiling.cube.M - mOff < tiling.cube.singleCoreM ? "
+                 "tiling.cube.M - mOff : tiling.cube.singleCoreM;")
+        buf.line("uint32_t singleN = tiling.cube.N - nOff < tiling.cube.singleCoreN ? "
+                 "tiling.cube.N - nOff : tiling.cube.singleCoreN;")
 
     def emit_tile_position(self, buf):
         """The base tile's place from its round: index in the single tile (in the Matmul

@@ -81,14 +81,7 @@ class GatedMatmulKernelPrinter(MatmulKernelPrinter):
             buf.line("uint32_t last = first + tiling.tilesPerCore;")
             buf.line("if (last > tiling.totalTiles) last = tiling.totalTiles;")
             with buf.indent("for (uint32_t tile = first; tile < last; ++tile) {"):
-                buf.line("uint32_t b = tile / (tiling.tilesM * tiling.tilesN);")
-                buf.line("uint32_t rest = tile % (tiling.tilesM * tiling.tilesN);")
-                buf.line("uint32_t mOff = rest % tiling.tilesM * tiling.cube.singleCoreM;")
-                buf.line("uint32_t nOff = rest / tiling.tilesM * tiling.cube.singleCoreN;")
-                buf.line("uint32_t singleM = tiling.cube.M - mOff < tiling.cube.singleCoreM ? "
-                         "tiling.cube.M - mOff : tiling.cube.singleCoreM;")
-                buf.line("uint32_t singleN = tiling.cube.N - nOff < tiling.cube.singleCoreN ? "
-                         "tiling.cube.N - nOff : tiling.cube.singleCoreN;")
+                self.emit_single_tile(buf)
                 a_at = (f"{self.a_name}Gm[static_cast<uint64_t>(b) * {a_batch} + "
                         "static_cast<uint64_t>(mOff) * tiling.cube.Ka]")
                 for mm, b_name in (("mm", self.b_name), ("mm2", self.b2_name)):
