@@ -232,17 +232,6 @@ def test_an_output_that_cannot_be_written_is_an_error_naming_it(tmp_path):
         assert list(locked.iterdir()) == []
 
 
-def test_an_output_in_a_missing_folder_is_written_on_a_build_cache_hit(tmp_path):
-    """--output into a missing folder gave a raw traceback when the build cache hit (a fresh
-    build created the folder); both create it now."""
-    cache = tmp_path / "cache"
-    for output in (tmp_path / "a" / "m.so", tmp_path / "b" / "c" / "m.so"):
-        done = _verbose_compile(output, cache)
-        assert done.returncode == 0, done.stderr
-    assert "build cache hit" in done.stderr
-    _runs_like_onnxruntime(tmp_path / "b" / "c" / "m.so")
-
-
 def _verbose_compile(output, cache, *flags):
     """``tvm-ascend -v compile`` of the demo; ``cache`` None: no TVM_ASCEND_CACHE_DIR."""
     env = _env(cache)
@@ -255,9 +244,12 @@ def _verbose_compile(output, cache, *flags):
 
 def test_op_compiler_cache_mode_and_dir_as_atc_spells_them(tmp_path):
     """enable reads and writes the cache; force compiles again and overwrites its entries;
-    disable neither reads nor writes; --op_compiler_cache_dir names the folder."""
+    disable neither reads nor writes; --op_compiler_cache_dir names the folder. The fresh
+    build and the cache hit write into missing folders: --output into one gave a raw traceback
+    when the build cache hit (a fresh build created the folder); both create it now."""
     cache = tmp_path / "cache"
-    done = _verbose_compile(tmp_path / "a.so", None, "--op_compiler_cache_dir", str(cache))
+    done = _verbose_compile(tmp_path / "a" / "a.so", None, "--op_compiler_cache_dir",
+                            str(cache))
     assert done.returncode == 0, done.stderr
     (library,) = cache.glob("*.so")
     stamp = library.stat().st_mtime_ns
@@ -266,8 +258,9 @@ def test_op_compiler_cache_mode_and_dir_as_atc_spells_them(tmp_path):
     assert "build cache hit" not in done.stderr
     assert library.stat().st_mtime_ns != stamp  # overwritten
     stamp = library.stat().st_mtime_ns
-    done = _verbose_compile(tmp_path / "c.so", cache)
+    done = _verbose_compile(tmp_path / "b" / "c" / "c.so", cache)
     assert done.returncode == 0 and "build cache hit" in done.stderr, done.stderr
+    _runs_like_onnxruntime(tmp_path / "b" / "c" / "c.so")
     # disable, on a cache that holds this very build: no hit (not read), nothing added or
     # rewritten (not written), and the library it builds instead runs
     entries = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
