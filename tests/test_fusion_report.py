@@ -190,3 +190,14 @@ def test_a_static_build_of_the_same_model_has_no_dynamic_section_and_no_warning(
     report = lib.fusion_report()
     assert "dynamic" not in report and report["npu_kernels"] == 1
     assert not [r for r in caplog.records if "symbolic" in r.getMessage()]
+
+
+def test_peak_memory_over_a_range_counts_every_tensor_at_the_upper_bound():
+    """The report's peak memory counted tensors over a symbolic dimension as 0 bytes (their
+    size is no integer), so a dynamic build reported about its weights alone. Buffers are
+    sized for the range's upper bound: the peak equals the static build's at that size."""
+    model = _ranged_chain(reduce_s=False)
+    peaks = [tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        input_shape={"x": (2, s, 8)})).fusion_report()["peak_memory_bytes"]
+        for s in ("2~400", 400)]
+    assert peaks[0] == peaks[1] >= 2 * (2 * 400 * 8 * 4)  # x and y at least
