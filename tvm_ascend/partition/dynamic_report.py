@@ -6,8 +6,10 @@ as long as a symbolic last axis), is compiled once for the whole range and tiled
 its kernel gets a host tiling function (as AscendC's TilingFunc) that fills its tiling struct
 from each call's shape (``codegen/tiling_func.py``), its UB tiles are sized for the range's
 upper bound, and the partitioner estimated it at the range's ends and midpoint
-(``partition/cost.py``). Every other op whose shape holds a symbolic dimension (matmuls,
-attention, data movement, a reduction other than Softmax over a symbolic axis) still runs on
+(``partition/cost.py``); so is a matmul over a symbolic M, N or K (projections, FFNs, and
+attention's two products as batched matmuls). Every other op whose shape holds a symbolic
+dimension (the fused attention kernel, data movement, a reduction other than Softmax over a
+symbolic axis, an epilogue over a symbolic N or K) still runs on
 the host (TVM's llvm build), and nothing may fall back silently: the section lists every such
 op with its dimensions, and ``warn_dynamic`` logs one warning naming them and the gear flags
 that would put them on the NPU (one static build per listed size: ``--dynamic_dims``,
