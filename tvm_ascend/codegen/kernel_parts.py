@@ -48,6 +48,7 @@ PRINTER_NAMES = frozenset("""
     diag kvEnd
     align block blockDim cores dims found perCore tileCap tilingHost total
     bound
+    kSteps kTile size
     gap leastGap hidden most maskT padMost
     gQue gTile
 """.split())
