@@ -54,7 +54,7 @@ from .analysis.epilogue_checks import epilogue_refusal
 from .analysis.row_program import RowAccessKind, program_dtypes, row_program
 from .analysis.symbolic_offsets import lift_offset
 from .analysis.tile_values import buffer_size
-from .symbolic import ShapeSpec, shape_spec, specialize
+from .symbolic import ShapeSpec, checked_sizes, shape_spec, specialize
 from .l2_reuse import l2_served, walk_distance
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import (ASYNC_EVENT_FETCHES, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
@@ -1109,7 +1109,7 @@ def _symbolic_analysis(func, spec: ShapeSpec) -> MatmulAnalysis:
         raise TilingError(f"the matmul's output (shape {', '.join(out)}) holds {dim} in a "
                           "batch axis: run-time tiling takes a symbolic M, N or K only")
     high = spec.dims[0].high
-    sizes, compared = _checked_sizes(spec)
+    sizes, compared = checked_sizes(spec)
     # every sampled size must tile (TilingError from _analyse where it does not)
     found = {size: _analyse(specialize(func, {dim: size})) for size in sizes}
     bound = found[high]
@@ -1161,16 +1161,6 @@ def _symbolic_analysis(func, spec: ShapeSpec) -> MatmulAnalysis:
     return replace(bound, shapes=spec, symbolic=sch.mod["main"], axes=axes)
 
 
-def _checked_sizes(spec: ShapeSpec) -> tuple[list[int], list[int]]:
-    """(every size the template analyses a symbolic product at, those it compares with the
-    bound): the range's ends, midpoint and quarter points, and 2 (the smallest M whose row
-    program says anything)."""
-    low, high = spec.dims[0].low, spec.dims[0].high
-    between = {low + (high - low) * q // 4 for q in (1, 2, 3)}
-    compared = sorted(({max(2, low), high} | between) & set(range(2, high + 1)))
-    return sorted({p[spec.dims[0].name] for p in spec.samples()} | set(compared)), compared
-
-
 # the epilogue inputs a product over a symbolic N may read: each as a tile of C's shape or a
 # row's slice of a broadcast operand (its offset an expression of the dimension), a scalar
 N_EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE, RowAccessKind.SCALAR)
@@ -1200,7 +1190,7 @@ def symbolic_bases(func) -> dict:
         return {}
     (dim,) = spec.dims
     found = {size: _analyse(specialize(func, {dim.name: size}))
-             for size in _checked_sizes(spec)[0]}
+             for size in checked_sizes(spec)[0]}
     if found[dim.high].program is None or not found[dim.high].program.bases:
         return {}
     return _lifted_bases(spec, found, found[dim.high].shape.batch)

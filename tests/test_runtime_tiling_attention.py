@@ -368,6 +368,118 @@ def test_an_epilogue_column_over_a_symbolic_n_is_refused_saying_why():
         MatmulSchedule.analyse(fused)
 
 
+# ---- the fused attention kernel over a symbolic sequence (schedules/attention_runtime.py) ------
+@pytest.fixture(scope="module", params=[(soc, mask) for soc in SOCS for mask in MASKS],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def fused(request):
+    """fusion_level="aggressive": the score product, its scale and mask, the Softmax and the
+    product with V as one attention kernel (flash on 910B1, staged on 310P3)."""
+    soc, mask = request.param
+    model = _attention(scale_and_mask=True, mask=mask)
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        soc_version=soc, fusion_level="aggressive", input_shape=_input_shape(mask=mask)))
+    return soc, mask, model, lib
+
+
+def _fused_kernel(lib) -> tuple[str, Tiling]:
+    (group,) = lib.fusion_report()["groups"]
+    return group["kernel"], Tiling.from_dict(group["tiling"])
+
+
+def _attention_struct(call: Tiling, terms: tuple) -> dict:
+    """What the attention kernel's host tiling function fills in for ``call``."""
+    from tvm_ascend.codegen.kernels.attention import term_field
+    from tvm_ascend.schedules.attention_runtime import shape_value
+
+    p, s = call.plan, call.plan.shape
+    org_n, org_kb = (s.seq_kv, s.k.row_stride) if s.k_transposed else (s.k.col_stride, 1)
+    single_n = p.round_blocks * p.base_kv if p.flash else p.base_kv
+    qk = {"M": s.seq_q, "N": org_n, "Ka": s.q.row_stride, "Kb": org_kb, "singleCoreM": p.base_q,
+          "singleCoreN": single_n, "singleCoreK": s.head_dim, "baseM": p.base_q,
+          "baseN": p.base_kv, "baseK": p.base_k_qk, "usedCoreNum": call.cores}
+    pv = {"M": p.base_q, "N": s.v.row_stride, "Ka": p.base_kv, "Kb": s.seq_kv,
+          "singleCoreM": p.base_q, "singleCoreN": s.head_dim, "singleCoreK": p.base_kv,
+          "baseM": p.base_q, "baseN": p.d16, "baseK": p.base_kv, "usedCoreNum": call.cores}
+    out = {f"{name}.{k}": v for name, fields in (("qk", qk), ("pv", pv)) for k, v in fields.items()}
+    out.update({"itemsPerCore": call.block_len, "totalItems": call.total, "dimSize": s.seq_q,
+                "seqQ": s.seq_q, "seqKv": s.seq_kv, "baseQ": p.base_q, "baseKv": p.base_kv,
+                "blocksQ": p.blocks_q, "roundKv": p.round_blocks * p.base_kv if p.flash else 0})
+    out.update({term_field(path): shape_value(s, path) for path, _ in terms
+                if path not in ("seq_q", "seq_kv")})
+    out["blockDim"] = -(-call.cores // call.work.aiv_ratio)
+    return out
+
+
+def test_the_fused_attention_is_one_kernel_tiled_at_run_time(fused):
+    soc, _, _, lib = fused
+    report = lib.fusion_report()
+    assert report["npu_kernels"] == 1 and report["host_groups"] == 0
+    assert report["dynamic"]["host_ops"] == []
+    (group,) = report["groups"]
+    assert [op["node"] for op in group["ops"]] == ["qk", "scale", "mask_add", "softmax", "pv"]
+    assert f"run-time tiled: the sequence over s in 1~{HIGH}" in group["reason"]
+    assert "AttentionFusion" in group["reason"]  # the region search found it faster than split
+    _, tiling = _fused_kernel(lib)
+    plan = tiling.plan
+    assert tiling.template == "attention" and plan.runtime.dim == "s"
+    assert plan.method == ("flash" if soc == "Ascend910B1" else "staged")
+    assert plan.shape.seq_q == plan.shape.seq_kv == HIGH and plan.causal is None
+    terms = dict(plan.runtime.terms)
+    # the sequence lengths are s; Q's rows are D apart whatever s is, a head is s * D apart
+    assert terms["seq_q"] == terms["seq_kv"] == (0, 1, 0)
+    assert "q.row_stride" not in terms and terms["q.batch_coefs.1"] == (0, D, 0)
+    (kernel,) = report["dynamic"]["runtime_tiling"]["kernels"]
+    assert kernel["template"] == "attention"
+    assert [r["sizes"]["s"] for r in kernel["range_us"]] == [1, (1 + HIGH) // 2, HIGH]
+    name, _ = _fused_kernel(lib)
+    body = lib.kernel_sources()[name].split("class Kernel", 1)[1].split("extern \"C\"", 1)[0]
+    for field in ("SEQ_Q = tiling.seqQ;", "SEQ_KV = tiling.seqKv;", "BASE_Q = tiling.baseQ;",
+                  "BLOCKS_Q = tiling.blocksQ;", "tiling.qBatch1", "tiling.dimSize"):
+        assert field in body, field
+    for constant in {HIGH, HIGH * D, HIGH * HIGH, HEADS * HIGH * D} - {2, HEADS, D}:
+        assert f" {constant})" not in body and f" {constant};" not in body, constant
+
+
+@pytest.mark.parametrize("length", (1, 2, 7, 17, 64, HIGH))
+def test_each_length_of_the_fused_attention_matches_and_counts_its_plan(fused, length):
+    _, mask, model, lib = fused
+    name, tiling = _fused_kernel(lib)
+    lib.profile()
+    feeds = _feeds(length, mask)
+    assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "cube/float32")
+    (launch,) = lib.profile()
+    call = tiling_at(tiling, {"s": length})
+    assert call.plan.shape.seq_q == call.plan.shape.seq_kv == length
+    assert launch["block_dim"] == -(-call.cores // call.work.aiv_ratio)
+    assert launch["gm_read_bytes"] == call.gm_read_bytes
+    assert launch["gm_write_bytes"] == call.gm_write_bytes
+    assert launch["cube_macs"] == call.work.cube_macs
+    assert launch["peak_ub_bytes"] == call.ub_bytes == tiling.ub_bytes  # reserved at the bound
+    assert launch["warnings"] == []
+    assert call.plan.base_q == min(tiling.plan.base_q, -(-length // 16) * 16)
+
+
+def test_the_fused_attention_s_tiling_function_equals_its_plan(fused):
+    _, _, _, lib = fused
+    name, tiling = _fused_kernel(lib)
+    terms = tiling.plan.runtime.terms
+    for length in [*range(1, 40), 63, 64, 65, HIGH - 1, HIGH]:
+        assert lib.kernel_tiling(name, length) == \
+            _attention_struct(tiling_at(tiling, {"s": length}), terms), length
+    with pytest.raises(Exception, match=rf"symbolic dimension s = {HIGH + 1} .* outside its "
+                                        rf"range 1~{HIGH}"):
+        lib.kernel_tiling(name, HIGH + 1)
+
+
+def test_a_range_with_too_few_sizes_to_fit_is_refused_saying_why():
+    from tvm_ascend.schedules.attention_runtime import symbolic_attention_shape
+    from tvm_ascend.schedules.symbolic import ShapeSpec, SymbolicDim
+
+    spec = ShapeSpec((SymbolicDim("s", 1, 3, 0, 2),), ())
+    with pytest.raises(TilingError, match="needs three sizes of at least 2"):
+        symbolic_attention_shape(None, spec)  # refused before any size is read
+
+
 # ---- offsets over the dimension (schedules/analysis/symbolic_offsets.py) ------------------------
 def _offsets(make, sizes=(1, 2, 9, 17, 24, 32)):
     row = tirx.Var("row", "int64")

@@ -283,7 +283,8 @@ def test_the_report_lists_every_op_seq_keeps_on_the_host(libs, name):
     report = libs[name].fusion_report()
     section = report["dynamic"]
     assert section["symbolic_dims"]["seq"]["range"] == [2, 32]
-    assert section["runtime_tiling"]["templates"] == ["elementwise", "row_reduce", "matmul"]
+    assert section["runtime_tiling"]["templates"] == ["elementwise", "row_reduce", "matmul",
+                                                      "attention"]
     kernels = section["runtime_tiling"]["kernels"]
     assert all(k["template"] in ("elementwise", "row_reduce", "matmul") and k["dims"] == ["seq"]
                for k in kernels)
@@ -327,3 +328,23 @@ def test_a_shape_value_cast_to_float_keeps_its_dtype():
     feeds = {"x": np.ones((2, 3), np.float32)}
     np.testing.assert_array_equal(run_onnxruntime(out, feeds)[0], run_onnxruntime(model,
                                                                                    feeds)[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_with_aggressive_fusion_each_layer_s_attention_is_one_kernel_tiled_at_run_time(name):
+    """As the static aggressive build fuses each layer's scores, mask, Softmax and product
+    with V into one attention kernel, so does the symbolic one, the sequence read per call
+    (schedules/attention_runtime.py); it matches onnxruntime at every length."""
+    row = ROWS[name]
+    lib = tvm_ascend.build(str(DYNAMIC / row["file"]), config=CompileConfig(
+        fusion_level="aggressive", input_shape=_shape_with_range(row)))
+    groups = lib.fusion_report()["groups"]
+    attention = [g for g in groups if g["on_npu"] and g["tiling"]["template"] == "attention"]
+    assert len(attention) == 2  # two layers
+    assert all(g["tiling"]["plan"]["runtime"]["dim"] == "seq" for g in attention)
+    model = onnx.load(str(DYNAMIC / row["file"]))
+    for length in LENGTHS:
+        feeds = _text_feeds(length, seed=length)
+        for got, want in zip(lib.run(feeds), run_onnxruntime(model, feeds)):
+            assert_close(got, want, "float32_model")

@@ -29,7 +29,7 @@ _BINARY = (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod, tirx.Min,
 ROWS_CHECKED = 64  # rows each size's lifted offset is evaluated at (spread over its range)
 
 
-def _fit(sizes: list[int], values: list[int]) -> tuple[int, int, int]:
+def fit_polynomial(sizes: list[int], values: list[int]) -> tuple[int, int, int]:
     """(c2, c1, c0) with c2 * x^2 + c1 * x + c0 = value at every size (integers), from the
     first three distinct sizes (fewer: a lower degree), checked at the rest."""
     points = list(dict.fromkeys(zip(sizes, values)))
@@ -82,7 +82,7 @@ def _lift(nodes: list, sizes: list[int], dim: tirx.Var, row: tirx.Var):
         raise ValueError(f"{first} and {next(n for n in nodes if type(n) is not type(first))} "
                          "differ in form")
     if isinstance(first, tirx.IntImm):
-        return _poly(_fit(sizes, [int(n.value) for n in nodes]), dim, str(first.ty.dtype))
+        return _poly(fit_polynomial(sizes, [int(n.value) for n in nodes]), dim, str(first.ty.dtype))
     if isinstance(first, tirx.Var):
         if any(n.name != row.name for n in nodes):
             raise ValueError(f"{first} is not the row variable {row.name}")
@@ -127,4 +127,4 @@ def lift_offset(by_size: dict, dim: tirx.Var, row: tirx.Var, name: str = ""):
     return lifted
 
 
-__all__ = ["lift_offset"]
+__all__ = ["fit_polynomial", "lift_offset"]

@@ -49,6 +49,7 @@ PRINTER_NAMES = frozenset("""
     align block blockDim cores dims found perCore tileCap tilingHost total
     bound
     kSteps kTile size
+    seqQ seqKv baseQ baseKv blocksQ roundKv kvBlocks dimSize
     gap leastGap hidden most maskT padMost
     gQue gTile
 """.split())
