@@ -59,6 +59,8 @@ from tvm_ascend.errors import TilingError
 
 from .analysis.attention_shape import AttentionShape, _NotAttention, attention_shape
 from .analysis.tir_walk import cached_by_identity
+from .attention_runtime import AttentionRuntime, symbolic_attention_shape
+from .symbolic import ShapeSpec, shape_spec, specialize
 from .l2_reuse import l2_served, walk_distance
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import ASYNC_EVENT_FETCHES, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling
@@ -171,6 +173,8 @@ class AttentionPlan(TemplatePlan, template="attention"):
     round_blocks: int = 0
     score_bytes: int = SCORE_BYTES
     causal: CausalSkip | None = None  # flash only: the key blocks a causal mask lets it skip
+    # a symbolic sequence: tiled per call (attention_runtime.attention_tiling_at)
+    runtime: AttentionRuntime | None = None
 
     @property
     def half_scores(self) -> bool:
@@ -204,6 +208,10 @@ class AttentionAnalysis:
     # block then): for the fusion report
     causal_note: str = ""
     causal_recheck: str = ""  # with ``causal``: the flash kernel's run-time check, for the report
+    # a symbolic sequence: ``shape`` is the bound's, ``terms`` how its integers follow the
+    # dimension (``attention_runtime.symbolic_attention_shape``)
+    shapes: ShapeSpec = ShapeSpec()
+    terms: tuple = ()
 
     def report_note(self, tiling, soc) -> str:
         """What the fusion report says of the kernel ``tiling`` plans on ``soc``
@@ -344,23 +352,47 @@ class AttentionSchedule(Template):
 
     @staticmethod
     def applies(func) -> Decision:
-        return _applies(func)
+        """Decision: the group is attention the kernel takes (over a symbolic sequence: so at
+        the range's upper bound)."""
+        spec = shape_spec(func)
+        return _applies(specialize(func, spec.high()) if spec.symbolic else func)
 
     @staticmethod
     def analyse(func) -> AttentionAnalysis:
         """The attention the group computes (``AttentionAnalysis``); TilingError where the
-        template does not take it."""
-        decision = _applies(func)
+        template does not take it. Over a symbolic sequence: the bound's attention and how
+        its sizes and strides follow the dimension (``symbolic_attention_shape``)."""
+        spec = shape_spec(func)
+        at_bound = specialize(func, spec.high()) if spec.symbolic else func
+        decision = _applies(at_bound)
         if not decision:
             raise TilingError(f"attention template does not apply: {decision.reason}")
+        if spec.symbolic:
+            shape, terms = symbolic_attention_shape(func, spec)
+            (dim,) = spec.dims
+            note = (f"run-time tiled: the sequence over {dim.name} in {dim.low}~{dim.high}, "
+                    f"planned at {dim.high}, each call's blocks counted by its host tiling "
+                    "function")
+            if _facts_of(func)[0]:
+                note += "; the causal skip is not taken over a symbolic sequence"
+            return AttentionAnalysis(shape, func, None, causal_note=note, shapes=spec,
+                                     terms=terms)
         shape = _shape_or_reason(func)
         return AttentionAnalysis(shape, func, *_causal_skip(func, shape))
 
     @staticmethod
     def plan(analysis: AttentionAnalysis, soc, knobs: AttentionKnobs | None = None) -> Tiling:
         """Blocks, cores, UB and GM traffic of the analysed attention on ``soc``; ``knobs``
-        (AttentionKnobs) as the search chose, None for the defaults."""
-        return plan_attention(analysis.shape, soc, knobs or AttentionKnobs(), analysis.causal)
+        (AttentionKnobs) as the search chose, None for the defaults. Over a symbolic
+        sequence: the bound's Tiling, its plan telling how each call tiles."""
+        knobs = knobs or AttentionKnobs()
+        tiling = plan_attention(analysis.shape, soc, knobs, analysis.causal)
+        if not analysis.shapes.symbolic:
+            return tiling
+        p = tiling.plan
+        runtime = AttentionRuntime(analysis.shapes, soc.name, analysis.shapes.dims[0].name,
+                                   p.base_q, p.base_kv, knobs.cores, p.method, analysis.terms)
+        return dataclasses.replace(tiling, plan=dataclasses.replace(p, runtime=runtime))
 
     @staticmethod
     def apply(analysis: AttentionAnalysis, tiling: Tiling):

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 
 import tvm
 import tvm_ffi
+from tvm import tirx
 from tvm.ir.expr import Expr
 
 from tvm_ascend.decision import Decision
@@ -51,8 +52,9 @@ from tvm_ascend.errors import TilingError
 
 from .analysis.epilogue_checks import epilogue_refusal
 from .analysis.row_program import RowAccessKind, program_dtypes, row_program
+from .analysis.symbolic_offsets import lift_offset
 from .analysis.tile_values import buffer_size
-from .symbolic import ShapeSpec, shape_spec, specialize
+from .symbolic import ShapeSpec, checked_sizes, shape_spec, specialize
 from .l2_reuse import l2_served, walk_distance
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
 from .tiling import (ASYNC_EVENT_FETCHES, SUPPORTED_DTYPES, KernelWork, TemplatePlan, Tiling,
@@ -198,14 +200,19 @@ class MatmulPlan(TemplatePlan, template="matmul"):
 
 @dataclass(frozen=True)
 class MatmulRuntime:
-    """How a matmul kernel over a symbolic M is tiled per call (``matmul_tiling_at``; its host
-    tiling function does the same in C++). The bound's plan fixes everything but M's tiles:
-    baseN, the K step, ``single_n``, the L1 walk and depths, the epilogue's rows; a call's
-    baseM is the bound's, or M rounded up to the fractal where that is less (as a static plan
-    of that M takes it: no cube work on padding rows, smaller UB tiles), it cuts M into tiles
-    of one base block (the M tail the last one's ``SetTail``) and spreads ``batch x tilesM x
-    tilesN`` tiles over at most ``max_cores`` clients. ``whole_tiles``: the UB queues of a
-    whole base tile (C's, each streamed input's), which shrink with baseM.
+    """How a matmul kernel over a symbolic M, N or K is tiled per call (``matmul_tiling_at``;
+    its host tiling function does the same in C++). ``axes``: which of the product's "m",
+    "n", "k" are the dimension ``dim`` (Q @ K^T over a symbolic sequence: M and N; P @ V: M
+    and K). The bound's plan fixes everything but the symbolic axes' tiles: the walk order,
+    the L1 depths, the epilogue's rows, and each static axis' base tile (and singleN); a
+    call's baseM, baseN and K step are the bound's, or its M, N rounded up to the fractal and
+    its K to the 32-byte block where that is less (as a static plan of that size takes them:
+    no cube work on padding, smaller UB tiles), it cuts M (and a symbolic N or K: N too) into
+    tiles of one base block (the tails the last ones' ``SetTail``, a K tail the Matmul API's
+    last K step) and spreads ``batch x tilesM x tilesN`` tiles over at most ``max_cores``
+    clients; a symbolic K changes the MDL steps its K steps give (``mdl_steps``).
+    ``whole_tiles``: the UB queues of a whole base tile (C's, each streamed input's), which
+    shrink with baseM (and baseN).
     ``soc``: the SoC planned for (the call's L2 and tail arithmetic);
     ``epilogue_row_bytes`` / ``epilogue_core_bytes``: GM bytes the epilogue reads per row of
     C and per core (a residual's rows, a bias column once a core); ``streamed`` / ``columns``:
@@ -221,6 +228,13 @@ class MatmulRuntime:
     columns: int
     row_inputs: int
     whole_tiles: int
+    axes: tuple[str, ...] = ("m",)
+
+    @property
+    def single_n_at_run_time(self) -> bool:
+        """Whether singleN is one base block of the call (a symbolic N or K) rather than the
+        bound's."""
+        return "n" in self.axes or "k" in self.axes
 
 
 @cached_by_identity
@@ -283,16 +297,18 @@ class MatmulAnalysis:
     # ``symbolic`` the prepared function over the symbol (what ``apply`` marks and prints)
     shapes: ShapeSpec = ShapeSpec()
     symbolic: tvm.tirx.PrimFunc | None = None
+    axes: tuple = ("m",)  # which of the product's m, n, k are the symbolic dimension
 
     def report_note(self, tiling=None, soc=None) -> str:
         """What the fusion report adds to the template's decision (the same for every plan):
-        a kernel over a symbolic M is run-time tiled (its host tiling function counts each
-        call's tiles)."""
+        a kernel over a symbolic M (N, K) is run-time tiled (its host tiling function counts
+        each call's tiles)."""
         if not self.shapes.symbolic:
             return ""
         (dim,) = self.shapes.dims
-        return (f"run-time tiled: M over {dim.name} in {dim.low}~{dim.high}, planned at "
-                f"{dim.high}, each call's M tiles counted by its host tiling function")
+        names = " and ".join(a.upper() for a in self.axes)
+        return (f"run-time tiled: {names} over {dim.name} in {dim.low}~{dim.high}, planned "
+                f"at {dim.high}, each call's tiles counted by its host tiling function")
 
 
 class MatmulSchedule(Template):
@@ -569,7 +585,7 @@ def split_k(shape: MatmulShape, soc, splits: int, base_k: int,
 
 def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs,
           affine: tuple = (1.0, ""), products: int = 1,
-          m_at_run_time: bool = False) -> Tiling:
+          m_at_run_time: bool = False, n_at_run_time: bool = False) -> Tiling:
     """The matmul Tiling; ``products`` > 1 (the gated template: gate and up, two products of
     one A by two weights of one shape, each its own Matmul object walking the same tiles)
     holds a C tile of each in the UB, gives each object half the L1 and L0, moves each product's
@@ -629,9 +645,12 @@ def _plan(shape: MatmulShape, program, soc, knobs: MatmulKnobs,
         else split_k(shape, soc, knobs.k_splits, base_k, affine)
     sliced = replace(shape, k=k_slice)  # a work item's product: one K slice of a tile
     # M at run time: tiles of one base block along M (a call's M is not known here; its
-    # tiles, their tail and the cores they spread over are the host tiling function's)
+    # tiles, their tail and the cores they spread over are the host tiling function's); a
+    # symbolic N or K: one base block along N too (the L1 walk then keeps two blocks of each
+    # operand whatever K is, so only the MDL steps follow a call's K)
     single_m, single_n = _balanced_singles(sliced, base_m, base_n, base_k, cores, l1_bytes,
-                                           most, splits, base_m if m_at_run_time else 0)
+                                           most, splits, base_m if m_at_run_time else 0,
+                                           base_n if n_at_run_time else 0)
     reuse = l1_reuse(sliced, l1_bytes, base_m, base_n, base_k, single_m, single_n)
     if splits > 1:  # the operands' bytes over every slice, the last one shorter
         tail = replace(shape, k=shape.k - (splits - 1) * k_slice)
@@ -766,11 +785,12 @@ def aiv_ratio(soc, knob: int | None = None) -> int:
 
 def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes,
                       most_tiles: int = 0, splits: int = 1,
-                      single_m: int = 0) -> tuple[int, int]:
+                      single_m: int = 0, single_n: int = 0) -> tuple[int, int]:
     """(singleM, singleN): the per-core tile that gives the busiest core the least work,
     among those of at most ``most_tiles`` base tiles (0: any). With split-K each tile is
     ``splits`` work items (``shape``'s K is then one slice's); ``single_m`` > 0 fixes singleM
-    (a symbolic M: only singleN is chosen, at the range's upper bound).
+    (a symbolic M: only singleN is chosen, at the range's upper bound), ``single_n`` > 0
+    singleN (a symbolic N or K).
 
     The cores take contiguous ranges of ``ceil(tiles / cores)`` tiles, so the busiest core
     computes that many ``singleM x singleN`` tiles. Among equal loads the one whose operands
@@ -788,7 +808,7 @@ def _balanced_singles(shape, base_m, base_n, base_k, cores, l1_bytes,
 
     best = None
     for sm in [single_m] if single_m else choices(shape.m, base_m):
-        for sn in choices(shape.n, base_n):
+        for sn in [single_n] if single_n else choices(shape.n, base_n):
             if most_tiles and ceil_div(sm, base_m) * ceil_div(sn, base_n) > most_tiles:
                 continue  # base x base is always there: one tile
             total = shape.batch * ceil_div(shape.m, sm) * ceil_div(shape.n, sn) * splits
@@ -1067,40 +1087,59 @@ def epilogue_read_rates(program, shape) -> tuple[int, int]:
 
 # ---- a symbolic M: planned at the range's upper bound, tiled per call ---------------------------
 def _symbolic_analysis(func, spec: ShapeSpec) -> MatmulAnalysis:
-    """The analysis at the range's upper bound of a matmul group whose M (the rows of A, C and
-    a residual) is a symbolic dimension, once the kernel printed from it is known to serve
-    every M of the range: the group is a matmul the template takes at every sampled size
-    (the range's ends and quarter points), B and K, N are static, and the epilogue's row
-    program (its inputs, how each is read, their row offsets) is the same at those >= 2 (at
-    M = 1 a row-indexed operand reads like a broadcast one, so the lower end says nothing
-    about the others). Refused, naming what is at fault, otherwise."""
+    """The analysis at the range's upper bound of a matmul group over one symbolic dimension
+    that is its M (the rows of A, C and a residual), its N (the columns of B and C: Q @ K^T
+    over a sequence) or its K (P @ V), or several of them, once the kernel printed from it is
+    known to serve every size of the range: the group is a matmul the template takes at every
+    sampled size (the range's ends and quarter points), the batch is static, each symbolic
+    axis is the dimension itself at each of them and the others do not change, and the
+    epilogue's row program (its inputs, how each is read, their row offsets) is the same at
+    those >= 2 (at M = 1 a row-indexed operand reads like a broadcast one, so the lower end
+    says nothing about the others). An epilogue over a symbolic N or K (a mask added to the
+    scores) is not tiled at run time yet: its column reads would change with the size.
+    Refused, naming what is at fault, otherwise."""
     if len(spec.dims) != 1:
         raise TilingError(f"matmul over {len(spec.dims)} symbolic dimensions "
                           f"({', '.join(d.name for d in spec.dims)}): run-time tiling takes "
-                          "one, its M")
+                          "one, its M, N or K")
     dim = spec.dims[0].name
     names = [p.name for p in func.params]
     out = spec.shapes[-1]
-    if len(out) < 2 or out[-2] != dim or dim in out[:-2] or dim == out[-1]:
-        raise TilingError(f"the matmul's output (shape {', '.join(out)}) holds {dim} off its M "
-                          "axis: run-time tiling takes a symbolic M only")
-    low, high = spec.dims[0].low, spec.dims[0].high
-    # the ends, the quarter points and 2 (the smallest M whose row program says anything)
-    between = {low + (high - low) * q // 4 for q in (1, 2, 3)}
-    compared = sorted(({max(2, low), high} | between) & set(range(2, high + 1)))
-    sizes = sorted({p[dim] for p in spec.samples()} | set(compared))
+    if len(out) < 2 or dim in out[:-2]:
+        raise TilingError(f"the matmul's output (shape {', '.join(out)}) holds {dim} in a "
+                          "batch axis: run-time tiling takes a symbolic M, N or K only")
+    high = spec.dims[0].high
+    sizes, compared = checked_sizes(spec)
     # every sampled size must tile (TilingError from _analyse where it does not)
     found = {size: _analyse(specialize(func, {dim: size})) for size in sizes}
     bound = found[high]
-    bshape = spec.shapes[names.index(bound.shape.b_name)]
-    if not all(entry.isdigit() for entry in bshape):
-        raise TilingError(f"operand B {bound.shape.b_name} (shape {', '.join(bshape)}) holds "
-                          f"{dim}: run-time tiling takes a static B (weights)")
+    a_shape = spec.shapes[names.index(bound.shape.a_name)]
+    b_shape = spec.shapes[names.index(bound.shape.b_name)]
+    for what, entries in (("A", a_shape), ("B", b_shape)):
+        if dim in entries[:-2]:
+            raise TilingError(f"operand {what} (shape {', '.join(entries)}) holds {dim} in a "
+                              "batch axis: run-time tiling takes a symbolic M, N or K only")
+    axes = tuple(axis for axis, entry in (("m", out[-2]), ("n", out[-1]), ("k", a_shape[-1]))
+                 if entry == dim)
+    if not axes:
+        raise TilingError(f"the product's M, N and K do not hold {dim}: nothing to tile at run "
+                          "time")
+    over_n = bound.program is not None and "n" in axes
+    if over_n:
+        kinds = sorted(k.value for k in set(bound.program.inputs.values())
+                       - set(N_EPILOGUE_KINDS))
+        if kinds:
+            raise TilingError(f"an epilogue over a symbolic N reading {', '.join(kinds)} "
+                              "inputs is not tiled at run time yet (a column or per-row scalar"
+                              " changes its UB and reads with the size); rows and row slices "
+                              "(a residual, a mask) are")
     for size in compared:
         point, other = {dim: size}, found[size]
-        if replace(other.shape, m=bound.shape.m) != bound.shape or other.shape.m != point[dim]:
+        at_bound = replace(other.shape, **{axis: getattr(bound.shape, axis) for axis in axes})
+        if at_bound != bound.shape or any(getattr(other.shape, axis) != size for axis in axes):
             raise TilingError(f"the product is {other.shape} at {point} and {bound.shape} at "
-                              f"{spec.high()}: run-time tiling takes a symbolic M only")
+                              f"{spec.high()}: run-time tiling takes whole symbolic M, N, K "
+                              "only")
         if other.affine != bound.affine:
             raise TilingError(f"the epilogue differs at {point} and at {spec.high()}")
         mine, theirs = bound.program, other.program
@@ -1109,29 +1148,69 @@ def _symbolic_analysis(func, spec: ShapeSpec) -> MatmulAnalysis:
                 or len(mine.intermediates) != len(theirs.intermediates)):
             raise TilingError(f"the epilogue's row program differs at {point} and at "
                               f"{spec.high()}; run-time tiling needs one program")
-        for name, base in (mine.bases.items() if mine is not None else ()):
+        for name, base in (mine.bases.items() if mine is not None and not over_n else ()):
             if not tvm_ffi.structural_equal(base, theirs.bases[name], map_free_vars=True):
                 raise TilingError(f"epilogue input {name}'s row offset depends on {dim} "
                                   f"({theirs.bases[name]} at {point}, {base} at {spec.high()}); "
                                   "not tiled at run time")
+    if over_n:  # a mask's row offset over (s, s) scores: an expression of the dimension
+        _lifted_bases(spec, found, bound.shape.batch)
     sch = tvm.s_tir.Schedule(func)
     for block_rv in sch.get_child_blocks(sch.get_sblock("root"))[1:-1]:
         sch.compute_inline(block_rv)
-    return replace(bound, shapes=spec, symbolic=sch.mod["main"])
+    return replace(bound, shapes=spec, symbolic=sch.mod["main"], axes=axes)
+
+
+# the epilogue inputs a product over a symbolic N may read: each as a tile of C's shape or a
+# row's slice of a broadcast operand (its offset an expression of the dimension), a scalar
+N_EPILOGUE_KINDS = (RowAccessKind.ROWS, RowAccessKind.ROW_SLICE, RowAccessKind.SCALAR)
+
+
+def _lifted_bases(spec: ShapeSpec, found: dict, batch: int) -> dict:
+    """{input: its row offset as an expression of the dimension and the row} of the epilogue
+    analysed at each size in ``found`` ({size: MatmulAnalysis}; ``lift_offset`` fits and
+    checks it at every one of them)."""
+    (dim,) = spec.dims
+    var = tirx.Var(dim.name, "int64")
+    bound = found[dim.high]
+    row = tirx.Var(bound.program.row_var.name, "int64")
+    return {name: lift_offset({size: (a.program.bases[name], a.program.row_var,
+                                      batch * a.shape.m) for size, a in found.items()},
+                              var, row, f"epilogue input {name}")
+            for name in bound.program.bases}
+
+
+def symbolic_bases(func) -> dict:
+    """The row offsets over the symbolic dimension of the epilogue inputs of a product over a
+    symbolic N (``_lifted_bases`` at the sizes the template checked); {} where the kernel's
+    epilogue reads none or its N is static. The printer prints them with the dimension read
+    from the tiling struct."""
+    spec = shape_spec(func)
+    if not spec.symbolic:
+        return {}
+    (dim,) = spec.dims
+    found = {size: _analyse(specialize(func, {dim.name: size}))
+             for size in checked_sizes(spec)[0]}
+    if found[dim.high].program is None or not found[dim.high].program.bases:
+        return {}
+    return _lifted_bases(spec, found, found[dim.high].shape.batch)
 
 
 def _runtime_plan(analysis: MatmulAnalysis, soc, knobs: MatmulKnobs) -> Tiling:
-    """The upper bound's Tiling of a symbolic-M matmul, with the plan of each call
+    """The upper bound's Tiling of a symbolic-M (N, K) matmul, with the plan of each call
     (``MatmulRuntime``). The base tiles, K step, singleN, the L1 walk and the UB buffers are
     chosen at the upper bound (the largest call: every smaller one fits the same buffers),
-    with singleM one base block, so a call only counts its M tiles, the M tail and the cores
-    they spread over; a static search over singleM would need M. Split-K is refused: its
-    slices and zero fill are planned for one M."""
+    with singleM one base block (and singleN too where N or K is symbolic), so a call only
+    counts its tiles, their tails and the cores they spread over; a static search over
+    singleM would need M. Split-K is refused: its slices and zero fill are planned for one
+    M and K."""
     if (knobs.k_splits or 1) > 1:
         raise TilingError(f"k_splits={knobs.k_splits}: split-K is not tiled at run time (its "
-                          "slices and zero fill are planned for one M)")
+                          "slices and zero fill are planned for one M and K)")
     shape, program = analysis.shape, analysis.program
-    tiling = _plan(shape, program, soc, knobs, analysis.affine, m_at_run_time=True)
+    n_single = "n" in analysis.axes or "k" in analysis.axes
+    tiling = _plan(shape, program, soc, knobs, analysis.affine, m_at_run_time=True,
+                   n_at_run_time=n_single)
     per_row, per_core = epilogue_read_rates(program, shape)
     if program is not None and per_row * shape.batch * shape.m + per_core * tiling.cores != \
             _epilogue_reads(program, shape, tiling.cores):
@@ -1146,7 +1225,8 @@ def _runtime_plan(analysis: MatmulAnalysis, soc, knobs: MatmulKnobs) -> Tiling:
         sum(1 for k in kinds if k is RowAccessKind.COLUMN),
         sum(1 for k in kinds if k is RowAccessKind.ROWS),
         1 + sum(1 for k in kinds if k is RowAccessKind.ROW_SLICE)
-        + (0 if tiling.plan.stream_rows else sum(1 for k in kinds if k is RowAccessKind.ROWS)))
+        + (0 if tiling.plan.stream_rows else sum(1 for k in kinds if k is RowAccessKind.ROWS)),
+        analysis.axes)
     return replace(tiling, plan=replace(tiling.plan, runtime=runtime))
 
 
@@ -1154,6 +1234,15 @@ def matmul_call_base_m(bound: MatmulPlan, m: int) -> int:
     """A call's baseM (and singleM): the bound's, or ``m`` rounded up to the fractal where
     that is less (what ``_plan`` takes for a static M)."""
     return min(bound.base_m, round_up(m, FRACTAL))
+
+
+def matmul_call_bases(bound: MatmulPlan, shape: MatmulShape) -> tuple[int, int, int]:
+    """A call's (baseM, baseN, K step) for its product ``shape``: the bound's, or M and N
+    rounded up to the fractal and K to the 32-byte block where that is less (what ``_plan``
+    takes for a static size; a static axis keeps the bound's)."""
+    c0 = 32 // dtype_bytes(shape.dtype)
+    return (matmul_call_base_m(bound, shape.m), min(bound.base_n, round_up(shape.n, FRACTAL)),
+            min(bound.base_k, round_up(shape.k, c0)))
 
 
 def matmul_call_tiles(rt: MatmulRuntime, plan: MatmulPlan, m: int) -> tuple[int, int, int]:
@@ -1167,29 +1256,41 @@ def matmul_call_tiles(rt: MatmulRuntime, plan: MatmulPlan, m: int) -> tuple[int,
 
 
 def matmul_tiling_at(tiling: Tiling, values: dict) -> Tiling:
-    """The Tiling one call of a symbolic-M matmul kernel runs with at ``values`` ({name:
-    size}): the bound's plan with the call's M, its tiles over the cores, the operand bytes
-    of its walk and the epilogue's reads of its rows, as ``_plan`` counts a static one."""
+    """The Tiling one call of a symbolic-M (N, K) matmul kernel runs with at ``values``
+    ({name: size}): the bound's plan with the call's sizes and base tiles
+    (``matmul_call_bases``), its tiles over the cores, the operand bytes of its walk and the
+    epilogue's reads of its rows, as ``_plan`` counts a static one."""
     from tvm_ascend.soc import get_soc
 
     bound, rt = tiling.plan, tiling.plan.runtime
-    m = rt.shapes.values(**values)[rt.dim]
+    size = rt.shapes.values(**values)[rt.dim]
     soc = get_soc(rt.soc)
-    shape = replace(bound.shape, m=m)
+    shape = replace(bound.shape, **dict.fromkeys(rt.axes, size))
+    m = shape.m
     walk = L1Reuse(bound.iterate_order, bound.depth_a1, bound.depth_b1)
-    base_m = matmul_call_base_m(bound, m)
-    plan = replace(bound, shape=shape, base_m=base_m, single_m=base_m, runtime=None,
-                   l1_bytes=l1_footprint(shape, base_m, bound.base_n, bound.base_k, walk))
+    base_m, base_n, base_k = matmul_call_bases(bound, shape)
+    elem = dtype_bytes(shape.dtype)
+    align_n = round_up(base_n * elem, 32) // elem
+    plan = replace(bound, shape=shape, base_m=base_m, single_m=base_m, base_n=base_n,
+                   base_k=base_k, align_n=align_n,
+                   single_n=base_n if rt.single_n_at_run_time else bound.single_n,
+                   runtime=None, l1_bytes=l1_footprint(shape, base_m, base_n, base_k, walk))
     reuse = replace(walk, operand_bytes=operand_reads(shape, plan.base_m, plan.base_n,
                                                       plan.base_k, plan.single_m,
                                                       plan.single_n, walk))
     total, per_core, used = matmul_call_tiles(rt, plan, m)
-    elem = dtype_bytes(shape.dtype)
-    # the UB: the bound's, less the rows a smaller baseM leaves out of each whole-tile queue
-    ub = tiling.ub_bytes - tiling.buffer_num * (bound.base_m - base_m) * bound.align_n * \
-        elem * rt.whole_tiles
+    # the UB: the bound's, less what a smaller base tile leaves out of each whole-tile queue
+    # and a narrower baseN out of the epilogue's row slots (an epilogue over a symbolic N has
+    # no resident columns: N_EPILOGUE_KINDS)
+    ub = tiling.ub_bytes - tiling.buffer_num * (bound.base_m * bound.align_n
+                                                - base_m * align_n) * elem * rt.whole_tiles \
+        - bound.epilogue_rows * (bound.align_n - align_n) * bound.slots * bound.slot_bytes \
+        - (tiling.buffer_num * bound.epilogue_rows * (bound.align_n - align_n) * elem
+           * rt.row_inputs if bound.stream_rows else 0)
     round_trip = product_round_trip(shape, soc)
-    gm_read = reuse.operand_bytes + round_trip + rt.epilogue_row_bytes * shape.batch * m + \
+    # the epilogue reads a row of each row input, as long as the call's N
+    row_bytes = rt.epilogue_row_bytes * shape.n // bound.shape.n
+    gm_read = reuse.operand_bytes + round_trip + row_bytes * shape.batch * m + \
         rt.epilogue_core_bytes * used
     gm_write = shape.batch * m * shape.n * elem + round_trip
     rows = plan.epilogue_rows

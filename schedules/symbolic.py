@@ -92,6 +92,16 @@ class ShapeSpec:
         return {d.name: d.low for d in self.dims}
 
 
+def checked_sizes(spec: ShapeSpec) -> tuple[list[int], list[int]]:
+    """(every size a template analyses a kernel over one symbolic dimension at, those it
+    compares with the upper bound's): the range's ends, midpoint and quarter points, and 2
+    (the smallest size whose index maps tell rows from a broadcast)."""
+    low, high = spec.dims[0].low, spec.dims[0].high
+    between = {low + (high - low) * q // 4 for q in (1, 2, 3)}
+    compared = sorted(({max(2, low), high} | between) & set(range(2, high + 1)))
+    return sorted({p[spec.dims[0].name] for p in spec.samples()} | set(compared)), compared
+
+
 def dim_bounds(func: tirx.PrimFunc) -> dict:
     """{name: (low, high)} of the ranges the PrimFunc's ``DIM_BOUNDS_ATTR`` records."""
     attrs = func.attrs
@@ -145,4 +155,5 @@ def specialize(func: tirx.PrimFunc, values: dict) -> tirx.PrimFunc:
     return func.specialize(mapping) if mapping else func
 
 
-__all__ = ["SymbolicDim", "ShapeSpec", "dim_bounds", "shape_spec", "specialize"]
+__all__ = ["SymbolicDim", "ShapeSpec", "checked_sizes", "dim_bounds", "shape_spec",
+           "specialize"]

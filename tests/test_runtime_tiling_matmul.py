@@ -213,13 +213,19 @@ def test_split_k_is_refused_over_a_symbolic_m():
                             MatmulKnobs(k_splits=2))
 
 
-def test_a_matmul_whose_b_depends_on_the_dimension_stays_on_the_host_saying_why():
-    lib = tvm_ascend.build(_ffn(b_symbolic=True), config=tvm_ascend.CompileConfig(
+def test_a_matmul_whose_b_depends_on_the_dimension_is_tiled_at_run_time_too():
+    """x @ x^T: B (the host's transpose of x) and N are the dimension as well as M; the
+    product is one kernel over M and N (tests/test_runtime_tiling_attention.py checks its
+    plans and counters)."""
+    model = _ffn(b_symbolic=True)
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
         input_shape={"x": (2, "1~64", K)}))
-    (op,) = [op for g in lib.fusion_report()["groups"] for op in g["ops"]
-             if op["node"] == "mm"]
-    assert not op["supported"]
-    assert "operand B has a symbolic dimension" in op["why"]
+    (group,) = [g for g in lib.fusion_report()["groups"]
+                if any(op["node"] == "mm" for op in g["ops"])]
+    assert group["on_npu"] and "symbolic M and N: tiled at run time" in group["ops"][0]["why"]
+    for length in (1, 7, 64):
+        feeds = _feeds(length)
+        assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "cube/float32")
 
 
 # ---- rows flattened over the dimension (GPT-2's Conv1D: x.view(-1, K) @ W) -----------------------

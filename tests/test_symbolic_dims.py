@@ -276,13 +276,15 @@ def test_each_rewritten_graph_builds_and_matches_onnxruntime_at_several_lengths(
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
 def test_the_report_lists_every_op_seq_keeps_on_the_host(libs, name):
     """Nothing falls back silently: the report's dynamic section names each op kept on the
-    host because of seq (attention's matmuls, whose B depends on seq) and which kernels are
-    tiled at run time instead (elementwise, row ones with the Softmax over seq keys among
-    them, and the projections' and MLP's matmuls over a symbolic M)."""
+    host because of seq (data movement, the mask's add over (seq, seq) scores) and which
+    kernels are tiled at run time instead (elementwise, row ones with the Softmax over seq
+    keys among them, the projections' and MLP's matmuls over a symbolic M, and attention's
+    two batched products: Q @ K^T over M = N = seq, P @ V over M = K = seq)."""
     report = libs[name].fusion_report()
     section = report["dynamic"]
     assert section["symbolic_dims"]["seq"]["range"] == [2, 32]
-    assert section["runtime_tiling"]["templates"] == ["elementwise", "row_reduce", "matmul"]
+    assert section["runtime_tiling"]["templates"] == ["elementwise", "row_reduce", "matmul",
+                                                      "attention"]
     kernels = section["runtime_tiling"]["kernels"]
     assert all(k["template"] in ("elementwise", "row_reduce", "matmul") and k["dims"] == ["seq"]
                for k in kernels)
@@ -291,8 +293,18 @@ def test_the_report_lists_every_op_seq_keeps_on_the_host(libs, name):
     assert "--dynamic_dims" in section["hint"]
     listed = {o["var"] for o in section["host_ops"]}
     assert all(o["dims"] == ["seq"] for o in section["host_ops"])
-    assert len(listed) > 50  # the layers' MatMuls, LayerNorms, Softmaxes, ...
-    assert "relax.matmul" in {o["op"] for o in section["host_ops"]}
+    assert len(listed) > 40  # the data movement, the int64 position and mask arithmetic
+    # attention's products leave the host: batched matmuls tiled at run time over seq
+    assert "relax.matmul" not in {o["op"] for o in section["host_ops"]}
+    products = [g for g in report["groups"] if g["on_npu"] and g["ops"][0]["op"] ==
+                "relax.matmul" and g["tiling"]["plan"].get("runtime")]
+    axes = sorted(tuple(g["tiling"]["plan"]["runtime"]["axes"]) for g in products)
+    assert axes.count(("m", "k")) == 2 and axes.count(("m", "n")) == 2  # two layers
+    assert axes.count(("m",)) == len(axes) - 4  # the projections and the MLP
+    # as in a static build, the mask's add joins the score product (its row offset an
+    # expression of seq computed per call)
+    scores = [g for g in products if g["tiling"]["plan"]["runtime"]["axes"] == ["m", "n"]]
+    assert all("relax.add" in {o["op"] for o in g["ops"]} for g in scores)
     # the attention Softmax's rows are seq long: a row kernel whose cols is read per call
     assert "relax.nn.softmax" not in {o["op"] for o in section["host_ops"]}
     softmax = [g for g in report["groups"] if any(o["op"] == "relax.nn.softmax"
@@ -316,3 +328,23 @@ def test_a_shape_value_cast_to_float_keeps_its_dtype():
     feeds = {"x": np.ones((2, 3), np.float32)}
     np.testing.assert_array_equal(run_onnxruntime(out, feeds)[0], run_onnxruntime(model,
                                                                                    feeds)[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_with_aggressive_fusion_each_layer_s_attention_is_one_kernel_tiled_at_run_time(name):
+    """As the static aggressive build fuses each layer's scores, mask, Softmax and product
+    with V into one attention kernel, so does the symbolic one, the sequence read per call
+    (schedules/attention_runtime.py); it matches onnxruntime at every length."""
+    row = ROWS[name]
+    lib = tvm_ascend.build(str(DYNAMIC / row["file"]), config=CompileConfig(
+        fusion_level="aggressive", input_shape=_shape_with_range(row)))
+    groups = lib.fusion_report()["groups"]
+    attention = [g for g in groups if g["on_npu"] and g["tiling"]["template"] == "attention"]
+    assert len(attention) == 2  # two layers
+    assert all(g["tiling"]["plan"]["runtime"]["dim"] == "seq" for g in attention)
+    model = onnx.load(str(DYNAMIC / row["file"]))
+    for length in LENGTHS:
+        feeds = _text_feeds(length, seed=length)
+        for got, want in zip(lib.run(feeds), run_onnxruntime(model, feeds)):
+            assert_close(got, want, "float32_model")

@@ -14,10 +14,11 @@ an error naming the input, the dimension and the gears (below it is caught and p
 
 The second way is a symbolic range, ``input_shape={"input_ids": (2, "2~32")}`` (ATC 9's
 ``--input_shape=input_ids:2,2~32``): one build runs every length in the range. tvm-ascend
-imports it; elementwise, row-reduction and matmul kernels over the symbol (a matmul's M:
-the projections and the MLP) are tiled at run time (a host tiling function fills each
-kernel's tiling struct from the actual length), but attention (its products' B depends on
-seq) and a Softmax over the symbolic keys are not yet, so those ops run on the host (TVM's
+imports it; elementwise, row-reduction and matmul kernels over the symbol (the projections'
+and the MLP's M, attention's two products with their N or K over seq and the scores' mask,
+the Softmax over the symbolic keys) are tiled at run time (a host tiling function fills each
+kernel's tiling struct from the actual length), but data movement (the heads' transposes)
+and the int64 position and mask arithmetic are not yet, so those ops run on the host (TVM's
 llvm build). The fusion report's ``dynamic`` section says so, op by op, and lists the
 kernels tiled at run time; the tutorial prints both. Use gears to put the whole model on the
 NPU today.
@@ -109,8 +110,8 @@ def main() -> None:
         print(f"  seq {odd} (in no gear) is refused: {err}")
 
     # (b) A symbolic range: one build for every length in 2~32. Vector and matmul kernels
-    #     over seq are tiled at run time; attention over seq still runs on the host, and the
-    #     report's dynamic section lists both.
+    #     over seq (attention's products among them) are tiled at run time; the heads'
+    #     transposes still run on the host, and the report's dynamic section lists both.
     low, high = 2, 32  # the export's 32 positions bound the length
     symbolic = tvm_ascend.build(str(MODEL), target="ascend", config=CompileConfig(
         soc_version=SOC, input_shape={"input_ids": (BATCH, f"{low}~{high}"),

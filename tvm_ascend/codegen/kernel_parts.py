@@ -48,6 +48,8 @@ PRINTER_NAMES = frozenset("""
     diag kvEnd
     align block blockDim cores dims found perCore tileCap tilingHost total
     bound
+    kSteps kTile size
+    seqQ seqKv baseQ baseKv blocksQ roundKv kvBlocks dimSize
     gap leastGap hidden most maskT padMost
     gQue gTile
 """.split())

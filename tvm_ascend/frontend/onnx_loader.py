@@ -160,7 +160,7 @@ def _input_shapes(model, shape_dict: dict) -> tuple[dict, dict]:
                 bounds[name] = list(dim)
             logger.warning("input %r dimension %d (%s) is dynamic%s: elementwise, row and matmul "
                            "kernels that depend on it are tiled at run time when it has a range "
-                           "(a matmul's M only), other ops "
+                           "(a matmul's M, N or K over static batch axes), other ops "
                            "that depend on it run on the host; give a size with --input_shape "
                            "\"%s:d0,d1,...\" to compile them statically", value.name,
                            axis, name, f" in {dim[0]}~{dim[1]}" if isinstance(dim, tuple) else "",

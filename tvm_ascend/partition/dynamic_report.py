@@ -6,8 +6,10 @@ as long as a symbolic last axis), is compiled once for the whole range and tiled
 its kernel gets a host tiling function (as AscendC's TilingFunc) that fills its tiling struct
 from each call's shape (``codegen/tiling_func.py``), its UB tiles are sized for the range's
 upper bound, and the partitioner estimated it at the range's ends and midpoint
-(``partition/cost.py``). Every other op whose shape holds a symbolic dimension (matmuls,
-attention, data movement, a reduction other than Softmax over a symbolic axis) still runs on
+(``partition/cost.py``); so is a matmul over a symbolic M, N or K (projections, FFNs, and
+attention's two products as batched matmuls) and the fused attention kernel over a symbolic
+sequence. Every other op whose shape holds a symbolic dimension (data movement, a reduction
+other than Softmax over a symbolic axis, an epilogue column over a symbolic N) still runs on
 the host (TVM's llvm build), and nothing may fall back silently: the section lists every such
 op with its dimensions, and ``warn_dynamic`` logs one warning naming them and the gear flags
 that would put them on the NPU (one static build per listed size: ``--dynamic_dims``,
@@ -43,7 +45,7 @@ MAX_NAMED = 8  # ops named in the warning; the section has them all
 # the templates whose kernels tile at run time (schedules/runtime_tiling.py); the partition
 # stage may not import the templates' registry for the report alone, so it is named here and
 # tests/test_runtime_tiling.py holds it equal to that registry
-RUNTIME_TILED_TEMPLATES = ("elementwise", "row_reduce", "matmul")
+RUNTIME_TILED_TEMPLATES = ("elementwise", "row_reduce", "matmul", "attention")
 
 
 def symbolic_inputs(imported: tvm.IRModule) -> dict:

@@ -30,6 +30,8 @@ import contextlib
 from ...errors import CodegenError
 from ...schedules.attention import RECHECK_GAP, AttentionPlan
 from ...schedules.analysis.tile_values import buffer_size
+from ...schedules.attention_runtime import shape_value
+from ..tiling_func import numel_expr
 from ..code_buffer import CodeBuffer
 from ..cpp_types import cpp_type
 from ..kernel_parts import emit_field_assignments
@@ -42,6 +44,23 @@ SYNC = ("AscendC::SetFlag<AscendC::HardEvent::{0}>(0); "
 
 def _sync(buf: CodeBuffer, event: str, why: str) -> None:
     buf.line(SYNC.format(event) + f"  // {why}")
+
+
+# a kernel over a symbolic sequence reads these from its tiling struct (constants elsewhere)
+RUNTIME_CONSTS = {"SEQ_Q": "seqQ", "SEQ_KV": "seqKv", "BASE_Q": "baseQ", "BASE_KV": "baseKv",
+                  "BLOCKS_Q": "blocksQ", "ROUND_KV": "roundKv"}
+
+
+def term_field(path: str) -> str:
+    """The tiling field of the shape's integer at ``path``: ``q.row_stride`` -> qRowStride,
+    ``k.batch_coefs.1`` -> kBatch1, ``seq_kv`` -> seqKv."""
+    special = {"seq_q": "seqQ", "seq_kv": "seqKv"}
+    if path in special:
+        return special[path]
+    role, attr, *rest = path.split(".")
+    name = {"row_stride": "RowStride", "col_stride": "ColStride", "base": "Base",
+            "batch_coefs": "Batch"}[attr]
+    return f"{role}{name}{rest[0] if rest else ''}"
 
 
 class AttentionKernelPrinter(CubeKernelPrinter):
@@ -59,6 +78,16 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         self.ctype = cpp_type(self.shape.dtype)
         self.elem = 2 if self.shape.dtype == "float16" else 4
         self.layout = dict(self.plan.ub_buffers)  # UB buffer name -> bytes, in print order
+        # a symbolic sequence: the sizes and strides that follow it are tiling fields
+        self.rt = getattr(self.plan, "runtime", None)
+        self.terms = dict(self.rt.terms) if self.rt is not None else {}
+
+    def _int(self, path: str) -> str:
+        """C++ of the shape's integer at ``path`` (``attention_runtime`` paths): a constant,
+        or over a symbolic sequence the tiling field the host tiling function fills."""
+        if path in self.terms:
+            return f"tiling.{term_field(path)}"
+        return str(shape_value(self.shape, path))
 
     def _n(self, operand) -> str:
         return self.names[operand.param]
@@ -93,6 +122,13 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("TCubeTiling pv;         // product = P @ V, one base_q x head_dim tile")
             buf.line("uint32_t itemsPerCore;  // query blocks of one batch*head")
             buf.line("uint32_t totalItems;")
+            if self.rt is not None:  # a symbolic sequence: its sizes and strides per call
+                buf.line("uint64_t dimSize;        // the symbolic dimension's size")
+                for name in RUNTIME_CONSTS.values():
+                    buf.line(f"uint32_t {name};")
+                for path in self.terms:
+                    if path not in ("seq_q", "seq_kv"):
+                        buf.line(f"uint64_t {term_field(path)};  // {path}")
         gm, vec = "AscendC::TPosition::GM", "AscendC::TPosition::VECOUT"
         trans = ", true" if s.k_transposed else ""
         buf.line(f"using QType = matmul::MatmulType<{gm}, CubeFormat::ND, {t}>;")
@@ -109,6 +145,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                   "C0": 32 // self.elem}
         if p.flash:  # keys whose score tiles one asynchronous round computes
             consts["ROUND_KV"] = p.round_blocks * p.base_kv
+        if self.rt is not None:  # members read from the tiling struct in Init instead
+            consts = {k: v for k, v in consts.items() if k not in RUNTIME_CONSTS}
         if p.causal is not None:  # query i sees key j iff j <= i + CAUSAL_OFFSET
             consts["CAUSAL_OFFSET"] = p.causal.offset
         for name, value in consts.items():
@@ -137,9 +175,16 @@ class AttentionKernelPrinter(CubeKernelPrinter):
 
     def emit_buffers(self, buf):
         s = self.shape
-        for p in self.params:
+        if self.rt is not None:  # this call's sizes
+            for const, name in RUNTIME_CONSTS.items():
+                if const != "ROUND_KV" or self.plan.flash:
+                    buf.line(f"{const} = tiling.{name};")
+        spec = self.shape_spec()
+        for index, p in enumerate(self.params):
             n, pt = self.names[p.name], cpp_type(p.dtype)
-            buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {pt}*){n}, {buffer_size(p)});")
+            size = buffer_size(p) if spec is None else numel_expr(
+                spec.shapes[index], {self.rt.dim: "tiling.dimSize"})
+            buf.line(f"{n}Gm.SetGlobalBuffer((__gm__ {pt}*){n}, {size});")
         if s.fill_param is not None:
             n = self.names[s.fill_param]
             buf.line(f"fillValue = static_cast<float>({n}Gm.GetValue(0)) * FILL;")
@@ -165,7 +210,10 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         if s.keep is not None:
             operands["keep"] = s.keep
         for role, op in operands.items():
-            terms = [f"b{k} * {c}" for k, c in enumerate(op.batch_coefs) if c] + [str(op.base)]
+            terms = [f"b{k} * {self._int(f'{role}.batch_coefs.{k}')}"
+                     for k, c in enumerate(op.batch_coefs)
+                     if c or f"{role}.batch_coefs.{k}" in self.terms]
+            terms.append(self._int(f"{role}.base"))
             buf.line(f"uint64_t {role}Base = {' + '.join(terms)};")
 
     def emit_item(self, buf):
@@ -185,7 +233,7 @@ class AttentionKernelPrinter(CubeKernelPrinter):
             buf.line("AscendC::Duplicate(acc, 0.0f, curQ * PITCH_D);")
             mask = "maskBase, " if s.mask is not None else ""
             keep = "keepBase, " if s.keep is not None else ""
-            call = (f"KeyBlock(qBase + static_cast<uint64_t>(qOff) * {s.q.row_stride}, "
+            call = (f"KeyBlock(qBase + static_cast<uint64_t>(qOff) * {self._int('q.row_stride')}, "
                     f"kBase, vBase, {mask}{keep}qOff, curQ, kvOff, curKv);")
             if self.plan.flash:
                 end = "SEQ_KV"
@@ -227,8 +275,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                 src = "outT"
             _sync(buf, "V_MTE3", "output rows complete before they leave")
             buf.line(f"CopyTileOut({self._n(s.out)}Gm[outBase + static_cast<uint64_t>(qOff) * "
-                     f"{s.out.row_stride}], {src}, curQ, HEAD_DIM, {src_pitch}, "
-                     f"{s.out.row_stride});")
+                     f"{self._int('out.row_stride')}], {src}, curQ, HEAD_DIM, {src_pitch}, "
+                     f"{self._int('out.row_stride')});")
             _sync(buf, "MTE3_V", "the next item overwrites the rows")
 
     def emit_tile_normalise(self, buf, out_pitch: int) -> None:
@@ -246,12 +294,13 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         """The score product's shapes and operands: Q's rows at ``q_at``, ``n`` keys of K from
         key ``kv_at`` (K read in place, transposed by the API when the group transposes it)."""
         s, k = self.shape, self.shape.k
-        org_n, org_kb = (s.seq_kv, k.row_stride) if s.k_transposed else (k.col_stride, 1)
-        buf.line(f"qk.SetOrgShape(SEQ_Q, {org_n}, {s.q.row_stride}, {org_kb});")
+        org_n, org_kb = ("SEQ_KV", self._int("k.row_stride")) if s.k_transposed else \
+            (self._int("k.col_stride"), 1)
+        buf.line(f"qk.SetOrgShape(SEQ_Q, {org_n}, {self._int('q.row_stride')}, {org_kb});")
         buf.line(f"qk.SetTail(curQ, {n}, HEAD_DIM);")
         buf.line(f"qk.SetTensorA({self._n(s.q)}Gm[{q_at}]);")
         buf.line(f"qk.SetTensorB({self._n(k)}Gm[kBase + static_cast<uint64_t>({kv_at}) * "
-                 f"{k.row_stride}]{', true' if s.k_transposed else ''});")
+                 f"{self._int('k.row_stride')}]{', true' if s.k_transposed else ''});")
 
     def emit_rounds(self, buf, call: str, end: str = "SEQ_KV", start: str = "0") -> None:
         """The flash plan's key loop over the keys from ``start`` before ``end``: per round,
@@ -262,7 +311,8 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                         "roundOff += ROUND_KV) {"):
             buf.line(f"uint32_t curRound = {end} - roundOff < ROUND_KV ? {end} - roundOff : "
                      "ROUND_KV;")
-            self._qk_operands(buf, f"qBase + static_cast<uint64_t>(qOff) * {s.q.row_stride}",
+            self._qk_operands(buf, "qBase + static_cast<uint64_t>(qOff) * "
+                                   f"{self._int('q.row_stride')}",
                               "roundOff", "curRound")
             buf.line("uint32_t kvOff = roundOff;")
             with buf.indent("while (qk.template Iterate<false>()) {  // the AIC computes the "
@@ -376,11 +426,11 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                 buf.line("AscendC::Cast(p, s, AscendC::RoundMode::CAST_ROUND, curQ * pitch);")
                 probs = "p"
             _sync(buf, "V_MTE3", "the probabilities leave the UB for the cube")
-            buf.line(f"pv.SetOrgShape(BASE_Q, {s.v.row_stride}, pitch, SEQ_KV);")
+            buf.line(f"pv.SetOrgShape(BASE_Q, {self._int('v.row_stride')}, pitch, SEQ_KV);")
             buf.line("pv.SetTail(curQ, HEAD_DIM, curKv);")
             buf.line(f"pv.SetTensorA({probs});")
             buf.line(f"pv.SetTensorB({self._n(s.v)}Gm[vBase + static_cast<uint64_t>(kvOff) * "
-                     f"{s.v.row_stride}]);")
+                     f"{self._int('v.row_stride')}]);")
             buf.line("pv.Iterate();")
             buf.line("pv.template GetTensorC<true, true>(o, 0, true, curQ, HEAD_DIM);")
             buf.line("pv.End();")
@@ -586,10 +636,11 @@ class AttentionKernelPrinter(CubeKernelPrinter):
         returns (one row per query, the rows expression)."""
         full = op.row_stride != 0
         rows = "curQ" if full else "1"
-        at = f"{role}Base + kvOff" + (f" + static_cast<uint64_t>(qOff) * {op.row_stride}"
+        stride = self._int(f"{role}.row_stride")
+        at = f"{role}Base + kvOff" + (f" + static_cast<uint64_t>(qOff) * {stride}"
                                       if full else "")
         buf.line(f"CopyTileIn({role}T, {self._n(op)}Gm[{at}], {rows}, curKv, {role}Pitch, "
-                 f"{op.row_stride if full else 'curKv'});")
+                 f"{stride if full else 'curKv'});")
         _sync(buf, "MTE2_V", f"{what} is in the UB")
         return full, rows
 
@@ -602,6 +653,10 @@ class AttentionKernelPrinter(CubeKernelPrinter):
 
     def emit_members(self, buf):
         buf.line("TilingData tiling;")
+        if self.rt is not None:  # a symbolic sequence: this call's sizes (Init)
+            for const in RUNTIME_CONSTS:
+                if const != "ROUND_KV" or self.plan.flash:
+                    buf.line(f"uint32_t {const} = 0;")
         for p in self.params:
             buf.line(f"AscendC::GlobalTensor<{cpp_type(p.dtype)}> {self.names[p.name]}Gm;")
         if self.shape.fill_param is not None:
@@ -634,3 +689,79 @@ class AttentionKernelPrinter(CubeKernelPrinter):
                                    {f"{name}.{field}": values[field] for field in CUBE_FIELDS})
         emit_field_assignments(buf, self.symbol, var, "uint32_t",
                                {"itemsPerCore": t.block_len, "totalItems": t.total})
+
+    # ---- a symbolic sequence: the host tiling function ------------------------------------
+    def tiling_values(self) -> dict:
+        """The TilingData fields a call's tiling sets from its size (the host tiling
+        function's JSON form reports these)."""
+        cube = ("M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN", "singleCoreK", "baseM",
+                "baseN", "baseK", "usedCoreNum")
+        fields = [f"{name}.{f}" for name in ("qk", "pv") for f in cube]
+        fields += ["itemsPerCore", "totalItems", "dimSize", *RUNTIME_CONSTS.values()]
+        fields += [term_field(p) for p in self.terms if p not in ("seq_q", "seq_kv")]
+        return dict.fromkeys(fields)
+
+    def emit_tiling_body(self, buf, dims: dict) -> None:
+        """``attention_tiling_at`` in C++: the call's sizes and strides (each term
+        ``c2 s^2 + c1 s + c0`` of the size), its blocks (the bound's, or the lengths rounded
+        up to 16 where less), query blocks, items over at most the bound's clients (the
+        static plan's arithmetic, ``plan_attention``), a flash round's keys, and the two
+        Matmul objects' TCubeTiling as ``emit_tiling_init`` fills a static one's."""
+        from ...soc import get_soc
+        from ...schedules.tiling import ASYNC_EVENT_FETCHES
+
+        s, p, rt = self.shape, self.plan, self.rt
+        self.emit_tiling_init(buf, "bound")
+        buf.line("out.tiling = bound;")
+        buf.line(f"uint64_t size = static_cast<uint64_t>({dims[rt.dim]});")
+        buf.line("out.tiling.dimSize = size;")
+        values = {}
+        for path, (c2, c1, c0) in rt.terms:
+            field = term_field(path)
+            buf.line(f"uint64_t {field} = {c2}ULL * size * size + {c1}ULL * size + {c0}ULL;")
+            values[path] = field
+            if path not in ("seq_q", "seq_kv"):
+                buf.line(f"out.tiling.{field} = {field};")
+
+        def at(path):
+            return values.get(path, str(shape_value(s, path)))
+
+        for path, name in (("seq_q", "seqQ"), ("seq_kv", "seqKv")):
+            if path not in values:  # a static length (the keys of a cross attention)
+                buf.line(f"uint64_t {name} = {at(path)};")
+        buf.line("uint64_t baseQ = (seqQ + 15) / 16 * 16;  // the length rounded up to 16")
+        buf.line(f"if (baseQ > {rt.base_q}) baseQ = {rt.base_q};  // the bound's block")
+        buf.line("uint64_t baseKv = (seqKv + 15) / 16 * 16;")
+        buf.line(f"if (baseKv > {rt.base_kv}) baseKv = {rt.base_kv};")
+        buf.line("uint64_t blocksQ = (seqQ + baseQ - 1) / baseQ;")
+        buf.line(f"uint64_t total = static_cast<uint64_t>({s.batch}) * blocksQ;")
+        most = self.tiling.work.aiv_ratio * get_soc(rt.soc).ai_cores
+        cap = min(rt.cores or most, most)
+        buf.line(f"uint64_t cores = total < {cap} ? total : {cap};")
+        buf.line("if (cores < 1) cores = 1;")
+        buf.line("uint64_t perCore = (total + cores - 1) / cores;")
+        buf.line("cores = (total + perCore - 1) / perCore;  // the clients that get items")
+        if p.flash:
+            buf.line("uint64_t kvBlocks = (seqKv + baseKv - 1) / baseKv;")
+            buf.line(f"uint64_t roundKv = (kvBlocks < {ASYNC_EVENT_FETCHES - 1} ? kvBlocks : "
+                     f"{ASYNC_EVENT_FETCHES - 1}) * baseKv;")
+        else:
+            buf.line("uint64_t roundKv = 0;")
+        for name, value in (("seqQ", "seqQ"), ("seqKv", "seqKv"), ("baseQ", "baseQ"),
+                            ("baseKv", "baseKv"), ("blocksQ", "blocksQ"),
+                            ("roundKv", "roundKv"), ("itemsPerCore", "perCore"),
+                            ("totalItems", "total")):
+            buf.line(f"out.tiling.{name} = static_cast<uint32_t>({value});")
+        k_row = at("k.row_stride")
+        org_n, org_kb = ("seqKv", k_row) if s.k_transposed else (at("k.col_stride"), "1")
+        qk = {"M": "seqQ", "N": org_n, "Ka": at("q.row_stride"), "Kb": org_kb,
+              "singleCoreM": "baseQ", "singleCoreN": "roundKv" if p.flash else "baseKv",
+              "baseM": "baseQ", "baseN": "baseKv", "usedCoreNum": "cores"}
+        pv = {"M": "baseQ", "N": at("v.row_stride"), "Ka": "baseKv", "Kb": "seqKv",
+              "singleCoreM": "baseQ", "singleCoreK": "baseKv", "baseM": "baseQ",
+              "baseK": "baseKv", "usedCoreNum": "cores"}
+        for name, fields in (("qk", qk), ("pv", pv)):
+            for field, value in fields.items():
+                buf.line(f"out.tiling.{name}.{field} = static_cast<int32_t>({value});")
+        ratio = self.tiling.work.aiv_ratio
+        buf.line(f"out.blockDim = static_cast<int64_t>((cores + {ratio} - 1) / {ratio});")

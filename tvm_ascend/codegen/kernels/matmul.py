@@ -40,7 +40,7 @@ True
 from __future__ import annotations
 
 from ...errors import CodegenError
-from ...schedules.matmul import MatmulPlan, epilogue_program
+from ...schedules.matmul import MatmulPlan, epilogue_program, symbolic_bases
 from ...schedules.symbolic import specialize
 from ...schedules.analysis.row_program import RowAccessKind
 from ...schedules.analysis.tile_values import buffer_size, expr_key
@@ -84,6 +84,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                                f"{self.plan_type.__name__}; schedule the group again")
         self.plan = tiling.plan
         spec = self.shape_spec()
+        symbolic = func
         # over a symbolic M: the epilogue at the range's upper bound, which the template
         # checked is the same program at every M (every M-derived size: the tiling struct)
         func = specialize(func, spec.high()) if spec is not None else func
@@ -95,6 +96,10 @@ class MatmulKernelPrinter(CubeKernelPrinter):
         self.ctype = cpp_type(self.shape.dtype)
         self.a_name, self.b_name = self.names[self.shape.a_name], self.names[self.shape.b_name]
         self.out_name = self.names[self.params[-1].name]
+        runtime = getattr(self.plan, "runtime", None)
+        # over a symbolic N: the epilogue's row offsets (a mask's) as expressions of the size
+        self.lifted = symbolic_bases(symbolic) if runtime is not None and \
+            "n" in runtime.axes and self.program is not None else {}
 
     @property
     def kernel_mode(self) -> str:
@@ -131,12 +136,14 @@ class MatmulKernelPrinter(CubeKernelPrinter):
 
     def _gm_elems(self, index: int) -> str:
         """Elements of GM parameter ``index`` as ``SetGlobalBuffer`` is told: the static size,
-        or over a symbolic M its C++ count with M read from the tiling struct."""
+        or over a symbolic M (N, K) its C++ count with the dimension read from the tiling
+        struct (the field of the first product axis it is)."""
         spec = self.shape_spec()
         if spec is None:
             return str(buffer_size(self.params[index]))
-        dim = self.plan.runtime.dim
-        terms = ["static_cast<uint64_t>(tiling.cube.M)" if entry == dim else entry
+        rt = self.plan.runtime
+        field = {"m": "M", "n": "N", "k": "Ka"}[rt.axes[0]]
+        terms = [f"static_cast<uint64_t>(tiling.cube.{field})" if entry == rt.dim else entry
                  for entry in spec.shapes[index]]
         return " * ".join(terms) or "1"
 
@@ -370,8 +377,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             buf.line(f"{n}Tile = {n}Que.DeQue<{t}>();")
         for name in self._inputs(RowAccessKind.ROW_SLICE):  # a broadcast mask: a slice per row
             n = self.names[name]
-            base = ScalarPrinter({self.program.row_var.name: "row"}).print(
-                self.program.bases[name])
+            base = self.row_offset(name)
             buf.line(f"AscendC::LocalTensor<{t}> {n}Tile = {n}Que.AllocTensor<{t}>();")
             with buf.indent("for (uint32_t r = 0; r < curM; ++r) {"):
                 buf.line("uint64_t row = rowOff + r;")
@@ -388,6 +394,15 @@ class MatmulKernelPrinter(CubeKernelPrinter):
             self.emit_epilogue_chunks(buf)
         for name in self._whole_tile_inputs():
             buf.line(f"{self.names[name]}Que.FreeTensor({self.names[name]}Tile);")
+
+    def row_offset(self, name: str) -> str:
+        """C++ offset of row ``row``'s data in epilogue input ``name``: the template's, or
+        over a symbolic N its expression of the size, read from the tiling struct."""
+        row = {self.program.row_var.name: "row"}
+        if name in self.lifted:
+            size = "static_cast<int64_t>(tiling.cube.N)"
+            return ScalarPrinter({**row, self.plan.runtime.dim: size}).print(self.lifted[name])
+        return ScalarPrinter(row).print(self.program.bases[name])
 
     def emit_chunk_in(self, buf, rows: str):
         """Copy in ``rows`` rows from row ``r`` of each chunked row input (``stream_rows``):
@@ -453,7 +468,7 @@ class MatmulKernelPrinter(CubeKernelPrinter):
                 text = f"{n}Rep" if self.rows > 1 else f"{n}Col[colOff]"
                 tiles[key] = Operand(text, True, self.shape.dtype)
             elif kind is RowAccessKind.ROW_SCALAR:
-                base = ScalarPrinter(row_var).print(program.bases[buffer.name])
+                base = self.row_offset(buffer.name)
                 scalars[key] = f"{n}Gm.GetValue({base})"
             elif kind is RowAccessKind.SCALAR:
                 scalars[key] = f"{n}Val"
@@ -512,36 +527,70 @@ class MatmulKernelPrinter(CubeKernelPrinter):
 
 
 
-    # ---- a symbolic M: the host tiling function ---------------------------------------------
+    # ---- a symbolic M (N, K): the host tiling function ------------------------------------
     def tiling_values(self) -> dict:
-        """The TilingData fields a call's tiling sets from its M (the host tiling function's
-        JSON form reports these; K, N and the base tiles are the bound plan's)."""
-        return dict.fromkeys(("cube.M", "cube.usedCoreNum", "cube.baseM", "cube.singleCoreM",
-                              "batch", "tilesM", "tilesN", "tilesPerCore", "totalTiles"))
+        """The TilingData fields a call's tiling sets from its sizes (the host tiling
+        function's JSON form reports these; a static axis keeps the bound plan's)."""
+        axes = self.plan.runtime.axes
+        fields = ["cube.M", "cube.usedCoreNum", "cube.baseM", "cube.singleCoreM"]
+        if "n" in axes or "k" in axes:
+            fields += ["cube.N", "cube.baseN", "cube.singleCoreN"]
+        if "k" in axes:
+            fields += ["cube.Ka", "cube.Kb", "cube.singleCoreK", "cube.baseK", "cube.stepM",
+                       "cube.stepN", "cube.stepKa", "cube.stepKb"]
+        return dict.fromkeys(fields + ["batch", "tilesM", "tilesN", "tilesPerCore",
+                                       "totalTiles"])
 
     def emit_tiling_body(self, buf, dims: dict) -> None:
-        """``matmul_tiling_at`` in C++: the bound plan's TilingData with the call's M, its
-        baseM (the bound's, or M rounded up to 16 where less: ``matmul_call_base_m``) as
-        ``singleCoreM``, its tiles (the last one the M tail) of every batch and column over at
-        most ``max_cores`` clients in contiguous ranges, blockDim their AIC groups. Every
-        buffer the kernel sizes from baseM (UB tiles, workspace slots) then shrinks with it."""
+        """``matmul_tiling_at`` in C++: the bound plan's TilingData with the call's M, N, K
+        (those the dimension is), its baseM and baseN (the bound's, or the size rounded up to
+        16 where less: ``matmul_call_bases``) and K step (the bound's, or K rounded up to the
+        32-byte block), singleM one base block (singleN too where N or K is symbolic), the
+        MDL steps of its K steps (``mdl_steps``), its tiles (the last ones the tails) of
+        every batch over at most ``max_cores`` clients in contiguous ranges, blockDim their
+        AIC groups. Every buffer the kernel sizes from the base tiles (UB tiles, workspace
+        slots) then shrinks with them."""
         p, rt = self.plan, self.plan.runtime
+        s = p.shape
         self.emit_tiling_init(buf, "bound")
         buf.line("out.tiling = bound;")
-        buf.line(f"uint64_t m = static_cast<uint64_t>({dims[rt.dim]});")
+        buf.line(f"uint64_t size = static_cast<uint64_t>({dims[rt.dim]});")
+        for axis in ("m", "n", "k"):
+            value = "size" if axis in rt.axes else str(getattr(s, axis))
+            buf.line(f"uint64_t {axis} = {value};")
+        c0 = 32 // (2 if s.dtype == "float16" else 4)
         buf.line("uint64_t mTile = (m + 15) / 16 * 16;  // M rounded up to the fractal")
         buf.line(f"if (mTile > {p.base_m}) mTile = {p.base_m};  // the bound's baseM")
+        buf.line("uint64_t nTile = (n + 15) / 16 * 16;  // N rounded up to the fractal")
+        buf.line(f"if (nTile > {p.base_n}) nTile = {p.base_n};  // the bound's baseN")
+        buf.line(f"uint64_t kTile = (k + {c0 - 1}) / {c0} * {c0};  // K in 32-byte blocks")
+        buf.line(f"if (kTile > {p.base_k}) kTile = {p.base_k};  // the bound's K step")
+        single_n = "nTile" if rt.single_n_at_run_time else str(p.single_n)
+        buf.line(f"uint64_t singleN = {single_n};")
         buf.line("uint64_t tilesM = (m + mTile - 1) / mTile;")
-        buf.line(f"uint64_t total = static_cast<uint64_t>({p.shape.batch}) * tilesM * "
-                 f"{-(-p.shape.n // p.single_n)};")
+        buf.line("uint64_t tilesN = (n + singleN - 1) / singleN;")
+        buf.line(f"uint64_t total = static_cast<uint64_t>({s.batch}) * tilesM * tilesN;")
         buf.line(f"uint64_t cores = total < {rt.max_cores} ? total : {rt.max_cores};")
         buf.line("uint64_t perCore = (total + cores - 1) / cores;")
         buf.line("cores = (total + perCore - 1) / perCore;  // the clients that get tiles")
-        buf.line("out.tiling.cube.M = static_cast<int32_t>(m);")
-        buf.line("out.tiling.cube.baseM = static_cast<int32_t>(mTile);")
-        buf.line("out.tiling.cube.singleCoreM = static_cast<int32_t>(mTile);")
-        buf.line("out.tiling.cube.usedCoreNum = static_cast<int32_t>(cores);")
+        fields = {"M": "m", "baseM": "mTile", "singleCoreM": "mTile", "usedCoreNum": "cores",
+                  "N": "n", "baseN": "nTile", "singleCoreN": "singleN", "Ka": "k", "Kb": "k",
+                  "singleCoreK": "k", "baseK": "kTile"}
+        for field, value in fields.items():
+            buf.line(f"out.tiling.cube.{field} = static_cast<int32_t>({value});")
+        # CFG_MDL's steps of a call's K steps (mdl_steps): a kept operand's whole K panel
+        buf.line("uint64_t kSteps = (k + kTile - 1) / kTile;")
+        for depth, step_k, step_other in ((p.depth_a1, "stepKa", "stepM"),
+                                          (p.depth_b1, "stepKb", "stepN")):
+            with buf.indent(f"if ({depth} >= kSteps) {{", None):
+                buf.line(f"out.tiling.cube.{step_k} = static_cast<int32_t>(kSteps);")
+                buf.line(f"out.tiling.cube.{step_other} = static_cast<int32_t>({depth} / kSteps "
+                         f"> 1 ? {depth} / kSteps : 1);")
+            with buf.indent("} else {", "}"):
+                buf.line(f"out.tiling.cube.{step_k} = 1;")
+                buf.line(f"out.tiling.cube.{step_other} = 1;")
         buf.line("out.tiling.tilesM = static_cast<uint32_t>(tilesM);")
+        buf.line("out.tiling.tilesN = static_cast<uint32_t>(tilesN);")
         buf.line("out.tiling.tilesPerCore = static_cast<uint32_t>(perCore);")
         buf.line("out.tiling.totalTiles = static_cast<uint32_t>(total);")
         ratio = self.tiling.work.aiv_ratio

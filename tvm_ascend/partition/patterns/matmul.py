@@ -26,7 +26,7 @@ def check_matmul_call(call) -> Decision | None:
         why = _symbolic_m_refusal(a, b, out)
         if why:
             return Decision.no(f"matmul with a dynamic shape runs on the host: {why}")
-        tiled = " (symbolic M: tiled at run time)"
+        tiled = f" (symbolic {_symbolic_axes(a, out)}: tiled at run time)"
     if {a.dtype, b.dtype, out.dtype} != {out.dtype} or out.dtype not in SUPPORTED_DTYPES:
         return Decision.no(f"matmul of {a.dtype} x {b.dtype} -> {out.dtype}: the cube kernel "
                            "takes float16 or float32 throughout; it runs on the host")
@@ -47,21 +47,25 @@ def _size(dim):
 
 def _symbolic_m_refusal(a, b, out) -> str:
     """Why a matmul with symbolic sizes cannot be tiled at run time, or "" where it can: the
-    matmul template tiles a symbolic M (the rows of A and of the output, whole dimensions)
-    with a static B, K and N (x[.., s, K] @ W[K, N]: an FFN's or a projection's); the
-    template checks the rest (one dimension, its range) and refuses with the reason."""
+    matmul template tiles a symbolic M, N or K (whole dimensions: x[.., s, K] @ W[K, N] of an
+    FFN, attention's Q @ K^T with N = s and P @ V with K = s) over static batch dimensions;
+    the template checks the rest (one dimension, its range, an epilogue it can tile) and
+    refuses with the reason."""
     if not all(whole_dims_shape(t) for t in (a, b, out)):
         return "a shape entry is an expression of symbolic dimensions"
-    if not static_shape(b):
-        return "operand B has a symbolic dimension (run-time tiling takes static weights)"
-    a_dims, out_dims = list(a.shape.values), list(out.shape.values)
-    if len(a_dims) < 2 or len(out_dims) < 2:
+    a_dims, b_dims, out_dims = list(a.shape.values), list(b.shape.values), list(out.shape.values)
+    if len(a_dims) < 2 or len(b_dims) < 2 or len(out_dims) < 2:
         return "a matmul of a vector"
-    if not all(isinstance(d, tirx.IntImm) for d in a_dims[-1:] + out_dims[-1:]):
-        return "K or N is symbolic (run-time tiling takes a symbolic M only)"
-    if not all(isinstance(d, tirx.IntImm) for d in a_dims[:-2] + out_dims[:-2]):
-        return "a batch dimension is symbolic (run-time tiling takes a symbolic M only)"
+    if not all(isinstance(d, tirx.IntImm) for d in a_dims[:-2] + b_dims[:-2] + out_dims[:-2]):
+        return "a batch dimension is symbolic (run-time tiling takes a symbolic M, N or K)"
     return ""
+
+
+def _symbolic_axes(a, out) -> str:
+    """Which of M, N, K are symbolic, as the decision names them ("M", "M and N")."""
+    m, k, n = a.shape.values[-2], a.shape.values[-1], out.shape.values[-1]
+    return " and ".join(name for name, d in (("M", m), ("N", n), ("K", k))
+                        if not isinstance(d, tirx.IntImm)) or "M"
 
 
 def _registry_check(context) -> bool:
