@@ -61,20 +61,24 @@ def _embedding_model(shift: int = 0) -> onnx.ModelProto:
     return model
 
 
-def _slice_model() -> onnx.ModelProto:
-    """BERT's spelling: positions = position_ids[:, :s] of a constant (1, 16) buffer."""
+def _slice_model(start: int = 0) -> onnx.ModelProto:
+    """BERT's spelling: positions = position_ids[:, start:s] of a constant (1, 16) buffer
+    (start 0: added to x; otherwise the s - start embedded positions are the output)."""
     nodes = [helper.make_node("Shape", ["x"], ["s1"], start=1, end=2),
-             helper.make_node("Slice", ["position_ids", "zero1", "s1", "one1"], ["pos"],
+             helper.make_node("Slice", ["position_ids", "start1", "s1", "one1"], ["pos"],
                               name="slice_positions"),
-             helper.make_node("Gather", ["wpe", "pos"], ["posv"], name="embed_positions"),
-             helper.make_node("Add", ["x", "posv"], ["y"])]
-    inits = [_int("position_ids", np.arange(POSITIONS)[None]), _int("zero1", [0]),
+             helper.make_node("Gather", ["wpe", "pos"], ["posv" if start == 0 else "y"],
+                              name="embed_positions")]
+    if start == 0:
+        nodes.append(helper.make_node("Add", ["x", "posv"], ["y"]))
+    inits = [_int("position_ids", np.arange(POSITIONS)[None]), _int("start1", [start]),
              _int("one1", [1]),
              numpy_helper.from_array(np.ones((64, 8), np.float32), "wpe")]
+    out = [1, "s", 8] if start == 0 else [1, "t", 8]
     graph = helper.make_graph(nodes, "positions",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "s", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                             [1, "s", 8])], inits)
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+                              inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     onnx.checker.check_model(model)
@@ -122,8 +126,8 @@ def test_a_float_buffer_sliced_on_two_axes_past_its_end_is_refused():
                               inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
-    with pytest.raises(ModelLoadError, match=r"Slice 'causal' takes s entries of the constant "
-                                             r"'bias' \(16 along axis 1\)"):
+    with pytest.raises(ModelLoadError, match=r"Slice 'causal' takes entries 0..s-1 of the "
+                                             r"constant 'bias' \(16 along axis 1\)"):
         load_model(model, {"x": (1, (1, 20), (1, 20))})
 
 
@@ -134,6 +138,15 @@ def test_a_slice_of_a_constant_past_its_end_names_the_slice_and_the_constant():
     assert "Slice 'slice_positions'" in text and "'position_ids' (16 along axis 1)" in text
     assert "1~24" in text and '"x:1,1~16,8"' in text
     load_model(_slice_model(), {"x": (1, (1, 16), 8)})
+
+
+def test_a_slice_from_a_later_start_ends_at_s_not_past_it():
+    """ONNX's Slice end is absolute: position_ids[:, 1:s] reads entries 1..s-1, so s up to
+    the 16 entries fits; the check took it as s entries from 1 and refused s = 16."""
+    load_model(_slice_model(start=1), {"x": (1, (2, POSITIONS), 8)})
+    with pytest.raises(ModelLoadError, match=r"takes entries 1..s-1 of the constant "
+                                             r"'position_ids' \(16 along axis 1\)"):
+        load_model(_slice_model(start=1), {"x": (1, (2, POSITIONS + 1), 8)})
 
 
 # ---- the corpus's dynamic exports and the run-time check, in a subprocess --------------------

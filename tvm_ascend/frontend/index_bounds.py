@@ -140,6 +140,9 @@ def _slice(node, name: str, values: dict, consts: dict, tables: dict, dims: dict
     starts, ends, axes, steps = (_operand(values, node, k) for k in (1, 2, 3, 4))
     if not shape or starts is None or ends is None:
         return None
+    given = [k < len(node.input) and node.input[k] != "" for k in (3, 4)]
+    if (given[0] and axes is None) or (given[1] and steps is None):
+        return None  # axes or steps computed at run time: which axis is sliced is unknown
     axes = list(axes.flat) if axes is not None else list(range(len(ends.flat)))
     steps = list(steps.flat) if steps is not None else [1] * len(axes)
     sliced = []  # (axis, start, dim) of each axis sliced up to a ranged dimension
@@ -149,22 +152,27 @@ def _slice(node, name: str, values: dict, consts: dict, tables: dict, dims: dict
             continue
         dim, axis, start = dims[end], int(axis) % len(shape), int(start)
         extent = shape[axis]
-        if start + dim.high > extent:
-            fits = extent - start
+        # ONNX's end is absolute: entries start..s-1, past the constant's end once s > extent
+        # (Slice clamps there, so the result is shorter than the model expects)
+        if dim.high > extent:
             raise ModelLoadError(
-                f"Slice {name!r} takes {dim.name} entries of the constant {node.input[0]!r} "
-                f"({extent} along axis {axis}) from {start}: {_given(dim)}, and a "
-                f"{dim.name} above {fits} runs past the constant's end (the slice would give "
-                f"fewer than {dim.name} entries). {_fix(dim, fits, input_shapes)}")
+                f"Slice {name!r} takes entries {start}..{dim.name}-1 of the constant "
+                f"{node.input[0]!r} ({extent} along axis {axis}): {_given(dim)}, and a "
+                f"{dim.name} above {extent} runs past the constant's end (the slice would "
+                f"give fewer entries than the model expects). "
+                f"{_fix(dim, extent, input_shapes)}")
         sliced.append((axis, start, dim))
     data = consts.get(node.input[0])
     if data is None or len(sliced) != 1:
         return None  # values unknown here (a float buffer), or a plane: no index bound kept
     (axis, start, dim), = sliced
-    rows = np.moveaxis(data, axis, 0)[start:start + dim.high]
+    rows = np.moveaxis(data, axis, 0)[start:dim.high]
+    if len(rows) == 0:
+        return None  # empty at every s in range up to its bound: nothing indexes with it
     line = rows.reshape(len(rows), -1).max(axis=1)
-    steady = len(line) > 0 and bool(np.all(np.diff(line) == 1))
-    return _Bound(int(line.max()), dim, f"entries {start}..{start + dim.high - 1} of the "
+    steady = bool(np.all(np.diff(line) == 1))
+    # steady: the entry at s - 1 is s + (its value at the bound - the bound)
+    return _Bound(int(line.max()), dim, f"entries {start}..{dim.high - 1} of the "
                   f"constant {node.input[0]!r} sliced at node {name!r}",
                   int(line[-1]) - dim.high if steady else None)
 
