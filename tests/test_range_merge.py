@@ -1,17 +1,20 @@
 """Merges of kernels tiled at run time are compared at each point of the range the
 partitioner estimates them at (its ends and midpoint), not by the means alone: a fused kernel
 that wins at the low end and loses at the high end (a size a call may reach) is refused, with
-the point named (site_cost.slower_point, used by merge.py)."""
+the point named (site_cost.slower_point), by the region search, which runs first and summed
+the means, as by merge.py's pairwise and look-ahead passes and export.py."""
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import tvm_ascend
 from conftest import assert_close, run_onnxruntime
+from tvm_ascend.partition.region_search import RegionCandidates
 from tvm_ascend.partition.site_cost import slower_point
 
 
@@ -22,6 +25,24 @@ def _site(name, op="relax.add"):
 
 def _cost(plans: dict):
     return SimpleNamespace(plan=lambda prim: plans[prim])
+
+
+def _region_merge(fused):
+    """RegionCandidates.evaluate of the merge of two kernels tiled at run time, each
+    4 / 6 / 8 us at s = 1 / 50 / 100, into ``fused``."""
+    a, b = _site("a"), _site("b")
+    cost = _cost({"a": _plan((1, 4.0), (50, 6.0), (100, 8.0)),
+                  "b": _plan((1, 4.0), (50, 6.0), (100, 8.0))})
+    candidate = lambda producer, consumer: ("ab", [], fused, ["ElementwiseFusion"])  # noqa: E731
+    search = RegionCandidates([a, b], cost, candidate, fuse=None)
+    return search, search.evaluate(frozenset({0, 1}), frozenset({0}), frozenset({1}))
+
+
+def test_the_region_search_drops_a_merge_slower_at_the_bound_though_faster_on_average():
+    search, fused_us = _region_merge(_plan((1, 5.0), (50, 11.0), (100, 18.0)))
+    assert fused_us is None and frozenset({0, 1}) not in search.found  # 11.33 us mean < 12
+    search, fused_us = _region_merge(_plan((1, 5.0), (50, 11.0), (100, 15.0)))
+    assert fused_us == pytest.approx(31.0 / 3) and frozenset({0, 1}) in search.found
 
 
 def _plan(*points, static_us=None):

@@ -22,7 +22,7 @@ from ..decision import Decision
 from .merge import (_ANCHOR_OPS, Site, _absorb, _candidate, _is_vector_only, _launch_note,
                     _outside_readers, _reads, _split_time)
 from .rules import anchor_rule
-from .site_cost import alone_launches
+from .site_cost import alone_launches, slower_point
 
 # the readers a template takes after a matmul with a second output: row kernels (matmul_rows)
 _ROW_RULES = ("LayerNormFusion", "SoftmaxFusion", "ReductionFusion")
@@ -107,6 +107,12 @@ def _try_export(producer: Site, readers: list[Site], host_readers: list, order, 
                 f"{plan.time_us:.2f} us vs {split:.2f} us as two kernels ({plan.source}, "
                 "estimate)" + _launch_note(plan.time_us, split, alone_launches(cost, producer),
                                            cost.soc))))
+            continue
+        worse = slower_point(plan, cost, producer, reader) if policy.cost_checked else ""
+        if worse:
+            notes.append((reader, Decision.no(
+                f"the cost model says the kernel that also writes it, tiled at run time, is "
+                f"slower somewhere in its range: {worse} ({plan.source}, estimate)")))
             continue
         if best is None or split - plan.time_us > best[1] - best[0][2].time_us:
             best = (found, split, reader)

@@ -31,7 +31,8 @@ from ..decision import Decision
 from .dim_bounds import carry_bounds
 from .region_search import find_regions, search_region
 from .rules import anchor_rule, group_rules
-from .site_cost import alone_launches, alone_us, free_views, merged_us, slower_point
+from .site_cost import (alone_launches, alone_us, free_views, merged_us, slower_point,
+                        view_copy_reason)
 
 logger = logging.getLogger("tvm_ascend.partition")
 
@@ -415,7 +416,7 @@ def _try_merge(producer: Site, consumer: Site, policy, cost, matches, region=Non
         return False
     # a merge of views only stays on the host (``merged_us``): no kernel's range to compare
     worse = slower_point(plan, cost, producer, consumer) \
-        if policy.cost_checked and fused == plan.time_us else ""
+        if policy.cost_checked and view_copy_reason(merged) is None else ""
     if worse:
         consumer.refused[producer.var] = Decision.no(
             f"the cost model says the fused kernel, tiled at run time, is slower somewhere in "

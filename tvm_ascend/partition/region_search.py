@@ -21,7 +21,7 @@ from tvm import relax
 
 from .. import ir_attrs
 from .search import RegionSpace, beam_search
-from .site_cost import UNTILED_US, alone_cost, merged_us
+from .site_cost import UNTILED_US, alone_cost, merged_us, slower_point, view_copy_reason
 
 logger = logging.getLogger("tvm_ascend.partition")
 
@@ -120,9 +120,15 @@ class RegionCandidates:
         merged.members = producer.members + consumer.members
         merged.prim, merged.args = prim, args
         merged.name = f"{consumer.name}__{producer.name}"[:60]
+        fused = merged_us(merged, plan, self.cost)
+        alone = [self.sites[part] for part in parts]
+        if view_copy_reason(merged) is None and slower_point(plan, self.cost, *alone):
+            # tiled at run time and slower than its parts somewhere in its range: the
+            # region's sum of means would take it; the pairwise pass after says why not
+            return None
         self.sites[key] = merged
         self.found[key] = (plan, rules)
-        return merged_us(merged, plan, self.cost)
+        return fused
 
     def _middle(self, gp, gc):
         producer, consumer = self.sites[gp], self.sites[gc]
