@@ -7,14 +7,13 @@ import tempfile
 
 import tvm
 from tvm import relax
-from tvm.sym.analyzer import Analyzer
 
 from .. import ir_attrs
 from ..cost_model.bands import band_for_template
 from ..cost_model.timing import end_to_end_us, l2_bytes
 from ..errors import FusionConfigError
 from ..soc import get_soc
-from .dim_bounds import main_ranges
+from .dim_bounds import bound_bytes, main_ranges, range_analyzer
 from .rules import RULES
 
 # Ops whose result shares its input's memory in TVM's memory plan (no copy, no new buffer).
@@ -152,41 +151,6 @@ def model_estimate(groups: list, soc_version: str) -> dict:
             "l2_bytes": sum(g["l2_bytes"] for g in launched)}
 
 
-def _tensor_bytes(ty, analyzer=None) -> int:
-    """Bytes of a tensor of type ``ty``; a symbolic dimension counts at the largest value its
-    range allows (``analyzer`` holds the ranges), one without a range makes the size unknown
-    (0)."""
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return 0
-    try:
-        size = tvm.runtime.DataType(str(ty.dtype)).bits // 8
-        for dim in ty.shape.values:
-            if isinstance(dim, tvm.tirx.IntImm) or analyzer is None:
-                size *= int(dim)
-                continue
-            high = analyzer.const_int_bound(dim).max_value
-            if high >= _UNBOUNDED:
-                return 0
-            size *= int(high)
-    except (TypeError, AttributeError):
-        return 0
-    return size
-
-
-_UNBOUNDED = 1 << 62  # const_int_bound's "no bound" (its kPosInf is 2^63 - 1)
-
-
-def _range_analyzer(func, ranges: dict):
-    """An Analyzer that knows each ranged symbolic dimension of ``func``'s parameters."""
-    analyzer = Analyzer()
-    for param in func.params:
-        for dim in getattr(getattr(param.ty, "shape", None), "values", None) or ():
-            if isinstance(dim, tvm.tirx.Var) and str(dim.name) in ranges:
-                low, high = ranges[str(dim.name)]
-                analyzer.bind(dim, tvm.ir.Range(int(low), int(high) + 1))
-    return analyzer
-
-
 def peak_memory_bytes(mod) -> int:
     """Peak bytes of live activations in ``main`` (inputs, intermediates, outputs; weights
     bound as constants excluded): each binding allocates its result, a view shares its
@@ -195,7 +159,7 @@ def peak_memory_bytes(mod) -> int:
     (``--input_shape "x:2,1~512"``) every tensor counts at the range's upper bound, for
     which the buffers are sized."""
     func = mod["main"]
-    analyzer = _range_analyzer(func, main_ranges(mod))
+    analyzer = range_analyzer([p.ty for p in func.params], main_ranges(mod))
     bindings = [b for block in func.body.blocks for b in block.bindings]
     last_use, owner = {}, {}
     for index, binding in enumerate(bindings):
@@ -203,7 +167,7 @@ def peak_memory_bytes(mod) -> int:
             last_use[var] = index
     for var in relax.analysis.free_vars(func.body.body):
         last_use[var] = len(bindings)
-    live = {p: _tensor_bytes(p.ty, analyzer) for p in func.params}
+    live = {p: bound_bytes(p.ty, analyzer) for p in func.params}
     peak = sum(live.values())
     for index, binding in enumerate(bindings):
         value = binding.value
@@ -211,7 +175,7 @@ def peak_memory_bytes(mod) -> int:
         if op in _VIEW_OPS and isinstance(value.args[0], relax.Var):
             owner[binding.var] = owner.get(value.args[0], value.args[0])
         else:
-            live[binding.var] = _tensor_bytes(binding.var.ty, analyzer)
+            live[binding.var] = bound_bytes(binding.var.ty, analyzer)
         peak = max(peak, sum(live.values()))
         for var in relax.analysis.free_vars(value):
             base = owner.get(var, var)

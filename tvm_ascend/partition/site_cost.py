@@ -23,6 +23,7 @@ import tvm_ffi
 from tvm import relax
 
 from .cost import host_estimate, tir_flops
+from .dim_bounds import bound_bytes, prim_ranges, range_analyzer
 from .patterns import is_view_only
 
 UNTILED_US = 1e6  # a unit no template tiles alone: any merge that tiles it is worth taking
@@ -153,24 +154,13 @@ def free_views(cost, *sites) -> str:
 
 
 def io_bytes(site) -> int:
-    """Bytes a site reads and writes if each tensor crosses GM once (host groups' traffic)."""
-    total = 0
-    for ty in [arg.ty for arg in site.args] + [site.var.ty]:
-        if isinstance(ty, relax.TensorType) and ty.shape is not None:
-            try:
-                total += tensor_bytes(str(ty.dtype), [int(d) for d in ty.shape.values])
-            except (TypeError, AttributeError):
-                pass
-    return total
-
-
-def tensor_bytes(dtype: str, shape) -> int:
-    """Bytes of a tensor of ``dtype`` and ``shape`` (a list of ints)."""
-    size = tvm.runtime.DataType(dtype).bits // 8 if dtype else 0
-    for dim in shape:
-        size *= dim
-    return size
+    """Bytes a site reads and writes if each tensor crosses GM once (host groups' traffic); a
+    tensor over a ranged symbolic dimension counts at the range's upper bound, as the
+    report's peak memory does (``dim_bounds.bound_bytes``)."""
+    types = [arg.ty for arg in site.args] + [site.var.ty]
+    analyzer = range_analyzer(types, prim_ranges(site.prim))
+    return sum(bound_bytes(ty, analyzer) for ty in types)
 
 
 __all__ = ["AloneCost", "FREE_VIEW", "UNTILED_US", "alone_cost", "alone_launches", "alone_us",
-           "free_views", "io_bytes", "merged_us", "tensor_bytes", "view_copy_reason"]
+           "free_views", "io_bytes", "merged_us", "slower_point", "view_copy_reason"]
