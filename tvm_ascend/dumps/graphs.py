@@ -50,7 +50,7 @@ import onnx
 from onnx import helper
 
 from ..errors import AscendError, ToolchainError
-from ..partition.report import write_json_atomic
+from ..partition.report import node_groups, write_json_atomic
 
 logger = logging.getLogger("tvm_ascend.dumps")
 
@@ -137,18 +137,16 @@ def _owners(model: onnx.ModelProto, report: dict) -> dict[str, dict]:
     report's ops), so the node is drawn in the group holding that op. Drawn in the first group
     listing it instead, a LLaMA's attention nodes landed in its rotary kernel, its mask Add
     in the mask's kernel, and the two groups fed each other (a cycle, and no dump)."""
-    known, owner, last = set(_node_names(model)), {}, {}
+    known, listed = set(_node_names(model)), []
     for group in report["groups"]:
         for node in group.get("nodes", []):
             if node not in known:
                 raise AscendError(f"fusion report group {group['id']} names ONNX node {node!r}, "
                                   "which the model does not have: report and model differ")
-            owner.setdefault(node, group)
-        for op in group.get("ops", []):
-            for node, part in op.get("parts", {}).items():
-                if node in known and (node not in last or part > last[node][0]):
-                    last[node] = (part, group)
-    owner.update({node: group for node, (_, group) in last.items()})
+            if node not in listed:
+                listed.append(node)
+    # the same rule as ``explain`` (report.node_groups), so a dump and explain agree
+    owner = {node: node_groups(report, node)[0] for node in listed}
     owner.update(_sandwiched(model, owner))
     return owner
 
@@ -156,8 +154,8 @@ def _owners(model: onnx.ModelProto, report: dict) -> dict[str, dict]:
 def _sandwiched(model: onnx.ModelProto, owner: dict) -> dict[str, dict]:
     """Nodes in no group that lie between nodes of one group (only through nodes in no
     group): drawn in it. The importer folds such a node away (TorchScript LLaMA's Cast to
-    float32 of a float32 softmax, between two parts of its attention kernel), so its
-    nothing happens inside that kernel; drawn on its own, it would read the group's node
+    float32 of a float32 softmax, between two parts of its attention kernel), so the node
+    does nothing, and that inside the kernel; drawn on its own, it would read the group's node
     and feed the group (a cycle)."""
     names = _node_names(model)
     producer = {out: name for name, node in zip(names, model.graph.node) for out in node.output}
