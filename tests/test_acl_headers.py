@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tvm_ascend.codegen.cpp_types import dtype_bytes
+from tvm_ascend.codegen.ascendc_printer import kernel_printer
+from tvm_ascend.codegen.code_buffer import CodeBuffer
 from tvm_ascend.codegen.npu_unit import npu_unit_source
 from tvm_ascend.soc import get_soc
 from build_checks import ACL_STUB_DIR, acl_stub_command, acl_stub_unit, real_acl_include
@@ -117,6 +120,14 @@ def test_every_templates_launcher_compiles_against_the_real_acl_headers(acl_incl
         assert all(n < acl_from for n in warned), (kernel.tiling.template, done.stderr)
 
 
+def kernel_params(kernel):
+    """(name, dtype, numel at the bound) of the kernel's arguments, as its launcher reads
+    them: after printing (printers fill what the launcher reads while printing)."""
+    printer = kernel_printer(kernel)
+    printer.print(CodeBuffer())
+    return printer.kernel_params()
+
+
 @pytest.mark.parametrize("soc_name", SOCS)
 def test_run_time_tiled_launchers_compile_against_the_real_acl_headers(acl_include, soc_name):
     """Kernels tiled at run time (a matmul over a symbolic M, a LayerNorm over symbolic rows,
@@ -133,6 +144,13 @@ def test_run_time_tiled_launchers_compile_against_the_real_acl_headers(acl_inclu
         assert f"{kernel.symbol}<<<launch.blockDim, nullptr, stream>>>" in launcher
         assert "const int64_t dims[1] = {300};  // the range's upper bound" in launcher
         assert f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({kernel.symbol}__tiling" in launcher
+        # every argument's device buffer and copies follow the call's element count
+        launch = launcher[:launcher.index("static double TimeUs(")]
+        for index, (name, dtype, _) in enumerate(kernel_params(kernel)):
+            size = f"static_cast<size_t>(numel{index}) * {dtype_bytes(dtype)}"
+            assert f"std::max<size_t>({size}, 32)" in launch, (kernel.symbol, name)
+            assert f"if (numel{index} > 0) {{" in launch, (kernel.symbol, name)
+            assert launch.count(f", {size}, ") >= 1, (kernel.symbol, name)
         rewritten, launches = acl_stub_unit(unit)
         assert launches == 3, kernel.symbol
         done = subprocess.run(command, input=rewritten, capture_output=True, text=True)

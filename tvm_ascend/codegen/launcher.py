@@ -12,8 +12,8 @@ from .code_buffer import CodeBuffer
 from .cpp_types import dtype_bytes
 from .emulator_run import emit_emulator_run
 from .templates import CHECK_ARG
-from .tiling_func import (TILING_SUFFIX, emit_range_checks, emit_runtime_launcher,
-                          emit_tiling_for, numel_expr)
+from .tiling_func import (TILING_SUFFIX, emit_call_sizes, emit_runtime_launcher,
+                          emit_tiling_for)
 
 
 def emit_launcher(buf: CodeBuffer, symbol: str, printer, block_dim: int) -> None:
@@ -172,18 +172,7 @@ class _AclSizes:
         if not self.runtime:
             self.printer.emit_tiling_init(buf, "tilingHost")
             return
-        n = len(self.spec.dims)
-        if from_args:
-            buf.line(f"int64_t dims[{n}];")
-            emit_range_checks(buf, self.symbol, self.spec, from_args=True)
-        else:
-            highs = ", ".join(str(d.high) for d in self.spec.dims)
-            buf.line(f"const int64_t dims[{n}] = {{{highs}}};  // the range's upper bound")
-        names = {d.name: f"dims[{k}]" for k, d in enumerate(self.spec.dims)}
-        for index in range(len(self.params)):
-            buf.line(f"int64_t numel{index} = {numel_expr(self.spec.shapes[index], names)};")
-        buf.line("LaunchTiling launch = TilingFor(dims);")
-        buf.line(f"{self.symbol}_impl::TilingData tilingHost = launch.tiling;")
+        emit_call_sizes(buf, self.symbol, self.printer, from_args)
 
 
 def _acl_buffers(printer, sizes: _AclSizes) -> list[tuple[str, str, bool]]:

@@ -87,6 +87,26 @@ def emit_range_checks(buf: CodeBuffer, symbol: str, spec, from_args: bool) -> No
                      f'{dim.low}~{dim.high} the kernel was compiled for";')
 
 
+def emit_call_sizes(buf: CodeBuffer, symbol: str, printer, from_args: bool) -> None:
+    """One call's sizes, as every launcher of a kernel tiled at run time starts: ``dims``
+    (read off the arguments' shapes and checked against their ranges where ``from_args``,
+    else the ranges' upper bounds: what an ACL-event timer runs at), ``numel<i>`` of every
+    argument, ``launch`` (tiling struct and blockDim from ``TilingFor``) and ``tilingHost``."""
+    spec = printer.shape_spec()
+    n = len(spec.dims)
+    if from_args:
+        buf.line(f"int64_t dims[{n}];")
+        emit_range_checks(buf, symbol, spec, from_args=True)
+    else:
+        highs = ", ".join(str(d.high) for d in spec.dims)
+        buf.line(f"const int64_t dims[{n}] = {{{highs}}};  // the range's upper bound")
+    names = {d.name: f"dims[{k}]" for k, d in enumerate(spec.dims)}
+    for index in range(len(printer.kernel_params())):
+        buf.line(f"int64_t numel{index} = {numel_expr(spec.shapes[index], names)};")
+    buf.line("LaunchTiling launch = TilingFor(dims);")
+    buf.line(f"{symbol}_impl::TilingData tilingHost = launch.tiling;")
+
+
 def emit_runtime_launcher(buf: CodeBuffer, symbol: str, printer) -> None:
     """The emulator launcher of a kernel tiled at run time: as ``launcher.emit_launcher``
     prints for a static one, with every element count, the tiling struct and blockDim taken
@@ -94,25 +114,20 @@ def emit_runtime_launcher(buf: CodeBuffer, symbol: str, printer) -> None:
     spec = printer.shape_spec()
     params = printer.kernel_params()  # (name, dtype, numel at the upper bound), outputs last
     first_out = len(params) - printer.n_outputs
-    dims = {d.name: f"dims[{k}]" for k, d in enumerate(spec.dims)}
     args = ", ".join(f"tvm::ffi::TensorView a{i}" for i in range(len(params)))
     with buf.indent(f"namespace {symbol}_host {{", "}  // namespace"):
         emit_tiling_for(buf, symbol, printer, spec)
         with buf.indent(f"static void Launch({args}) {{"):
-            buf.line(f"int64_t dims[{len(spec.dims)}];")
-            emit_range_checks(buf, symbol, spec, from_args=True)
+            emit_call_sizes(buf, symbol, printer, from_args=True)
             gm_names = []
             for index, (name, dtype, _) in enumerate(params):
                 size = dtype_bytes(dtype)
-                buf.line(f"int64_t numel{index} = {numel_expr(spec.shapes[index], dims)};")
                 buf.line(f'tvm_ascend_rt::CheckArg(a{index}, "{symbol}", "{name}", '
                          f"numel{index}, {size * 8});")
                 buf.line(f"uint8_t* gm{index} = tvm_ascend_rt::ToGm(a{index}, "
                          f"static_cast<size_t>(numel{index}) * {size}, "
                          f"{'false' if index >= first_out else 'true'});")
                 gm_names.append(f"gm{index}")
-            buf.line("LaunchTiling launch = TilingFor(dims);")
-            buf.line(f"{symbol}_impl::TilingData tilingHost = launch.tiling;")
             emit_emulator_run(buf, symbol, printer, gm_names, "launch.blockDim", {
                 i: f"static_cast<size_t>(numel{i}) * {dtype_bytes(params[i][1])}"
                 for i in range(first_out, len(params))})
@@ -120,5 +135,6 @@ def emit_runtime_launcher(buf: CodeBuffer, symbol: str, printer) -> None:
     buf.line(f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({symbol}{TILING_SUFFIX}, {symbol}_host::TilingJson);")
 
 
-__all__ = ["emit_range_checks", "emit_runtime_launcher", "emit_tiling_for", "numel_expr",
+__all__ = ["emit_call_sizes", "emit_range_checks", "emit_runtime_launcher", "emit_tiling_for",
+           "numel_expr",
            "runtime_exports", "TILING_SUFFIX"]
