@@ -263,11 +263,14 @@ def test_op_compiler_cache_mode_and_dir_as_atc_spells_them(tmp_path):
     _runs_like_onnxruntime(tmp_path / "b" / "c" / "c.so")
     # disable, on a cache that holds this very build: no hit (not read), nothing added or
     # rewritten (not written), and the library it builds instead runs
-    entries = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    def entries():  # every file with its stamp, and every folder (an empty new one too)
+        return {p: p.stat().st_mtime_ns if p.is_file() else None for p in cache.rglob("*")}
+
+    before = entries()
     done = _verbose_compile(tmp_path / "e.so", cache, "--op_compiler_cache_mode", "disable")
     assert done.returncode == 0 and "build cache hit" not in done.stderr, done.stderr
     assert library.stat().st_mtime_ns == stamp
-    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == entries
+    assert entries() == before
     _runs_like_onnxruntime(tmp_path / "e.so")
 
 
