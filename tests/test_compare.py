@@ -86,3 +86,33 @@ def test_compare_an_rmsnorm_whose_first_node_reads_x_twice():
     for result in results:
         assert all(rel < TOLERANCES["float32"]["rtol"] for _, rel in result.output_errors.values())
     assert [row[:3] for row in fused.group_errors] == [("G0", "ReductionFusion", "y")]
+
+
+def _ranged_two_inputs():
+    """x, m: (2, seq, 24), both over the ONNX dimension "seq"; y = relu(x + m) * x."""
+    nodes = [helper.make_node("Add", ["x", "m"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Mul", ["r", "x"], ["y"])]
+    spec = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, "seq", 24]) for n in "xm"]
+    graph = helper.make_graph(nodes, "ranged", spec, [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "seq", 24])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_compare_over_a_range_runs_one_build_at_the_ends_and_the_midpoint():
+    """compare refused a ranged --input_shape ("has a dynamic shape; give --input_shape"): it
+    now builds each variant once for the range and runs it at the range's ends and midpoint,
+    one length for both inputs over seq, with the estimate at that length."""
+    config = tvm_ascend.CompileConfig(input_shape={"x": (2, "3~1500", 24),
+                                                   "m": (2, "3~1500", 24)})
+    results, source = compare_model(_ranged_two_inputs(), config, variants=["aggressive"])
+    assert source == "onnxruntime"
+    assert [r.name for r in results] == ["aggressive [seq=3]", "aggressive [seq=751]",
+                                         "aggressive [seq=1500]"]
+    assert all(rel < 1e-5 for r in results for _, rel in r.output_errors.values())
+    assert all(row[4] < 1e-5 for r in results for row in r.group_errors)
+    assert {row[0] for row in results[0].group_errors} == {"G0"}
+    times = [r.est_latency_us for r in results]
+    assert times[0] < times[1] < times[2]  # the run-time-tiled kernel at each length
+    assert all(r.est_band_us[0] <= r.est_latency_us <= r.est_band_us[1] for r in results)

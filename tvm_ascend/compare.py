@@ -6,6 +6,11 @@ onnxruntime (or the fusion-off build when onnxruntime is not installed), the err
 every fused group: each group's output tensor is made a model output for that check, so the
 group that introduces an error is named, not just the model that shows it.
 
+With a dimension given as a range (``--input_shape "input_ids:2,1~512"``) each variant is
+built once for the range and run at the range's ends and midpoint, a row each
+(``"<variant> [seq=1]"``), with the estimate at that point (each kernel tiled at run time at
+its estimate there).
+
 With ``atc`` (``--atc``) it also puts a real ATC run of the model beside the build, per fusion
 rule and per ONNX op (``atc_side``; the run is ``atc_run.py``, the files' reader
 ``partition/atc_result.py``, the table ``atc_compare.py``).
@@ -182,8 +187,13 @@ def compare_model(model, config: CompileConfig | None = None, variants=None, see
     config = config or CompileConfig()
     given, model = model, _onnx(model)  # a path goes to atc as it is (external weights stay)
     spec = config_gears(config)
-    shapes = [(None, config.input_shape)] if spec is None else \
-        [(gear, gear.shapes) for gear in spec.gears]
+    points = range_points(model, config.input_shape) if spec is None else None
+    if spec is not None:
+        shapes = [(gear, gear.shapes) for gear in spec.gears]
+    elif points:
+        shapes = list(points)
+    else:
+        shapes = [(None, config.input_shape)]
     cases = []
     for gear, shape in shapes:
         feeds = random_inputs(model, shape, seed)
@@ -194,12 +204,17 @@ def compare_model(model, config: CompileConfig | None = None, variants=None, see
         lib = build(model, config=cfg)
         report = lib.fusion_report()
         reports.append((cfg, report))
+        shared = []  # a range's points: one build of the exposed model serves them all
         for gear, feeds, reference, _ in cases:
-            section = report if gear is None else report["gears"][gear.index]
-            label = name if gear is None else f"{name} [{gear.label}]"
-            static = cfg if gear is None else _static(cfg, gear.shapes)
+            if isinstance(gear, RangePoint):
+                section, label = at_point(report, gear.sizes), f"{name} [{gear}]"
+                check = (feeds, cfg, shared)
+            else:
+                section = report if gear is None else report["gears"][gear.index]
+                label = name if gear is None else f"{name} [{gear.label}]"
+                check = (feeds, cfg if gear is None else _static(cfg, gear.shapes))
             results.append(_variant_result(label, model, lib.run(feeds), section, reference,
-                                           (feeds, static) if groups else None))
+                                           check if groups else None))
     if atc is None or atc is False:
         return results, cases[0][3]
     # the variant built with the config as given, if one is, stands for it beside ATC
@@ -240,6 +255,69 @@ def atc_side(model, config: CompileConfig, atc=True, timeout_s: float | None = N
     return side_by_side(run, report, model)
 
 
+@dataclass(frozen=True)
+class RangePoint:
+    """One point of the ranged dimensions a comparison runs at: {dimension: size}."""
+
+    sizes: tuple  # ((name, size), ...)
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name}={size}" for name, size in self.sizes)
+
+
+def range_points(model, input_shape) -> list[tuple[RangePoint, dict]] | None:
+    """(point, static input shapes) at the lower end, the midpoint and the upper end of every
+    ranged dimension of ``input_shape`` (a dimension is the ONNX ``dim_param`` its inputs
+    share, so ``input_ids`` and ``attention_mask`` over ``seq`` get one length); None when no
+    dimension is given as a range."""
+    from .frontend.onnx_loader import parse_input_shape
+
+    parsed = parse_input_shape(input_shape)
+    ranges, where = {}, {}  # dimension -> (lo, hi); (input, axis) -> dimension
+    for value in model.graph.input:
+        declared = value.type.tensor_type.shape.dim
+        for axis, dim in enumerate(parsed.get(value.name, ())):
+            if isinstance(dim, tuple):
+                param = declared[axis].dim_param if axis < len(declared) else ""
+                key = param or f"{value.name}[{axis}]"
+                low, high = ranges.get(key, dim)
+                ranges[key] = (max(low, dim[0]), min(high, dim[1]))
+                where[(value.name, axis)] = key
+    if not ranges:
+        return None
+    points = []
+    for pick in (lambda lo, hi: lo, lambda lo, hi: (lo + hi) // 2, lambda lo, hi: hi):
+        sizes = {key: pick(*bounds) for key, bounds in ranges.items()}
+        point = RangePoint(tuple(sizes.items()))
+        if any(point == seen for seen, _ in points):
+            continue
+        shapes = {name: tuple(sizes[where[(name, axis)]] if (name, axis) in where else d
+                              for axis, d in enumerate(shape)) for name, shape in parsed.items()}
+        points.append((point, shapes))
+    return points
+
+
+def at_point(report: dict, sizes: tuple) -> dict:
+    """``report`` with every kernel tiled at run time at its estimate for ``sizes`` (its band
+    taken there too) and the model estimate summed again from them (the report's own is over
+    the range's means). Bytes stay the report's: counted at the range's upper bound."""
+    from .partition.report import model_estimate, with_band
+
+    wanted = dict(sizes)
+    groups = []
+    for group in report["groups"]:
+        estimate = group.get("estimate", {})
+        for entry in estimate.get("range_us", []):
+            if all(wanted.get(k) == v for k, v in entry["sizes"].items()):
+                at = with_band({**estimate, "time_us": entry["time_us"]},
+                               (group.get("tiling") or {}).get("template"))
+                group = {**group, "estimate": at}
+                break
+        groups.append(group)
+    return {**report, "groups": groups,
+            "estimate": model_estimate(groups, report["estimate"]["soc"])}
+
+
 def _static(config: CompileConfig, shapes) -> CompileConfig:
     """``config`` for one static shape: gears dropped (a gear's kernels built alone)."""
     return config.replace(input_shape=shapes, dynamic_batch_size="", dynamic_image_size="",
@@ -249,7 +327,7 @@ def _static(config: CompileConfig, shapes) -> CompileConfig:
 def _variant_result(name: str, model, outputs: list, report: dict, reference: dict,
                     group_check) -> VariantResult:
     """One row: ``report``'s launches, bytes and estimate, the ``outputs``' errors and, when
-    ``group_check`` = (feeds, static config) is given, each fused group's."""
+    ``group_check`` = (feeds, config[, cache]) is given, each fused group's."""
     estimate = report["estimate"]
     result = VariantResult(name, report["kernels"]["ascend"] + report["kernels"]["host"],
                            sum(g.get("gm_bytes", 0) for g in report["groups"]),
@@ -263,8 +341,10 @@ def _variant_result(name: str, model, outputs: list, report: dict, reference: di
     return result
 
 
-def _group_errors(model, report, feeds, cfg) -> list:
-    """Each fused group's output against onnxruntime's value of the same tensor."""
+def _group_errors(model, report, feeds, cfg, cache=None) -> list:
+    """Each fused group's output against onnxruntime's value of the same tensor; ``cache``
+    (a list) keeps the build of the model with the groups' outputs exposed for the next call
+    (a range's points share one build with ``cfg``)."""
     from .pipeline import build
 
     wanted = _group_outputs(model, report)
@@ -279,7 +359,10 @@ def _group_errors(model, report, feeds, cfg) -> list:
     session = ort.InferenceSession(exposed.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     expected = dict(zip(names, session.run(None, feeds)))
-    actual = dict(zip(names, build(exposed, config=cfg).run(feeds)))
+    built = cache[0] if cache else build(exposed, config=cfg)
+    if cache is not None and not cache:
+        cache.append(built)
+    actual = dict(zip(names, built.run(feeds)))
     rows = []
     for group_id, (rule, tensor) in wanted.items():
         rows.append((group_id, rule, tensor) + _errors(actual[tensor], expected[tensor]))

@@ -46,8 +46,8 @@ def fusion_report(result, tilings: dict, config, nodes_before: int) -> dict:
         # timing model charges them) and the rest, which HBM moves
         entry["hbm_bytes"] = entry["gm_bytes"] - entry["l2_bytes"]
         if "time_us" in entry["estimate"]:
-            entry["estimate"] = _with_band(entry["estimate"],
-                                           tiling.template if tiling is not None else None)
+            entry["estimate"] = with_band(entry["estimate"],
+                                          tiling.template if tiling is not None else None)
         groups.append(entry)
     host_ops = [{"var": op.var, "op": op.op, "node": op.node, "why": op.decision.reason}
                 for op in result.ops.values() if not op.decision.ok]
@@ -111,7 +111,7 @@ def rule_stats(result) -> dict:
     return stats
 
 
-def _with_band(estimate: dict, template: str | None) -> dict:
+def with_band(estimate: dict, template: str | None) -> dict:
     """A copy of a group's ``estimate`` with its uncertainty band: ``band_us`` (fastest,
     slowest time the calibration rows of its kernel class allow) and ``band`` (the class)."""
     band = band_for_template(template)
