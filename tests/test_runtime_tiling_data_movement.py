@@ -10,7 +10,10 @@ tiling struct (``dim_s``, filled per call by the host tiling function). Checked 
 SoCs at the lower end (1), odd lengths (7, 17) and the upper bound: outputs against
 onnxruntime, each launch's emulator counters against the Python plan of that call, and the
 C++ tiling function against that plan over a sweep. A float slice over ``s`` (GPT-2's qkv
-Split) tiles the same way with static offsets. A transpose that moves the last axis over
+Split) tiles the same way with static offsets, and the embeddings' Gather of table rows by
+ids of ``[2, s]`` with its consumer is a data-movement kernel whose rows come from the
+tiling struct (``schedules/data_movement.py``: its copies and the ids' flat offsets checked
+the same at the range's ends and midpoint). A transpose that moves the last axis over
 ``s`` (K's ``[B, s, H, D] -> [B, H, D, s]``) stays on the host, and the report says why.
 """
 from __future__ import annotations
@@ -71,9 +74,30 @@ def _qkv_slice():
                                     name="qkv_k")], [2, "s", 192], [2, "s", 64], inits)
 
 
-KINDS = {"split": (_split_heads, lambda s: (2, s, HEADS, DIM)),
-         "merge": (_merge_heads, lambda s: (2, HEADS, s, DIM)),
-         "slice": (_qkv_slice, lambda s: (2, s, 192))}
+VOCAB = 96
+
+
+def _embedding():
+    """table[x] * 0.5 with token ids x of [2, s]: the embeddings' Gather and its consumer."""
+    table = np.random.default_rng(0).standard_normal((VOCAB, 64)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["table", "x"], ["e"], axis=0, name="embed"),
+             helper.make_node("Mul", ["e", "k"], ["y"], name="embed_scale")]
+    graph = helper.make_graph(
+        nodes, "moves", [helper.make_tensor_value_info("x", TensorProto.INT64, [2, "s"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "s", 64])],
+        [numpy_helper.from_array(table, "table"),
+         numpy_helper.from_array(np.array(0.5, np.float32), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+# kind -> (model, x's shape at s, output rows per unit of s, template)
+KINDS = {"split": (_split_heads, lambda s: (2, s, HEADS, DIM), 2 * HEADS, "row_reduce"),
+         "merge": (_merge_heads, lambda s: (2, HEADS, s, DIM), 2 * HEADS, "row_reduce"),
+         "slice": (_qkv_slice, lambda s: (2, s, 192), 2, "row_reduce"),
+         "embed": (_embedding, lambda s: (2, s), 2, "data_movement")}
 
 
 def _ranged(shape_of) -> tuple:
@@ -84,7 +108,7 @@ def _ranged(shape_of) -> tuple:
                 ids=lambda p: f"{p[1]}-{p[0]}")
 def built(request):
     soc, kind = request.param
-    make, shape_of = KINDS[kind]
+    make, shape_of = KINDS[kind][:2]
     model = make()
     lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
         soc_version=soc, input_shape={"x": _ranged(shape_of)}))
@@ -94,7 +118,8 @@ def built(request):
 def _moving(lib) -> tuple[str, Tiling, dict]:
     """(kernel, Tiling, group) of the build's data movement: its transpose or slice."""
     (group,) = [g for g in lib.fusion_report()["groups"] if any(
-        o["op"] in ("relax.permute_dims", "relax.strided_slice") for o in g["ops"])]
+        o["op"] in ("relax.permute_dims", "relax.strided_slice", "relax.take")
+        for o in g["ops"])]
     assert group["on_npu"], group
     return group["kernel"], Tiling.from_dict(group["tiling"]), group
 
@@ -103,27 +128,41 @@ def _struct(call: Tiling, length: int, kind: str) -> dict:
     """What the host tiling function fills in for ``call``, from the Python plan."""
     out = {"rows": call.total, "blockRows": call.block_len, "tileRows": call.tile_len,
            "cols": call.cols}
-    if kind != "slice":  # the slice's offsets do not depend on s: no dimension field
+    if kind in ("split", "merge"):  # the others' offsets do not depend on s: no such field
         out["dim_s"] = length
     return {**out, "blockDim": call.cores}
 
 
 def _feeds(kind: str, length: int) -> dict:
-    shape = KINDS[kind][1](length)
-    return {"x": np.random.default_rng(length).standard_normal(shape).astype(np.float32)}
+    shape, rng = KINDS[kind][1](length), np.random.default_rng(length)
+    if kind == "embed":
+        return {"x": rng.integers(0, VOCAB, shape).astype(np.int64)}
+    return {"x": rng.standard_normal(shape).astype(np.float32)}
 
 
 def test_nothing_stays_on_the_host(built):
     kind, _, lib = built
     report = lib.fusion_report()
-    assert report["host_groups"] == 0 and report["dynamic"]["host_ops"] == []
+    host = report["dynamic"]["host_ops"]
+    if kind == "embed":
+        # ONNX Gather's negative-id wrap (ids < 0 ? ids + 96 : ids) is int64 arithmetic,
+        # which no vector kernel takes: on the host, saying so; the Gather itself is not
+        assert sorted(o["op"] for o in host) == ["relax.add", "relax.less", "relax.where"]
+        assert all("on int64" in o["why"] for o in host)
+    else:
+        assert report["host_groups"] == 0 and host == []
     name, tiling, group = _moving(lib)
-    assert tiling.template == "row_reduce" and tiling.plan.runtime is not None
+    _, _, rows_per_s, template = KINDS[kind]
+    assert tiling.template == template and tiling.plan.runtime is not None
     kernels = {k["kernel"]: k for k in report["dynamic"]["runtime_tiling"]["kernels"]}
     assert kernels[name]["dims"] == ["s"]
     # planned at the upper bound: every output row of s = 300, the UB sized for it
-    assert tiling.total == 2 * HIGH * (HEADS if kind != "slice" else 1)
+    assert tiling.total == rows_per_s * HIGH
     assert tiling.ub_bytes <= tiling.ub_capacity
+    if kind == "embed":  # one run of the table per row, at ids' flat element r at every s
+        assert report["npu_kernels"] == 1 and "relax.multiply" in {o["op"] for o in group["ops"]}
+        assert tiling.gm_read_bytes == tiling.total * (64 * 4 + 8)  # a row and its id
+        return
     bases = dict(tiling.plan.runtime.bases)
     if kind == "slice":
         assert bases == {}  # x[r, 64:128] starts at r * 192 + 64 at every s
@@ -138,12 +177,22 @@ def test_the_printed_kernel_reads_s_from_its_tiling_struct(built):
     body = source.split("class Kernel", 1)[1]
     for field in ("rows", "blockRows", "tileRows", "cols"):
         assert f"tiling.{field}" in body, field
-    if kind != "slice":
+    if kind in ("split", "merge"):
         assert "dim_s = tiling.dim_s;" in body
         assert re.search(r"Gm\[[^\]]*dim_s[^\]]*\]", body)  # the row offset reads it
-    # no size that depends on s is a constant of the kernel
-    for constant in (tiling.total, tiling.block_len, HIGH, HIGH * DIM * HEADS):
-        assert not re.search(rf"\b{constant}(LL)?\b", body), constant
+    # no size that depends on s is a constant of the kernel, but the GM views' lengths: they
+    # are the bound's, what a call may read at most
+    code = "\n".join(line for line in body.splitlines() if "SetGlobalBuffer" not in line)
+    constants = [tiling.total, tiling.block_len, HIGH, HIGH * DIM * HEADS]
+    if kind == "embed":
+        # ids[r // 300, r % 300] is flat element r of ids at every s (the template checks
+        # it over each sampled size's rows); printed as the bound's arithmetic on r
+        assert re.search(r"GetValue\(\(\(static_cast<int64_t>\(\(r / 300LL\)\) \* "
+                         r"static_cast<int64_t>\(300LL\)\) \+ static_cast<int64_t>\(\(r % "
+                         r"300LL\)\)\)\)", code)
+        constants.remove(HIGH)
+    for constant in constants:
+        assert not re.search(rf"\b{constant}(LL)?\b", code), constant
 
 
 @pytest.mark.parametrize("length", LENGTHS)
@@ -159,7 +208,7 @@ def test_each_length_matches_onnxruntime_and_its_plan(built, length):
     launches = {launch["kernel"]: launch for launch in lib.profile()}
     launch = launches[name]
     call = tiling_at(tiling, {"s": length})
-    assert call.total == 2 * length * (HEADS if kind != "slice" else 1)
+    assert call.total == KINDS[kind][2] * length
     assert call.tile_len <= tiling.tile_len
     assert launch["block_dim"] == call.cores
     assert launch["gm_read_bytes"] == call.gm_read_bytes
@@ -184,7 +233,8 @@ def test_a_length_outside_the_range_is_an_error_naming_it(built):
                                         rf"range 1~{HIGH}"):
         lib.kernel_tiling(name, HIGH + 1)
     with pytest.raises(Exception, match="x"):
-        lib.run({"x": np.zeros(KINDS[kind][1](HIGH + 1), np.float32)})
+        lib.run({"x": np.zeros(KINDS[kind][1](HIGH + 1),
+                               np.int64 if kind == "embed" else np.float32)})
 
 
 def test_a_transpose_that_moves_the_last_axis_over_s_stays_on_the_host_saying_why():

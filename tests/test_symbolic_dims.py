@@ -10,7 +10,8 @@ shape" once past it: ``Range(0, seq, 1)`` got a length of its own that no op cou
 to ``seq``). Small hand-made graphs check each rewrite alone.
 
 Elementwise groups over ``seq`` are tiled at run time (tests/test_runtime_tiling.py), and so
-are the heads' transposes and the float slices (tests/test_runtime_tiling_data_movement.py);
+are the heads' transposes, the float slices and the embeddings' Gathers
+(tests/test_runtime_tiling_data_movement.py);
 the other ops that depend on it run on the host (see the README's "Symbolic dimensions and run-time
 tiling"), and the report says so (test_fusion_report).
 """
@@ -29,6 +30,7 @@ import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from tvm_ascend import CompileConfig, ModelLoadError
 from tvm_ascend.frontend import load_model, onnx_loader
+from tvm_ascend.partition.dynamic_report import RUNTIME_TILED_TEMPLATES
 from tvm_ascend.frontend.onnx_symbolic import (RESOLVED, SymbolicDim, resolve_symbolic,
                                                symbolic_dims)
 
@@ -283,9 +285,10 @@ def test_the_report_lists_every_op_seq_keeps_on_the_host(libs, name):
     report = libs[name].fusion_report()
     section = report["dynamic"]
     assert section["symbolic_dims"]["seq"]["range"] == [2, 32]
-    assert section["runtime_tiling"]["templates"] == ["elementwise", "row_reduce", "matmul"]
+    assert section["runtime_tiling"]["templates"] == ["elementwise", "row_reduce", "matmul",
+                                                      "data_movement"]
     kernels = section["runtime_tiling"]["kernels"]
-    assert all(k["template"] in ("elementwise", "row_reduce", "matmul") and k["dims"] == ["seq"]
+    assert all(k["template"] in RUNTIME_TILED_TEMPLATES and k["dims"] == ["seq"]
                for k in kernels)
     # x (2, seq, 64) @ W, GPT-2's Conv1D once prepare unflattens its rows: M is seq
     assert any(k["template"] == "matmul" for k in kernels)
@@ -302,6 +305,9 @@ def test_the_report_lists_every_op_seq_keeps_on_the_host(libs, name):
             assert "moves the last axis over a symbolic dimension" in op["why"], op
         if op["op"] in ("relax.strided_slice", "relax.reshape"):
             assert "of a non-float tensor" in op["why"], op
+    # the embeddings' float Gathers by ids over seq: data-movement kernels tiled per call
+    assert "relax.take" not in {o["op"] for o in section["host_ops"]}
+    assert any(k["template"] == "data_movement" for k in kernels)
     moved = [g for g in report["groups"] if g["on_npu"] and any(
         o["op"] == "relax.permute_dims" for o in g["ops"])]
     assert len(moved) >= 4  # q, v, the context's merge, in both layers

@@ -20,9 +20,11 @@ MOVE_OPS = {"relax.permute_dims": 1, "relax.strided_slice": 5, "relax.concat": 1
 INDEX_DTYPES = ("int32", "int64")
 # Ops whose kernels tile at run time over a ranged symbolic dimension (whole dimensions in
 # every shape): the views, a transpose that keeps the last axis and a slice (row copies the
-# row template tiles per call, schedules/row_reduce.py); the template refuses the rest, naming
-# why, and the op stays on the host.
-SYMBOLIC_OPS = frozenset(VIEW_OPS) | {"relax.permute_dims", "relax.strided_slice"}
+# row template tiles per call, schedules/row_reduce.py), a Gather of rows (the embeddings';
+# schedules/data_movement.py); the template refuses the rest, naming why, and the op stays on
+# the host.
+SYMBOLIC_OPS = frozenset(VIEW_OPS) | {"relax.permute_dims", "relax.strided_slice",
+                                      "relax.take"}
 # Ops the VM runs on the host without a copy or a kernel: a view of rows of a tensor (the
 # HorizontalFusion results) and the zero-offset check that hands the view on with its data
 # pointer moved (prepare.horizontal.VIEW_ALIGN_BYTES keeps that copy-free).
@@ -52,7 +54,8 @@ def check_view_call(call) -> Decision | None:
         tiled = " (symbolic: tiled at run time)"
     if name == "relax.take":
         ids = tensor_type_of(call.args[1])
-        if ids is None or ids.dtype not in INDEX_DTYPES or not static_shape(ids):
+        if ids is None or ids.dtype not in INDEX_DTYPES or not (
+                static_shape(ids) or (tiled and whole_dims_shape(ids))):
             return Decision.no("take with indices that are not int32/int64 of a static shape "
                                "runs on the host")
     if name == "relax.permute_dims":
