@@ -295,3 +295,14 @@ def test_an_offset_the_static_function_does_not_give_is_refused_naming_the_row()
     with pytest.raises(TilingError, match=rf"input {name}'s row offset .* gives 0 at row 0 "
                                           r"of \{'s': 32\}, the static function 1"):
         symbolic_row_bases(prim, [name], bad)
+
+
+def test_an_exported_library_loads_back_with_its_tiling_functions(built, tmp_path):
+    kind, model, lib = built
+    name, tiling, _ = _moving(lib)
+    again = tvm_ascend.load(lib.export_library(tmp_path / "model.so"))
+    for length in (7, HIGH):
+        feeds = _feeds(kind, length)
+        assert_close(again.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
+        assert again.kernel_tiling(name, length) == _struct(tiling_at(tiling, {"s": length}),
+                                                            length, kind)
