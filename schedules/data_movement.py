@@ -329,9 +329,10 @@ def _with_runtime(analysis: DataMovementAnalysis, tiling: Tiling, knobs, soc) ->
     bytes, affine in the rows and the cores, are checked against ``gm_read_bytes``."""
     program = analysis.program
     elem = dtype_bytes(program.dtype)
-    per_core = gm_read_bytes(program, 1) - gm_read_bytes(program, 0)
-    per_row = (gm_read_bytes(program, 0)) // program.rows
-    if per_row * program.rows != gm_read_bytes(program, 0):
+    rows_bytes = gm_read_bytes(program, 0)  # no core: what the rows read
+    per_core = gm_read_bytes(program, 1) - rows_bytes
+    per_row = rows_bytes // program.rows
+    if per_row * program.rows != rows_bytes:
         raise TilingError("the data-movement kernel's GM reads are not the same for every row; "
                           "not tiled at run time")
     runtime = DataMovementRuntime(analysis.shapes, tiling.tile_len,
