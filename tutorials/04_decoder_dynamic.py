@@ -15,10 +15,12 @@ an error naming the input, the dimension and the gears (below it is caught and p
 The second way is a symbolic range, ``input_shape={"input_ids": (2, "2~32")}`` (ATC 9's
 ``--input_shape=input_ids:2,2~32``): one build runs every length in the range. tvm-ascend
 imports it; elementwise, row-reduction and matmul kernels over the symbol (a matmul's M:
-the projections and the MLP) are tiled at run time (a host tiling function fills each
-kernel's tiling struct from the actual length), but attention (its products' B depends on
-seq) and a Softmax over the symbolic keys are not yet, so those ops run on the host (TVM's
-llvm build). The fusion report's ``dynamic`` section says so, op by op, and lists the
+the projections and the MLP; the Softmax over the symbolic keys) and the data movement of
+rows (the heads' transposes, the qkv Split, the embeddings' Gathers) are tiled at run time
+(a host tiling function fills each kernel's tiling struct from the actual length), but
+attention (its products' B depends on seq) and K's transpose, which moves the last axis,
+are not yet, so those ops run on the host (TVM's llvm build), with the int64 mask
+arithmetic. The fusion report's ``dynamic`` section says so, op by op, and lists the
 kernels tiled at run time; the tutorial prints both. Use gears to put the whole model on the
 NPU today.
 
