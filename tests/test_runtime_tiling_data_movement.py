@@ -13,8 +13,10 @@ C++ tiling function against that plan over a sweep. A float slice over ``s`` (GP
 Split) tiles the same way with static offsets, and the embeddings' Gather of table rows by
 ids of ``[2, s]`` with its consumer is a data-movement kernel whose rows come from the
 tiling struct (``schedules/data_movement.py``: its copies and the ids' flat offsets checked
-the same at the range's ends and midpoint). A transpose that moves the last axis over
-``s`` (K's ``[B, s, H, D] -> [B, H, D, s]``) stays on the host, and the report says why.
+the same at the range's ends and midpoint), as is a concat of the last axis with its Relu. A
+transpose that moves the last axis over
+``s`` (K's ``[B, s, H, D] -> [B, H, D, s]``) and a concat over ``s`` (``2 * s`` long) stay
+on the host, and the report says why.
 """
 from __future__ import annotations
 
@@ -306,3 +308,65 @@ def test_an_exported_library_loads_back_with_its_tiling_functions(built, tmp_pat
         assert_close(again.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")
         assert again.kernel_tiling(name, length) == _struct(tiling_at(tiling, {"s": length}),
                                                             length, kind)
+
+
+# ---- a concat over the last axis --------------------------------------------------------------
+def _concat(axis: int):
+    """Relu(Concat(x, z, axis)) of x, z [2, s, 32]."""
+    out = [2, "s", 64] if axis == 2 else [2, "t", DIM]
+    return _model_of([helper.make_node("Concat", ["x", "z"], ["c"], axis=axis, name="cat"),
+                      helper.make_node("Relu", ["c"], ["y"], name="cat_relu")],
+                     ["x", "z"], [2, "s", DIM], out)
+
+
+def _model_of(nodes, inputs, in_dims, out_dims) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "moves", [helper.make_tensor_value_info(n, TensorProto.FLOAT, in_dims)
+                         for n in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_dims)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_a_concat_of_the_last_axis_is_one_kernel_tiled_per_call(soc):
+    """Two segments of columns, each a run of its input at row r * 32: the same copies at
+    every s, so one data-movement kernel (with its Relu) serves the range."""
+    model = _concat(axis=2)
+    ranged = (2, f"1~{HIGH}", DIM)
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        soc_version=soc, input_shape={"x": ranged, "z": ranged}))
+    report = lib.fusion_report()
+    assert report["host_groups"] == 0 and report["dynamic"]["host_ops"] == []
+    (group,) = report["groups"]
+    assert {o["op"] for o in group["ops"]} == {"relax.concat", "relax.nn.relu"}
+    name, tiling = group["kernel"], Tiling.from_dict(group["tiling"])
+    assert tiling.template == "data_movement" and tiling.total == 2 * HIGH
+    for length in LENGTHS:
+        rng = np.random.default_rng(length)
+        feeds = {n: rng.standard_normal((2, length, DIM)).astype(np.float32) for n in "xz"}
+        lib.profile()
+        (out,) = lib.run(feeds)
+        assert_close(out, run_onnxruntime(model, feeds)[0], "float32")
+        (launch,) = lib.profile()
+        call = tiling_at(tiling, {"s": length})
+        assert (launch["block_dim"], launch["gm_read_bytes"], launch["gm_write_bytes"],
+                launch["peak_ub_bytes"]) == (call.cores, call.gm_read_bytes,
+                                             call.gm_write_bytes, call.ub_bytes)
+        assert call.gm_read_bytes == call.gm_write_bytes == 2 * length * 64 * 4
+        assert lib.kernel_tiling(name, length) == _struct(call, length, "concat")
+
+
+def test_a_concat_over_s_stays_on_the_host_saying_why():
+    """Concat(x, z) over s is 2 * s long: a shape entry that is an expression of s."""
+    model = _concat(axis=1)
+    ranged = (2, "2~32", DIM)
+    lib = tvm_ascend.build(model, config=tvm_ascend.CompileConfig(
+        input_shape={"x": ranged, "z": ranged}))
+    host = {o["node"]: o["why"] for o in lib.fusion_report()["dynamic"]["host_ops"]}
+    assert host["cat"] == "concat with a dynamic shape runs on the host"
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal((2, 9, DIM)).astype(np.float32) for n in "xz"}
+    assert_close(lib.run(feeds)[0], run_onnxruntime(model, feeds)[0], "float32")

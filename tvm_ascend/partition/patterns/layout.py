@@ -20,11 +20,11 @@ MOVE_OPS = {"relax.permute_dims": 1, "relax.strided_slice": 5, "relax.concat": 1
 INDEX_DTYPES = ("int32", "int64")
 # Ops whose kernels tile at run time over a ranged symbolic dimension (whole dimensions in
 # every shape): the views, a transpose that keeps the last axis and a slice (row copies the
-# row template tiles per call, schedules/row_reduce.py), a Gather of rows (the embeddings';
-# schedules/data_movement.py); the template refuses the rest, naming why, and the op stays on
-# the host.
+# row template tiles per call, schedules/row_reduce.py), a Gather of rows (the embeddings')
+# and a concat of the last axis (schedules/data_movement.py); the template refuses the rest,
+# naming why, and the op stays on the host.
 SYMBOLIC_OPS = frozenset(VIEW_OPS) | {"relax.permute_dims", "relax.strided_slice",
-                                      "relax.take"}
+                                      "relax.take", "relax.concat"}
 # Ops the VM runs on the host without a copy or a kernel: a view of rows of a tensor (the
 # HorizontalFusion results) and the zero-offset check that hands the view on with its data
 # pointer moved (prepare.horizontal.VIEW_ALIGN_BYTES keeps that copy-free).
@@ -72,7 +72,7 @@ def check_view_call(call) -> Decision | None:
                             "Gather")
     if name in MOVE_OPS:
         return Decision.yes(f"{short_op_name(name)}: rows copied by DataCopyPad on the "
-                            "data-movement template")
+                            f"data-movement template{tiled}")
     return Decision.yes(f"{short_op_name(name)}: a view, free inside a kernel{tiled}")
 
 
