@@ -35,6 +35,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,7 @@ from tvm_ascend.errors import TilingError
 from .analysis.movement_program import (MAX_BURSTS, Choice, MovementProgram, evaluate, index_loads,
                                         prepared_movement)
 from .analysis.tir_walk import load_buffer, param_buffers
+from .symbolic import ShapeSpec, shape_spec, specialize
 from .tiling import ceil_div, dtype_bytes, knob_grid
 from .tiling import CORE_LOOP_ANNOTATION, KernelWork, TemplatePlan, Tiling, UB_RESERVED_BYTES
 from .template import Template
@@ -71,16 +73,43 @@ class DataMovementPlan(TemplatePlan, template="data_movement"):
     """
 
     gathered_operands: int = 0
+    runtime: "DataMovementRuntime | None" = None  # symbolic rows: tiled per call
+
+
+@dataclass(frozen=True)
+class DataMovementRuntime:
+    """How a data-movement kernel over symbolic rows is tiled per call
+    (``data_movement_tiling_at``; its host tiling function, ``emit_row_tiling_body``, does
+    the same in C++): a call's rows are the output's elements over ``out_cols``, split over
+    at most ``max_cores`` cores in tiles of at most ``rows_cap`` rows (the staging layout
+    and the UB stay the upper bound's: ``TILE_ROWS`` is a constant of the kernel). GM bytes
+    read per row and per core (scalars read once a core), written per row."""
+
+    shapes: ShapeSpec
+    rows_cap: int
+    max_cores: int
+    out_cols: int
+    read_per_row: int
+    read_per_core: int
+    write_per_row: int
+    cols_dim: str = ""  # rows of run-time length: not taken (the columns are segments)
+
+    def base_dims(self) -> list:
+        """Dimensions the row offsets read at run time: none (they are the same at every
+        size, ``_symbolic_movement`` checks)."""
+        return []
 
 
 @dataclass(frozen=True)
 class DataMovementAnalysis:
     """What the data-movement template reads from a group, shared by every plan of it:
     ``program`` (its rows, operands, segments and sources) and ``prepared``, the function with
-    every block inlined into the output block (what every plan splits)."""
+    every block inlined into the output block (what every plan splits); over symbolic
+    dimensions both are the range's upper bound's, ``shapes`` says which."""
 
     program: MovementProgram
     prepared: object
+    shapes: ShapeSpec = ShapeSpec()
 
 
 class DataMovementSchedule(Template):
@@ -96,7 +125,9 @@ class DataMovementSchedule(Template):
         if len(param_buffers(func)[1]) != 1:
             return Decision.no("the data-movement template prints one output")
         try:
-            program, _ = prepared_movement(func)
+            spec = shape_spec(func)
+            program, _ = prepared_movement(specialize(func, spec.high()) if spec.symbolic
+                                           else func)
         except TilingError as err:
             return Decision.no(str(err))
         kinds = sorted({leaf.kind for seg in program.segments() for leaf in seg.leaves()})
@@ -107,13 +138,21 @@ class DataMovementSchedule(Template):
         """The movement program and the inlined function (TilingError: not this template's)."""
         if len(param_buffers(func)[1]) != 1:
             raise TilingError("data-movement template does not apply: several outputs")
+        spec = shape_spec(func)
+        if spec.symbolic:
+            return _symbolic_movement(func, spec)
         return DataMovementAnalysis(*prepared_movement(func))
 
     @classmethod
     def plan(cls, analysis: DataMovementAnalysis, soc,
              knobs: DataMovementKnobs | None = None) -> Tiling:
-        """Cores and rows per tile (``plan_tiling``) on ``soc``."""
-        return plan_tiling(analysis.program, soc, knobs or DataMovementKnobs())
+        """Cores and rows per tile (``plan_tiling``) on ``soc``; over symbolic dimensions the
+        upper bound's, its plan telling how each call tiles (``DataMovementRuntime``)."""
+        knobs = knobs or DataMovementKnobs()
+        tiling = plan_tiling(analysis.program, soc, knobs)
+        if analysis.shapes.symbolic:
+            tiling = _with_runtime(analysis, tiling, knobs, soc)
+        return tiling
 
     @classmethod
     def apply(cls, analysis: DataMovementAnalysis, tiling: Tiling):
@@ -219,6 +258,108 @@ def plan_tiling(program: MovementProgram, soc, knobs: DataMovementKnobs) -> Tili
                   work=KernelWork(steps=tiles_per_core, vector_repeats=min(block_rows, rows)))
 
 
+# ---- symbolic rows: one kernel for the whole range --------------------------------------------
+def _copy_shape(program: MovementProgram) -> list:
+    """What the printed kernel's copies are made of, apart from the row count and the row
+    offsets: per operand, per segment its columns, layout, row length and pitch, and each
+    source's kind, stride and buffer (by name, whatever its shape)."""
+    shape = [program.cols, program.dtype,
+             sorted((b.name, str(offset)) for b, offset in program.scalars.values())]
+    for op in program.operands:
+        for seg in op.segments:
+            sources = [(leaf.kind, leaf.stride, leaf.buffer.name if leaf.buffer is not None
+                        else None, str(leaf.value)) for leaf in seg.leaves()]
+            shape.append((op.index, op.direct, seg.c0, seg.c1, seg.layout, seg.row_len,
+                          seg.pitch, sources))
+    return shape
+
+
+def _offsets(leaf, rows: int) -> np.ndarray:
+    """The element offsets ``leaf`` reads at rows ``0..rows-1``; a memory read inside them (a
+    Gather's ids) reads a fixed pseudo-random table by flat offset, so two offsets agree where
+    they read the same ids from the same positions."""
+    def table(buffer, flat):
+        flat = np.asarray(flat, np.int64)
+        return (flat * 2654435761 + 97) % 1000003  # the same "ids" at the same position
+    return np.broadcast_to(np.asarray(evaluate(leaf.base, {"r": np.arange(rows, dtype=np.int64)},
+                                               table)), (rows,))
+
+
+def _symbolic_movement(func, spec: ShapeSpec) -> DataMovementAnalysis:
+    """The analysis at the range's upper bound of a movement over symbolic rows, once the
+    kernel it prints is known to serve the lower end and the midpoint: the same columns,
+    segments and sources, every row offset the bound's kernel computes equal to the one of
+    the function at that size over its rows (a Gather's ``ids[r // s, r % s]`` is ``ids``'s
+    flat element ``r`` at every ``s``), no row-dependent choice of source (a concat over rows)
+    and no box or multi-burst copy whose runs depend on the row count. Only the rows change
+    with the dimension; they come from the tiling struct."""
+    points = spec.samples()
+    ends = [prepared_movement(specialize(func, point)) for point in points]
+    program, prepared = ends[-1]
+    last = spec.shapes[-1][-1] if spec.shapes[-1] else "1"
+    if not last.isdigit():
+        raise TilingError(f"the output's last axis is the symbolic dimension {last}: its "
+                          "columns (segments, box copies) are static only; not tiled at run time")
+    shape = _copy_shape(program)
+    for point, (other, _) in zip(points, ends):
+        for seg in other.segments():
+            if isinstance(seg.tree, Choice):
+                raise TilingError(f"columns {seg.c0}..{seg.c1} choose their source per row at "
+                                  f"{point} (a concat or pad over rows): not tiled at run time")
+            if seg.layout == "box" or (seg.pitch is not None and seg.pitch_runs != other.rows):
+                raise TilingError(f"columns {seg.c0}..{seg.c1} are copied in runs whose length "
+                                  f"depends on the rows at {point}: not tiled at run time")
+        if _copy_shape(other) != shape:
+            raise TilingError(f"the data-movement kernel differs at {point} and at "
+                              f"{spec.high()}; run-time tiling needs one kernel")
+        for mine, theirs in zip(program.segments(), other.segments()):
+            for at_bound, here in zip(mine.leaves(), theirs.leaves()):
+                if here.base is None:
+                    continue
+                if not np.array_equal(_offsets(at_bound, other.rows),
+                                      _offsets(here, other.rows)):
+                    raise TilingError(f"{here.buffer.name}'s row offsets depend on the symbolic "
+                                      f"dimensions ({here.base} at {point}, {at_bound.base} at "
+                                      f"{spec.high()}): not tiled at run time")
+    return DataMovementAnalysis(program, prepared, spec)
+
+
+def _with_runtime(analysis: DataMovementAnalysis, tiling: Tiling, knobs, soc) -> Tiling:
+    """The upper bound's Tiling with the plan of each call (``DataMovementRuntime``); its GM
+    bytes, affine in the rows and the cores, are checked against ``gm_read_bytes``."""
+    program = analysis.program
+    elem = dtype_bytes(program.dtype)
+    rows_bytes = gm_read_bytes(program, 0)  # no core: what the rows read
+    per_core = gm_read_bytes(program, 1) - rows_bytes
+    per_row = rows_bytes // program.rows
+    if per_row * program.rows != rows_bytes:
+        raise TilingError("the data-movement kernel's GM reads are not the same for every row; "
+                          "not tiled at run time")
+    runtime = DataMovementRuntime(analysis.shapes, tiling.tile_len,
+                                  min(knobs.cores or soc.vector_blocks, soc.vector_blocks),
+                                  program.cols, per_row, per_core, program.cols * elem)
+    return dataclasses.replace(tiling, plan=dataclasses.replace(tiling.plan, runtime=runtime))
+
+
+def data_movement_tiling_at(tiling: Tiling, values: dict) -> Tiling:
+    """The Tiling one call of a data-movement kernel over symbolic rows runs with at
+    ``values`` ({name: size}): its rows, cores and tiles; the UB stays the bound's."""
+    rt = tiling.plan.runtime
+    spec = rt.shapes
+    rows = spec.numel(len(spec.shapes) - 1, spec.values(**values)) // rt.out_cols
+    cores = max(1, min(rt.max_cores, rows))
+    per_core = ceil_div(rows, cores)
+    tile_rows = min(rt.rows_cap, per_core)
+    tiles_per_core = ceil_div(per_core, tile_rows)
+    block_rows = tiles_per_core * tile_rows
+    cores = ceil_div(rows, block_rows)
+    return Tiling("data_movement", rows, cores, block_rows, tile_rows, tiles_per_core,
+                  tiling.buffer_num, tiling.temp_buffers, tiling.ub_bytes, tiling.ub_capacity,
+                  rows * rt.read_per_row + cores * rt.read_per_core, rows * rt.write_per_row,
+                  tiling.cols, plan=dataclasses.replace(tiling.plan, runtime=None),
+                  work=KernelWork(steps=tiles_per_core, vector_repeats=min(block_rows, rows)))
+
+
 def _largest_fit(program, candidates, cap: int, budget: int, nbuf: int) -> int | None:
     fits = lambda t: ub_bytes(program, t, nbuf) <= budget  # noqa: E731
     if candidates is not None:
@@ -235,5 +376,5 @@ def _largest_fit(program, candidates, cap: int, budget: int, nbuf: int) -> int |
     return lo
 
 
-__all__ = ["DataMovementSchedule", "DataMovementKnobs", "DataMovementPlan", "plan_tiling", "gm_read_bytes",
-           "ub_bytes"]
+__all__ = ["DataMovementSchedule", "DataMovementKnobs", "DataMovementPlan", "DataMovementRuntime",
+           "plan_tiling", "gm_read_bytes", "ub_bytes", "data_movement_tiling_at"]

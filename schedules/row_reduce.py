@@ -39,6 +39,7 @@ from .tiling import (BLOCK_BYTES, CORE_LOOP_ANNOTATION, SUPPORTED_DTYPES, Kernel
 from .analysis.tir_walk import (BufferLoad, cached_by_identity, param_buffers, reduce_iter_vars,
                                 reducer_of, root_blocks, schedule_blocks)
 from .symbolic import ShapeSpec, shape_spec, specialize
+from .symbolic_index import index_from_json, index_names, index_to_json, symbolic_row_bases
 from .template import Template
 
 MAX_BURSTS = 4095  # DataCopyPad blockCount limit: rows per tile
@@ -126,6 +127,9 @@ class RowReduceAnalysis:
     cols: int
     shapes: ShapeSpec = ShapeSpec()  # symbolic dimensions: the others are at the upper bound
     cols_dim: str = ""  # the symbolic dimension rows are as long as ("" for a static length)
+    # (input, row offset over ``row`` and the dimensions as JSON) of inputs whose row offset
+    # depends on the symbolic dimensions (schedules/symbolic_index.py)
+    bases: tuple = ()
 
 
 class RowReduceSchedule(Template):
@@ -251,6 +255,7 @@ def _symbolic_rows(func, spec: ShapeSpec) -> RowReduceAnalysis:
     ends = [_static_rows(specialize(func, point)) for point in points]
     high = ends[-1]
     cols_dim = _cols_dim(spec, ends, points)
+    moving: set = set()  # inputs whose row offset depends on the dimensions
     for point, other in zip(points, ends):
         if other.cols != high.cols and not cols_dim:
             raise TilingError(f"rows are {other.cols} long at {point} and {high.cols} at "
@@ -260,18 +265,46 @@ def _symbolic_rows(func, spec: ShapeSpec) -> RowReduceAnalysis:
                               f"{spec.high()} (a mean over the symbolic row length {cols_dim}?); "
                               "run-time tiling needs one program")
         mine, theirs = high.program, other.program
-        if not _same_inputs(mine.inputs, theirs.inputs, other.rows) or \
+        # a slice read as whole rows at one size (a transpose of [B, 1, H, D]) is still a
+        # slice: the symbolic row offset below is checked to give those rows there too
+        sliced = {name for name, kind in mine.inputs.items() if kind is RowAccessKind.ROW_SLICE
+                  and theirs.inputs.get(name) is RowAccessKind.ROWS}
+        theirs_inputs = {**theirs.inputs, **{name: RowAccessKind.ROW_SLICE for name in sliced}}
+        if not _same_inputs(mine.inputs, theirs_inputs, other.rows) or \
                 mine.temp_slots != theirs.temp_slots or mine.out_full != theirs.out_full:
             raise TilingError(f"the row program differs at {point} and at {spec.high()}; "
                               "run-time tiling needs one program")
+        moving |= sliced
         for name, base in mine.bases.items():
-            if name not in theirs.bases and other.rows == 1:
+            if name in sliced or (name not in theirs.bases and other.rows == 1):
                 continue  # one value per row read as the kernel's one value (_ONE_ROW_ALIKE)
             if not tvm_ffi.structural_equal(base, theirs.bases[name], map_free_vars=True):
-                raise TilingError(f"input {name}'s row offset depends on the symbolic "
-                                  f"dimensions ({theirs.bases[name]} at {point}, {base} at "
-                                  f"{spec.high()}); not tiled at run time")
-    return dataclasses.replace(high, shapes=spec, cols_dim=cols_dim)
+                moving.add(name)
+    if moving and cols_dim:
+        raise TilingError(f"the row offsets of {', '.join(sorted(moving))} depend on the "
+                          f"symbolic dimensions and rows are {cols_dim} long: not tiled at "
+                          "run time")
+    bases = _symbolic_bases(func, spec, sorted(moving), points, ends) if moving else ()
+    return dataclasses.replace(high, shapes=spec, cols_dim=cols_dim, bases=bases)
+
+
+def _symbolic_bases(func, spec: ShapeSpec, names: list, points: list, ends: list) -> tuple:
+    """((input, row offset as JSON), ...) of the inputs whose row offset depends on the
+    symbolic dimensions (a transpose over ``s``): read from ``func`` over the symbols and
+    checked at every row of each sampled size (``symbolic_row_bases``)."""
+    samples = []
+    for point, end in zip(points, ends):
+        static = dict(end.program.bases)
+        row = end.program.row_var
+        for name in names:  # whole rows at this size: row r starts at r * cols
+            static.setdefault(name, row * tvm.tirx.IntImm("int64", end.cols))
+        samples.append((point, end.rows, static))
+    try:
+        found = symbolic_row_bases(func, names, samples)
+    except TilingError as err:
+        raise TilingError(f"the row offsets of {', '.join(names)} depend on the symbolic "
+                          f"dimensions {[d.name for d in spec.dims]}: {err}") from err
+    return tuple((name, index_to_json(found[name])) for name in names)
 
 
 def _cols_dim(spec: ShapeSpec, ends: list, points: list) -> str:
@@ -463,7 +496,7 @@ def _with_runtime(analysis: RowReduceAnalysis, tiling: Tiling, knobs, soc) -> Ti
         runtime = RowReduceRuntime(
             analysis.shapes, tiling.tile_len, max_cores, out_cols,
             _row_reads(program, 1, cols, 0), _row_reads(program, 0, cols, 1), write_row,
-            one, two - one)
+            one, two - one, bases=analysis.bases)
     return dataclasses.replace(tiling, plan=dataclasses.replace(tiling.plan, runtime=runtime))
 
 
@@ -584,6 +617,15 @@ class RowReduceRuntime:
     read_per_row_col: int = 0
     read_per_core_col: int = 0
     write_per_col: int = 0
+    # inputs whose row offset depends on the dimensions (a transpose over s): (input, offset
+    # of row ``row`` as JSON, schedules/symbolic_index.py); the kernel reads the dimensions
+    # they name from its tiling struct (``dim_<name>``)
+    bases: tuple[tuple[str, str], ...] = ()
+
+    def base_dims(self) -> list:
+        """The dimensions the symbolic row offsets name, in the ShapeSpec's order."""
+        named = set().union(*(index_names(index_from_json(text)) for _, text in self.bases))
+        return [d.name for d in self.shapes.dims if d.name in named]
 
 
 def row_passes(program: RowProgram) -> RowPasses:

@@ -16,12 +16,14 @@ from __future__ import annotations
 from tvm_ascend.errors import TilingError
 
 from .attention_runtime import attention_tiling_at
+from .data_movement import data_movement_tiling_at
 from .elementwise import elementwise_tiling_at
 from .matmul import matmul_tiling_at
 from .row_reduce import row_reduce_tiling_at
 
 _AT = {"elementwise": elementwise_tiling_at, "row_reduce": row_reduce_tiling_at,
-       "matmul": matmul_tiling_at, "attention": attention_tiling_at}
+       "matmul": matmul_tiling_at, "attention": attention_tiling_at,
+       "data_movement": data_movement_tiling_at}
 
 
 def is_runtime_tiled(tiling) -> bool:

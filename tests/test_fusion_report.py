@@ -174,8 +174,8 @@ def test_ops_a_symbolic_dim_keeps_on_the_host_are_in_the_report_and_one_warning(
     assert "1 op(s)" in warnings[0] and "s in 2~16" in warnings[0]
     assert "reducemax (max)" in warnings[0]
     assert "--dynamic_dims" in warnings[0] and "run-time tiling covers elementwise, " \
-        "row_reduce, matmul and attention kernels only, 1 of this build's kernels use it" in \
-        warnings[0]
+        "row_reduce, matmul, attention and data_movement kernels only, 1 of this build's " \
+        "kernels use it" in warnings[0]
     for length in (2, 5, 16):  # right on both sides
         feeds = {"x": np.random.default_rng(length).standard_normal((2, length, 8))
                  .astype(np.float32)}

@@ -124,7 +124,7 @@ def test_the_whole_group_is_one_kernel_tiled_at_run_time(built):
     section = report["dynamic"]
     assert section["host_ops"] == []
     assert section["runtime_tiling"]["templates"] == ["elementwise", "row_reduce", "matmul",
-                                                      "attention"]
+                                                      "attention", "data_movement"]
     (kernel,) = section["runtime_tiling"]["kernels"]
     assert kernel["dims"] == ["s"] and kernel["template"] == kind
     # estimated at the range's ends and midpoint; the group's estimate is their mean

@@ -9,8 +9,10 @@ inputs" where the Expand rewrite met a Shape; "Reshape expects the input tensor 
 shape" once past it: ``Range(0, seq, 1)`` got a length of its own that no op could prove equal
 to ``seq``). Small hand-made graphs check each rewrite alone.
 
-Elementwise groups over ``seq`` are tiled at run time (tests/test_runtime_tiling.py); the other
-ops that depend on it run on the host (see the README's "Symbolic dimensions and run-time
+Elementwise groups over ``seq`` are tiled at run time (tests/test_runtime_tiling.py), and so
+are the heads' transposes, the float slices and the embeddings' Gathers
+(tests/test_runtime_tiling_data_movement.py);
+the other ops that depend on it run on the host (see the README's "Symbolic dimensions and run-time
 tiling"), and the report says so (test_fusion_report).
 """
 from __future__ import annotations
@@ -28,6 +30,7 @@ import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from tvm_ascend import CompileConfig, ModelLoadError
 from tvm_ascend.frontend import load_model, onnx_loader
+from tvm_ascend.partition.dynamic_report import RUNTIME_TILED_TEMPLATES
 from tvm_ascend.frontend.onnx_symbolic import (RESOLVED, SymbolicDim, resolve_symbolic,
                                                symbolic_dims)
 
@@ -276,7 +279,7 @@ def test_each_rewritten_graph_builds_and_matches_onnxruntime_at_several_lengths(
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
 def test_the_report_lists_every_op_seq_keeps_on_the_host(libs, name):
     """Nothing falls back silently: the report's dynamic section names each op kept on the
-    host because of seq (data movement, the mask's add over (seq, seq) scores) and which
+    host because of seq (K's transposes, the int64 position and mask arithmetic) and which
     kernels are tiled at run time instead (elementwise, row ones with the Softmax over seq
     keys among them, the projections' and MLP's matmuls over a symbolic M, and attention's
     two batched products: Q @ K^T over M = N = seq, P @ V over M = K = seq)."""
@@ -284,16 +287,16 @@ def test_the_report_lists_every_op_seq_keeps_on_the_host(libs, name):
     section = report["dynamic"]
     assert section["symbolic_dims"]["seq"]["range"] == [2, 32]
     assert section["runtime_tiling"]["templates"] == ["elementwise", "row_reduce", "matmul",
-                                                      "attention"]
+                                                      "attention", "data_movement"]
     kernels = section["runtime_tiling"]["kernels"]
-    assert all(k["template"] in ("elementwise", "row_reduce", "matmul") and k["dims"] == ["seq"]
+    assert all(k["template"] in RUNTIME_TILED_TEMPLATES and k["dims"] == ["seq"]
                for k in kernels)
     # x (2, seq, 64) @ W, GPT-2's Conv1D once prepare unflattens its rows: M is seq
     assert any(k["template"] == "matmul" for k in kernels)
     assert "--dynamic_dims" in section["hint"]
     listed = {o["var"] for o in section["host_ops"]}
     assert all(o["dims"] == ["seq"] for o in section["host_ops"])
-    assert len(listed) > 40  # the data movement, the int64 position and mask arithmetic
+    assert len(listed) > 20  # K's transposes, the int64 position and mask arithmetic
     # attention's products leave the host: batched matmuls tiled at run time over seq
     assert "relax.matmul" not in {o["op"] for o in section["host_ops"]}
     products = [g for g in report["groups"] if g["on_npu"] and g["ops"][0]["op"] ==
@@ -305,6 +308,21 @@ def test_the_report_lists_every_op_seq_keeps_on_the_host(libs, name):
     # expression of seq computed per call)
     scores = [g for g in products if g["tiling"]["plan"]["runtime"]["axes"] == ["m", "n"]]
     assert all("relax.add" in {o["op"] for o in g["ops"]} for g in scores)
+    # the heads' transposes that keep the last axis and the float slices (GPT-2's qkv Split)
+    # are row kernels over seq (tests/test_runtime_tiling_data_movement.py); what stays is
+    # K's transpose, which moves the last axis, and slices of int64 tensors
+    for op in section["host_ops"]:
+        if op["op"] == "relax.permute_dims":
+            assert "moves the last axis over a symbolic dimension" in op["why"], op
+        if op["op"] in ("relax.strided_slice", "relax.reshape"):
+            assert "of a non-float tensor" in op["why"], op
+    # the embeddings' float Gathers by ids over seq: data-movement kernels tiled per call
+    assert "relax.take" not in {o["op"] for o in section["host_ops"]}
+    assert any(k["template"] == "data_movement" for k in kernels)
+    moved = [g for g in report["groups"] if g["on_npu"] and any(
+        o["op"] == "relax.permute_dims" for o in g["ops"])]
+    assert len(moved) >= 4  # q, v, the context's merge, in both layers
+    assert all(g["tiling"]["plan"]["runtime"]["bases"] for g in moved)
     # the attention Softmax's rows are seq long: a row kernel whose cols is read per call
     assert "relax.nn.softmax" not in {o["op"] for o in section["host_ops"]}
     softmax = [g for g in report["groups"] if any(o["op"] == "relax.nn.softmax"

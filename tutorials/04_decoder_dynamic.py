@@ -16,10 +16,11 @@ The second way is a symbolic range, ``input_shape={"input_ids": (2, "2~32")}`` (
 ``--input_shape=input_ids:2,2~32``): one build runs every length in the range. tvm-ascend
 imports it; elementwise, row-reduction and matmul kernels over the symbol (the projections'
 and the MLP's M, attention's two products with their N or K over seq and the scores' mask,
-the Softmax over the symbolic keys) are tiled at run time (a host tiling function fills each
-kernel's tiling struct from the actual length), but data movement (the heads' transposes)
-and the int64 position and mask arithmetic are not yet, so those ops run on the host (TVM's
-llvm build). The fusion report's ``dynamic`` section says so, op by op, and lists the
+the Softmax over the symbolic keys) and the data movement of rows (the heads' transposes,
+the qkv Split, the embeddings' Gathers) are tiled at run time (a host tiling function fills
+each kernel's tiling struct from the actual length), but K's transpose, which moves the last
+axis, and the int64 position and mask arithmetic are not yet, so those ops run on the host
+(TVM's llvm build). The fusion report's ``dynamic`` section says so, op by op, and lists the
 kernels tiled at run time; the tutorial prints both. Use gears to put the whole model on the
 NPU today.
 

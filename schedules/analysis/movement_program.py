@@ -220,19 +220,24 @@ _NUMERIC = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "FloorDiv": n
             "EQ": np.equal, "NE": np.not_equal, "And": np.logical_and, "Or": np.logical_or}
 
 
-def evaluate(expr, env: dict):
-    """Value of an integer/boolean expression, vectorised: ``env`` maps var names to arrays."""
+def evaluate(expr, env: dict, load=None):
+    """Value of an integer/boolean expression, vectorised: ``env`` maps var names to arrays;
+    ``load(buffer, flat offsets)`` gives the values a load of memory reads (None: such an
+    expression is ``DataDependent``)."""
     kind = type(expr).__name__
     if kind == "Var":
         return env[expr.name]
     if kind == "IntImm":
         return np.int64(expr.value)
     if kind == "Cast":
-        return evaluate(expr.value, env)
+        return evaluate(expr.value, env, load)
     if kind == "Not":
-        return np.logical_not(evaluate(expr.a, env))
+        return np.logical_not(evaluate(expr.a, env, load))
     if kind in _NUMERIC:
-        return _NUMERIC[kind](evaluate(expr.a, env), evaluate(expr.b, env))
+        return _NUMERIC[kind](evaluate(expr.a, env, load), evaluate(expr.b, env, load))
+    if kind == "TensorLoad" and load is not None:
+        buffer = load_buffer(expr)
+        return load(buffer, evaluate(flat_offset(buffer, expr.indices), env, load))
     if kind == "TensorLoad":
         raise DataDependent(str(expr))
     raise TilingError(f"index expression {kind} ({expr}) is not affine arithmetic")

@@ -158,9 +158,10 @@ def _input_shapes(model, shape_dict: dict) -> tuple[dict, dict]:
             shape.append(sizes.setdefault(name, tvm.tirx.Var(name, "int64")))
             if isinstance(dim, tuple):
                 bounds[name] = list(dim)
-            logger.warning("input %r dimension %d (%s) is dynamic%s: elementwise, row and matmul "
-                           "kernels that depend on it are tiled at run time when it has a range "
-                           "(a matmul's M, N or K over static batch axes), other ops "
+            logger.warning("input %r dimension %d (%s) is dynamic%s: elementwise, row, matmul, "
+                           "attention and row-copy data-movement kernels that depend on it are "
+                           "tiled at run time when it has a range (a matmul's M, N or K over "
+                           "static batch axes), other ops "
                            "that depend on it run on the host; give a size with --input_shape "
                            "\"%s:d0,d1,...\" to compile them statically", value.name,
                            axis, name, f" in {dim[0]}~{dim[1]}" if isinstance(dim, tuple) else "",

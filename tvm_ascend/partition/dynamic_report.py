@@ -45,7 +45,7 @@ MAX_NAMED = 8  # ops named in the warning; the section has them all
 # the templates whose kernels tile at run time (schedules/runtime_tiling.py); the partition
 # stage may not import the templates' registry for the report alone, so it is named here and
 # tests/test_runtime_tiling.py holds it equal to that registry
-RUNTIME_TILED_TEMPLATES = ("elementwise", "row_reduce", "matmul", "attention")
+RUNTIME_TILED_TEMPLATES = ("elementwise", "row_reduce", "matmul", "attention", "data_movement")
 
 
 def symbolic_inputs(imported: tvm.IRModule) -> dict:

@@ -18,6 +18,7 @@ from ..kernel_printer import RowKernelPrinter
 from ..scalar_printer import ScalarPrinter
 from ..tile_program import TileProgramPrinter
 from ..vector_emitters import Operand
+from .row_reduce import emit_row_tiling_body
 
 _COMPARE = {"LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "EQ": "==", "NE": "!=",
             "And": "&&", "Or": "||"}
@@ -64,6 +65,11 @@ class DataMovementKernelPrinter(RowKernelPrinter):
         self.align = self.program.align
         self.stage_elems = [op.layout(tiling.tile_len, self.align) for op in self.program.operands]
         self.scalar_names = {key: f"sc{i}" for i, key in enumerate(self.program.scalars)}
+
+    def emit_tiling_body(self, buf, dims: dict) -> None:
+        """The host tiling function of a kernel over symbolic rows (tiling_func.py): the row
+        kernels' arithmetic, ``data_movement_tiling_at`` in Python."""
+        emit_row_tiling_body(buf, self.tiling, dims)
 
     # ---- scaffolding ------------------------------------------------------------------------
     def emit_tiling_constants(self, buf):

@@ -23,6 +23,7 @@ from ...schedules.analysis.tir_walk import SBlock, expr_dtype, walk
 from ..tiling_func import numel_expr
 from ..cpp_types import cpp_type
 from ..kernel_parts import TilingField, emit_resident_columns, ident
+from ...schedules.symbolic_index import index_from_json
 from ..kernel_printer import RowKernelPrinter
 from ..scalar_printer import ScalarPrinter
 from ..tile_program import TileProgramPrinter
@@ -93,6 +94,21 @@ class RowReduceKernelPrinter(RowKernelPrinter):
         # one element stride, and a row slot holds the widest value
         self.stride, self.slot_bytes = tiling.plan.row_stride, tiling.plan.slot_bytes
         self.in_dtypes = input_dtypes(self.program)
+        # row offsets over symbolic dimensions (a transpose over s): printed from the plan's
+        # expressions, the dimensions read from fields of the tiling struct
+        runtime = getattr(tiling.plan, "runtime", None)
+        self.sym_bases = {name: index_from_json(text)
+                          for name, text in (runtime.bases if runtime else ())}
+        self.dim_fields = {dim: dim_field(dim) for dim in (runtime.base_dims() if runtime
+                                                           else [])}
+        self.copied_fields = (*type(self).copied_fields, *self.dim_fields.values())
+
+    def tiling_fields(self) -> list[TilingField]:
+        fields = super().tiling_fields()
+        high = self.shape_spec().high() if self.dim_fields else {}
+        return fields + [TilingField("uint64_t", field, high[dim],
+                                     f"symbolic dimension {dim} of this call")
+                         for dim, field in self.dim_fields.items()]
 
     def emit_tiling_body(self, buf, dims: dict) -> None:
         """The host tiling function of a kernel over symbolic rows (tiling_func.py)."""
@@ -122,6 +138,8 @@ class RowReduceKernelPrinter(RowKernelPrinter):
 
     def _base(self, name: str) -> str:
         """C++ element offset of the current row's data in input ``name``."""
+        if name in self.sym_bases:
+            return ScalarPrinter({"row": "row", **self.dim_fields}).print(self.sym_bases[name])
         return ScalarPrinter({self.program.row_var.name: "row"}).print(self.program.bases[name])
 
     def emit_buffers(self, buf):
@@ -309,6 +327,8 @@ class RowReduceKernelPrinter(RowKernelPrinter):
                 buf.line(f"{t} {n_}Val;")
         self._emit_row_members(buf)
         self.emit_share_members(buf, "tileRows", "cols")
+        for field in self.dim_fields.values():
+            buf.line(f"uint64_t {field} = 0;")
 
 
 # accumulating one chunk's partial ``part`` into ``acc``; the first chunk starts it
@@ -335,7 +355,14 @@ def emit_row_tiling_body(buf, tiling, dims: dict) -> None:
     buf.line("out.tiling.blockRows = block;")
     buf.line("out.tiling.tileRows = static_cast<uint32_t>(tile);")
     buf.line(f"out.tiling.cols = {cols};")
+    for dim in rt.base_dims():  # what the symbolic row offsets read
+        buf.line(f"out.tiling.{dim_field(dim)} = static_cast<uint64_t>({dims[dim]});")
     buf.line("out.blockDim = static_cast<int64_t>((total + block - 1) / block);")
+
+
+def dim_field(dim: str) -> str:
+    """The tiling struct's field holding symbolic dimension ``dim`` for this call."""
+    return "dim_" + "".join(ch if ch.isalnum() else "_" for ch in dim)
 
 
 class ChunkedRowKernelPrinter(RowReduceKernelPrinter):

@@ -8,7 +8,8 @@ from __future__ import annotations
 from tvm.relax.dpl.pattern import is_op, wildcard
 
 from ...decision import Decision
-from .elementwise import SUPPORTED_DTYPES, short_op_name, static_shape, tensor_type_of
+from .elementwise import (SUPPORTED_DTYPES, short_op_name, static_shape, tensor_type_of,
+                          whole_dims_shape)
 
 VIEW_OPS = {"relax.reshape": 2, "relax.squeeze": 1, "relax.expand_dims": 1,
             "relax.flatten": 1}
@@ -17,6 +18,13 @@ VIEW_OPS = {"relax.reshape": 2, "relax.squeeze": 1, "relax.expand_dims": 1,
 MOVE_OPS = {"relax.permute_dims": 1, "relax.strided_slice": 5, "relax.concat": 1,
             "relax.take": 2, "relax.broadcast_to": 2, "relax.tile": 1}
 INDEX_DTYPES = ("int32", "int64")
+# Ops whose kernels tile at run time over a ranged symbolic dimension (whole dimensions in
+# every shape): the views, a transpose that keeps the last axis and a slice (row copies the
+# row template tiles per call, schedules/row_reduce.py), a Gather of rows (the embeddings')
+# and a concat of the last axis (schedules/data_movement.py); the template refuses the rest,
+# naming why, and the op stays on the host.
+SYMBOLIC_OPS = frozenset(VIEW_OPS) | {"relax.permute_dims", "relax.strided_slice",
+                                      "relax.take", "relax.concat"}
 # Ops the VM runs on the host without a copy or a kernel: a view of rows of a tensor (the
 # HorizontalFusion results) and the zero-offset check that hands the view on with its data
 # pointer moved (prepare.horizontal.VIEW_ALIGN_BYTES keeps that copy-free).
@@ -39,11 +47,15 @@ def check_view_call(call) -> Decision | None:
     out = tensor_type_of(call)
     if out is None or any(t is None or t.dtype not in SUPPORTED_DTYPES for t in types):
         return Decision.no(f"{short_op_name(name)} of a non-float tensor runs on the host")
+    tiled = ""
     if not (all(static_shape(t) for t in types) and static_shape(out)):
-        return Decision.no(f"{short_op_name(name)} with a dynamic shape runs on the host")
+        if name not in SYMBOLIC_OPS or not all(whole_dims_shape(t) for t in [*types, out]):
+            return Decision.no(f"{short_op_name(name)} with a dynamic shape runs on the host")
+        tiled = " (symbolic: tiled at run time)"
     if name == "relax.take":
         ids = tensor_type_of(call.args[1])
-        if ids is None or ids.dtype not in INDEX_DTYPES or not static_shape(ids):
+        if ids is None or ids.dtype not in INDEX_DTYPES or not (
+                static_shape(ids) or (tiled and whole_dims_shape(ids))):
             return Decision.no("take with indices that are not int32/int64 of a static shape "
                                "runs on the host")
     if name == "relax.permute_dims":
@@ -51,13 +63,17 @@ def check_view_call(call) -> Decision | None:
         axes = getattr(call.attrs, "axes", None)
         perm = [int(a) for a in axes] if axes is not None else list(range(rank))[::-1]
         if perm and perm[-1] % rank == rank - 1:
-            return Decision.yes(f"transpose {perm} keeps the last axis: whole rows are copied")
+            return Decision.yes(f"transpose {perm} keeps the last axis: whole rows are "
+                                f"copied{tiled}")
+        if tiled:
+            return Decision.no(f"transpose {perm} moves the last axis over a symbolic "
+                               "dimension: its box copies are static only; it runs on the host")
         return Decision.yes(f"transpose {perm} moves the last axis: box copies and a vector "
                             "Gather")
     if name in MOVE_OPS:
         return Decision.yes(f"{short_op_name(name)}: rows copied by DataCopyPad on the "
-                            "data-movement template")
-    return Decision.yes(f"{short_op_name(name)}: a view, free inside a kernel")
+                            f"data-movement template{tiled}")
+    return Decision.yes(f"{short_op_name(name)}: a view, free inside a kernel{tiled}")
 
 
 def is_view_only(op_names) -> bool:
