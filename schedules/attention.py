@@ -59,7 +59,7 @@ from tvm_ascend.errors import TilingError
 
 from .analysis.attention_shape import AttentionShape, _NotAttention, attention_shape
 from .analysis.tir_walk import cached_by_identity
-from .attention_runtime import AttentionRuntime, symbolic_attention_shape
+from .attention_runtime import AttentionRuntime, shape_at, symbolic_attention_shape
 from .symbolic import ShapeSpec, shape_spec, specialize
 from .l2_reuse import l2_served, walk_distance
 from .tiling import FRACTAL, ceil_div, dtype_bytes, pieces, round_up
@@ -173,7 +173,7 @@ class AttentionPlan(TemplatePlan, template="attention"):
     round_blocks: int = 0
     score_bytes: int = SCORE_BYTES
     causal: CausalSkip | None = None  # flash only: the key blocks a causal mask lets it skip
-    # a symbolic sequence: tiled per call (attention_runtime.attention_tiling_at)
+    # a symbolic sequence: tiled per call (attention_tiling_at)
     runtime: AttentionRuntime | None = None
 
     @property
@@ -728,3 +728,17 @@ def _traffic(shape, soc, schedule, base_k_qk, score_bytes=SCORE_BYTES,
             "workspace_read_bytes": b * w_read, "workspace_write_bytes": b * w_write,
             "cube_macs": b * macs, "operand_bytes": b * operand,
             "cube_workspace_bytes": b * cube_ws}
+
+
+def attention_tiling_at(tiling, values: dict):
+    """The Tiling one call of an attention kernel over a symbolic sequence runs with at
+    ``values`` ({name: size}): the static plan of the call's shape with the bound's blocks as
+    the ceiling, its UB the bound's (the kernel reserves its buffers once, at the bound)."""
+    from tvm_ascend.soc import get_soc
+
+    rt = tiling.plan.runtime
+    size = rt.shapes.values(**values)[rt.dim]
+    knobs = AttentionKnobs(rt.base_q, rt.base_kv, rt.cores, rt.method)
+    call = plan_attention(shape_at(tiling.plan.shape, rt, size), get_soc(rt.soc), knobs)
+    return dataclasses.replace(call, ub_bytes=tiling.ub_bytes, plan=dataclasses.replace(
+        call.plan, ub_buffers=tiling.plan.ub_buffers))

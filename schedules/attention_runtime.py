@@ -9,7 +9,7 @@ most 2 in ``s`` at all of them (``fit_polynomial``: ``s``, ``64``, ``s * 64``, `
 everything else (head dim, batch extents, dtype, scale, mask and Where) the same. The kernel
 is planned at the upper bound (its UB buffers, the Matmul objects' L1/L0 reservations and
 the workspace slots sized there); a call is the static plan of its own shape with the bound's
-blocks as the ceiling (``attention_tiling_at``: baseQ, baseKv the bound's, or the call's
+blocks as the ceiling (``attention.attention_tiling_at``: baseQ, baseKv the bound's, or the call's
 lengths rounded up to 16 where less; its query blocks, items and cores), which the host
 tiling function computes in C++ and the printed kernel reads from its tiling struct. The
 causal skip is not taken over a symbolic sequence (its facts are the partitioner's about one
@@ -39,7 +39,7 @@ ROLES = ("q", "k", "v", "out", "mask", "keep")  # the shape's operand maps, in p
 class AttentionRuntime:
     """How an attention kernel over a symbolic sequence is tiled per call: the dimension
     ``dim`` of ``shapes``, the SoC planned for, the knobs every call is planned with (the
-    bound's blocks, cores and method: ``attention_tiling_at``), and ``terms``: each integer
+    bound's blocks, cores and method: ``attention.attention_tiling_at``), and ``terms``: each integer
     of the shape that changes with the dimension as (path, (c2, c1, c0)), the value at size
     ``s`` being ``c2 s^2 + c1 s + c0`` (paths ``seq_q``, ``q.row_stride``, ``mask.base``,
     ``k.batch_coefs.1``, ...)."""
@@ -155,21 +155,4 @@ def shape_at(bound: AttentionShape, runtime: AttentionRuntime, size: int) -> Att
                                seq_kv=runtime.value("seq_kv", size, bound), **ops)
 
 
-def attention_tiling_at(tiling, values: dict):
-    """The Tiling one call of an attention kernel over a symbolic sequence runs with at
-    ``values`` ({name: size}): the static plan of the call's shape with the bound's blocks as
-    the ceiling, its UB the bound's (the kernel reserves its buffers once, at the bound)."""
-    from tvm_ascend.soc import get_soc
-
-    from .attention import AttentionKnobs, plan_attention
-
-    rt = tiling.plan.runtime
-    size = rt.shapes.values(**values)[rt.dim]
-    knobs = AttentionKnobs(rt.base_q, rt.base_kv, rt.cores, rt.method)
-    call = plan_attention(shape_at(tiling.plan.shape, rt, size), get_soc(rt.soc), knobs)
-    return dataclasses.replace(call, ub_bytes=tiling.ub_bytes, plan=dataclasses.replace(
-        call.plan, ub_buffers=tiling.plan.ub_buffers))
-
-
-__all__ = ["AttentionRuntime", "attention_tiling_at", "shape_at", "shape_value",
-           "symbolic_attention_shape"]
+__all__ = ["AttentionRuntime", "shape_at", "shape_value", "symbolic_attention_shape"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from tvm_ascend.errors import TilingError
 
-from .attention_runtime import attention_tiling_at
+from .attention import attention_tiling_at
 from .data_movement import data_movement_tiling_at
 from .elementwise import elementwise_tiling_at
 from .matmul import matmul_tiling_at

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -33,13 +31,10 @@ import tvm_ascend
 from conftest import assert_close, run_onnxruntime
 from tvm_ascend import CompileConfig
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
-MANIFEST = json.loads((CORPUS / "MANIFEST.json").read_text())
-ROWS = {row["file"]: row for row in MANIFEST["files"]}
+from corpus_rows import CORPUS, MANIFEST, ROWS, SEED, sample_inputs  # noqa: F401
 LEVELS = ("off", "conservative", "aggressive")
 SOCS = ("Ascend910B1", "Ascend310P3")
 PAIRS = list(itertools.product(LEVELS, SOCS))
-SEED = 0
 
 # The default run's cases, file -> (level, soc): one file per model; both exporters, both
 # dtypes, each level and each SoC appear. Every other case is marked slow.
@@ -84,25 +79,6 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
 KERNELS_PER_LAYER: dict[tuple[str, str], int] = {
     (name, soc): LAYER_COUNTS[row["model"]][2] for name, row in ROWS.items()
     if row["model"] in LAYER_COUNTS for soc in SOCS}
-
-
-def sample_inputs(row: dict) -> dict:
-    """The inputs of one manifest row, drawn with a fixed seed: token ids within the
-    vocabulary, attention masks of ones with the last row's trailing positions padded (0),
-    standard normal features."""
-    rng = np.random.default_rng(SEED)
-    feeds = {}
-    for spec in row["inputs"]:
-        shape, dtype, sample = spec["shape"], spec["dtype"], spec["sample"]
-        if sample["kind"] == "ids":
-            feeds[spec["name"]] = rng.integers(0, sample["high"], shape).astype(dtype)
-        elif sample["kind"] == "mask":
-            mask = np.ones(shape, dtype)
-            mask[-1, -sample["padding"]:] = 0
-            feeds[spec["name"]] = mask
-        else:
-            feeds[spec["name"]] = rng.standard_normal(shape).astype(dtype)
-    return feeds
 
 
 def _known_failure(name: str, level: str, soc: str) -> tuple | None:

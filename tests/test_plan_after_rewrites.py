@@ -162,7 +162,7 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 def test_a_corpus_llama_plan_loads_back_into_the_same_kernels(tmp_path):
     """A LLaMA corpus build's fusion_plan.json rebuilds the same groups, kernels and op parts,
     and the rebuilt model computes the same outputs, bit for bit."""
-    from test_corpus import ROWS, sample_inputs
+    from corpus_rows import ROWS, sample_inputs
 
     name = "llama_dynamo_op18_fp16.onnx"
     lib = tvm_ascend.build(str(CORPUS / name), config=tvm_ascend.CompileConfig(
