@@ -62,6 +62,27 @@ def test_a_plan_of_a_joined_rotary_and_gqa_attention_loads_back(attention, tmp_p
     assert [g.symbol for g in again.groups] == [g["kernel"] for g in report["groups"]]
 
 
+def test_a_plan_of_a_float16_attention_loads_back(tmp_path, caplog):
+    """Regression (tutorial 05): with precision_mode="force_fp16", prepare's casts are credited
+    to no ONNX node, and the node graph dropped them with the edges through them, so the
+    attention group's score half and softmax half "share no edge" and its own, unedited plan
+    was refused. Such an op now passes its producers' nodes on to its readers."""
+    from onnx_models import attention_model
+
+    model = attention_model(batch=1, seq=16, heads=2, dim=32, proj=False).model()
+    config = tvm_ascend.CompileConfig(**CONFIG, precision_mode="force_fp16")
+    result = tvm_ascend.partition_for_ascend(model, config)
+    report = fusion_report(result, {}, config, len(model.graph.node))
+    assert any("AttentionFusion" in g["rules"] for g in report["groups"] if g["on_npu"])
+    path = tmp_path / "fusion_plan.json"
+    export_plan(report, str(path))
+    with caplog.at_level(logging.WARNING, logger="tvm_ascend"):
+        again = tvm_ascend.partition_for_ascend(model, config.replace(
+            fusion_plan_file=str(path)))
+    assert "did not form" not in caplog.text
+    assert _op_groups([g.to_json() for g in again.groups]) == _op_groups(report["groups"])
+
+
 def test_a_plan_fits_when_one_of_the_grouped_graphs_takes_it():
     """``fit_plan``: connected and acyclic in one graph the planner groups is enough; when no
     graph takes it, the first graph's error, saying that no variant did either."""

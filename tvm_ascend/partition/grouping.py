@@ -189,20 +189,25 @@ def node_graph(mod: tvm.IRModule) -> tuple[set, list]:
     that makes one op for several nodes, as LLaMA's joined rotary does, an identity Cast folded
     into the op before it) links each node it reads from to each of its own, and its own nodes
     to each other both ways (one op cannot be in two groups): read as one name, its nodes would
-    be in no edge, and a plan group holding them would look unconnected."""
+    be in no edge, and a plan group holding them would look unconnected. A binding credited
+    to no node links the nodes it reads from to its readers' nodes."""
     attrs = mod["main"].attrs
     names = dict(attrs[ir_attrs.ONNX_NODES]) if attrs and ir_attrs.ONNX_NODES in attrs else {}
     nodes_of: dict = {}
     edges = []
     for binding in _bindings(mod["main"]):
         nodes = [n for n in str(names.get(binding.var.name, "")).split("\n") if n]
+        producers = [p for var in relax.analysis.free_vars(binding.value)
+                     for p in nodes_of.get(var, ())]
         if not nodes:
+            # an op no node is credited with (a cast prepare inserts, a view it adds) passes
+            # its producers' nodes on: without it, a plan group across it looked unconnected
+            nodes_of[binding.var] = list(dict.fromkeys(producers))
             continue
         nodes_of[binding.var] = nodes
         edges += [edge for a, b in zip(nodes, nodes[1:]) for edge in ((a, b), (b, a))]
-        for var in relax.analysis.free_vars(binding.value):
-            edges += [(producer, node) for producer in nodes_of.get(var, ())
-                      for node in nodes if producer != node]
+        edges += [(producer, node) for producer in producers for node in nodes
+                  if producer != node]
     return {n for nodes in nodes_of.values() for n in nodes}, list(dict.fromkeys(edges))
 
 
