@@ -24,13 +24,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import tvm
 from tvm import tirx
 from tvm.sym.analyzer import Analyzer
 
 from tvm_ascend.errors import TilingError
 
-from .analysis.movement_program import DataDependent, evaluate, index_loads
+from .analysis.movement_program import DataDependent, evaluate, index_loads, inlined_output_block
 from .analysis.tile_values import flat_offset
 from .analysis.tir_walk import load_buffer
 
@@ -80,19 +79,6 @@ def index_names(expr) -> set:
     return set()
 
 
-def _output_block(func):
-    sch = tvm.s_tir.Schedule(func)
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    for block_rv in blocks[:-1]:
-        try:
-            sch.compute_inline(block_rv)
-        except Exception as err:  # noqa: BLE001 - TVM refuses reductions and the like
-            raise TilingError(f"block {sch.get(block_rv).name_hint} does not inline into the "
-                              "output: a row offset over a symbolic dimension is read from "
-                              "one block only") from err
-    return sch.get(blocks[-1])
-
-
 def _bindings(block, row):
     """The output block's row axes unflattened from ``row`` (the last axis at column 0)."""
     iter_vars = list(block.iter_vars)
@@ -113,7 +99,8 @@ def symbolic_row_bases(func, names, samples: list) -> dict:
     ``names`` of ``func`` (over symbols), each checked at every sampled size: ``samples`` is
     a list of ({dimension: size}, rows at that size, {name: the static row offset there})."""
     row = tirx.Var("row", "int64")
-    block = _output_block(func)
+    sch, out_rv = inlined_output_block(func)  # a row offset is read from one block only
+    block = sch.get(out_rv)
     bindings = _bindings(block, row)
     loads: dict = {}
     for load in index_loads(block.body.value):
