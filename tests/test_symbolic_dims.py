@@ -366,3 +366,18 @@ def test_with_aggressive_fusion_each_layer_s_attention_is_one_kernel_tiled_at_ru
         feeds = _text_feeds(length, seed=length)
         for got, want in zip(lib.run(feeds), run_onnxruntime(model, feeds)):
             assert_close(got, want, "float32_model")
+
+
+def test_host_groups_no_template_tiles_over_seq_are_listed(libs):
+    """An op that passes the op check but whose group no template tiles (BERT's mask
+    logical_and over (1, 1, seq, 1)) ran on the host unlisted: host_ops named only the ops
+    the op check keeps there. Such groups are now the section's host_groups, each with its
+    ops, nodes, dimensions and the templates' reason, and none is also a host op."""
+    section = libs["bert"].fusion_report()["dynamic"]
+    groups = section["host_groups"]
+    assert groups and all(g["dims"] == ["seq"] and g["ops"] and g["nodes"] for g in groups)
+    assert all(g["why"].startswith("no schedule template fits") for g in groups)
+    assert any(g["ops"] == ["relax.logical_and"] and "symbolic dimension" in g["why"]
+               for g in groups)
+    listed = {o["var"] for o in section["host_ops"]}
+    assert not any(set(g["vars"]) & listed for g in groups)

@@ -17,7 +17,9 @@ that would put them on the NPU (one static build per listed size: ``--dynamic_di
 
 Section keys: ``symbolic_dims`` ({name: {"range": [lo, hi] or None, "inputs": [[input,
 axis], ...], "shapes": {input: its shape, -1 where symbolic}}}), ``host_ops`` ([{"node",
-"op", "var", "dims", "why"}]), ``npu_kernels``, ``runtime_tiling`` ({"templates": the
+"op", "var", "dims", "why"}]), ``host_groups`` ([{"group", "ops", "vars", "nodes", "dims", "why"}]:
+host groups over a symbolic dimension whose ops pass the op check but that no template tiles
+as a group, with the templates' reason), ``npu_kernels``, ``runtime_tiling`` ({"templates": the
 templates that tile at run time, "kernels": [{"kernel", "template", "dims", "range_us":
 [{"sizes", "time_us"}, ...]}]: this build's kernels tiled at run time, each estimated at its
 range's lower end, midpoint and upper end}), ``hint`` (the gear flags for the host ops).
@@ -110,10 +112,31 @@ def dynamic_section(imported: tvm.IRModule, result, report: dict) -> dict | None
                  "why": op.decision.reason}
                 for op in result.ops.values() if not op.decision.ok and op.var in symbolic]
     return {"symbolic_dims": dims, "host_ops": host_ops,
+            "host_groups": host_groups(result, symbolic),
             "npu_kernels": report["npu_kernels"],
             "runtime_tiling": {"templates": list(RUNTIME_TILED_TEMPLATES),
                                "kernels": runtime_kernels(report, names)},
             "hint": gear_hint(dims)}
+
+
+def host_groups(result, symbolic: dict) -> list[dict]:
+    """Host groups over a symbolic dimension whose ops each pass the op check (so they are no
+    ``host_ops``) but that no template tiles as a group (BERT's position-embedding add over
+    ``(1, seq, 64)``): the group, its ops, the dimensions and the templates' reason. With
+    ``host_ops`` they are everything a symbolic dimension keeps on the host."""
+    groups = []
+    for group in result.groups:
+        if group.on_npu or group.free:
+            continue
+        members = [m for m in group.members if m.decision.ok and m.var in symbolic]
+        if not members:
+            continue
+        dims = list(dict.fromkeys(d for m in members for d in symbolic[m.var]))
+        groups.append({"group": group.name, "ops": [m.op for m in members],
+                       "vars": [m.var for m in members],
+                       "nodes": list(dict.fromkeys(m.node for m in members if m.node)),
+                       "dims": dims, "why": group.reason})
+    return groups
 
 
 def runtime_kernels(report: dict, names: set) -> list[dict]:
@@ -161,9 +184,11 @@ def warn_dynamic(report: dict) -> None:
     """One warning naming the ops kept on the host by a symbolic dimension (none is moved
     there silently), with the gear flags that would compile them for the NPU."""
     section = report.get("dynamic")
-    if not section or not section["host_ops"]:
+    if not section or not (section["host_ops"] or section.get("host_groups")):
         return
-    ops = section["host_ops"]
+    ops = section["host_ops"] + [{"node": ", ".join(g["nodes"]) or g["group"],
+                                  "op": "+".join(dict.fromkeys(g["ops"])), "var": g["group"]}
+                                 for g in section.get("host_groups", [])]
     named = ", ".join(f"{o['node'] or o['var']} ({o['op'].replace('relax.', '')})"
                       for o in ops[:MAX_NAMED])
     more = f" and {len(ops) - MAX_NAMED} more" if len(ops) > MAX_NAMED else ""
