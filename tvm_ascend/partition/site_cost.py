@@ -58,7 +58,10 @@ def view_copy_reason(site) -> str | None:
     return ""
 
 
-_REWRITTEN: dict = {}  # structural hash -> [(PrimFunc, answer)]: a layer repeats its views
+# structural hash -> [(PrimFunc, answer)]: a layer repeats its views. Bounded: a process that
+# builds many models (a tuner, the test run) must not keep every view PrimFunc it ever saw.
+_REWRITTEN: dict = {}
+_REWRITTEN_MAX = 4096
 
 
 def _host_rewrites_to_view(site) -> bool:
@@ -79,6 +82,8 @@ def _host_rewrites_to_view(site) -> bool:
     rewritten = relax.transform.RewriteDataflowReshape()(bb.get())
     value = rewritten["main"].body.blocks[0].bindings[0].value
     answer = isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.reshape"
+    if len(_REWRITTEN) >= _REWRITTEN_MAX:
+        _REWRITTEN.clear()
     _REWRITTEN.setdefault(key, []).append((site.prim, answer))
     return answer
 
